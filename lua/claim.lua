@@ -1,0 +1,114 @@
+--[[ claim: move due occurrences and due retries of one partition onto its queue streams.
+
+The dispatcher reads candidates first (plain reads), computes each recurring job's next time in
+Python, then calls this script once per partition per batch.  Everything is re-checked here
+against Redis's own clock and the stored state, so the call is safe to apply twice and a stale
+dispatcher (old fence) changes nothing.
+
+KEYS[1]        rsched:{pN}:lease     HASH   owner, fence, expires_ms
+KEYS[2]        rsched:{pN}:due       ZSET   job id -> due ms
+KEYS[3]        rsched:{pN}:retry     ZSET   run id -> due ms
+KEYS[4]        rsched:{pN}:events    STREAM history
+KEYS[5]        rsched:{pN}:stats     HASH   counters
+KEYS[5+q]      rsched:{pN}:q:<queue_q>  STREAM, q = 1..nq
+KEYS[5+nq+2i-1], KEYS[5+nq+2i]  per item: rsched:{pN}:job:<id> HASH, rsched:{pN}:run:<run id> HASH
+ARGV[1]  owner        ARGV[2] fence        ARGV[3] now_ms (0 = Redis TIME)
+ARGV[4]  events_maxlen (0 = unbounded)      ARGV[5] nq      ARGV[6] n items
+then per item 8 values: kind, stream index q, job id, run id, expected, next_ms, next_score, fire
+  kind 'j' (regular occurrence): expected = the job's current next_ms (compare-and-set);
+           next_ms/next_score = the following occurrence and its due score (jittered), '0' = none
+           (one-off: leave the due set); fire '0' = skip this occurrence (misfire policy skip)
+  kind 'r' (retry, replay or trigger of a run): expected = the run's attempt (compare-and-set)
+Returns {dispatched, skipped, earliest}
+  -1 as the only element: the caller's lease or fence is stale; nothing was written
+  earliest: the earliest due ms left in the due or retry set ('' when both are empty)
+]]
+--!include util
+local lease_key, due_key, retry_key, events_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner, fence = ARGV[1], ARGV[2]
+local now = now_ms(ARGV[3])
+local maxlen, nq, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+
+local l = redis.call('HMGET', lease_key, 'owner', 'fence', 'expires_ms')
+if l[1] ~= owner or l[2] ~= fence or tonumber(l[3] or '0') <= now then
+  return {-1}
+end
+
+local dispatched, skipped = 0, 0
+local a = 7
+for i = 1, n do
+  local kind, q, job_id, run_id = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3]
+  local expected, next_ms, next_score, fire = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+  a = a + 8
+  local job_key, run_key = KEYS[5 + nq + 2 * i - 1], KEYS[5 + nq + 2 * i]
+  local stream_key = KEYS[5 + q]
+  local queue = string.match(stream_key, ':q:(.*)$')
+
+  if kind == 'j' then
+    local score = redis.call('ZSCORE', due_key, job_id)
+    local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'payload', 'timeout_ms',
+                         'backoff_base_ms', 'backoff_cap_ms')
+    if not score or tonumber(score) > now or j[1] ~= 'scheduled' or j[2] ~= expected or j[4] ~= queue then
+      skipped = skipped + 1
+    else
+      if fire == '1' then
+        if redis.call('EXISTS', run_key) == 0 then
+          local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 'j', job_id, 't', j[3],
+                                 'p', j[5], 'a', 1, 's', expected, 'to', j[6], 'bb', j[7], 'bc', j[8])
+          redis.call('HSET', run_key, 'id', run_id, 'job_id', job_id, 'sched_ms', expected,
+                     'attempt', 1, 'state', 'dispatched', 'fence', 0, 'worker', '',
+                     'dispatched_ms', now, 'stream_id', sid, 'queue', queue, 'type', j[3])
+          redis.call('HSET', job_key, 'last_run_id', run_id)
+          emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', 1, 't', now,
+               's', expected, 'ty', j[3], 'q', queue)
+          dispatched = dispatched + 1
+        end
+      else
+        emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now, 's', expected,
+             'ty', j[3], 'q', queue, 'err', 'misfire: skipped an occurrence missed by more than the grace period')
+        skipped = skipped + 1
+      end
+      if next_ms ~= '0' then
+        redis.call('HSET', job_key, 'next_ms', next_ms)
+        redis.call('ZADD', due_key, next_score, job_id)
+      else
+        redis.call('HSET', job_key, 'next_ms', 0)
+        redis.call('ZREM', due_key, job_id)
+      end
+    end
+  else
+    local score = redis.call('ZSCORE', retry_key, run_id)
+    local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue', 'sched_ms')
+    if not score or tonumber(score) > now or r[1] ~= 'retry_wait' or r[2] ~= expected or r[3] ~= queue then
+      skipped = skipped + 1
+    else
+      redis.call('ZREM', retry_key, run_id)
+      local j = redis.call('HMGET', job_key, 'status', 'type', 'payload', 'timeout_ms',
+                           'backoff_base_ms', 'backoff_cap_ms')
+      if not j[1] or j[1] == 'cancelled' then
+        redis.call('HSET', run_key, 'state', 'abandoned', 'ended_ms', now, 'error', 'job cancelled')
+        emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', r[2], 't', now,
+             'ty', j[2] or '', 'q', queue, 'err', 'job cancelled before the retry ran')
+        skipped = skipped + 1
+      else
+        local attempt = tonumber(r[2]) + 1
+        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 'j', job_id, 't', j[2],
+                               'p', j[3], 'a', attempt, 's', r[4], 'to', j[4], 'bb', j[5], 'bc', j[6])
+        redis.call('HSET', run_key, 'attempt', attempt, 'state', 'dispatched', 'worker', '',
+                   'dispatched_ms', now, 'stream_id', sid)
+        redis.call('HSET', job_key, 'last_run_id', run_id)
+        emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
+             's', r[4], 'ty', j[2], 'q', queue)
+        dispatched = dispatched + 1
+      end
+    end
+  end
+end
+if dispatched > 0 then redis.call('HINCRBY', stats_key, 'dispatched', dispatched) end
+
+local earliest = ''
+local d = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
+local r = redis.call('ZRANGE', retry_key, 0, 0, 'WITHSCORES')
+if d[2] then earliest = tonumber(d[2]) end
+if r[2] and (earliest == '' or tonumber(r[2]) < earliest) then earliest = tonumber(r[2]) end
+return {dispatched, skipped, tostring(earliest)}

@@ -1,0 +1,88 @@
+--[[ complete: record the outcome of runs, fenced; retry, dead-letter or finish.
+
+A report is accepted only from the worker that holds the run's current fencing token; anything
+else is logged as 'fenced' and changes nothing (its stream entry is not acknowledged either,
+since a dead worker's XACK would succeed on an entry another consumer now owns).
+
+KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
+KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
+then per run 4 keys: rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH,
+                     rsched:{pN}:hist:<id> LIST, rsched:{pN}:q:<queue> STREAM
+ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
+ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
+then per run 6 values: run id, fence, outcome ('succeeded' | 'failed' | 'timed_out'),
+  duration_ms, text (JSON result when succeeded, error message otherwise), retry_delay_ms
+Returns {code_1, ..., code_n}
+  1 succeeded recorded   2 retry scheduled   3 dead-lettered
+  0 duplicate report of an outcome already recorded (client retry)   -1 fenced (stale token)
+]]
+--!include util
+--!include dead_letter
+local events_key, stats_key, retry_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local worker = ARGV[1]
+local now = now_ms(ARGV[2])
+local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local out = {}
+local ok_count, fail_count = 0, 0
+for i = 1, n do
+  local c = 6 + 6 * (i - 1)
+  local run_id, fence, outcome = ARGV[c + 1], ARGV[c + 2], ARGV[c + 3]
+  local duration, text, delay = tonumber(ARGV[c + 4]), ARGV[c + 5], tonumber(ARGV[c + 6])
+  local b = 4 + 4 * (i - 1)
+  local run_key, job_key, hist_key, stream_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
+  local r = redis.call('HMGET', run_key, 'state', 'worker', 'fence', 'attempt', 'job_id',
+                       'stream_id', 'type', 'sched_ms', 'started_ms', 'queue')
+  if r[1] == 'running' and r[2] == worker and r[3] == fence then
+    local attempt, job_id, jtype = tonumber(r[4]), r[5], r[7]
+    local rec = {run = run_id, attempt = attempt, status = outcome, worker = worker,
+                 sched_ms = tonumber(r[8]), started_ms = tonumber(r[9]), ended_ms = now,
+                 duration_ms = duration}
+    if outcome == 'succeeded' then
+      redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now, 'duration_ms', duration,
+                 'result', text)
+      rec.result = text
+      local j = redis.call('HMGET', job_key, 'status', 'cron')
+      if j[1] == 'scheduled' and (j[2] == '' or not j[2]) then
+        redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now)
+      end
+      emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
+           'w', worker, 'd', duration, 'ty', jtype, 'q', r[10], 's', r[8], 'res', text)
+      ok_count = ok_count + 1
+      out[i] = 1
+    else
+      rec.error = text
+      emit(events_key, maxlen, 'e', outcome, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
+           'w', worker, 'd', duration, 'ty', jtype, 'q', r[10], 's', r[8], 'err', text)
+      fail_count = fail_count + 1
+      local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1')
+      if attempt < max_attempts then
+        redis.call('HSET', run_key, 'state', 'retry_wait', 'ended_ms', now, 'duration_ms', duration,
+                   'error', text)
+        redis.call('ZADD', retry_key, now + delay, run_id)
+        redis.call('HINCRBY', stats_key, 'retried', 1)
+        emit(events_key, maxlen, 'e', 'retry_scheduled', 'j', job_id, 'r', run_id, 'a', attempt,
+             't', now, 'at', now + delay, 'ty', jtype)
+        out[i] = 2
+      else
+        redis.call('HSET', run_key, 'duration_ms', duration)
+        dead_letter(run_key, job_key, dead_key, events_key, stats_key, maxlen, now, run_id, job_id,
+                    attempt, text, jtype)
+        out[i] = 3
+      end
+    end
+    remember(hist_key, hlen, rec)
+    redis.call('XACK', stream_key, group, r[6])
+    redis.call('XDEL', stream_key, r[6])
+  elseif r[2] == worker and r[3] == fence and r[1] ~= 'dispatched' then
+    out[i] = 0
+  else
+    redis.call('HINCRBY', stats_key, 'fenced', 1)
+    emit(events_key, maxlen, 'e', 'fenced', 'j', r[5] or '', 'r', run_id, 'a', r[4] or '', 't', now,
+         'w', worker, 'f', fence, 'ty', r[7] or '',
+         'err', 'stale report rejected: run fence is ' .. tostring(r[3]) .. ', caller had ' .. fence)
+    out[i] = -1
+  end
+end
+if ok_count > 0 then redis.call('HINCRBY', stats_key, 'succeeded', ok_count) end
+if fail_count > 0 then redis.call('HINCRBY', stats_key, 'failed', fail_count) end
+return out

@@ -1,0 +1,22 @@
+--[[ replay: send a dead-lettered run back for another round of attempts, counted from zero.
+
+KEYS[1] rsched:{pN}:run:<run id> HASH   KEYS[2] rsched:{pN}:job:<id> HASH
+KEYS[3] rsched:{pN}:dead ZSET   KEYS[4] rsched:{pN}:retry ZSET   KEYS[5] rsched:{pN}:events STREAM
+ARGV[1] run id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
+Returns {code, state}: 1 replayed, 0 already replayed (not dead any more), -1 no such dead letter,
+  -2 the job was cancelled (cancel is final)
+]]
+--!include util
+local run_key, job_key, dead_key, retry_key, events_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local run_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
+local r = redis.call('HMGET', run_key, 'state', 'job_id', 'type')
+if not r[1] then return {-1, ''} end
+if r[1] ~= 'dead' then return {0, r[1]} end
+local status = redis.call('HGET', job_key, 'status')
+if status == 'cancelled' or not status then return {-2, status or 'missing'} end
+redis.call('ZREM', dead_key, run_id)
+redis.call('HSET', run_key, 'state', 'retry_wait', 'attempt', 0, 'error', '')
+redis.call('ZADD', retry_key, now, run_id)
+if status == 'dead' then redis.call('HSET', job_key, 'status', 'scheduled', 'updated_ms', now) end
+emit(events_key, maxlen, 'e', 'replayed', 'j', r[2], 'r', run_id, 't', now, 'ty', r[3])
+return {1, 'retry_wait'}

@@ -1,0 +1,20 @@
+--[[ resume: let a paused job run again from its next time computed from now.
+
+KEYS[1] rsched:{pN}:job:<id> HASH   KEYS[2] rsched:{pN}:due ZSET   KEYS[3] rsched:{pN}:events STREAM
+ARGV[1] job id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
+ARGV[4] next_ms (nominal next occurrence, '0' = none: a one-off that already ran)
+ARGV[5] next_score (due ms with jitter)
+Returns {code, status}: 1 resumed, 0 already scheduled, -1 no such job, -2 not resumable
+]]
+--!include util
+local job_key, due_key, events_key = KEYS[1], KEYS[2], KEYS[3]
+local job_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
+local next_ms, next_score = ARGV[4], ARGV[5]
+local j = redis.call('HMGET', job_key, 'status', 'type')
+if not j[1] then return {-1, ''} end
+if j[1] == 'scheduled' then return {0, 'scheduled'} end
+if j[1] ~= 'paused' then return {-2, j[1]} end
+redis.call('HSET', job_key, 'status', 'scheduled', 'updated_ms', now, 'next_ms', next_ms)
+if next_ms ~= '0' then redis.call('ZADD', due_key, next_score, job_id) end
+emit(events_key, maxlen, 'e', 'resumed', 'j', job_id, 't', now, 'ty', j[2])
+return {1, 'scheduled'}

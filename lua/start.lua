@@ -1,0 +1,78 @@
+--[[ start: a worker takes the runs it read (XREADGROUP) or reclaimed (XAUTOCLAIM).
+
+Each start gives the run a new fencing token; the worker must present it to heartbeat and
+complete.  A run still 'running' under another worker was abandoned by it (the stream entry
+went idle because its heartbeats stopped): that attempt is recorded as abandoned and a new one
+starts, or the run is dead-lettered when its attempts are used up.  Entries whose run is gone,
+finished or re-dispatched under a newer entry are acknowledged and deleted.
+
+KEYS[1]  rsched:{pN}:events  STREAM     KEYS[2] rsched:{pN}:stats HASH
+KEYS[3]  rsched:{pN}:dead    ZSET
+then per run 4 keys: rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH,
+                     rsched:{pN}:q:<queue> STREAM, rsched:{pN}:hist:<id> LIST
+ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
+ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
+then per run: run id, stream entry id
+Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this entry
+]]
+--!include util
+--!include dead_letter
+local events_key, stats_key, dead_key = KEYS[1], KEYS[2], KEYS[3]
+local worker = ARGV[1]
+local now = now_ms(ARGV[2])
+local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local out = {}
+for i = 1, n do
+  local run_id, sid = ARGV[6 + 2 * i - 1], ARGV[6 + 2 * i]
+  local b = 3 + 4 * (i - 1)
+  local run_key, job_key, stream_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
+  local r = redis.call('HMGET', run_key, 'state', 'attempt', 'fence', 'stream_id', 'job_id',
+                       'worker', 'type', 'sched_ms', 'started_ms')
+  local state, attempt, fence, job_id = r[1], tonumber(r[2] or '0'), tonumber(r[3] or '0'), r[5]
+  local fence_out, attempt_out = 0, attempt
+  if not state or r[4] ~= sid or (state ~= 'dispatched' and state ~= 'running') then
+    redis.call('XACK', stream_key, group, sid)
+    redis.call('XDEL', stream_key, sid)
+  elseif state == 'running' and r[6] == worker then
+    fence_out = fence  -- the same call applied twice (client retry): nothing new happened
+  else
+    local job_status = redis.call('HGET', job_key, 'status')
+    if state == 'running' then
+      local err = 'worker ' .. r[6] .. ' stopped heartbeating'
+      remember(hist_key, hlen, {run = run_id, attempt = attempt, status = 'abandoned',
+               worker = r[6], sched_ms = tonumber(r[8]), started_ms = tonumber(r[9]),
+               ended_ms = now, error = err})
+      emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
+           'w', r[6], 'ty', r[7], 'err', err)
+      emit(events_key, maxlen, 'e', 'reclaimed', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
+           'w', worker, 'ty', r[7])
+      redis.call('HINCRBY', stats_key, 'reclaimed', 1)
+      attempt = attempt + 1
+      local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1')
+      if attempt > max_attempts then
+        dead_letter(run_key, job_key, dead_key, events_key, stats_key, maxlen, now, run_id, job_id,
+                    attempt - 1, err, r[7])
+        redis.call('XACK', stream_key, group, sid)
+        redis.call('XDEL', stream_key, sid)
+        state = nil
+      end
+    end
+    if state and job_status == 'cancelled' then
+      redis.call('HSET', run_key, 'state', 'abandoned', 'ended_ms', now, 'error', 'job cancelled')
+      emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
+           'ty', r[7], 'err', 'job cancelled before the run started')
+      redis.call('XACK', stream_key, group, sid)
+      redis.call('XDEL', stream_key, sid)
+    elseif state then
+      fence_out = fence + 1
+      redis.call('HSET', run_key, 'state', 'running', 'worker', worker, 'fence', fence_out,
+                 'attempt', attempt, 'started_ms', now, 'hb_ms', now)
+      emit(events_key, maxlen, 'e', 'started', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
+           'w', worker, 'f', fence_out, 'ty', r[7], 's', r[8])
+    end
+    attempt_out = attempt
+  end
+  out[2 * i - 1] = fence_out
+  out[2 * i] = attempt_out
+end
+return out

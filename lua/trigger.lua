@@ -1,0 +1,24 @@
+--[[ trigger: run a job once now, outside its schedule (its regular occurrences do not move).
+
+KEYS[1] rsched:{pN}:job:<id> HASH   KEYS[2] rsched:{pN}:run:<run id> HASH
+KEYS[3] rsched:{pN}:retry ZSET      KEYS[4] rsched:{pN}:events STREAM
+ARGV[1] job id   ARGV[2] run id (<job id>@<sched ms>)   ARGV[3] sched_ms   ARGV[4] now_ms (0 = TIME)
+ARGV[5] events_maxlen
+Returns {code, status}: 1 triggered, 0 that run already exists, -1 no such job, -2 job finished
+]]
+--!include util
+local job_key, run_key, retry_key, events_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local job_id, run_id, sched = ARGV[1], ARGV[2], ARGV[3]
+local now, maxlen = now_ms(ARGV[4]), tonumber(ARGV[5])
+local j = redis.call('HMGET', job_key, 'status', 'type', 'queue')
+if not j[1] then return {-1, ''} end
+if j[1] == 'cancelled' then return {-2, j[1]} end
+if redis.call('EXISTS', run_key) == 1 then return {0, j[1]} end
+redis.call('HSET', run_key, 'id', run_id, 'job_id', job_id, 'sched_ms', sched, 'attempt', 0,
+           'state', 'retry_wait', 'fence', 0, 'worker', '', 'queue', j[3], 'type', j[2])
+redis.call('ZADD', retry_key, now, run_id)
+if j[1] == 'completed' or j[1] == 'dead' then
+  redis.call('HSET', job_key, 'status', 'scheduled', 'updated_ms', now)
+end
+emit(events_key, maxlen, 'e', 'triggered', 'j', job_id, 'r', run_id, 't', now, 'ty', j[2])
+return {1, j[1]}

@@ -1,0 +1,54 @@
+"""The application object a worker loads: a registry of handlers by job type."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+Handler = Callable[["JobContext"], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a handler gets. ``run_id`` is stable across retries: use it as an idempotency key."""
+
+    job_id: str
+    run_id: str
+    type: str
+    attempt: int
+    scheduled_ms: int
+    payload: Any
+    worker_id: str
+
+    @property
+    def scheduled_at(self) -> datetime:
+        return datetime.fromtimestamp(self.scheduled_ms / 1000, tz=timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    fn: Handler
+    is_async: bool
+
+
+class App:
+    """Register handlers with ``@app.job("type")``; run them with ``rsched worker --app mod:app``.
+
+    Only registered names can run: a request names a job type, never code, so nothing in a
+    payload can make a worker import or execute anything else.
+    """
+
+    def __init__(self, name: str = "rsched") -> None:
+        self.name = name
+        self.handlers: dict[str, Registered] = {}
+
+    def job(self, type: str) -> Callable[[Handler], Handler]:
+        def register(fn: Handler) -> Handler:
+            if type in self.handlers:
+                raise ValueError(f"a handler for job type {type!r} is already registered")
+            self.handlers[type] = Registered(fn, inspect.iscoroutinefunction(fn))
+            return fn
+
+        return register

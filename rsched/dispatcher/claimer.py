@@ -1,0 +1,147 @@
+"""Claimer: one batch of due occurrences and retries per owned partition, three round trips total.
+
+1. candidates: the earliest due jobs and retries of every owned partition (one pipeline);
+2. their schedule fields (one pipeline), so Python can compute each recurring job's next time;
+3. one claim script per partition (one pipeline), which re-checks everything atomically against
+   Redis's clock and the caller's fencing token.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .. import keys, scripts
+from ..cron import parse_cron
+from ..ids import run_id as make_run_id
+from ..spec import jitter_offset_ms
+
+log = logging.getLogger("rsched.dispatcher")
+
+JOB_FIELDS = ("status", "next_ms", "queue", "cron", "tz", "misfire", "jitter_ms", "priority")
+
+
+@dataclass
+class ClaimResult:
+    dispatched: int = 0
+    skipped: int = 0
+    earliest_ms: int | None = None  # earliest due time left in the owned partitions
+    full: bool = False  # some partition had a full batch: call again at once
+    lost: tuple[int, ...] = ()  # partitions whose fence was stale
+    now_ms: int | None = None  # the clock the round was judged by
+
+
+@dataclass
+class Claimer:
+    r: Any  # redis.asyncio.Redis
+    owner: str
+    batch: int = 1000
+    misfire_grace_ms: int = 60_000
+    events_maxlen: int = 0
+    clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
+
+    async def run_once(self, owned: dict[int, int]) -> ClaimResult:
+        out = ClaimResult()
+        if not owned:
+            return out
+        parts = sorted(owned)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.time()
+        for p in parts:
+            pipe.zrange(keys.due(p), 0, self.batch - 1, withscores=True)
+            pipe.zrange(keys.retry(p), 0, self.batch - 1, withscores=True)
+        res = await pipe.execute()
+        sec, usec = res[0]
+        now = self.clock() if self.clock else int(sec) * 1000 + int(usec) // 1000
+        out.now_ms = now
+        cands: dict[int, tuple[list[tuple[str, float]], list[tuple[str, float]]]] = {}
+        earliest: float | None = None
+        for i, p in enumerate(parts):
+            due_all, retry_all = res[1 + 2 * i], res[2 + 2 * i]
+            due = [(m.decode(), s) for m, s in due_all if s <= now]
+            ret = [(m.decode(), s) for m, s in retry_all if s <= now]
+            for lst, all_ in ((due, due_all), (ret, retry_all)):
+                if len(lst) < len(all_):
+                    s = all_[len(lst)][1]
+                    earliest = s if earliest is None else min(earliest, s)
+            if due or ret:
+                cands[p] = (due, ret)
+        if not cands:
+            out.earliest_ms = None if earliest is None else int(earliest)
+            return out
+
+        pipe = self.r.pipeline(transaction=False)
+        for p, (due, ret) in cands.items():
+            for job_id, _ in due:
+                pipe.hmget(keys.job(p, job_id), JOB_FIELDS)
+            for rid, _ in ret:
+                pipe.hmget(keys.run(p, rid), ("state", "attempt", "queue"))
+        fields = iter(await pipe.execute())
+
+        calls: list[scripts.Call] = []
+        now_arg = now if self.clock else 0
+        for p, (due, ret) in cands.items():
+            items: list[tuple[float, int, list[Any], str, str]] = []  # sort key, args, keys
+            for job_id, score in due:
+                f = next(fields)
+                if f[0] is None:  # job hash gone: drop the stale index entry via the script
+                    continue
+                items.append(self._job_item(job_id, score, f, now))
+            for rid, score in ret:
+                f = next(fields)
+                if f[0] is None:
+                    continue
+                job_id = rid.rsplit("@", 1)[0]
+                items.append((score, 0, ["r", f[2].decode(), job_id, rid, f[1].decode(),
+                                         "0", "0", "1"], job_id, rid))
+            items.sort(key=lambda it: (it[0], -it[1]))
+            calls.append(self._claim_call(p, owned[p], now_arg, items))
+            if len(due) >= self.batch or len(ret) >= self.batch:
+                out.full = True
+        lost = []
+        for p, res in zip(cands, await scripts.acall_many(self.r, calls)):
+            if isinstance(res, Exception):
+                log.error("claim on partition %d failed: %s", p, res)
+                continue
+            if int(res[0]) == -1:
+                lost.append(p)
+                continue
+            out.dispatched += int(res[0])
+            out.skipped += int(res[1])
+            if res[2] not in (b"", ""):
+                e = float(res[2])
+                earliest = e if earliest is None else min(earliest, e)
+        out.lost = tuple(lost)
+        out.earliest_ms = None if earliest is None else int(earliest)
+        return out
+
+    def _job_item(self, job_id: str, score: float, f: list[Any], now: int) -> tuple[Any, ...]:
+        status, next_ms, queue, cron, tz, misfire, jitter, priority = (
+            (v.decode() if v is not None else "") for v in f
+        )
+        expected = int(next_ms or 0)
+        nxt, nxt_score, fire = 0, 0, "1"
+        if cron:
+            sched = parse_cron(cron, tz or "UTC")
+            nxt = sched.next_after(max(expected, now))
+            nxt_score = nxt + jitter_offset_ms(job_id, nxt, int(jitter or 0))
+            if misfire == "skip" and now - expected > self.misfire_grace_ms:
+                fire = "0"
+        args = ["j", queue, job_id, make_run_id(job_id, expected), next_ms or "0", nxt, nxt_score,
+                fire]
+        return (score, int(priority or 0), args, job_id, make_run_id(job_id, expected))
+
+    def _claim_call(self, p: int, fence: int, now: int, items: list[tuple[Any, ...]]) -> scripts.Call:
+        queues: dict[str, int] = {}
+        item_keys: list[str] = []
+        args: list[Any] = []
+        for _, _, a, job_id, rid in items:
+            q = queues.setdefault(a[1], len(queues) + 1)
+            args += [a[0], q, *a[2:]]
+            item_keys += [keys.job(p, job_id), keys.run(p, rid)]
+        ks = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p), keys.stats(p)]
+        ks += [keys.stream(p, q) for q in queues]
+        ks += item_keys
+        head = [self.owner, fence, now, self.events_maxlen, len(queues), len(items)]
+        return ("claim", ks, head + args)

@@ -1,0 +1,141 @@
+"""The dispatcher process: lease keeping and claiming, sleeping until the next due time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import Any, Callable
+
+from redis.asyncio import Redis
+
+from .. import keys
+from ..ids import ulid
+from ..redis_setup import acheck_redis, aensure_partitions
+from ..settings import Settings
+from .claimer import Claimer, ClaimResult
+from .leases import LeaseKeeper
+
+log = logging.getLogger("rsched.dispatcher")
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        dispatcher_id: str | None = None,
+        lease_ms: int = 10_000,
+        batch: int = 1000,
+        max_sleep_ms: int = 1000,
+        misfire_grace_ms: int = 60_000,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.id = dispatcher_id or f"d-{socket.gethostname()}-{os.getpid()}-{ulid()[-6:]}"
+        self.lease_ms = lease_ms
+        self.batch = batch
+        self.max_sleep_ms = max_sleep_ms
+        self.misfire_grace_ms = misfire_grace_ms
+        self.clock = clock
+        self.r: Redis = Redis.from_url(settings.redis_url)
+        self._wake = asyncio.Event()
+        self.leases: LeaseKeeper | None = None
+        self.claimer: Claimer | None = None
+
+    async def setup(self) -> None:
+        await acheck_redis(self.r, self.settings.allow_unsafe_redis)
+        p = await aensure_partitions(self.r, self.settings.partitions or 16,
+                                     bool(self.settings.partitions))
+        self.leases = LeaseKeeper(self.r, self.id, p, self.lease_ms, self.clock)
+        self.claimer = Claimer(self.r, self.id, self.batch, self.misfire_grace_ms,
+                               self.settings.events_maxlen, self.clock)
+
+    async def claim_once(self) -> ClaimResult:
+        assert self.leases and self.claimer
+        res = await self.claimer.run_once(self.leases.owned)
+        for p in res.lost:
+            self.leases.lost(p)
+        return res
+
+    async def _listen(self) -> None:
+        """Wake the loop when a client schedules a job earlier than anything we knew of."""
+        while True:
+            try:
+                ps = self.r.pubsub(ignore_subscribe_messages=True)
+                await ps.subscribe(keys.wake_channel())
+                async for msg in ps.listen():
+                    if msg and msg.get("type") == "message":
+                        self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - keep listening through Redis restarts
+                log.warning("wake listener: %s; retrying", e)
+                await asyncio.sleep(0.5)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.setup()
+        assert self.leases
+        listener = asyncio.create_task(self._listen())
+        renew_every = self.lease_ms / 3000
+        next_renew = 0.0
+        log.info("dispatcher %s started", self.id)
+        try:
+            while not stop.is_set():
+                try:
+                    if time.monotonic() >= next_renew:
+                        await self.leases.run_once()
+                        next_renew = time.monotonic() + renew_every
+                    self._wake.clear()
+                    t0 = time.monotonic()
+                    res = await self.claim_once()
+                except (ConnectionError, OSError, TimeoutError) as e:
+                    log.warning("redis unavailable: %s", e)
+                    await asyncio.sleep(0.5)
+                    continue
+                except Exception as e:  # redis errors: keep the process alive, log loudly
+                    if stop.is_set():
+                        break
+                    log.exception("dispatch round failed: %s", e)
+                    await asyncio.sleep(0.5)
+                    continue
+                if res.full:
+                    continue
+                sleep_s = min(self.max_sleep_ms / 1000, max(next_renew - time.monotonic(), 0))
+                if res.earliest_ms is not None and res.now_ms is not None:
+                    now = res.now_ms + int((time.monotonic() - t0) * 1000)
+                    sleep_s = min(sleep_s, max(res.earliest_ms - now, 0) / 1000)
+                if sleep_s > 0:
+                    await self._sleep(stop, sleep_s)
+        finally:
+            listener.cancel()
+            try:
+                await self.leases.release_all()
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not release leases: %s", e)
+            await self.r.aclose()
+            log.info("dispatcher %s stopped", self.id)
+
+    async def _sleep(self, stop: asyncio.Event, seconds: float) -> None:
+        waits = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+
+def serve(settings: Settings, **options: Any) -> None:
+    """Run a dispatcher until SIGINT/SIGTERM."""
+    import signal
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await Dispatcher(settings, **options).run(stop)
+
+    asyncio.run(main())

@@ -1,0 +1,46 @@
+"""Errors that name the offending field, so every face (Python, CLI, HTTP) can say what to fix."""
+
+from __future__ import annotations
+
+
+class RschedError(Exception):
+    """Base class for every error rsched raises on purpose."""
+
+
+class ValidationError(RschedError, ValueError):
+    """Bad input: `field` names the input field (camelCase, as the HTTP API spells it)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class ScheduleError(ValidationError):
+    """An invalid cron expression, time zone or run time."""
+
+
+class NotFound(RschedError, LookupError):
+    """No job, run or dead letter with that id."""
+
+    def __init__(self, what: str, ident: str) -> None:
+        super().__init__(f"{what} {ident!r} not found")
+        self.what = what
+        self.ident = ident
+
+
+class Conflict(RschedError):
+    """The request contradicts the stored state (idempotency key reuse, cancelled job, ...)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class PayloadTooLarge(ValidationError):
+    """The msgpack-encoded payload exceeds the configured limit."""
+
+
+class UnsafeRedis(RschedError):
+    """Redis is configured so that it could lose jobs (eviction policy, wrong partition count)."""

@@ -1,0 +1,112 @@
+"""The one place a Redis key string is built.
+
+Every key that belongs to a partition embeds the hash tag ``{pN}``, so all of a partition's keys
+live in one Redis Cluster slot and a script can touch them together.  Global keys (config,
+registries) are only ever used by plain commands, never inside a script with partition keys.
+"""
+
+from __future__ import annotations
+
+PREFIX = "rsched"
+
+
+def tag(partition: int) -> str:
+    """Hash tag shared by every key of one partition."""
+    return f"{{p{partition}}}"
+
+
+def _pk(partition: int, name: str) -> str:
+    return f"{PREFIX}:{{p{partition}}}:{name}"
+
+
+# --- global keys -----------------------------------------------------------------------------
+
+
+def config() -> str:
+    """HASH: cluster-wide settings fixed at first start (``partitions``)."""
+    return f"{PREFIX}:config"
+
+
+def dispatchers() -> str:
+    """ZSET: dispatcher id -> registration expiry (ms); the live set drives rebalancing."""
+    return f"{PREFIX}:dispatchers"
+
+
+def workers() -> str:
+    """HASH: worker id -> msgpack heartbeat record (queues, in-flight runs, last beat)."""
+    return f"{PREFIX}:workers"
+
+
+def wake_channel() -> str:
+    """PUB/SUB channel: payload is a partition number whose earliest due time moved earlier."""
+    return f"{PREFIX}:wake"
+
+
+def api_keys() -> str:
+    """HASH: sha256(secret) -> msgpack API key record."""
+    return f"{PREFIX}:apikeys"
+
+
+# --- partition keys --------------------------------------------------------------------------
+
+
+def due(p: int) -> str:
+    """ZSET: job id -> due time (ms, jitter applied) of the job's next regular occurrence."""
+    return _pk(p, "due")
+
+
+def retry(p: int) -> str:
+    """ZSET: run id -> time (ms) its next attempt is due (retries and replays)."""
+    return _pk(p, "retry")
+
+
+def dead(p: int) -> str:
+    """ZSET: run id -> time (ms) it was dead-lettered."""
+    return _pk(p, "dead")
+
+
+def lease(p: int) -> str:
+    """HASH: owner, expires_ms, fence (monotonic; never deleted)."""
+    return _pk(p, "lease")
+
+
+def events(p: int) -> str:
+    """STREAM: every state change of every job and run in the partition (history source)."""
+    return _pk(p, "events")
+
+
+def stats(p: int) -> str:
+    """HASH: monotonically increasing counters (dispatched, succeeded, dead_lettered, ...)."""
+    return _pk(p, "stats")
+
+
+def queues(p: int) -> str:
+    """SET: queue names that have jobs in the partition (tells the dispatcher which streams)."""
+    return _pk(p, "queues")
+
+
+def stream(p: int, queue: str) -> str:
+    """STREAM: the work queue of ``queue`` in the partition, read through GROUP."""
+    return _pk(p, f"q:{queue}")
+
+
+def job(p: int, job_id: str) -> str:
+    """HASH: the job (see models.Job)."""
+    return _pk(p, f"job:{job_id}")
+
+
+def run(p: int, run_id: str) -> str:
+    """HASH: one occurrence of a job and its current attempt (see models.Run)."""
+    return _pk(p, f"run:{run_id}")
+
+
+def history(p: int, job_id: str) -> str:
+    """LIST: JSON records of the job's most recent finished attempts, newest first, bounded."""
+    return _pk(p, f"hist:{job_id}")
+
+
+GROUP = "workers"
+"""Consumer group every worker reads the queue streams through."""
+
+EVENTS_GROUP = "archivers"
+"""Consumer group the archiver reads the events streams through."""

@@ -1,0 +1,213 @@
+"""Job, Run and Lease as stored in Redis hashes, and the spec a caller schedules a job with.
+
+Times are integer milliseconds since the epoch (UTC) with an ``_ms`` suffix.  Hash values come
+back from Redis as bytes; ``from_hash`` turns them into typed fields once, at the edge.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import msgpack
+
+
+class JobStatus(str, enum.Enum):
+    SCHEDULED = "scheduled"
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+    COMPLETED = "completed"
+    DEAD = "dead"
+
+
+class RunState(str, enum.Enum):
+    """Where an occurrence is now; attempts end as succeeded|failed|timed_out|abandoned."""
+
+    DISPATCHED = "dispatched"
+    RUNNING = "running"
+    RETRY_WAIT = "retry_wait"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    ABANDONED = "abandoned"
+
+
+class Misfire(str, enum.Enum):
+    RUN_ONCE = "run_once"  # run the missed occurrence once, then resume the schedule
+    SKIP = "skip"  # skip occurrences missed by more than the grace period
+
+
+def _s(v: Any, default: str = "") -> str:
+    if v is None:
+        return default
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _i(v: Any, default: int = 0) -> int:
+    if v is None or v == b"" or v == "":
+        return default
+    return int(float(v))
+
+
+def _get(h: Mapping[Any, Any], name: str) -> Any:
+    v = h.get(name.encode())
+    return h.get(name) if v is None else v
+
+
+def unpack_payload(raw: Any) -> Any:
+    return msgpack.unpackb(raw, raw=False) if raw else None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    type: str
+    queue: str
+    payload: Any
+    status: JobStatus
+    run_at_ms: int | None
+    cron: str | None
+    tz: str
+    next_ms: int | None
+    max_attempts: int
+    backoff_base_ms: int
+    backoff_cap_ms: int
+    priority: int
+    timeout_ms: int
+    idempotency_key: str | None
+    misfire: Misfire
+    jitter_ms: int
+    created_ms: int
+    updated_ms: int
+    last_run_id: str | None
+
+    @property
+    def partition(self) -> int:
+        return partition_of(self.id)
+
+    @classmethod
+    def from_hash(cls, h: Mapping[Any, Any]) -> Job:
+        g = lambda n: _get(h, n)  # noqa: E731
+        return cls(
+            id=_s(g("id")),
+            type=_s(g("type")),
+            queue=_s(g("queue"), "default"),
+            payload=unpack_payload(g("payload")),
+            status=JobStatus(_s(g("status"))),
+            run_at_ms=_i(g("run_at_ms")) or None,
+            cron=_s(g("cron")) or None,
+            tz=_s(g("tz"), "UTC"),
+            next_ms=_i(g("next_ms")) or None,
+            max_attempts=_i(g("max_attempts"), 1),
+            backoff_base_ms=_i(g("backoff_base_ms"), 1000),
+            backoff_cap_ms=_i(g("backoff_cap_ms"), 3_600_000),
+            priority=_i(g("priority")),
+            timeout_ms=_i(g("timeout_ms")),
+            idempotency_key=_s(g("idem_key")) or None,
+            misfire=Misfire(_s(g("misfire"), "run_once")),
+            jitter_ms=_i(g("jitter_ms")),
+            created_ms=_i(g("created_ms")),
+            updated_ms=_i(g("updated_ms")),
+            last_run_id=_s(g("last_run_id")) or None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One occurrence of a job (id ``<job id>@<scheduled ms>``) and its current attempt."""
+
+    id: str
+    job_id: str
+    type: str
+    queue: str
+    sched_ms: int
+    attempt: int
+    state: RunState
+    worker: str | None
+    fence: int
+    dispatched_ms: int | None
+    started_ms: int | None
+    ended_ms: int | None
+    duration_ms: int | None
+    error: str | None
+    result: Any
+
+    @classmethod
+    def from_hash(cls, h: Mapping[Any, Any]) -> Run:
+        g = lambda n: _get(h, n)  # noqa: E731
+        res = _s(g("result"))
+        return cls(
+            id=_s(g("id")),
+            job_id=_s(g("job_id")),
+            type=_s(g("type")),
+            queue=_s(g("queue")),
+            sched_ms=_i(g("sched_ms")),
+            attempt=_i(g("attempt")),
+            state=RunState(_s(g("state"))),
+            worker=_s(g("worker")) or None,
+            fence=_i(g("fence")),
+            dispatched_ms=_i(g("dispatched_ms")) or None,
+            started_ms=_i(g("started_ms")) or None,
+            ended_ms=_i(g("ended_ms")) or None,
+            duration_ms=_i(g("duration_ms")) if g("duration_ms") is not None else None,
+            error=_s(g("error")) or None,
+            result=json.loads(res) if res else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One finished attempt of a run, as kept in the job's bounded history list."""
+
+    run_id: str
+    attempt: int
+    status: str  # succeeded | failed | timed_out | abandoned
+    worker: str | None
+    sched_ms: int | None
+    started_ms: int | None
+    ended_ms: int | None
+    duration_ms: int | None
+    error: str | None = None
+    result: Any = None
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Attempt:
+        d = json.loads(raw)
+        res = d.get("result")
+        return cls(
+            run_id=d["run"], attempt=int(d["attempt"]), status=d["status"],
+            worker=d.get("worker"), sched_ms=d.get("sched_ms"), started_ms=d.get("started_ms"),
+            ended_ms=d.get("ended_ms"), duration_ms=d.get("duration_ms"), error=d.get("error"),
+            result=json.loads(res) if res else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    partition: int
+    owner: str | None
+    expires_ms: int
+    fence: int
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    run: Run
+    dead_ms: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def partition_of(job_id: str) -> int:
+    """Job ids start with their partition number (``7-01J...``): no lookup needed."""
+    head, sep, _ = job_id.partition("-")
+    if not sep or not head.isdigit():
+        from .errors import ValidationError
+
+        raise ValidationError("id", f"not an rsched job id: {job_id!r}")
+    return int(head)
+
+
+def job_of_run(run_id: str) -> str:
+    """Run ids are ``<job id>@<scheduled ms>``."""
+    return run_id.rsplit("@", 1)[0]

@@ -1,0 +1,76 @@
+"""Start-up checks: refuse a Redis that could silently lose jobs, and pin the partition count."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from . import keys
+from .errors import UnsafeRedis
+
+log = logging.getLogger("rsched")
+
+SAFE_POLICIES = {"noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def judge_config(policy: str, aof: str, allow_unsafe: bool) -> list[str]:
+    """Raise UnsafeRedis on an evicting maxmemory-policy; return warnings (AOF off)."""
+    warnings: list[str] = []
+    if policy not in SAFE_POLICIES:
+        msg = (f"Redis maxmemory-policy is {policy}: Redis may evict jobs and schedules silently; "
+               "set it to noeviction (CONFIG SET maxmemory-policy noeviction)")
+        if not allow_unsafe:
+            raise UnsafeRedis(msg)
+        warnings.append(msg)
+    if aof != "yes":
+        warnings.append("Redis AOF is off: a Redis crash loses recent jobs; "
+                        "set appendonly yes, appendfsync everysec")
+    for w in warnings:
+        log.warning(w)
+    return warnings
+
+
+def _stored(raw: Any, wanted: int, explicit: bool) -> int:
+    stored = int(raw)
+    if stored != wanted and explicit:
+        raise UnsafeRedis(
+            f"this Redis was set up with {stored} partitions, not {wanted}: job ids encode "
+            f"their partition, so the count cannot change (set RSCHED_PARTITIONS={stored})"
+        )
+    return stored
+
+
+_CONFIG_UNREADABLE = "cannot read Redis config ({}); make sure maxmemory-policy is noeviction"
+
+
+def check_redis(r: Any, allow_unsafe: bool = False) -> list[str]:
+    try:
+        cfg = r.config_get("maxmemory-policy") | r.config_get("appendonly")
+    except ResponseError as e:  # managed Redis often disables CONFIG
+        return [_CONFIG_UNREADABLE.format(e)]
+    return judge_config(_s(cfg["maxmemory-policy"]), _s(cfg["appendonly"]), allow_unsafe)
+
+
+async def acheck_redis(r: Any, allow_unsafe: bool = False) -> list[str]:
+    try:
+        cfg = (await r.config_get("maxmemory-policy")) | (await r.config_get("appendonly"))
+    except ResponseError as e:
+        return [_CONFIG_UNREADABLE.format(e)]
+    return judge_config(_s(cfg["maxmemory-policy"]), _s(cfg["appendonly"]), allow_unsafe)
+
+
+def ensure_partitions(r: Any, wanted: int, explicit: bool = True) -> int:
+    """Store the partition count at first start; refuse to run with a different one."""
+    r.hsetnx(keys.config(), "partitions", wanted)
+    return _stored(r.hget(keys.config(), "partitions"), wanted, explicit)
+
+
+async def aensure_partitions(r: Any, wanted: int, explicit: bool = True) -> int:
+    await r.hsetnx(keys.config(), "partitions", wanted)
+    return _stored(await r.hget(keys.config(), "partitions"), wanted, explicit)

@@ -1,0 +1,54 @@
+"""Settings shared by every rsched process, read from the environment once."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from .errors import ValidationError
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValidationError(name, f"expected an integer, got {raw!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # Number of partitions; fixed at first start and stored in Redis, since a job's partition is
+    # derived from its id.  0 = use the stored count (16 at first start): only a process given
+    # an explicit count refuses to run when it differs from the stored one.
+    partitions: int = 0
+    # Upper bound on a msgpack payload; big payloads belong in object storage, not in Redis.
+    max_payload_bytes: int = 64 * 1024
+    # Finished attempts kept per job in Redis (the archive keeps everything).
+    history_len: int = 50
+    # Approximate cap on each partition's events stream; 0 keeps every event until the archiver
+    # trims it, which is what "nothing lost" needs when Postgres is down.
+    events_maxlen: int = 0
+    # Allow a Redis that may evict keys or has AOF off: tests and throwaway setups only.
+    allow_unsafe_redis: bool = False
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        d = cls()
+        s = cls(
+            redis_url=os.environ.get("RSCHED_REDIS_URL", d.redis_url),
+            partitions=_int_env("RSCHED_PARTITIONS", 0),
+            max_payload_bytes=_int_env("RSCHED_MAX_PAYLOAD_BYTES", d.max_payload_bytes),
+            history_len=_int_env("RSCHED_HISTORY_LEN", d.history_len),
+            events_maxlen=_int_env("RSCHED_EVENTS_MAXLEN", d.events_maxlen),
+            allow_unsafe_redis=os.environ.get("RSCHED_ALLOW_UNSAFE_REDIS", "") in ("1", "true"),
+        )
+        known = {f.name for f in fields(cls)}
+        s = replace(s, **{k: v for k, v in overrides.items() if k in known and v is not None})
+        if not 0 <= s.partitions <= 1024:
+            raise ValidationError("RSCHED_PARTITIONS", "must be between 1 and 1024")
+        return s

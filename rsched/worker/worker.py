@@ -1,0 +1,411 @@
+"""The worker process.
+
+Hot path per batch, not per job: one XREADGROUP for every stream, one start script per
+partition, handlers run concurrently, and outcomes are flushed every few milliseconds with one
+complete script per partition.  Heartbeats keep the stream entries of long runs fresh so
+XAUTOCLAIM in other workers only takes runs whose worker really stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import msgpack
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from .. import keys, scripts
+from ..app import App, JobContext
+from ..ids import ulid
+from ..redis_setup import acheck_redis, aensure_partitions
+from ..retry import retry_delay_ms
+from ..settings import Settings
+
+log = logging.getLogger("rsched.worker")
+
+MAX_RESULT_BYTES = 16 * 1024
+MAX_ERROR_CHARS = 2000
+
+
+class UnknownJobType(Exception):
+    """No handler is registered for the job's type: fail loudly, never drop silently."""
+
+
+@dataclass(slots=True)
+class Inflight:
+    partition: int
+    stream: str
+    entry_id: str
+    run_id: str
+    job_id: str
+    fence: int
+    attempt: int
+
+
+@dataclass(slots=True)
+class Outcome:
+    partition: int
+    stream: str
+    run_id: str
+    job_id: str
+    fence: int
+    status: str  # succeeded | failed | timed_out
+    duration_ms: int
+    text: str
+    delay_ms: int
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class Worker:
+    def __init__(
+        self,
+        app: App,
+        settings: Settings,
+        *,
+        queues: Sequence[str] = ("default",),
+        concurrency: int = 16,
+        worker_id: str | None = None,
+        visibility_ms: int = 30_000,
+        heartbeat_ms: int = 5_000,
+        grace_s: float = 30.0,
+        threads: int | None = None,
+        flush_ms: float = 2.0,
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.id = worker_id or f"w-{socket.gethostname()}-{os.getpid()}-{ulid()[-6:]}"
+        self.visibility_ms = visibility_ms
+        self.heartbeat_ms = heartbeat_ms
+        self.grace_s = grace_s
+        self.flush_ms = flush_ms
+        self.r: Redis = Redis.from_url(settings.redis_url)
+        self.pool = ThreadPoolExecutor(threads or concurrency, thread_name_prefix="rsched-job")
+        self.inflight: dict[str, Inflight] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.done: list[Outcome] = []
+        self._done_evt = asyncio.Event()
+        self._slot = asyncio.Event()
+        self.streams: dict[str, tuple[int, str]] = {}
+        self._cursors: dict[str, str] = {}
+        self.counts: dict[str, int] = defaultdict(int)
+
+    # --- set-up ------------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        await acheck_redis(self.r, self.settings.allow_unsafe_redis)
+        n = await aensure_partitions(self.r, self.settings.partitions or 16,
+                                     bool(self.settings.partitions))
+        self.streams = {keys.stream(p, q): (p, q) for p in range(n) for q in self.queues}
+        pipe = self.r.pipeline(transaction=False)
+        for s in self.streams:
+            pipe.xgroup_create(s, keys.GROUP, id="0", mkstream=True)
+        for res in await pipe.execute(raise_on_error=False):
+            if isinstance(res, ResponseError) and "BUSYGROUP" not in str(res):
+                raise res
+
+    # --- fetching and starting ---------------------------------------------------------------
+
+    async def fetch_once(self, block_ms: int = 1000) -> int:
+        """Read new entries from every stream (up to free capacity) and start them."""
+        free = self.concurrency - len(self.inflight)
+        if free <= 0:
+            return 0
+        resp = await self.r.xreadgroup(
+            keys.GROUP, self.id, {s: ">" for s in self.streams}, count=free, block=block_ms
+        )
+        entries = [(_s(s), _s(eid), f) for s, items in resp or () for eid, f in items if f]
+        return await self._start(entries)
+
+    async def reclaim_once(self) -> int:
+        """Take over entries idle longer than the visibility timeout (their worker is gone)."""
+        free = self.concurrency - len(self.inflight)
+        if free <= 0:
+            return 0
+        names = list(self.streams)
+        pipe = self.r.pipeline(transaction=False)
+        for s in names:
+            pipe.xautoclaim(s, keys.GROUP, self.id, self.visibility_ms,
+                            start_id=self._cursors.get(s, "0-0"), count=free)
+        entries = []
+        for s, res in zip(names, await pipe.execute(raise_on_error=False)):
+            if isinstance(res, Exception):
+                continue
+            self._cursors[s] = _s(res[0])
+            entries += [(s, _s(eid), f) for eid, f in res[1] if f]
+        entries = [e for e in entries if _s(e[2][b"r"]) not in self.inflight]
+        if entries:
+            log.info("reclaiming %d idle runs", len(entries))
+        return await self._start(entries)
+
+    async def _start(self, entries: list[tuple[str, str, dict[bytes, bytes]]]) -> int:
+        if not entries:
+            return 0
+        by_part: dict[int, list[tuple[str, str, dict[bytes, bytes]]]] = defaultdict(list)
+        for e in entries:
+            by_part[self.streams[e[0]][0]].append(e)
+        calls: list[scripts.Call] = []
+        for p, items in by_part.items():
+            ks = [keys.events(p), keys.stats(p), keys.dead(p)]
+            args: list[Any] = [self.id, 0, self.settings.events_maxlen, keys.GROUP, len(items),
+                               self.settings.history_len]
+            for s, eid, f in items:
+                rid, jid = _s(f[b"r"]), _s(f[b"j"])
+                ks += [keys.run(p, rid), keys.job(p, jid), s, keys.history(p, jid)]
+                args += [rid, eid]
+            calls.append(("start", ks, args))
+        started = 0
+        for (p, items), res in zip(by_part.items(), await scripts.acall_many(self.r, calls)):
+            if isinstance(res, Exception):
+                log.error("start on partition %d failed: %s", p, res)
+                continue
+            for i, (s, eid, f) in enumerate(items):
+                fence, attempt = int(res[2 * i]), int(res[2 * i + 1])
+                if fence <= 0:
+                    continue
+                fl = Inflight(p, s, eid, _s(f[b"r"]), _s(f[b"j"]), fence, attempt)
+                self.inflight[fl.run_id] = fl
+                task = asyncio.create_task(self._execute(fl, f))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+                started += 1
+        return started
+
+    # --- running -----------------------------------------------------------------------------
+
+    async def _execute(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
+        jtype = _s(f[b"t"])
+        timeout_s = int(f.get(b"to") or 300_000) / 1000
+        t0 = time.perf_counter()
+        status, text = "succeeded", "null"
+        try:
+            reg = self.app.handlers.get(jtype)
+            if reg is None:
+                raise UnknownJobType(
+                    f"no handler registered for job type {jtype!r} in app {self.app.name!r} "
+                    f"(registered: {', '.join(sorted(self.app.handlers)) or 'none'})"
+                )
+            ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, int(f[b"s"]),
+                             msgpack.unpackb(f[b"p"], raw=False) if f.get(b"p") else None,
+                             self.id)
+            if reg.is_async:
+                async with asyncio.timeout(timeout_s):
+                    result = await reg.fn(ctx)
+            else:
+                loop = asyncio.get_running_loop()
+                result = await asyncio.wait_for(loop.run_in_executor(self.pool, reg.fn, ctx),
+                                                timeout_s)
+            text = _encode_result(result)
+        except TimeoutError:
+            status, text = "timed_out", f"timed out after {timeout_s:g} s"
+        except asyncio.CancelledError:
+            self.inflight.pop(fl.run_id, None)
+            self._slot.set()
+            raise  # shutdown past the grace period: no report, the run will be reclaimed
+        except Exception as e:  # noqa: BLE001 - any handler error is a failed attempt
+            status, text = "failed", f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
+        duration = int((time.perf_counter() - t0) * 1000)
+        delay = 0
+        if status != "succeeded":
+            delay = retry_delay_ms(fl.attempt, int(f.get(b"bb") or 1000),
+                                   int(f.get(b"bc") or 3_600_000))
+            log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status, text,
+                        extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
+        self.counts[status] += 1
+        self.done.append(Outcome(fl.partition, fl.stream, fl.run_id, fl.job_id, fl.fence, status,
+                                 duration, text, delay))
+        self._done_evt.set()
+
+    async def flush_once(self) -> int:
+        """Report finished runs, one complete script per partition; keep them on Redis errors."""
+        batch, self.done = self.done, []
+        if not batch:
+            return 0
+        by_part: dict[int, list[Outcome]] = defaultdict(list)
+        for o in batch:
+            by_part[o.partition].append(o)
+        calls: list[scripts.Call] = []
+        for p, items in by_part.items():
+            ks = [keys.events(p), keys.stats(p), keys.retry(p), keys.dead(p)]
+            args: list[Any] = [self.id, 0, self.settings.events_maxlen, keys.GROUP, len(items),
+                               self.settings.history_len]
+            for o in items:
+                ks += [keys.run(p, o.run_id), keys.job(p, o.job_id), keys.history(p, o.job_id),
+                       o.stream]
+                args += [o.run_id, o.fence, o.status, o.duration_ms, o.text, o.delay_ms]
+            calls.append(("complete", ks, args))
+        try:
+            results = await scripts.acall_many(self.r, calls)
+        except (ConnectionError, OSError, TimeoutError) as e:
+            log.warning("cannot report %d outcomes (%s); will retry", len(batch), e)
+            self.done = batch + self.done
+            return 0
+        retry_later: list[Outcome] = []
+        for (p, items), res in zip(by_part.items(), results):
+            if isinstance(res, Exception):
+                log.error("complete on partition %d failed: %s", p, res)
+                retry_later += items
+                continue
+            for o, code in zip(items, res):
+                if int(code) == -1:
+                    self.counts["fenced"] += 1
+                    log.warning("run %s: result rejected, fence %d is stale (run was reclaimed)",
+                                o.run_id, o.fence, extra={"job_id": o.job_id, "run_id": o.run_id})
+                elif int(code) == 2:
+                    self.counts["retried"] += 1
+                elif int(code) == 3:
+                    self.counts["dead_lettered"] += 1
+                    log.error("ALERT run %s dead-lettered: %s", o.run_id, o.text,
+                              extra={"job_id": o.job_id, "run_id": o.run_id})
+                self.inflight.pop(o.run_id, None)
+        self.done = retry_later + self.done
+        self._slot.set()
+        return len(batch) - len(retry_later)
+
+    async def heartbeat_once(self) -> int:
+        """Refresh every in-flight run's entry; returns how many runs were found lost."""
+        by_part: dict[int, list[Inflight]] = defaultdict(list)
+        for fl in list(self.inflight.values()):
+            by_part[fl.partition].append(fl)
+        calls: list[scripts.Call] = []
+        for p, items in by_part.items():
+            ks: list[str] = []
+            args: list[Any] = [self.id, 0, keys.GROUP, len(items)]
+            for fl in items:
+                ks += [keys.run(p, fl.run_id), fl.stream]
+                args += [fl.run_id, fl.fence, fl.entry_id]
+            calls.append(("heartbeat", ks, args))
+        lost = 0
+        for (p, items), res in zip(by_part.items(), await scripts.acall_many(self.r, calls)):
+            if isinstance(res, Exception):
+                continue
+            for fl, ok in zip(items, res):
+                if not int(ok) and fl.run_id in self.inflight:
+                    lost += 1
+        await self.r.hset(keys.workers(), self.id, msgpack.packb({
+            "queues": self.queues, "inflight": len(self.inflight), "pid": os.getpid(),
+            "host": socket.gethostname(), "beat_ms": int(time.time() * 1000),
+            "concurrency": self.concurrency, "counts": dict(self.counts),
+        }))
+        return lost
+
+    # --- loops -------------------------------------------------------------------------------
+
+    async def _loop(self, stop: asyncio.Event, fn: Any, every_s: float) -> None:
+        while not stop.is_set():
+            try:
+                await fn()
+            except Exception as e:  # noqa: BLE001 - a loop must survive Redis hiccups
+                log.warning("%s: %s", fn.__name__, e)
+            try:
+                await asyncio.wait_for(stop.wait(), every_s)
+            except TimeoutError:
+                pass
+
+    async def _flusher(self, stop: asyncio.Event) -> None:
+        while not (stop.is_set() and not self.done and not self.tasks):
+            await self._done_evt.wait()
+            self._done_evt.clear()
+            await asyncio.sleep(self.flush_ms / 1000)
+            try:
+                await self.flush_once()
+            except Exception as e:  # noqa: BLE001
+                log.warning("flush: %s", e)
+                await asyncio.sleep(0.2)
+            if self.done:
+                self._done_evt.set()
+            if stop.is_set() and not self.tasks and not self.done:
+                return
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.setup()
+        log.info("worker %s started: queues %s, concurrency %d", self.id,
+                 ",".join(self.queues), self.concurrency)
+        flusher = asyncio.create_task(self._flusher(stop))
+        hb = asyncio.create_task(self._loop(stop, self.heartbeat_once, self.heartbeat_ms / 1000))
+        rc = asyncio.create_task(
+            self._loop(stop, self.reclaim_once, max(self.visibility_ms / 4000, 0.1))
+        )
+        try:
+            while not stop.is_set():
+                if len(self.inflight) >= self.concurrency:
+                    self._slot.clear()
+                    try:
+                        await asyncio.wait_for(self._slot.wait(), 0.5)
+                    except TimeoutError:
+                        pass
+                    continue
+                try:
+                    await self.fetch_once(block_ms=500)
+                except (ConnectionError, OSError, TimeoutError) as e:
+                    log.warning("fetch: %s", e)
+                    await asyncio.sleep(0.5)
+                except ResponseError as e:
+                    log.warning("fetch: %s", e)
+                    if "NOGROUP" in str(e):
+                        await self.setup()
+                    await asyncio.sleep(0.5)
+        finally:
+            rc.cancel()
+            await self._drain()
+            self._done_evt.set()
+            try:
+                await asyncio.wait_for(flusher, 5)
+            except (TimeoutError, Exception):  # noqa: BLE001
+                pass
+            hb.cancel()
+            try:
+                await self.r.hdel(keys.workers(), self.id)
+            except Exception:  # noqa: BLE001
+                pass
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            await self.r.aclose()
+            log.info("worker %s stopped", self.id)
+
+    async def _drain(self) -> None:
+        """Let running jobs finish within the grace period; the rest are left to be reclaimed."""
+        if self.tasks:
+            log.info("waiting up to %.0f s for %d running jobs", self.grace_s, len(self.tasks))
+            _, pending = await asyncio.wait(list(self.tasks), timeout=self.grace_s)
+            for t in pending:
+                t.cancel()
+            if pending:
+                log.warning("%d runs left to be reclaimed by other workers", len(pending))
+                await asyncio.wait(pending, timeout=1)
+
+
+def _encode_result(result: Any) -> str:
+    try:
+        text = json.dumps(result, default=str, separators=(",", ":"))
+    except (TypeError, ValueError) as e:
+        text = json.dumps({"unserializable": str(e)[:200]})
+    if len(text) > MAX_RESULT_BYTES:
+        text = json.dumps({"truncated": True, "bytes": len(text)})
+    return text
+
+
+def serve(app: App, settings: Settings, **options: Any) -> None:
+    """Run a worker until SIGINT/SIGTERM (then drain within the grace period)."""
+    import signal
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await Worker(app, settings, **options).run(stop)
+
+    asyncio.run(main())
