@@ -14,6 +14,7 @@ KEYS[5+q]      rsched:{pN}:q:<queue_q>  STREAM, q = 1..nq
 KEYS[5+nq+2i-1], KEYS[5+nq+2i]  per item: rsched:{pN}:job:<id> HASH, rsched:{pN}:run:<run id> HASH
 ARGV[1]  owner        ARGV[2] fence        ARGV[3] now_ms (0 = Redis TIME)
 ARGV[4]  events_maxlen (0 = unbounded)      ARGV[5] nq      ARGV[6] n items
+ARGV[7]  consumer group of the queue streams (acknowledged entries are trimmed)
 then per item 8 values: kind, stream index q, job id, run id, expected, next_ms, next_score, fire
   kind 'j' (regular occurrence): expected = the job's current next_ms (compare-and-set);
            next_ms/next_score = the following occurrence and its due score (jittered), '0' = none
@@ -24,10 +25,12 @@ Returns {dispatched, skipped, earliest}
   earliest: the earliest due ms left in the due or retry set ('' when both are empty)
 ]]
 --!include util
+--!include trim_acked
 local lease_key, due_key, retry_key, events_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, fence = ARGV[1], ARGV[2]
 local now = now_ms(ARGV[3])
 local maxlen, nq, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local group = ARGV[7]
 
 local l = redis.call('HMGET', lease_key, 'owner', 'fence', 'expires_ms')
 if l[1] ~= owner or l[2] ~= fence or tonumber(l[3] or '0') <= now then
@@ -35,7 +38,7 @@ if l[1] ~= owner or l[2] ~= fence or tonumber(l[3] or '0') <= now then
 end
 
 local dispatched, skipped = 0, 0
-local a = 7
+local a = 8
 for i = 1, n do
   local kind, q, job_id, run_id = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3]
   local expected, next_ms, next_score, fire = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
@@ -46,34 +49,36 @@ for i = 1, n do
 
   if kind == 'j' then
     local score = redis.call('ZSCORE', due_key, job_id)
-    local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'payload', 'timeout_ms',
-                         'backoff_base_ms', 'backoff_cap_ms')
+    local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec')
     if not score or tonumber(score) > now or j[1] ~= 'scheduled' or j[2] ~= expected or j[4] ~= queue then
       skipped = skipped + 1
     else
+      local last_run = nil
       if fire == '1' then
-        if redis.call('EXISTS', run_key) == 0 then
-          local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 'j', job_id, 't', j[3],
-                                 'p', j[5], 'a', 1, 's', expected, 'to', j[6], 'bb', j[7], 'bc', j[8])
-          redis.call('HSET', run_key, 'id', run_id, 'job_id', job_id, 'sched_ms', expected,
-                     'attempt', 1, 'state', 'dispatched', 'fence', 0, 'worker', '',
-                     'dispatched_ms', now, 'stream_id', sid, 'queue', queue, 'type', j[3])
-          redis.call('HSET', job_key, 'last_run_id', run_id)
-          emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', 1, 't', now,
-               's', expected, 'ty', j[3], 'q', queue)
-          dispatched = dispatched + 1
-        end
+        -- The compare-and-set above (due score and next_ms) makes a second apply a no-op.
+        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 'j', job_id, 't', j[3],
+                               'a', 1, 's', expected, 'x', j[5])
+        redis.call('HSET', run_key, 'id', run_id, 'job_id', job_id, 'sched_ms', expected,
+                   'attempt', 1, 'state', 'dispatched', 'fence', 0, 'worker', '',
+                   'dispatched_ms', now, 'stream_id', sid, 'queue', queue, 'type', j[3])
+        emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', 1, 't', now,
+             's', expected, 'ty', j[3], 'q', queue)
+        dispatched = dispatched + 1
+        last_run = run_id
       else
         emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now, 's', expected,
              'ty', j[3], 'q', queue, 'err', 'misfire: skipped an occurrence missed by more than the grace period')
         skipped = skipped + 1
       end
       if next_ms ~= '0' then
-        redis.call('HSET', job_key, 'next_ms', next_ms)
         redis.call('ZADD', due_key, next_score, job_id)
       else
-        redis.call('HSET', job_key, 'next_ms', 0)
         redis.call('ZREM', due_key, job_id)
+      end
+      if last_run then
+        redis.call('HSET', job_key, 'next_ms', next_ms, 'last_run_id', last_run)
+      else
+        redis.call('HSET', job_key, 'next_ms', next_ms)
       end
     end
   else
@@ -83,8 +88,7 @@ for i = 1, n do
       skipped = skipped + 1
     else
       redis.call('ZREM', retry_key, run_id)
-      local j = redis.call('HMGET', job_key, 'status', 'type', 'payload', 'timeout_ms',
-                           'backoff_base_ms', 'backoff_cap_ms')
+      local j = redis.call('HMGET', job_key, 'status', 'type', 'spec')
       if not j[1] or j[1] == 'cancelled' then
         redis.call('HSET', run_key, 'state', 'abandoned', 'ended_ms', now, 'error', 'job cancelled')
         emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', r[2], 't', now,
@@ -93,7 +97,7 @@ for i = 1, n do
       else
         local attempt = tonumber(r[2]) + 1
         local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 'j', job_id, 't', j[2],
-                               'p', j[3], 'a', attempt, 's', r[4], 'to', j[4], 'bb', j[5], 'bc', j[6])
+                               'a', attempt, 's', r[4], 'x', j[3])
         redis.call('HSET', run_key, 'attempt', attempt, 'state', 'dispatched', 'worker', '',
                    'dispatched_ms', now, 'stream_id', sid)
         redis.call('HSET', job_key, 'last_run_id', run_id)
@@ -105,6 +109,12 @@ for i = 1, n do
   end
 end
 if dispatched > 0 then redis.call('HINCRBY', stats_key, 'dispatched', dispatched) end
+
+-- Drop entries every worker has acknowledged: everything before the oldest pending entry, or
+-- up to the last delivered one when nothing is pending.  Cheaper than an XDEL per run.
+for q = 1, nq do
+  trim_acked(KEYS[5 + q], group)
+end
 
 local earliest = ''
 local d = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')

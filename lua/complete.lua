@@ -10,6 +10,7 @@ then per run 4 keys: rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH,
                      rsched:{pN}:hist:<id> LIST, rsched:{pN}:q:<queue> STREAM
 ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
+ARGV[7] run_ttl_ms: how long a finished run's hash is kept (0 = forever; dead letters are kept)
 then per run 6 values: run id, fence, outcome ('succeeded' | 'failed' | 'timed_out'),
   duration_ms, text (JSON result when succeeded, error message otherwise), retry_delay_ms
 Returns {code_1, ..., code_n}
@@ -22,10 +23,11 @@ local events_key, stats_key, retry_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KE
 local worker = ARGV[1]
 local now = now_ms(ARGV[2])
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local run_ttl = tonumber(ARGV[7])
 local out = {}
 local ok_count, fail_count = 0, 0
 for i = 1, n do
-  local c = 6 + 6 * (i - 1)
+  local c = 7 + 6 * (i - 1)
   local run_id, fence, outcome = ARGV[c + 1], ARGV[c + 2], ARGV[c + 3]
   local duration, text, delay = tonumber(ARGV[c + 4]), ARGV[c + 5], tonumber(ARGV[c + 6])
   local b = 4 + 4 * (i - 1)
@@ -41,6 +43,7 @@ for i = 1, n do
       redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now, 'duration_ms', duration,
                  'result', text)
       rec.result = text
+      if run_ttl > 0 then redis.call('PEXPIRE', run_key, run_ttl) end
       local j = redis.call('HMGET', job_key, 'status', 'cron')
       if j[1] == 'scheduled' and (j[2] == '' or not j[2]) then
         redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now)
@@ -72,7 +75,6 @@ for i = 1, n do
     end
     remember(hist_key, hlen, rec)
     redis.call('XACK', stream_key, group, r[6])
-    redis.call('XDEL', stream_key, r[6])
   elseif r[2] == worker and r[3] == fence and r[1] ~= 'dispatched' then
     out[i] = 0
   else

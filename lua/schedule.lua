@@ -22,6 +22,7 @@ local maxlen = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local out = {0, now}
 local earliest = nil
+local seen_queues = {}
 local a = 4
 for i = 1, n do
   local id, queue, jtype, body_hash, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
@@ -33,14 +34,17 @@ for i = 1, n do
   if existing then
     out[i + 2] = (existing == body_hash) and 1 or 2
   else
-    redis.call('HSET', job_key, unpack(ARGV, first, a - 1))
-    redis.call('HSET', job_key, 'body_hash', body_hash, 'created_ms', now, 'updated_ms', now)
+    redis.call('HSET', job_key, 'body_hash', body_hash, 'created_ms', now, 'updated_ms', now,
+               unpack(ARGV, first, a - 1))
     if score ~= '' then
       redis.call('ZADD', due_key, score, id)
       local s = tonumber(score)
       if not earliest or s < earliest then earliest = s end
     end
-    redis.call('SADD', queues_key, queue)
+    if not seen_queues[queue] then
+      redis.call('SADD', queues_key, queue)
+      seen_queues[queue] = true
+    end
     emit(events_key, maxlen, 'e', 'scheduled', 'j', id, 't', now, 'ty', jtype, 'q', queue)
     out[i + 2] = 0
   end

@@ -4,7 +4,7 @@ Each start gives the run a new fencing token; the worker must present it to hear
 complete.  A run still 'running' under another worker was abandoned by it (the stream entry
 went idle because its heartbeats stopped): that attempt is recorded as abandoned and a new one
 starts, or the run is dead-lettered when its attempts are used up.  Entries whose run is gone,
-finished or re-dispatched under a newer entry are acknowledged and deleted.
+finished or re-dispatched under a newer entry are acknowledged (claim trims acknowledged entries).
 
 KEYS[1]  rsched:{pN}:events  STREAM     KEYS[2] rsched:{pN}:stats HASH
 KEYS[3]  rsched:{pN}:dead    ZSET
@@ -32,7 +32,6 @@ for i = 1, n do
   local fence_out, attempt_out = 0, attempt
   if not state or r[4] ~= sid or (state ~= 'dispatched' and state ~= 'running') then
     redis.call('XACK', stream_key, group, sid)
-    redis.call('XDEL', stream_key, sid)
   elseif state == 'running' and r[6] == worker then
     fence_out = fence  -- the same call applied twice (client retry): nothing new happened
   else
@@ -53,7 +52,6 @@ for i = 1, n do
         dead_letter(run_key, job_key, dead_key, events_key, stats_key, maxlen, now, run_id, job_id,
                     attempt - 1, err, r[7])
         redis.call('XACK', stream_key, group, sid)
-        redis.call('XDEL', stream_key, sid)
         state = nil
       end
     end
@@ -62,7 +60,6 @@ for i = 1, n do
       emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
            'ty', r[7], 'err', 'job cancelled before the run started')
       redis.call('XACK', stream_key, group, sid)
-      redis.call('XDEL', stream_key, sid)
     elseif state then
       fence_out = fence + 1
       redis.call('HSET', run_key, 'state', 'running', 'worker', worker, 'fence', fence_out,

@@ -1,10 +1,18 @@
-"""The Python client: schedule, inspect and control jobs (the service layer the CLI and API use)."""
+"""The Python client: schedule, inspect and control jobs (the service layer the CLI and API use).
+
+Every operation is written once, as a generator that yields the Redis work it needs (`Scripts`
+or `Commands`, each one pipeline round trip), receives the results and returns its value.  The
+sync `Client` here and the asyncio `rsched.aclient.AsyncClient` only execute what operations
+yield, so validation, script arguments and result parsing exist once for both.
+"""
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence, TypeVar
 
 from redis import Redis
 
@@ -12,72 +20,165 @@ from . import keys, scripts
 from .errors import Conflict, NotFound, RschedError, ValidationError
 from .ids import new_job_id, run_id as make_run_id
 from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
-from .redis_setup import ensure_partitions
+from .redis_setup import _stored as stored_partitions
 from .settings import Settings
 from .spec import JobSpec, Prepared, next_occurrence, prepare
 
 DEFAULT_PARTITIONS = 16
 SCHEDULE_CHUNK = 250  # jobs per script call: bounded argument lists, short Redis pauses
+UPDATE_TRIES = 5  # re-reads when a dispatcher advances a job between an update's read and write
+
+T = TypeVar("T")
 
 
-class Client:
-    """Thread-safe (redis-py pools connections); create one per process and share it."""
+# --- Redis work an operation yields ----------------------------------------------------------
 
-    def __init__(
-        self,
-        redis_url: str | None = None,
-        *,
-        settings: Settings | None = None,
-        redis: Redis | None = None,
-    ) -> None:
-        self.settings = settings or Settings.from_env(redis_url=redis_url)
-        self.r: Redis = redis or Redis.from_url(self.settings.redis_url)
+
+@dataclass(frozen=True, slots=True)
+class Scripts:
+    """Run these script calls in one pipeline; results (or exceptions) come back in order."""
+
+    calls: Sequence[scripts.Call]
+
+
+@dataclass(frozen=True, slots=True)
+class Commands:
+    """Run these commands, each ``(method, args, kwargs)`` of redis-py, in one pipeline."""
+
+    cmds: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]
+    raise_on_error: bool = True
+
+
+def cmd(method: str, *args: Any, **kwargs: Any) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    return (method, args, kwargs)
+
+
+Work = Scripts | Commands
+Op = Generator[Work, Any, T]
+
+
+def one(results: list[Any]) -> Any:
+    """The only result of a one-call `Scripts`, raised if it is an error."""
+    if isinstance(results[0], Exception):
+        raise results[0]
+    return results[0]
+
+
+def _fill(pipe: Any, work: Commands) -> Any:
+    for method, args, kwargs in work.cmds:
+        getattr(pipe, method)(*args, **kwargs)
+    return pipe
+
+
+@dataclass(frozen=True, slots=True)
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class JobPatch:
+    """What PATCH /jobs/{id} may change; fields left UNSET keep their stored value.
+
+    Giving ``run_at``, ``cron`` or ``tz`` reschedules: a cron job's next run is computed from now.
+    """
+
+    run_at: Any = UNSET
+    cron: Any = UNSET
+    tz: Any = UNSET
+    payload: Any = UNSET
+    max_attempts: Any = UNSET
+    priority: Any = UNSET
+
+    @property
+    def reschedules(self) -> bool:
+        return any(v is not UNSET for v in (self.run_at, self.cron, self.tz))
+
+    def apply(self, job: Job) -> JobSpec:
+        """The job's spec with this patch applied, to validate and prepare like a new one."""
+        if self.run_at is not UNSET and self.cron is not UNSET and self.cron is not None:
+            raise ValidationError("runAt", "give either runAt or cron, not both")
+        run_at: Any = job.run_at_ms
+        cron = job.cron
+        if self.cron is not UNSET:
+            cron, run_at = self.cron, None
+        if self.run_at is not UNSET:
+            cron, run_at = None, self.run_at
+        return JobSpec(
+            type=job.type, payload=job.payload if self.payload is UNSET else self.payload,
+            run_at=run_at, cron=cron, tz=job.tz if self.tz is UNSET else self.tz,
+            queue=job.queue, backoff_base_ms=job.backoff_base_ms,
+            backoff_cap_ms=job.backoff_cap_ms, timeout_ms=job.timeout_ms,
+            max_attempts=job.max_attempts if self.max_attempts is UNSET else self.max_attempts,
+            priority=job.priority if self.priority is UNSET else self.priority,
+            idempotency_key=job.idempotency_key, misfire=job.misfire.value,
+            jitter_ms=job.jitter_ms, paused=job.status is JobStatus.PAUSED,
+        )
+
+
+_FIXED_FIELDS = frozenset({"id", "type", "queue", "status", "next_ms"})
+
+
+def _as_bytes(v: Any) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    return str(v).encode()
+
+
+# --- the operations ----------------------------------------------------------------------------
+
+
+class ClientBase:
+    """Every operation of the service layer, free of I/O; subclasses execute the work."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         self._partitions: int | None = None
         self._offset_ms = 0
         self._offset_at = 0.0
 
     # --- plumbing ----------------------------------------------------------------------------
 
-    @property
-    def partitions(self) -> int:
+    def op_partitions(self) -> Op[int]:
         if self._partitions is None:
             wanted = self.settings.partitions or DEFAULT_PARTITIONS
-            self._partitions = ensure_partitions(self.r, wanted, bool(self.settings.partitions))
+            res = yield Commands([cmd("hsetnx", keys.config(), "partitions", wanted),
+                                  cmd("hget", keys.config(), "partitions")])
+            self._partitions = stored_partitions(res[1], wanted, bool(self.settings.partitions))
         return self._partitions
 
-    def now_ms(self) -> int:
+    def op_now(self) -> Op[int]:
         """Redis's clock, estimated locally from an offset refreshed every 30 s."""
         mono = time.monotonic()
         if mono - self._offset_at > 30 or not self._offset_at:
             before = time.time()
-            sec, usec = self.r.time()
+            ((sec, usec),) = yield Commands([cmd("time")])
             after = time.time()
             self._offset_ms = int(sec * 1000 + usec // 1000 - (before + after) * 500)
             self._offset_at = mono
         return int(time.time() * 1000) + self._offset_ms
 
-    def _wake(self, partitions: Iterable[int]) -> None:
+    def op_wake(self, partitions: Iterable[int]) -> Op[None]:
         ps = set(partitions)
         if ps:
-            p = self.r.pipeline(transaction=False)
-            for n in ps:
-                p.publish(keys.wake_channel(), n)
-            p.execute()
+            yield Commands([cmd("publish", keys.wake_channel(), n) for n in ps])
 
     # --- scheduling --------------------------------------------------------------------------
 
-    def schedule(self, type: str, payload: Any = None, **options: Any) -> Job:
-        """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict."""
-        res = self.schedule_many([JobSpec(type=type, payload=payload, **options)])[0]
-        if isinstance(res, Exception):
-            raise res
-        return res
+    def op_schedule_many(self, specs: Sequence[JobSpec]) -> Op[list[Job | RschedError]]:
+        res = yield from self.op_schedule_created(specs)
+        return [r[0] if isinstance(r, tuple) else r for r in res]
 
-    def schedule_many(self, specs: Sequence[JobSpec]) -> list[Job | RschedError]:
-        """Schedule many jobs in one round trip per few hundred; each gets a Job or its own error."""
-        out: list[Job | RschedError | None] = [None] * len(specs)
-        now = self.now_ms()
-        P = self.partitions
+    def op_schedule_created(
+        self, specs: Sequence[JobSpec]
+    ) -> Op[list[tuple[Job, bool] | RschedError]]:
+        """Like schedule_many, with each job paired with True if this call created it."""
+        out: list[tuple[Job, bool] | RschedError | None] = [None] * len(specs)
+        now = yield from self.op_now()
+        P = yield from self.op_partitions()
         by_part: dict[int, list[tuple[int, Prepared]]] = defaultdict(list)
         for i, spec in enumerate(specs):
             try:
@@ -94,7 +195,7 @@ class Client:
                 chunk = items[c : c + SCHEDULE_CHUNK]
                 calls.append(self._schedule_call(p, [prep for _, prep in chunk]))
                 layout.append((p, chunk))
-        results = scripts.call_many(self.r, calls)
+        results = (yield Scripts(calls)) if calls else []
         wake: set[int] = set()
         existing: list[tuple[int, str]] = []
         for (p, chunk), res in zip(layout, results):
@@ -105,8 +206,7 @@ class Client:
             created_ms = int(res[1])
             for (i, prep), code in zip(chunk, res[2:]):
                 if code == 0:
-                    f = dict(prep.fields, created_ms=created_ms, updated_ms=created_ms)
-                    out[i] = Job.from_hash(f)
+                    out[i] = (Job.created(prep.logical, specs[i].payload, created_ms), True)
                 elif code == 1:
                     existing.append((i, prep.fields["id"]))
                 else:
@@ -114,12 +214,11 @@ class Client:
                         "idempotencyKey", "already used for a job with a different body"
                     )
         if existing:
-            pipe = self.r.pipeline(transaction=False)
-            for _, job_id in existing:
-                pipe.hgetall(keys.job(partition_of(job_id), job_id))
-            for (i, _), h in zip(existing, pipe.execute()):
-                out[i] = Job.from_hash(h)
-        self._wake(wake)
+            hashes = yield Commands([cmd("hgetall", keys.job(partition_of(job_id), job_id))
+                                     for _, job_id in existing])
+            for (i, _), h in zip(existing, hashes):
+                out[i] = (Job.from_hash(h), False)
+        yield from self.op_wake(wake)
         return out  # type: ignore[return-value]
 
     def _schedule_call(self, p: int, preps: list[Prepared]) -> scripts.Call:
@@ -135,123 +234,237 @@ class Client:
                 args += [k, v]
         return ("schedule", ks, args)
 
+    def op_update(self, job_id: str, patch: JobPatch) -> Op[Job]:
+        """Change a scheduled or paused job (update.lua, compare-and-set on what was read)."""
+        p = partition_of(job_id)
+        key = keys.job(p, job_id)
+        for _ in range(UPDATE_TRIES):
+            (h,) = yield Commands([cmd("hgetall", key)])
+            if not h:
+                raise NotFound("job", job_id)
+            job = Job.from_hash(h)
+            if job.status not in (JobStatus.SCHEDULED, JobStatus.PAUSED):
+                raise Conflict("status", f"cannot update a job that is {job.status.value}")
+            now = yield from self.op_now()
+            prep = prepare(patch.apply(job), job_id, now, self.settings.max_payload_bytes)
+            pairs: list[Any] = []
+            for k, v in prep.fields.items():
+                if k not in _FIXED_FIELDS and _as_bytes(h.get(k.encode())) != _as_bytes(v):
+                    pairs += [k, v]
+            new_next, score = (prep.next_ms, prep.score) if patch.reschedules else ("", "")
+            code, status = one((yield Scripts([(
+                "update", [key, keys.due(p), keys.events(p)],
+                [job_id, 0, self.settings.events_maxlen, job.status.value, job.next_ms or 0,
+                 new_next, score, len(pairs) // 2, *pairs],
+            )])))
+            if code == -3:
+                continue
+            if code == -1:
+                raise NotFound("job", job_id)
+            if code == -2:
+                raise Conflict("status", f"cannot update a job that is {status.decode()}")
+            if patch.reschedules:
+                yield from self.op_wake([p])
+            return (yield from self.op_get(job_id))
+        raise Conflict("id", "the job kept changing while it was being updated; try again")
+
     # --- reading -----------------------------------------------------------------------------
 
-    def get(self, job_id: str) -> Job:
-        h = self.r.hgetall(keys.job(partition_of(job_id), job_id))
+    def op_get(self, job_id: str) -> Op[Job]:
+        (h,) = yield Commands([cmd("hgetall", keys.job(partition_of(job_id), job_id))])
         if not h:
             raise NotFound("job", job_id)
         return Job.from_hash(h)
 
-    def get_run(self, run_id: str) -> Run:
+    def op_get_run(self, run_id: str) -> Op[Run]:
         job_id = job_of_run(run_id)
-        h = self.r.hgetall(keys.run(partition_of(job_id), run_id))
+        (h,) = yield Commands([cmd("hgetall", keys.run(partition_of(job_id), run_id))])
         if not h:
             raise NotFound("run", run_id)
         return Run.from_hash(h)
 
-    def runs(self, job_id: str, limit: int = 50) -> list[Attempt]:
-        """The job's in-flight run (if any) then its most recent finished attempts, newest first."""
-        job = self.get(job_id)
+    def op_runs(self, job_id: str, limit: int = 50, offset: int = 0) -> Op[list[Attempt]]:
+        """The job's in-flight run (first page only) then its finished attempts, newest first;
+        ``offset`` counts finished attempts already seen."""
+        job = yield from self.op_get(job_id)
         p = job.partition
         out: list[Attempt] = []
-        if job.last_run_id:
-            h = self.r.hgetall(keys.run(p, job.last_run_id))
+        if job.last_run_id and offset == 0:
+            (h,) = yield Commands([cmd("hgetall", keys.run(p, job.last_run_id))])
             if h:
                 run = Run.from_hash(h)
                 if run.state.value in ("dispatched", "running", "retry_wait"):
                     out.append(Attempt(run.id, run.attempt, run.state.value, run.worker,
                                        run.sched_ms, run.started_ms, None, None, run.error))
-        for raw in self.r.lrange(keys.history(p, job_id), 0, max(limit - len(out), 0) - 1):
-            out.append(Attempt.from_json(raw))
+        want = max(limit - len(out), 0)
+        if want:
+            (raws,) = yield Commands([cmd("lrange", keys.history(p, job_id), offset,
+                                          offset + want - 1)])
+            out += [Attempt.from_json(raw) for raw in raws]
         return out[:limit]
 
-    def dead_letters(self, limit: int = 100) -> list[Run]:
+    def op_dead_letters(self, limit: int = 100) -> Op[list[Run]]:
         """Dead-lettered runs across all partitions, most recent first."""
-        pipe = self.r.pipeline(transaction=False)
-        for p in range(self.partitions):
-            pipe.zrevrange(keys.dead(p), 0, limit - 1, withscores=True)
-        entries = sorted(
-            ((score, rid.decode()) for res in pipe.execute() for rid, score in res), reverse=True
-        )[:limit]
-        pipe = self.r.pipeline(transaction=False)
-        for _, rid in entries:
-            pipe.hgetall(keys.run(partition_of(job_of_run(rid)), rid))
-        return [Run.from_hash(h) for h in pipe.execute() if h]
+        P = yield from self.op_partitions()
+        res = yield Commands([cmd("zrevrange", keys.dead(p), 0, limit - 1, withscores=True)
+                              for p in range(P)])
+        entries = sorted(((score, rid.decode()) for r in res for rid, score in r),
+                         reverse=True)[:limit]
+        hashes = yield Commands([cmd("hgetall", keys.run(partition_of(job_of_run(rid)), rid))
+                                 for _, rid in entries])
+        return [Run.from_hash(h) for h in hashes if h]
 
     # --- control -----------------------------------------------------------------------------
 
-    def _control(self, name: str, job_id: str, extra: Sequence[Any] = ()) -> Job:
+    def op_control(self, name: str, job_id: str, extra: Sequence[Any] = ()) -> Op[Job]:
         p = partition_of(job_id)
-        code, status = scripts.call(
-            self.r, name, [keys.job(p, job_id), keys.due(p), keys.events(p)],
+        code, status = one((yield Scripts([(
+            name, [keys.job(p, job_id), keys.due(p), keys.events(p)],
             [job_id, 0, self.settings.events_maxlen, *extra],
-        )
+        )])))
         if code == -1:
             raise NotFound("job", job_id)
         if code == -2:
             raise Conflict("status", f"cannot {name} a job that is {status.decode()}")
-        return self.get(job_id)
+        return (yield from self.op_get(job_id))
 
-    def pause(self, job_id: str) -> Job:
-        """Stop future occurrences; a run in progress finishes."""
-        return self._control("pause", job_id)
-
-    def cancel(self, job_id: str) -> Job:
-        """Stop the job for good; a run in progress finishes, pending retries are abandoned."""
-        return self._control("cancel", job_id)
-
-    def resume(self, job_id: str) -> Job:
-        """Resume a paused job; a cron job's next run is computed from now."""
-        job = self.get(job_id)
+    def op_resume(self, job_id: str) -> Op[Job]:
+        job = yield from self.op_get(job_id)
         if job.status is not JobStatus.PAUSED:
             if job.status is JobStatus.SCHEDULED:
                 return job
             raise Conflict("status", f"cannot resume a job that is {job.status.value}")
         if job.cron:
-            nominal, score = next_occurrence(job.cron, job.tz, self.now_ms(), job.id, job.jitter_ms)
+            now = yield from self.op_now()
+            nominal, score = next_occurrence(job.cron, job.tz, now, job.id, job.jitter_ms)
         else:
             nominal = score = job.next_ms or 0
-        job = self._control("resume", job_id, [nominal, score])
-        self._wake([job.partition])
+        job = yield from self.op_control("resume", job_id, [nominal, score])
+        yield from self.op_wake([job.partition])
         return job
 
-    def trigger(self, job_id: str) -> str:
-        """Run the job once now, outside its schedule; returns the new run id."""
+    def op_trigger(self, job_id: str) -> Op[str]:
         p = partition_of(job_id)
-        now = self.now_ms()
+        now = yield from self.op_now()
         rid = make_run_id(job_id, now)
-        code, status = scripts.call(
-            self.r, "trigger",
-            [keys.job(p, job_id), keys.run(p, rid), keys.retry(p), keys.events(p)],
+        code, status = one((yield Scripts([(
+            "trigger", [keys.job(p, job_id), keys.run(p, rid), keys.retry(p), keys.events(p)],
             [job_id, rid, now, 0, self.settings.events_maxlen],
-        )
+        )])))
         if code == -1:
             raise NotFound("job", job_id)
         if code == -2:
             raise Conflict("status", f"cannot trigger a job that is {status.decode()}")
-        self._wake([p])
+        yield from self.op_wake([p])
         return rid
 
-    def replay(self, run_id: str) -> Run:
-        """Send a dead letter back for a new round of attempts (attempts counted from zero)."""
+    def op_replay(self, run_id: str) -> Op[Run]:
         if "@" not in run_id:
             raise ValidationError("runId", f"not a run id: {run_id!r}")
         job_id = job_of_run(run_id)
         p = partition_of(job_id)
-        code, state = scripts.call(
-            self.r, "replay",
+        code, state = one((yield Scripts([(
+            "replay",
             [keys.run(p, run_id), keys.job(p, job_id), keys.dead(p), keys.retry(p), keys.events(p)],
             [run_id, 0, self.settings.events_maxlen],
-        )
+        )])))
         if code == -1:
             raise NotFound("dead letter", run_id)
         if code == -2:
             raise Conflict("status", "the job was cancelled; cancel is final")
         if code == 0 and state.decode() != "retry_wait":
             raise Conflict("runId", f"run is {state.decode()}, not dead-lettered")
-        self._wake([p])
-        return self.get_run(run_id)
+        yield from self.op_wake([p])
+        return (yield from self.op_get_run(run_id))
+
+
+# --- the sync client ---------------------------------------------------------------------------
+
+
+class Client(ClientBase):
+    """Thread-safe (redis-py pools connections); create one per process and share it."""
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        redis: Redis | None = None,
+    ) -> None:
+        super().__init__(settings or Settings.from_env(redis_url=redis_url))
+        self.r: Redis = redis or Redis.from_url(self.settings.redis_url)
+
+    def run(self, op: Op[T]) -> T:
+        """Execute an operation's Redis work on this client, one pipeline per step."""
+        try:
+            work = next(op)
+            while True:
+                work = op.send(self._execute(work))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def _execute(self, work: Work) -> list[Any]:
+        if isinstance(work, Scripts):
+            return scripts.call_many(self.r, work.calls)
+        return _fill(self.r.pipeline(transaction=False), work).execute(
+            raise_on_error=work.raise_on_error
+        )
+
+    @property
+    def partitions(self) -> int:
+        return self.run(self.op_partitions())
+
+    def now_ms(self) -> int:
+        return self.run(self.op_now())
+
+    def schedule(self, type: str, payload: Any = None, **options: Any) -> Job:
+        """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict."""
+        res = self.schedule_many([JobSpec(type=type, payload=payload, **options)])[0]
+        if isinstance(res, Exception):
+            raise res
+        return res
+
+    def schedule_many(self, specs: Sequence[JobSpec]) -> list[Job | RschedError]:
+        """Schedule many jobs in one round trip per few hundred; each gets a Job or its own error."""
+        return self.run(self.op_schedule_many(specs))
+
+    def update(self, job_id: str, patch: JobPatch) -> Job:
+        """Reschedule a job or change its payload, maxAttempts or priority."""
+        return self.run(self.op_update(job_id, patch))
+
+    def get(self, job_id: str) -> Job:
+        return self.run(self.op_get(job_id))
+
+    def get_run(self, run_id: str) -> Run:
+        return self.run(self.op_get_run(run_id))
+
+    def runs(self, job_id: str, limit: int = 50, offset: int = 0) -> list[Attempt]:
+        """The job's in-flight run (if any) then its most recent finished attempts, newest first."""
+        return self.run(self.op_runs(job_id, limit, offset))
+
+    def dead_letters(self, limit: int = 100) -> list[Run]:
+        """Dead-lettered runs across all partitions, most recent first."""
+        return self.run(self.op_dead_letters(limit))
+
+    def pause(self, job_id: str) -> Job:
+        """Stop future occurrences; a run in progress finishes."""
+        return self.run(self.op_control("pause", job_id))
+
+    def cancel(self, job_id: str) -> Job:
+        """Stop the job for good; a run in progress finishes, pending retries are abandoned."""
+        return self.run(self.op_control("cancel", job_id))
+
+    def resume(self, job_id: str) -> Job:
+        """Resume a paused job; a cron job's next run is computed from now."""
+        return self.run(self.op_resume(job_id))
+
+    def trigger(self, job_id: str) -> str:
+        """Run the job once now, outside its schedule; returns the new run id."""
+        return self.run(self.op_trigger(job_id))
+
+    def replay(self, run_id: str) -> Run:
+        """Send a dead letter back for a new round of attempts (attempts counted from zero)."""
+        return self.run(self.op_replay(run_id))
 
     def close(self) -> None:
         self.r.close()

@@ -59,6 +59,23 @@ def unpack_payload(raw: Any) -> Any:
     return msgpack.unpackb(raw, raw=False) if raw else None
 
 
+# A job's static settings travel as one msgpack array (the job hash's ``spec`` field, copied into
+# each stream entry), as Asynq keeps a task's message: one field to write and to read instead of
+# ten, which halves the Redis time of scheduling.  Scalars the scripts branch on stay separate.
+SPEC_ORDER = ("timeout_ms", "backoff_base_ms", "backoff_cap_ms", "priority", "tz", "misfire",
+              "jitter_ms", "idem_key", "run_at_ms", "payload")
+
+
+def pack_spec(f: Mapping[str, Any]) -> bytes:
+    return msgpack.packb([f[k] for k in SPEC_ORDER], use_bin_type=True)
+
+
+def unpack_spec(raw: Any) -> dict[str, Any]:
+    if not raw:
+        return {}
+    return dict(zip(SPEC_ORDER, msgpack.unpackb(raw, raw=False)))
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     id: str
@@ -87,26 +104,41 @@ class Job:
         return partition_of(self.id)
 
     @classmethod
+    def created(cls, f: Mapping[str, Any], payload: Any, created_ms: int) -> Job:
+        """The job just written from validated fields ``f`` (no decoding round trip)."""
+        return cls(
+            id=f["id"], type=f["type"], queue=f["queue"], payload=payload,
+            status=JobStatus(f["status"]), run_at_ms=f["run_at_ms"] or None,
+            cron=f["cron"] or None, tz=f["tz"], next_ms=f["next_ms"] or None,
+            max_attempts=f["max_attempts"], backoff_base_ms=f["backoff_base_ms"],
+            backoff_cap_ms=f["backoff_cap_ms"], priority=f["priority"],
+            timeout_ms=f["timeout_ms"], idempotency_key=f["idem_key"] or None,
+            misfire=Misfire(f["misfire"]), jitter_ms=f["jitter_ms"], created_ms=created_ms,
+            updated_ms=created_ms, last_run_id=None,
+        )
+
+    @classmethod
     def from_hash(cls, h: Mapping[Any, Any]) -> Job:
         g = lambda n: _get(h, n)  # noqa: E731
+        sp = unpack_spec(g("spec"))
         return cls(
             id=_s(g("id")),
             type=_s(g("type")),
             queue=_s(g("queue"), "default"),
-            payload=unpack_payload(g("payload")),
+            payload=unpack_payload(sp.get("payload")),
             status=JobStatus(_s(g("status"))),
-            run_at_ms=_i(g("run_at_ms")) or None,
+            run_at_ms=sp.get("run_at_ms") or None,
             cron=_s(g("cron")) or None,
-            tz=_s(g("tz"), "UTC"),
+            tz=sp.get("tz") or "UTC",
             next_ms=_i(g("next_ms")) or None,
             max_attempts=_i(g("max_attempts"), 1),
-            backoff_base_ms=_i(g("backoff_base_ms"), 1000),
-            backoff_cap_ms=_i(g("backoff_cap_ms"), 3_600_000),
-            priority=_i(g("priority")),
-            timeout_ms=_i(g("timeout_ms")),
-            idempotency_key=_s(g("idem_key")) or None,
-            misfire=Misfire(_s(g("misfire"), "run_once")),
-            jitter_ms=_i(g("jitter_ms")),
+            backoff_base_ms=sp.get("backoff_base_ms", 1000),
+            backoff_cap_ms=sp.get("backoff_cap_ms", 3_600_000),
+            priority=sp.get("priority", 0),
+            timeout_ms=sp.get("timeout_ms", 300_000),
+            idempotency_key=sp.get("idem_key") or None,
+            misfire=Misfire(sp.get("misfire") or "run_once"),
+            jitter_ms=sp.get("jitter_ms", 0),
             created_ms=_i(g("created_ms")),
             updated_ms=_i(g("updated_ms")),
             last_run_id=_s(g("last_run_id")) or None,

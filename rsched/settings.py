@@ -30,6 +30,9 @@ class Settings:
     max_payload_bytes: int = 64 * 1024
     # Finished attempts kept per job in Redis (the archive keeps everything).
     history_len: int = 50
+    # How long a finished run's hash stays in Redis; the job's history list and the archive keep
+    # the record after that.  Dead letters never expire.
+    run_ttl_ms: int = 86_400_000
     # Approximate cap on each partition's events stream; 0 keeps every event until the archiver
     # trims it, which is what "nothing lost" needs when Postgres is down.
     events_maxlen: int = 0
@@ -45,6 +48,7 @@ class Settings:
             max_payload_bytes=_int_env("RSCHED_MAX_PAYLOAD_BYTES", d.max_payload_bytes),
             history_len=_int_env("RSCHED_HISTORY_LEN", d.history_len),
             events_maxlen=_int_env("RSCHED_EVENTS_MAXLEN", d.events_maxlen),
+            run_ttl_ms=_int_env("RSCHED_RUN_TTL_MS", d.run_ttl_ms),
             allow_unsafe_redis=os.environ.get("RSCHED_ALLOW_UNSAFE_REDIS", "") in ("1", "true"),
         )
         known = {f.name for f in fields(cls)}

@@ -16,7 +16,7 @@ import msgpack
 
 from .cron import parse_cron, validate_zone
 from .errors import PayloadTooLarge, ValidationError
-from .models import Misfire
+from .models import Misfire, pack_spec
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 _QUEUE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -82,9 +82,10 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A validated spec: the hash fields to store and where it goes in the due set."""
+    """A validated spec: every logical field, the job hash to store, its due-set position."""
 
-    fields: dict[str, Any]
+    logical: dict[str, Any]
+    fields: dict[str, Any]  # the job hash as stored (see models.SPEC_ORDER)
     body_hash: str
     next_ms: int  # nominal next occurrence
     score: int  # due score (next_ms plus the job's deterministic jitter)
@@ -157,18 +158,21 @@ def validate(spec: JobSpec, max_payload_bytes: int) -> tuple[dict[str, Any], str
 
 
 def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> Prepared:
-    fields, body_hash = validate(spec, max_payload_bytes)
-    if fields["cron"]:
-        nominal = parse_cron(fields["cron"], fields["tz"]).next_after(now_ms)
-        score = nominal + jitter_offset_ms(job_id, nominal, fields["jitter_ms"])
+    f, body_hash = validate(spec, max_payload_bytes)
+    if f["cron"]:
+        nominal = parse_cron(f["cron"], f["tz"]).next_after(now_ms)
+        score = nominal + jitter_offset_ms(job_id, nominal, f["jitter_ms"])
     else:
-        nominal = fields["run_at_ms"] or now_ms
+        nominal = f["run_at_ms"] or now_ms
         score = nominal
-    fields.update(
-        id=job_id, next_ms=nominal, last_run_id="",
-        status="paused" if spec.paused else "scheduled",
-    )
-    return Prepared(fields, body_hash, nominal, score)
+    status = "paused" if spec.paused else "scheduled"
+    f.update(id=job_id, next_ms=nominal, status=status)
+    stored = {
+        "id": job_id, "type": f["type"], "queue": f["queue"], "status": status,
+        "next_ms": nominal, "max_attempts": f["max_attempts"], "cron": f["cron"],
+        "spec": pack_spec(f),
+    }
+    return Prepared(f, stored, body_hash, nominal, score)
 
 
 def next_occurrence(cron: str, tz: str, after_ms: int, job_id: str, jitter_ms: int) -> tuple[int, int]:

@@ -9,17 +9,19 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import keys, scripts
 from ..cron import parse_cron
 from ..ids import run_id as make_run_id
+from ..models import unpack_spec
 from ..spec import jitter_offset_ms
 
 log = logging.getLogger("rsched.dispatcher")
 
-JOB_FIELDS = ("status", "next_ms", "queue", "cron", "tz", "misfire", "jitter_ms", "priority")
+JOB_FIELDS = ("status", "next_ms", "queue", "cron", "spec")
 
 
 @dataclass
@@ -41,32 +43,46 @@ class Claimer:
     events_maxlen: int = 0
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
 
+    _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
+
+    def _estimate_now(self) -> int:
+        return int(time.time() * 1000) + self._offset_ms
+
     async def run_once(self, owned: dict[int, int]) -> ClaimResult:
         out = ClaimResult()
         if not owned:
             return out
         parts = sorted(owned)
+        # Only entries due by (estimated Redis time + margin) come back, plus each set's head for
+        # the sleep computation: a round costs O(due), not O(batch), when little is due.
+        horizon = (self.clock() if self.clock else self._estimate_now()) + 20
         pipe = self.r.pipeline(transaction=False)
         pipe.time()
         for p in parts:
-            pipe.zrange(keys.due(p), 0, self.batch - 1, withscores=True)
-            pipe.zrange(keys.retry(p), 0, self.batch - 1, withscores=True)
+            for key in (keys.due(p), keys.retry(p)):
+                pipe.zrangebyscore(key, "-inf", horizon, start=0, num=self.batch, withscores=True)
+                pipe.zrange(key, 0, 0, withscores=True)
         res = await pipe.execute()
         sec, usec = res[0]
-        now = self.clock() if self.clock else int(sec) * 1000 + int(usec) // 1000
+        redis_now = int(sec) * 1000 + int(usec) // 1000
+        self._offset_ms = redis_now - int(time.time() * 1000)
+        now = self.clock() if self.clock else redis_now
         out.now_ms = now
         cands: dict[int, tuple[list[tuple[str, float]], list[tuple[str, float]]]] = {}
         earliest: float | None = None
         for i, p in enumerate(parts):
-            due_all, retry_all = res[1 + 2 * i], res[2 + 2 * i]
-            due = [(m.decode(), s) for m, s in due_all if s <= now]
-            ret = [(m.decode(), s) for m, s in retry_all if s <= now]
-            for lst, all_ in ((due, due_all), (ret, retry_all)):
-                if len(lst) < len(all_):
-                    s = all_[len(lst)][1]
-                    earliest = s if earliest is None else min(earliest, s)
-            if due or ret:
-                cands[p] = (due, ret)
+            lists = []
+            for k in range(2):
+                got, head = res[1 + 4 * i + 2 * k], res[2 + 4 * i + 2 * k]
+                ready = [(m.decode(), sc) for m, sc in got if sc <= now]
+                later = [sc for _, sc in got[len(ready):]] + [sc for _, sc in head if sc > now]
+                if len(got) >= self.batch:
+                    out.full = True
+                if later:
+                    earliest = min(later) if earliest is None else min(earliest, *later)
+                lists.append(ready)
+            if lists[0] or lists[1]:
+                cands[p] = (lists[0], lists[1])
         if not cands:
             out.earliest_ms = None if earliest is None else int(earliest)
             return out
@@ -97,8 +113,6 @@ class Claimer:
                                          "0", "0", "1"], job_id, rid))
             items.sort(key=lambda it: (it[0], -it[1]))
             calls.append(self._claim_call(p, owned[p], now_arg, items))
-            if len(due) >= self.batch or len(ret) >= self.batch:
-                out.full = True
         lost = []
         for p, res in zip(cands, await scripts.acall_many(self.r, calls)):
             if isinstance(res, Exception):
@@ -117,20 +131,20 @@ class Claimer:
         return out
 
     def _job_item(self, job_id: str, score: float, f: list[Any], now: int) -> tuple[Any, ...]:
-        status, next_ms, queue, cron, tz, misfire, jitter, priority = (
-            (v.decode() if v is not None else "") for v in f
-        )
+        next_ms, queue, cron = (v.decode() if v is not None else "" for v in f[1:4])
+        sp = unpack_spec(f[4])
         expected = int(next_ms or 0)
         nxt, nxt_score, fire = 0, 0, "1"
         if cron:
-            sched = parse_cron(cron, tz or "UTC")
+            sched = parse_cron(cron, sp.get("tz") or "UTC")
             nxt = sched.next_after(max(expected, now))
-            nxt_score = nxt + jitter_offset_ms(job_id, nxt, int(jitter or 0))
-            if misfire == "skip" and now - expected > self.misfire_grace_ms:
+            nxt_score = nxt + jitter_offset_ms(job_id, nxt, int(sp.get("jitter_ms") or 0))
+            if sp.get("misfire") == "skip" and now - expected > self.misfire_grace_ms:
                 fire = "0"
-        args = ["j", queue, job_id, make_run_id(job_id, expected), next_ms or "0", nxt, nxt_score,
-                fire]
-        return (score, int(priority or 0), args, job_id, make_run_id(job_id, expected))
+        priority = int(sp.get("priority") or 0)
+        rid = make_run_id(job_id, expected)
+        args = ["j", queue, job_id, rid, next_ms or "0", nxt, nxt_score, fire]
+        return (score, priority, args, job_id, rid)
 
     def _claim_call(self, p: int, fence: int, now: int, items: list[tuple[Any, ...]]) -> scripts.Call:
         queues: dict[str, int] = {}
@@ -143,5 +157,5 @@ class Claimer:
         ks = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p), keys.stats(p)]
         ks += [keys.stream(p, q) for q in queues]
         ks += item_keys
-        head = [self.owner, fence, now, self.events_maxlen, len(queues), len(items)]
+        head = [self.owner, fence, now, self.events_maxlen, len(queues), len(items), keys.GROUP]
         return ("claim", ks, head + args)

@@ -26,6 +26,7 @@ from redis.exceptions import ResponseError
 from .. import keys, scripts
 from ..app import App, JobContext
 from ..ids import ulid
+from ..models import unpack_payload, unpack_spec
 from ..redis_setup import acheck_redis, aensure_partitions
 from ..retry import retry_delay_ms
 from ..settings import Settings
@@ -188,7 +189,8 @@ class Worker:
 
     async def _execute(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
         jtype = _s(f[b"t"])
-        timeout_s = int(f.get(b"to") or 300_000) / 1000
+        sp = unpack_spec(f.get(b"x"))
+        timeout_s = int(sp.get("timeout_ms") or 300_000) / 1000
         t0 = time.perf_counter()
         status, text = "succeeded", "null"
         try:
@@ -199,8 +201,7 @@ class Worker:
                     f"(registered: {', '.join(sorted(self.app.handlers)) or 'none'})"
                 )
             ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, int(f[b"s"]),
-                             msgpack.unpackb(f[b"p"], raw=False) if f.get(b"p") else None,
-                             self.id)
+                             unpack_payload(sp.get("payload")), self.id)
             if reg.is_async:
                 async with asyncio.timeout(timeout_s):
                     result = await reg.fn(ctx)
@@ -220,8 +221,8 @@ class Worker:
         duration = int((time.perf_counter() - t0) * 1000)
         delay = 0
         if status != "succeeded":
-            delay = retry_delay_ms(fl.attempt, int(f.get(b"bb") or 1000),
-                                   int(f.get(b"bc") or 3_600_000))
+            delay = retry_delay_ms(fl.attempt, int(sp.get("backoff_base_ms", 1000)),
+                                   int(sp.get("backoff_cap_ms", 3_600_000)))
             log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status, text,
                         extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
         self.counts[status] += 1
@@ -241,7 +242,7 @@ class Worker:
         for p, items in by_part.items():
             ks = [keys.events(p), keys.stats(p), keys.retry(p), keys.dead(p)]
             args: list[Any] = [self.id, 0, self.settings.events_maxlen, keys.GROUP, len(items),
-                               self.settings.history_len]
+                               self.settings.history_len, self.settings.run_ttl_ms]
             for o in items:
                 ks += [keys.run(p, o.run_id), keys.job(p, o.job_id), keys.history(p, o.job_id),
                        o.stream]
