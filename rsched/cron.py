@@ -1,7 +1,7 @@
 """Cron fire times in an IANA time zone, as UTC epoch milliseconds.
 
 We use cronsim 2.8, not croniter 7.0: croniter fires fixed-time jobs twice on fall-back nights
-(New York `30 1 * * *` fires at 05:30Z and 06:30Z on 2026-11-01) and is about 5x slower. cronsim
+(New York `30 1 * * *` fires at 05:30Z and 06:30Z on 2026-11-01) and takes ~250 us a call. cronsim
 only matches naive local wall-clock times here; this module maps them to instants itself, because
 cronsim's own DST handling can return a time before its start when the start lies in a repeated
 hour (`30 1 * * *` from New York 01:10 EST on 2026-11-01 gives 05:30Z) and skips fire times on
@@ -9,7 +9,8 @@ hour (`30 1 * * *` from New York 01:10 EST on 2026-11-01 gives 05:30Z) and skips
 
 Expressions have 5 fields, `minute hour day-of-month month day-of-week` (second 0), or 6 fields
 with seconds FIRST, `second minute hour day-of-month month day-of-week` (cronsim's convention;
-croniter reads a sixth field as seconds last). Names (JAN, MON), `L`, `LW` and `#` work as in cronsim.
+croniter reads a sixth field as seconds last). Names (JAN, MON), `L`, `LW` and `#` work as in
+cronsim.
 
 DST contract (each rule has a table in tests/test_cron.py):
 * Fixed-time jobs (minute and hour fields are numbers or comma lists of numbers): a wall time in a
@@ -23,9 +24,12 @@ DST contract (each rule has a table in tests/test_cron.py):
   02:00 does not exist; in autumn the repeated 01:30-02:00 holds no :00).
 * `next_after(t) > t` always, so `t = next_after(t)` never repeats an instant.
 
-Timing (timeit, CPython 3.11, New York, far from a transition): next_after takes about
-25 us for `0 * * * *`, 45 us for `*/15 * * * *` and 70 us for `30 2 * * *`, nearly all of it
-in cronsim; within a day of a transition, add up to 20 us for one bisection.
+Timing (timeit, best of 9, CPython 3.11, on a busy 2-core machine): next_after takes 30-70 us
+for `0 * * * *`, `*/15 * * * *`, `30 2 * * *` and `0 9 * * 1-5`, within about 10 us of a bare
+`next(CronSim(...))`: cronsim's parsing and ticking is most of it. A call whose answer lies across
+a transition takes up to about 110 us (a second cronsim run and a bisection). Jobs that are not
+fixed-time and fire rarely pay about 1.5 us per day until the next fire, for offset probes
+(`*/30 * 1 1 *` in June: under 1 ms).
 """
 
 from __future__ import annotations
@@ -78,14 +82,23 @@ def _check_cron(expr: str) -> list[str]:
     try:  # the fields are valid, so cronsim fails only on dates that never occur (`0 0 30 2 *`)
         next(CronSim(expr, _PROBE_START))
     except (CronSimError, StopIteration):
-        raise ScheduleError("cron", "never fires: no date matches its day and month fields") from None
+        raise ScheduleError(
+            "cron", "never fires: no date matches its day-of-month, month and day-of-week"
+        ) from None
     return parts
 
 
-def _wall(zone: ZoneInfo, t: int) -> tuple[datetime, int]:
-    """Naive local wall time and UTC offset in seconds at epoch second `t`."""
-    wall = datetime.fromtimestamp(t, zone).replace(tzinfo=None)
-    return wall, (wall - _EPOCH) // _SECOND - t
+def _offset_s(zone: ZoneInfo, t: int) -> int:
+    """UTC offset in seconds at epoch second `t`."""
+    return _utcoffset_s(zone, datetime.fromtimestamp(t, zone))
+
+
+def _utcoffset_s(zone: ZoneInfo, wall: datetime) -> int:
+    """Offset at a naive or aware wall time; in a repeated or skipped span, `fold` 0 gives the
+    offset before the transition and 1 the one after (PEP 495)."""
+    offset = zone.utcoffset(wall)
+    assert offset is not None  # ZoneInfo always has one; the stub says Optional
+    return offset // _SECOND
 
 
 def _first_change(zone: ZoneInfo, lo: int, hi: int, offset_s: int) -> int | None:
@@ -97,10 +110,10 @@ def _first_change(zone: ZoneInfo, lo: int, hi: int, offset_s: int) -> int | None
     probe = lo
     while probe < hi:
         before, probe = probe, min(probe + _DAY_S, hi)
-        if _wall(zone, probe)[1] != offset_s:
+        if _offset_s(zone, probe) != offset_s:
             while probe - before > 1:
                 middle = (before + probe) // 2
-                if _wall(zone, middle)[1] == offset_s:
+                if _offset_s(zone, middle) == offset_s:
                     before = middle
                 else:
                     probe = middle
@@ -143,7 +156,7 @@ class CronSchedule:
         Such wall times exist when `after_s` lies in the second copy of a repeated span: the
         naive wall time forgot which copy, which is the cronsim bug this module works around.
         """
-        wall, _ = _wall(self._zone, after_s)
+        wall = _EPOCH + timedelta(seconds=after_s + _offset_s(self._zone, after_s))
         for naive in CronSim(self.expr, wall):
             fire_s = self._instant(naive)
             if fire_s > after_s:
@@ -152,20 +165,24 @@ class CronSchedule:
 
     def _instant(self, naive: datetime) -> int:
         """Map a wall time: first occurrence if repeated, the end of the gap if skipped."""
-        early = int(naive.replace(tzinfo=self._zone).timestamp())  # offset before a transition
-        late = int(naive.replace(tzinfo=self._zone, fold=1).timestamp())  # offset after it
-        if early <= late:  # equal, or repeated with `early` first
-            return early
-        gap_end = _first_change(self._zone, late, early, _wall(self._zone, late)[1])
-        return early if gap_end is None else gap_end
+        local_s = (naive - _EPOCH) // _SECOND
+        before_s = _utcoffset_s(self._zone, naive)  # fold=0: the offset before a transition
+        fire_s = local_s - before_s
+        actual_s = _offset_s(self._zone, fire_s)
+        if actual_s == before_s:  # a real wall time, and its first occurrence if repeated
+            return fire_s
+        # Skipped: the gap ends between local_s read with the offset after it and before it.
+        gap_end = _first_change(self._zone, local_s - actual_s, fire_s, before_s)
+        return fire_s if gap_end is None else gap_end
 
     def _next_elapsed(self, after_s: int) -> int:
         """Per stretch of constant offset, cronsim's first wall match after `t` is the answer
         if it maps back into the same stretch; otherwise restart where the offset changes."""
         t = after_s + 1
         while True:
-            wall, offset_s = _wall(self._zone, t)
-            naive = next(CronSim(self.expr, wall - _SECOND), None)  # cronsim ticks 1 s first
+            offset_s = _offset_s(self._zone, t)
+            wall = _EPOCH + timedelta(seconds=t + offset_s - 1)  # cronsim ticks 1 s first
+            naive = next(CronSim(self.expr, wall), None)
             if naive is None:
                 raise ScheduleError("cron", "no fire time within 50 years")
             fire_s = (naive - _EPOCH) // _SECOND - offset_s
