@@ -1,0 +1,71 @@
+# Developer and CI entry points. `make test` builds .venv, installs what the tests need from
+# Debian when it is missing (redis-server, chromium), then runs pytest.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+# First interpreter found; the venv target checks it is >= 3.11.
+PYTHON ?= $(firstword $(shell command -v python3.11 python3 2>/dev/null))
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+# $(call need,COMMAND,DEBIAN_PACKAGE): install the package from Debian when COMMAND is missing,
+# as root or with password-less sudo; otherwise stop with one line saying what to install.
+# A temporary policy-rc.d (exit 101) keeps the package's postinst from starting any service.
+define need
+@command -v $(1) >/dev/null 2>&1 || { \
+	if [ "$$(id -u)" = 0 ]; then sudo=; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo=no; fi; \
+	if [ "$$sudo" = no ] || ! command -v apt-get >/dev/null 2>&1; then \
+		echo "install $(2) (Debian: apt-get install $(2))"; exit 1; \
+	fi; \
+	guard=; \
+	if [ ! -e /usr/sbin/policy-rc.d ]; then \
+		printf '#!/bin/sh\nexit 101\n' | $$sudo tee /usr/sbin/policy-rc.d >/dev/null; \
+		$$sudo chmod 755 /usr/sbin/policy-rc.d; guard=1; \
+	fi; \
+	echo "$(1) not found: installing Debian package $(2)"; \
+	rc=0; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+		&& $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) </dev/null || rc=$$?; \
+	if [ -n "$$guard" ]; then $$sudo rm -f /usr/sbin/policy-rc.d; fi; \
+	[ "$$rc" = 0 ] || { echo "install $(2) (Debian: apt-get install $(2))"; exit 1; }; \
+	command -v $(1) >/dev/null 2>&1 || { echo "$(2) installed but $(1) is not on PATH"; exit 1; }; \
+}
+endef
+
+.PHONY: venv redis chromium test bench demo lint clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@[ -n "$(PYTHON)" ] || { echo "install python3 (>= 3.11)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+		|| { echo "need Python >= 3.11, $(PYTHON) is $$($(PYTHON) --version 2>&1)"; exit 1; }
+	[ -x $(VPY) ] || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+redis:
+	$(call need,redis-server,redis-server)
+
+chromium:
+	$(call need,chromium,chromium)
+
+test: venv redis chromium
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+bench: venv redis
+	$(VPY) loadtest/bench_engine.py
+
+demo: venv redis
+	$(VENV)/bin/rsched dev
+
+lint: venv
+	$(VENV)/bin/ruff check rsched tests
+	$(VENV)/bin/mypy rsched
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/artifacts
+	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

@@ -1,0 +1,108 @@
+"""Shared fixtures: a real redis-server per session, a clean keyspace per test, a fresh Postgres DB.
+
+A missing redis-server or PostgreSQL skips the tests that need it on a developer's machine and
+fails the run under CI (env CI set), so a broken CI machine can never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from typing import NoReturn
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+import redis
+from psycopg import sql
+from redis_server import RedisServer
+
+PG_ADMIN_DSN = os.environ.get(
+    "RSCHED_TEST_PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def under_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def missing_service(message: str) -> NoReturn:
+    """Skip locally; under CI stop the whole run with exit code 1."""
+    if under_ci():
+        pytest.exit(f"{message} (CI is set: a missing service fails the run)", returncode=1)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def redis_available() -> None:
+    """For tests that start their own RedisServer or RedisCluster."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        missing_service(
+            "redis-server not found on PATH: run `make redis` "
+            "(Debian: apt-get install redis-server)"
+        )
+
+
+@pytest.fixture(scope="session")
+def redis_server(redis_available: None) -> Iterator[RedisServer]:
+    """One plain server for the session: no AOF, no RDB snapshots, noeviction."""
+    server = RedisServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session server, emptied (keys and script cache) and running, for this test."""
+    redis_server.resume()
+    if not redis_server.is_running():
+        redis_server.start()  # a test crashed it: same port, empty again
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.flushall()
+        client.script_flush()
+    return redis_server.url
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    """A bytes-in, bytes-out client on a clean keyspace."""
+    client = redis.Redis.from_url(redis_url, decode_responses=False)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def aof_redis(redis_available: None) -> Iterator[RedisServer]:
+    """A fresh server of this test's own with appendonly yes, appendfsync everysec."""
+    server = RedisServer(aof=True)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """A database `rsched_test_<random>` created for this session and dropped after it."""
+    try:
+        admin = psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        missing_service(f"PostgreSQL not reachable at {PG_ADMIN_DSN}: {exc}".strip())
+    name = f"rsched_test_{secrets.token_hex(4)}"
+    with admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield urlsplit(PG_ADMIN_DSN)._replace(path=f"/{name}").geturl()
+    finally:
+        with psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=5) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
