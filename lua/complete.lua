@@ -44,8 +44,7 @@ for i = 1, n do
                  'result', text)
       rec.result = text
       if run_ttl > 0 then redis.call('PEXPIRE', run_key, run_ttl) end
-      local j = redis.call('HMGET', job_key, 'status', 'cron')
-      if j[1] == 'scheduled' and (j[2] == '' or not j[2]) then
+      if one_off_done(job_key) then
         redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now)
       end
       emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,

@@ -5,12 +5,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import keys
 from .errors import UnsafeRedis
 
 log = logging.getLogger("rsched")
+
+# Redis is away (restart, failover, network): redis-py's errors are not the builtin ones.
+UNAVAILABLE = (ConnectionError, OSError, TimeoutError, RedisConnectionError, RedisTimeoutError)
 
 SAFE_POLICIES = {"noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}
 
@@ -74,3 +79,18 @@ def ensure_partitions(r: Any, wanted: int, explicit: bool = True) -> int:
 async def aensure_partitions(r: Any, wanted: int, explicit: bool = True) -> int:
     await r.hsetnx(keys.config(), "partitions", wanted)
     return _stored(await r.hget(keys.config(), "partitions"), wanted, explicit)
+
+
+def connect_async(url: str, **options: Any) -> Any:
+    """An asyncio client that retries after connection errors, as the sync client does.
+
+    redis.asyncio's from_url retries nothing by default; every rsched script is safe to apply
+    twice, so retrying a command that may or may not have run is sound.
+    """
+    from redis.asyncio import Redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+
+    retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
+    return Redis.from_url(url, retry=retry,
+                          retry_on_error=[RedisConnectionError, RedisTimeoutError], **options)

@@ -3,8 +3,7 @@ local function dead_letter(run_key, job_key, dead_key, events_key, stats_key, ma
                            run_id, job_id, attempt, err, jtype)
   redis.call('HSET', run_key, 'state', 'dead', 'ended_ms', now, 'error', err)
   redis.call('ZADD', dead_key, now, run_id)
-  local j = redis.call('HMGET', job_key, 'status', 'cron')
-  if j[1] == 'scheduled' and (j[2] == '' or not j[2]) then
+  if one_off_done(job_key) then
     redis.call('HSET', job_key, 'status', 'dead', 'updated_ms', now)
   end
   redis.call('HINCRBY', stats_key, 'dead_lettered', 1)

@@ -23,3 +23,11 @@ local function remember(key, len, rec)
     redis.call('LTRIM', key, 0, len - 1)
   end
 end
+
+-- A one-off job whose only regular occurrence was dispatched (next_ms 0) ends with its run,
+-- even if paused meanwhile; a trigger's run before that occurrence does not end the job.
+local function one_off_done(job_key)
+  local j = redis.call('HMGET', job_key, 'status', 'cron', 'next_ms')
+  return (j[1] == 'scheduled' or j[1] == 'paused') and (not j[2] or j[2] == '')
+    and (not j[3] or j[3] == '0')
+end

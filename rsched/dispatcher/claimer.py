@@ -96,23 +96,33 @@ class Claimer:
         fields = iter(await pipe.execute())
 
         calls: list[scripts.Call] = []
+        stale: list[tuple[str, str]] = []  # index entries whose hash is gone
         now_arg = now if self.clock else 0
         for p, (due, ret) in cands.items():
             items: list[tuple[float, int, list[Any], str, str]] = []  # sort key, args, keys
             for job_id, score in due:
                 f = next(fields)
-                if f[0] is None:  # job hash gone: drop the stale index entry via the script
+                if f[0] is None:  # job hash gone (deleted out of band): drop its index entry
+                    stale.append((keys.due(p), job_id))
                     continue
                 items.append(self._job_item(job_id, score, f, now))
             for rid, score in ret:
                 f = next(fields)
                 if f[0] is None:
+                    stale.append((keys.retry(p), rid))
                     continue
                 job_id = rid.rsplit("@", 1)[0]
                 items.append((score, 0, ["r", f[2].decode(), job_id, rid, f[1].decode(),
                                          "0", "0", "1"], job_id, rid))
             items.sort(key=lambda it: (it[0], -it[1]))
             calls.append(self._claim_call(p, owned[p], now_arg, items))
+        if stale:
+            # Without this a stale head would look due forever and the loop would never sleep.
+            pipe = self.r.pipeline(transaction=False)
+            for key, member in stale:
+                pipe.zrem(key, member)
+            await pipe.execute()
+            log.warning("dropped %d index entries whose job or run hash is gone", len(stale))
         lost = []
         for p, res in zip(cands, await scripts.acall_many(self.r, calls)):
             if isinstance(res, Exception):

@@ -1,0 +1,236 @@
+"""Shared helpers for the core engine tests: a hand-moved clock, keyspace snapshots, and ways to
+drive a real dispatcher and worker in-process, one step at a time or as their real loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from rsched import Client, keys
+from rsched.app import App
+from rsched.dispatcher import Dispatcher
+from rsched.dispatcher.claimer import ClaimResult
+from rsched.settings import Settings
+from rsched.worker.worker import Worker
+
+PARTITIONS = 16
+
+
+class ManualClock:
+    """An injected ms clock that only moves when a test moves it."""
+
+    def __init__(self, start_ms: int) -> None:
+        self.ms = start_ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, ms: int) -> int:
+        self.ms += ms
+        return self.ms
+
+
+def open_client(redis_url: str) -> Iterator[Client]:
+    """Body of each module's ``client`` fixture: a Client on the test keyspace, closed after."""
+    c = Client(settings=settings(redis_url))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@contextlib.asynccontextmanager
+async def aredis(url: str) -> AsyncIterator[aioredis.Redis]:
+    r = aioredis.Redis.from_url(url)
+    try:
+        yield r
+    finally:
+        await r.aclose()
+
+
+def redis_now_ms(r: redis.Redis) -> int:
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def settings(redis_url: str, **overrides: Any) -> Settings:
+    """Test settings: AOF is off on the test server (a warning only), everything else default."""
+    return Settings.from_env(redis_url=redis_url, **overrides)
+
+
+def snapshot(r: redis.Redis) -> dict[bytes, bytes | None]:
+    """DUMP of every key: equal snapshots mean nothing in the keyspace changed."""
+    names = sorted(r.scan_iter(count=1000))
+    pipe = r.pipeline(transaction=False)
+    for k in names:
+        pipe.dump(k)
+    return dict(zip(names, pipe.execute(), strict=True))
+
+
+def events(r: redis.Redis, p: int, *, job_id: str | None = None) -> list[dict[str, str]]:
+    """The partition's history events, oldest first, decoded; optionally one job's only."""
+    out = []
+    for _, fields in r.xrange(keys.events(p)):
+        e = {k.decode(): v.decode() for k, v in fields.items()}
+        if job_id is None or e.get("j") == job_id:
+            out.append(e)
+    return out
+
+
+def event_types(r: redis.Redis, p: int, job_id: str | None = None) -> list[str]:
+    return [e["e"] for e in events(r, p, job_id=job_id)]
+
+
+def stats(r: redis.Redis, p: int) -> dict[str, int]:
+    return {k.decode(): int(v) for k, v in r.hgetall(keys.stats(p)).items()}
+
+
+def stream_entries(r: redis.Redis, p: int, queue: str = "default") -> list[dict[str, str]]:
+    return [
+        {k.decode(): v.decode(errors="replace") for k, v in f.items()}
+        for _, f in r.xrange(keys.stream(p, queue))
+    ]
+
+
+class Rig:
+    """A real Dispatcher (lease keeper + claimer) and Worker, stepped by hand in one event loop.
+
+    Use inside ``asyncio.run``: ``async with Rig(url, app, clock=clock) as rig: ...``.
+    """
+
+    def __init__(
+        self,
+        redis_url: str,
+        app: App | None = None,
+        *,
+        clock: Callable[[], int] | None = None,
+        dispatcher_id: str = "d-test",
+        worker_id: str = "w-test",
+        settings_overrides: dict[str, Any] | None = None,
+        dispatcher_kw: dict[str, Any] | None = None,
+        worker_kw: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings(redis_url, **(settings_overrides or {}))
+        self.app = app or App("test")
+        self.clock = clock
+        self._dispatcher_id = dispatcher_id
+        self._worker_id = worker_id
+        self._dispatcher_kw = dispatcher_kw or {}
+        self._worker_kw = worker_kw or {}
+        self.dispatcher: Dispatcher
+        self.worker: Worker
+        self.workers: list[Worker] = []
+
+    async def __aenter__(self) -> Rig:
+        self.dispatcher = Dispatcher(
+            self.settings, dispatcher_id=self._dispatcher_id, clock=self.clock,
+            **self._dispatcher_kw,
+        )
+        self.worker = Worker(self.app, self.settings, worker_id=self._worker_id, **self._worker_kw)
+        self.workers.append(self.worker)
+        await self.dispatcher.setup()
+        await self.worker.setup()
+        return self
+
+    async def add_worker(self, worker_id: str, **worker_kw: Any) -> Worker:
+        """Another worker on the same app (to reclaim from the first one)."""
+        w = Worker(self.app, self.settings, worker_id=worker_id, **worker_kw)
+        self.workers.append(w)
+        await w.setup()
+        return w
+
+    async def __aexit__(self, *exc: object) -> None:
+        for w in self.workers:
+            for t in list(w.tasks):
+                t.cancel()
+            if w.tasks:
+                await asyncio.wait(list(w.tasks), timeout=2)
+            w.pool.shutdown(wait=False, cancel_futures=True)
+            await w.r.aclose()
+        await self.dispatcher.r.aclose()
+
+    async def lease(self) -> dict[int, int]:
+        assert self.dispatcher.leases
+        return await self.dispatcher.leases.run_once()
+
+    async def claim(self, *, renew: bool = True) -> ClaimResult:
+        """One claim round; first renew the leases (as the real loop does every lease_ms / 3),
+        since a test's clock jumps further than that."""
+        if renew:
+            await self.lease()
+        return await self.dispatcher.claim_once()
+
+    async def fetch(self, block_ms: int = 20, worker: Worker | None = None) -> int:
+        return await (worker or self.worker).fetch_once(block_ms=block_ms)
+
+    async def finish(self, timeout_s: float = 10, worker: Worker | None = None) -> int:
+        """Wait for every started run's handler, then report the outcomes (one flush)."""
+        w = worker or self.worker
+        tasks = list(w.tasks)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+            assert not pending, f"{len(pending)} handlers still running after {timeout_s} s"
+        return await w.flush_once()
+
+    async def cycle(self) -> tuple[ClaimResult, int, int]:
+        """Claim what is due, start it, let it finish and report: (claim, started, reported)."""
+        claimed = await self.claim()
+        started = await self.fetch()
+        reported = await self.finish()
+        return claimed, started, reported
+
+
+async def run_engine(
+    redis_url: str,
+    app: App,
+    until: Callable[[], bool],
+    *,
+    timeout_s: float = 10,
+    dispatcher_kw: dict[str, Any] | None = None,
+    worker_kw: dict[str, Any] | None = None,
+    while_running: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Run a Dispatcher's and a Worker's real loops in this event loop until ``until()`` holds.
+
+    ``while_running`` (optional) is awaited once both loops run, e.g. to schedule jobs.
+    A loop that dies raises here; ``until`` not holding within the deadline fails the test.
+    """
+    s = settings(redis_url)
+    stop = asyncio.Event()
+    d = Dispatcher(s, **(dispatcher_kw or {}))
+    w = Worker(app, s, **(worker_kw or {}))
+    loops = [asyncio.create_task(d.run(stop)), asyncio.create_task(w.run(stop))]
+    try:
+        if while_running is not None:
+            await while_running()
+        deadline = time.monotonic() + timeout_s
+        while not until():
+            for t in loops:
+                if t.done():
+                    t.result()  # raises what killed it
+                    raise AssertionError("an engine loop stopped on its own")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"condition not met within {timeout_s} s")
+            await asyncio.sleep(0.01)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*loops, return_exceptions=True), 15)
+
+
+def keys_in_partition(p: int, n: int, prefix: str = "k") -> list[str]:
+    """``n`` idempotency keys whose jobs land in partition ``p`` (to test one partition's order)."""
+    from rsched.ids import partition_for_key
+
+    out, i = [], 0
+    while len(out) < n:
+        key = f"{prefix}-{i}"
+        if partition_for_key(key, PARTITIONS) == p:
+            out.append(key)
+        i += 1
+    return out

@@ -1,0 +1,288 @@
+"""The Client (service layer) against a real redis-server: scheduling, idempotency, validation,
+batch scheduling and the control calls that need no worker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+import redis
+from helpers import PARTITIONS, event_types, open_client, redis_now_ms, settings
+
+from rsched import Client, Conflict, JobSpec, JobStatus, NotFound, ValidationError, keys
+from rsched.cron import parse_cron
+from rsched.errors import PayloadTooLarge, UnsafeRedis
+from rsched.ids import partition_for_key
+from rsched.models import partition_of
+
+
+def job_keys(r: redis.Redis) -> list[bytes]:
+    return sorted(r.scan_iter(match="rsched:{p*}:job:*", count=1000))
+
+
+def due_count(r: redis.Redis) -> int:
+    return sum(r.zcard(keys.due(p)) for p in range(PARTITIONS))
+
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Client]:
+    yield from open_client(redis_url)
+
+
+# --- idempotency -------------------------------------------------------------------------------
+
+
+def test_the_same_idempotency_key_twice_returns_the_same_job_and_creates_no_second(
+    client: Client, r: redis.Redis
+) -> None:
+    run_at = redis_now_ms(r) + 3_600_000
+    first = client.schedule("email", {"to": "a@x"}, run_at=run_at, idempotency_key="order-17")
+    again = client.schedule("email", {"to": "a@x"}, run_at=run_at, idempotency_key="order-17")
+
+    assert again.id == first.id
+    assert again.created_ms == first.created_ms
+    assert len(job_keys(r)) == 1
+    assert due_count(r) == 1
+    assert event_types(r, first.partition, first.id) == ["scheduled"]
+
+
+def test_a_job_with_an_idempotency_key_lives_in_the_partition_derived_from_the_key(
+    client: Client,
+) -> None:
+    for key in ("a", "order-17", "tenant/42/report"):
+        job = client.schedule("report", idempotency_key=key)
+        assert partition_of(job.id) == partition_for_key(key, PARTITIONS) == job.partition
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"payload": {"to": "b@x"}},
+        {"type": "sms"},
+        {"queue": "bulk"},
+        {"max_attempts": 7},
+        {"priority": 3},
+        {"run_at": "2031-01-01T00:00:00Z"},
+        {"cron": "0 9 * * *", "run_at": None},
+        {"paused": True},
+    ],
+    ids=lambda c: ",".join(c),
+)
+def test_the_same_idempotency_key_with_a_different_body_is_a_conflict_naming_idempotencyKey(
+    client: Client, r: redis.Redis, change: dict[str, Any]
+) -> None:
+    base: dict[str, Any] = {
+        "type": "email", "payload": {"to": "a@x"}, "run_at": "2030-01-01T00:00:00Z",
+        "idempotency_key": "order-17",
+    }
+    original = client.schedule(**base)
+    with pytest.raises(Conflict) as err:
+        client.schedule(**{**base, **change})
+    assert err.value.field == "idempotencyKey"
+    assert len(job_keys(r)) == 1
+    assert client.get(original.id) == original
+
+
+def test_a_repeated_idempotency_key_inside_one_batch_yields_one_job_and_one_conflict(
+    client: Client, r: redis.Redis
+) -> None:
+    out = client.schedule_many([
+        JobSpec("email", {"n": 1}, idempotency_key="dup"),
+        JobSpec("email", {"n": 1}, idempotency_key="dup"),
+        JobSpec("email", {"n": 2}, idempotency_key="dup"),
+    ])
+    assert not isinstance(out[0], Exception) and not isinstance(out[1], Exception)
+    assert out[0].id == out[1].id
+    assert isinstance(out[2], Conflict) and out[2].field == "idempotencyKey"
+    assert len(job_keys(r)) == 1
+
+
+# --- batches -----------------------------------------------------------------------------------
+
+INVALID_EVERY = 500
+INVALID_SPECS: list[tuple[dict[str, Any], str]] = [
+    ({"type": "no spaces"}, "type"),
+    ({"queue": "a/b"}, "queue"),
+    ({"max_attempts": 0}, "maxAttempts"),
+    ({"cron": "61 * * * *"}, "cron"),
+    ({"cron": "0 9 * * *", "tz": "Mars/Olympus"}, "timeZone"),
+    ({"run_at": "tomorrow"}, "runAt"),
+    ({"priority": 10_000}, "priority"),
+    ({"payload": b"x" * 70_000}, "payload"),
+    ({"misfire": "later"}, "misfire"),
+    ({"idempotency_key": ""}, "idempotencyKey"),
+]
+
+
+def test_a_batch_of_5000_jobs_returns_a_job_per_spec_in_order_with_errors_in_place(
+    client: Client, r: redis.Redis
+) -> None:
+    n = 5000
+    run_at = redis_now_ms(r) + 3_600_000
+    specs = [JobSpec("bulk", {"i": i}, run_at=run_at + i) for i in range(n)]
+    bad: dict[int, str] = {}
+    for k, i in enumerate(range(7, n, INVALID_EVERY)):
+        change, field = INVALID_SPECS[k % len(INVALID_SPECS)]
+        specs[i] = JobSpec(**{"type": "bulk", "payload": {"i": i}, **change})
+        bad[i] = field
+
+    t0 = time.perf_counter()
+    out = client.schedule_many(specs)
+    elapsed = time.perf_counter() - t0
+
+    assert len(out) == n
+    for i, res in enumerate(out):
+        if i in bad:
+            assert isinstance(res, ValidationError), (i, res)
+            assert res.field == bad[i], (i, res)
+        else:
+            assert not isinstance(res, Exception), (i, res)
+            assert res.payload == {"i": i} and res.next_ms == run_at + i
+    jobs = [j for j in out if not isinstance(j, Exception)]
+    assert {j.partition for j in jobs} == set(range(PARTITIONS))
+    assert len({j.id for j in jobs}) == len(jobs) == n - len(bad)
+    assert len(job_keys(r)) == due_count(r) == len(jobs)
+    print(f"schedule_many: {n} specs in {elapsed * 1000:.0f} ms")  # shown with -s
+    assert elapsed < 10, f"5000 jobs took {elapsed:.1f} s"
+
+
+# --- validation --------------------------------------------------------------------------------
+
+VALIDATION_CASES: list[tuple[dict[str, Any], str]] = [
+    ({"type": ""}, "type"),
+    ({"type": "bad type!"}, "type"),
+    ({"type": 5}, "type"),
+    ({"type": "x" * 129}, "type"),
+    ({"queue": "a/b"}, "queue"),
+    ({"queue": ""}, "queue"),
+    ({"payload": b"x" * 70_000}, "payload"),
+    ({"payload": object()}, "payload"),
+    ({"run_at": "tomorrow"}, "runAt"),
+    ({"run_at": datetime(2030, 1, 1)}, "runAt"),
+    ({"run_at": True}, "runAt"),
+    ({"run_at": [2030]}, "runAt"),
+    ({"run_at": -5}, "runAt"),
+    ({"run_at": "2030-01-01T00:00:00Z", "cron": "0 9 * * *"}, "runAt"),
+    ({"cron": ""}, "cron"),
+    ({"cron": "* * *"}, "cron"),
+    ({"cron": "61 * * * *"}, "cron"),
+    ({"cron": "0 0 30 2 *"}, "cron"),
+    ({"cron": 5}, "cron"),
+    ({"cron": "0 9 * * *", "tz": "Mars/Olympus"}, "timeZone"),
+    ({"tz": "Nowhere/Zone"}, "timeZone"),
+    ({"max_attempts": 0}, "maxAttempts"),
+    ({"max_attempts": "3"}, "maxAttempts"),
+    ({"max_attempts": 1001}, "maxAttempts"),
+    ({"priority": 5000}, "priority"),
+    ({"timeout_ms": 0}, "timeoutSeconds"),
+    ({"backoff_base_ms": -1}, "backoff.baseSeconds"),
+    ({"backoff_cap_ms": 31 * 86_400_000}, "backoff.capSeconds"),
+    ({"jitter_ms": -1}, "jitterSeconds"),
+    ({"misfire": "later"}, "misfire"),
+    ({"idempotency_key": ""}, "idempotencyKey"),
+    ({"idempotency_key": "k" * 256}, "idempotencyKey"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    VALIDATION_CASES,
+    ids=[f"{f}-{i}" for i, (_, f) in enumerate(VALIDATION_CASES)],
+)
+def test_an_invalid_spec_is_rejected_with_an_error_naming_the_field_and_writes_nothing(
+    client: Client, r: redis.Redis, change: dict[str, Any], field: str
+) -> None:
+    kwargs: dict[str, Any] = {"type": "email", "payload": {"to": "a@x"}, **change}
+    with pytest.raises(ValidationError) as err:
+        client.schedule(**kwargs)
+    assert err.value.field == field
+    assert err.value.reason and str(err.value).startswith(f"{field}: ")
+    if field == "payload" and isinstance(change["payload"], bytes):
+        assert isinstance(err.value, PayloadTooLarge)
+    assert job_keys(r) == [] and due_count(r) == 0
+
+
+def test_a_malformed_job_id_names_the_id_and_an_unknown_one_is_not_found(client: Client) -> None:
+    with pytest.raises(ValidationError) as err:
+        client.get("not-an-id")
+    assert err.value.field == "id"
+    with pytest.raises(NotFound):
+        client.get("3-01ARZ3NDEKTSV4RRFFQ69G5FAV")
+    with pytest.raises(NotFound):
+        client.pause("3-01ARZ3NDEKTSV4RRFFQ69G5FAV")
+    with pytest.raises(ValidationError) as err:
+        client.replay("3-01ARZ3NDEKTSV4RRFFQ69G5FAV")
+    assert err.value.field == "runId"
+
+
+# --- partitions --------------------------------------------------------------------------------
+
+
+def test_a_client_started_with_another_partition_count_refuses_to_schedule(
+    client: Client, redis_url: str
+) -> None:
+    client.schedule("ping")  # stores the default count, 16
+    other = Client(settings=settings(redis_url, partitions=8))
+    try:
+        with pytest.raises(UnsafeRedis, match="16 partitions, not 8"):
+            other.schedule("ping")
+    finally:
+        other.close()
+
+
+# --- pause, resume, cancel (no worker involved) ------------------------------------------------
+
+
+def test_a_paused_job_leaves_the_due_set_and_resuming_a_cron_job_computes_its_next_run_from_now(
+    client: Client, r: redis.Redis
+) -> None:
+    job = client.schedule("tick", cron="* * * * * *")  # every second (seconds field first)
+    assert r.zscore(keys.due(job.partition), job.id) == job.next_ms
+
+    paused = client.pause(job.id)
+    assert paused.status is JobStatus.PAUSED
+    assert r.zscore(keys.due(job.partition), job.id) is None
+    assert client.pause(job.id).status is JobStatus.PAUSED  # pausing twice is harmless
+
+    while redis_now_ms(r) < (job.next_ms or 0) + 1200:  # its next time is now well past
+        time.sleep(0.05)
+    before = redis_now_ms(r)
+    resumed = client.resume(job.id)
+    after = redis_now_ms(r)
+
+    assert resumed.status is JobStatus.SCHEDULED
+    assert resumed.next_ms is not None and before < resumed.next_ms <= after + 1000
+    assert resumed.next_ms == parse_cron("* * * * * *", "UTC").next_after(resumed.next_ms - 1000)
+    assert r.zscore(keys.due(job.partition), job.id) == resumed.next_ms
+    assert event_types(r, job.partition, job.id) == ["scheduled", "paused", "resumed"]
+
+
+def test_cancel_is_final_every_later_control_call_is_a_conflict(
+    client: Client, r: redis.Redis
+) -> None:
+    job = client.schedule("tick", cron="0 9 * * *", tz="Europe/Berlin")
+    cancelled = client.cancel(job.id)
+    assert cancelled.status is JobStatus.CANCELLED and cancelled.next_ms is None
+    assert r.zscore(keys.due(job.partition), job.id) is None
+    assert client.cancel(job.id).status is JobStatus.CANCELLED  # cancelling twice is harmless
+
+    for call in (client.resume, client.pause, client.trigger):
+        with pytest.raises(Conflict) as err:
+            call(job.id)
+        assert err.value.field == "status"
+    assert client.get(job.id).status is JobStatus.CANCELLED
+    assert r.zscore(keys.due(job.partition), job.id) is None
+    assert event_types(r, job.partition, job.id) == ["scheduled", "cancelled"]
+
+
+def test_a_job_scheduled_paused_is_not_due_until_resumed(client: Client, r: redis.Redis) -> None:
+    job = client.schedule("report", run_at=redis_now_ms(r) - 1000, paused=True)
+    assert job.status is JobStatus.PAUSED
+    assert due_count(r) == 0
+    resumed = client.resume(job.id)
+    assert resumed.status is JobStatus.SCHEDULED
+    assert r.zscore(keys.due(job.partition), job.id) == job.next_ms

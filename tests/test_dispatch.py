@@ -1,0 +1,418 @@
+"""Dispatchers against a real redis-server: leases and fencing, the claim of due occurrences,
+misfire and jitter, the pubsub wake-up, and the start-up checks every process makes.
+
+Most tests step LeaseKeeper / Claimer / Dispatcher.claim_once with an injected clock, so nothing
+sleeps; the wake-up test runs the real loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from helpers import (
+    PARTITIONS,
+    ManualClock,
+    Rig,
+    aredis,
+    event_types,
+    keys_in_partition,
+    open_client,
+    redis_now_ms,
+    run_engine,
+    settings,
+    snapshot,
+    stream_entries,
+)
+
+from rsched import App, Client, JobContext, JobStatus, RunState, keys, scripts
+from rsched.cron import parse_cron
+from rsched.dispatcher import Dispatcher, LeaseKeeper
+from rsched.errors import UnsafeRedis
+from rsched.spec import jitter_offset_ms
+from rsched.worker.worker import Worker
+
+LEASE_MS = 10_000
+MINUTE = 60_000
+
+
+def lease_owners(r: redis.Redis) -> dict[int, tuple[str, int]]:
+    out = {}
+    for p in range(PARTITIONS):
+        h = r.hgetall(keys.lease(p))
+        if h:
+            out[p] = (h[b"owner"].decode(), int(h[b"fence"]))
+    return out
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Client]:
+    yield from open_client(redis_url)
+
+
+@pytest.fixture
+def clock(r: redis.Redis) -> ManualClock:
+    """Starts at Redis's time, so jobs the client schedules 'now' are due."""
+    return ManualClock(redis_now_ms(r))
+
+
+# --- claim -------------------------------------------------------------------------------------
+
+
+def test_a_due_one_off_job_is_dispatched_once_under_a_deterministic_run_id_and_a_future_one_is_not(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    due = client.schedule("email", {"to": "a@x"}, run_at=clock() - 5000)  # the past runs now
+    later = client.schedule("email", {"to": "b@x"}, run_at=clock() + MINUTE)
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock) as rig:
+            assert len(await rig.lease()) == PARTITIONS
+            first = await rig.claim()
+            assert first.dispatched == 1
+            assert first.earliest_ms == later.next_ms
+            again = await rig.claim()
+            assert again.dispatched == 0
+            clock.advance(MINUTE)
+            assert (await rig.claim()).dispatched == 1
+
+    asyncio.run(scenario())
+
+    for job in (due, later):
+        rid = f"{job.id}@{job.next_ms}"
+        entries = [e for e in stream_entries(r, job.partition) if e["j"] == job.id]
+        assert [e["r"] for e in entries] == [rid]
+        assert entries[0]["s"] == str(job.next_ms) and entries[0]["a"] == "1"
+        run = client.get_run(rid)
+        assert run.state is RunState.DISPATCHED and run.attempt == 1 and run.sched_ms == job.next_ms
+        assert r.zscore(keys.due(job.partition), job.id) is None
+        assert event_types(r, job.partition, job.id) == ["scheduled", "dispatched"]
+
+
+def test_jobs_due_at_the_same_time_are_dispatched_by_priority_after_earlier_ones(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    at = clock() - 1000
+    k = keys_in_partition(3, 5)
+    jobs = {
+        "low": client.schedule("t", run_at=at, priority=-3, idempotency_key=k[0]),
+        "mid": client.schedule("t", run_at=at, priority=0, idempotency_key=k[1]),
+        "high": client.schedule("t", run_at=at, priority=5, idempotency_key=k[2]),
+        "earlier-low": client.schedule("t", run_at=at - 1, priority=-10, idempotency_key=k[3]),
+        "not-due-high": client.schedule("t", run_at=at + 5000, priority=99, idempotency_key=k[4]),
+    }
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock) as rig:
+            await rig.lease()
+            assert (await rig.claim()).dispatched == 4
+
+    asyncio.run(scenario())
+    by_id = {j.id: name for name, j in jobs.items()}
+    order = [by_id[e["j"]] for e in stream_entries(r, 3)]
+    assert order == ["earlier-low", "high", "mid", "low"]
+
+
+def test_a_recurring_job_advances_by_compare_and_set_so_a_claim_applied_twice_dispatches_once(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = client.schedule("tick", cron="*/5 * * * *")
+    assert job.next_ms is not None
+    calls: list[scripts.Call] = []
+    real = scripts.acall_many
+
+    async def recording(r_: Any, batch: list[scripts.Call]) -> list[Any]:
+        calls.extend(c for c in batch if c[0] == "claim")
+        return await real(r_, batch)
+
+    monkeypatch.setattr(scripts, "acall_many", recording)
+    clock.ms = job.next_ms + 1000
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock) as rig:
+            await rig.lease()
+            assert (await rig.claim()).dispatched == 1
+
+    asyncio.run(scenario())
+    assert len(calls) == 1
+    nxt = parse_cron("*/5 * * * *", "UTC").next_after(job.next_ms)
+    assert client.get(job.id).next_ms == nxt
+    assert r.zscore(keys.due(job.partition), job.id) == nxt
+    before = snapshot(r)
+
+    name, ks, args = calls[0]
+    again = scripts.call(r, name, ks, args)  # what a client retry after a lost reply does
+
+    assert [int(again[0]), int(again[1])] == [0, 1]  # nothing dispatched, one skipped
+    assert snapshot(r) == before
+    assert [e["r"] for e in stream_entries(r, job.partition)] == [f"{job.id}@{job.next_ms}"]
+
+
+def test_a_claim_with_a_stale_fence_changes_nothing_in_the_keyspace(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    for p in range(PARTITIONS):  # due work in every partition
+        for key in keys_in_partition(p, 2):
+            client.schedule("email", {"key": key}, run_at=clock() - 1000, idempotency_key=key)
+    client.schedule("tick", cron="* * * * *")
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock, dispatcher_id="d-old") as old, \
+                Rig(redis_url, clock=clock, dispatcher_id="d-new") as new:
+            old_fences = await old.lease()
+            assert set(old_fences.values()) == {1}
+            clock.advance(LEASE_MS + 1)  # d-old stalls (GC pause, SIGSTOP) past its lease
+            assert (await new.lease()) == dict.fromkeys(range(PARTITIONS), 2)
+            before = snapshot(r)
+
+            res = await old.claim(renew=False)  # d-old wakes up and carries on with its old fences
+
+            assert snapshot(r) == before
+            assert res.dispatched == 0 and sorted(res.lost) == sorted(old_fences)
+            assert old.dispatcher.leases is not None and old.dispatcher.leases.owned == {}
+            clock.advance(MINUTE)
+            assert (await new.claim()).dispatched == 2 * PARTITIONS + 1
+
+    asyncio.run(scenario())
+
+
+# --- leases ------------------------------------------------------------------------------------
+
+
+def keeper(r: aioredis.Redis, owner: str, clock: ManualClock) -> LeaseKeeper:
+    return LeaseKeeper(r, owner, PARTITIONS, LEASE_MS, clock)
+
+
+def test_each_acquisition_increments_the_fence_and_renewal_keeps_it(
+    redis_url: str, r: redis.Redis, clock: ManualClock
+) -> None:
+    async def scenario() -> None:
+        async with aredis(redis_url) as ar:
+            d1, d2 = keeper(ar, "d1", clock), keeper(ar, "d2", clock)
+            assert await d1.run_once() == dict.fromkeys(range(PARTITIONS), 1)
+            for _ in range(3):  # renewals well inside the lease: same fence, later expiry
+                clock.advance(LEASE_MS // 2)
+                assert await d1.run_once() == dict.fromkeys(range(PARTITIONS), 1)
+                assert int(r.hget(keys.lease(0), "expires_ms") or 0) == clock() + LEASE_MS
+            await d1.release_all()
+            assert lease_owners(r)[0] == ("", 1)
+            assert await d2.run_once() == dict.fromkeys(range(PARTITIONS), 2)
+            await d2.release_all()
+            assert await d1.run_once() == dict.fromkeys(range(PARTITIONS), 3)
+
+    asyncio.run(scenario())
+    assert int(r.hget(keys.stats(0), "lease_changes") or 0) == 3
+
+
+def test_when_a_dispatcher_stops_renewing_another_takes_over_after_expiry_with_fence_plus_one(
+    redis_url: str, r: redis.Redis, clock: ManualClock
+) -> None:
+    async def scenario() -> None:
+        async with aredis(redis_url) as ar:
+            dead, live = keeper(ar, "d-dead", clock), keeper(ar, "d-live", clock)
+            await dead.run_once()
+            await live.run_once()  # joins: its half is still held by d-dead
+            assert live.owned == {}
+            clock.advance(LEASE_MS - 1)
+            await live.run_once()  # d-dead's lease has 1 ms left: nothing to take yet
+            assert live.owned == {}
+            clock.advance(2)
+            assert await live.run_once() == dict.fromkeys(range(PARTITIONS), 2)
+            assert await dead.run_once() == {}  # its renewals are refused: it lost every lease
+
+    asyncio.run(scenario())
+    assert {owner for owner, _ in lease_owners(r).values()} == {"d-live"}
+
+
+def test_partitions_rebalance_to_an_even_split_as_dispatchers_join_and_leave(
+    redis_url: str, r: redis.Redis, clock: ManualClock
+) -> None:
+    async def scenario() -> list[tuple[str, list[int]]]:
+        seen: list[tuple[str, list[int]]] = []
+        live: list[LeaseKeeper] = []
+
+        async def settle(label: str) -> None:
+            for _ in range(3):  # a join or leave converges in two rounds: release, then acquire
+                for k in live:
+                    await k.run_once()
+                clock.advance(1000)
+            owned = [set(k.owned) for k in live]
+            assert set().union(*owned) == set(range(PARTITIONS)), label
+            assert sum(len(o) for o in owned) == PARTITIONS, f"{label}: a partition owned twice"
+            seen.append((label, sorted((len(o) for o in owned), reverse=True)))
+
+        async with aredis(redis_url) as ar:
+            for name in ("d1", "d2", "d3"):
+                live.append(keeper(ar, name, clock))
+                await settle(f"{name} joined")
+            for _ in range(2):
+                await live.pop(1).release_all()
+                await settle("one left")
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert [split for _, split in seen] == [[16], [8, 8], [6, 5, 5], [8, 8], [16]]
+    owners = lease_owners(r)
+    assert {o for o, _ in owners.values()} == {"d1"}
+
+
+# --- misfire and jitter ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("misfire", "late_ms", "fires"),
+    [
+        ("run_once", 10 * MINUTE + 30_000, True),  # down for 10 occurrences: runs the first once
+        ("skip", 10 * MINUTE + 30_000, False),  # skip: straight on to the next future time
+        ("skip", 30_000, True),  # late by less than the 60 s grace: not a misfire
+    ],
+)
+def test_a_recurring_job_after_a_dispatcher_outage_runs_at_most_the_missed_occurrence_then_resumes(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
+    misfire: str, late_ms: int, fires: bool,
+) -> None:
+    job = client.schedule("tick", cron="* * * * *", misfire=misfire)
+    assert job.next_ms is not None
+    clock.ms = job.next_ms + late_ms
+    resume_at = parse_cron("* * * * *", "UTC").next_after(clock())
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock) as rig:
+            await rig.lease()
+            first = await rig.claim()
+            assert (first.dispatched, first.skipped) == ((1, 0) if fires else (0, 1))
+            assert client.get(job.id).next_ms == resume_at  # no catch-up storm
+            assert (await rig.claim()).dispatched == 0
+            clock.ms = resume_at
+            assert (await rig.claim()).dispatched == 1
+
+    asyncio.run(scenario())
+    runs = [e["r"] for e in stream_entries(r, job.partition)]
+    missed = [f"{job.id}@{job.next_ms}"] if fires else []
+    assert runs == missed + [f"{job.id}@{resume_at}"]
+    if not fires:
+        assert "skipped" in event_types(r, job.partition, job.id)
+
+
+def test_jitter_spreads_occurrences_within_plus_minus_n_seconds_deterministically(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    jitter_ms = 20_000
+    cron = "* * * * *"
+    jobs = [client.schedule("report", cron=cron, jitter_ms=jitter_ms, idempotency_key=f"j{i}")
+            for i in range(100)]
+    nominal = jobs[0].next_ms
+    assert nominal is not None and all(j.next_ms == nominal for j in jobs)
+
+    def offsets(at: int) -> list[int]:
+        return [int(r.zscore(keys.due(j.partition), j.id) or 0) - at for j in jobs]
+
+    first = offsets(nominal)
+    assert first == [jitter_offset_ms(j.id, nominal, jitter_ms) for j in jobs]
+    assert all(-jitter_ms <= o <= jitter_ms for o in first)
+    assert min(first) < -jitter_ms // 2 and max(first) > jitter_ms // 2  # really spread
+    # scheduling again (same keys) changes nothing: the jitter is a function of id and time
+    assert [client.schedule("report", cron=cron, jitter_ms=jitter_ms, idempotency_key=f"j{i}").id
+            for i in range(100)] == [j.id for j in jobs]
+    assert offsets(nominal) == first
+
+    clock.ms = nominal - jitter_ms - 1
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock) as rig:
+            await rig.lease()
+            assert (await rig.claim()).dispatched == 0
+            clock.ms = nominal + jitter_ms
+            assert (await rig.claim()).dispatched == len(jobs)
+
+    asyncio.run(scenario())
+    following = nominal + MINUTE
+    second = offsets(following)
+    assert all(-jitter_ms <= o <= jitter_ms for o in second)
+    assert second == [jitter_offset_ms(j.id, following, jitter_ms) for j in jobs]
+    assert second != first
+    for j in jobs:  # run ids carry the nominal time, not the jittered one
+        assert client.get(j.id).last_run_id == f"{j.id}@{nominal}"
+
+
+# --- wake-up -----------------------------------------------------------------------------------
+
+
+def test_a_job_due_in_200_ms_starts_within_tens_of_ms_though_the_dispatcher_may_sleep_1_s(
+    redis_url: str, client: Client, r: redis.Redis
+) -> None:
+    app = App("wake")
+
+    @app.job("ping")
+    async def ping(ctx: JobContext) -> int:
+        return ctx.attempt
+
+    jobs: list[str] = []
+
+    def all_done() -> bool:
+        return len(jobs) == 3 and all(
+            client.get(j).status is JobStatus.COMPLETED for j in jobs
+        )
+
+    async def schedule_while_idle() -> None:
+        await asyncio.sleep(0.4)  # leases taken, nothing due: the dispatcher sleeps up to 1 s
+        for pause_s in (0.0, 0.35, 0.6):
+            await asyncio.sleep(pause_s)
+            jobs.append(client.schedule("ping", run_at=client.now_ms() + 200).id)
+
+    asyncio.run(run_engine(
+        redis_url, app, all_done, timeout_s=15, while_running=schedule_while_idle,
+        dispatcher_kw={"max_sleep_ms": 1000}, worker_kw={"concurrency": 4},
+    ))
+    lags = []
+    for job_id in jobs:
+        job = client.get(job_id)
+        assert job.last_run_id is not None
+        run = client.get_run(job.last_run_id)
+        assert run.state is RunState.SUCCEEDED and run.started_ms is not None
+        lags.append(run.started_ms - run.sched_ms)
+    print(f"start lags {lags} ms")  # shown with -s
+    assert all(0 <= lag < 150 for lag in lags), f"start lags {lags} ms"
+
+
+# --- start-up checks ---------------------------------------------------------------------------
+
+
+async def set_up(kind: str, redis_url: str, **overrides: Any) -> None:
+    s = settings(redis_url, **overrides)
+    proc: Dispatcher | Worker = Dispatcher(s) if kind == "dispatcher" else Worker(App(), s)
+    try:
+        await proc.setup()
+    finally:
+        await proc.r.aclose()
+        if isinstance(proc, Worker):
+            proc.pool.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("kind", ["dispatcher", "worker"])
+def test_a_process_refuses_to_start_against_a_redis_that_evicts_keys_unless_explicitly_allowed(
+    redis_url: str, r: redis.Redis, kind: str
+) -> None:
+    r.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        with pytest.raises(UnsafeRedis, match="allkeys-lru"):
+            asyncio.run(set_up(kind, redis_url))
+        assert r.hget(keys.config(), "partitions") is None  # refused before writing anything
+        asyncio.run(set_up(kind, redis_url, allow_unsafe_redis=True))
+    finally:
+        r.config_set("maxmemory-policy", "noeviction")
+
+
+@pytest.mark.parametrize("kind", ["dispatcher", "worker"])
+def test_a_process_started_with_another_partition_count_refuses_to_run(
+    redis_url: str, client: Client, kind: str
+) -> None:
+    client.schedule("ping")  # stores 16
+    with pytest.raises(UnsafeRedis, match="16 partitions, not 8"):
+        asyncio.run(set_up(kind, redis_url, partitions=8))
+    asyncio.run(set_up(kind, redis_url, partitions=16))

@@ -1,0 +1,524 @@
+"""Workers against a real redis-server: results and history, retries with backoff, dead letters
+and replay, timeouts, missing handlers, fencing of stale reports, heartbeats and reclaims, and
+pause/cancel around a run in progress.
+
+A Rig steps a real Dispatcher and Worker (claim, fetch, finish); the dispatcher's clock is
+injected, the worker's scripts use Redis's own clock, so retry times are read back from Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from helpers import ManualClock, Rig, event_types, events, open_client, redis_now_ms, stats
+
+from rsched import App, Client, Conflict, JobContext, JobStatus, RunState, keys
+from rsched.retry import backoff_ceiling_ms
+
+MINUTE = 60_000
+
+
+def retry_score(r: redis.Redis, p: int, run_id: str) -> int:
+    score = r.zscore(keys.retry(p), run_id)
+    assert score is not None, f"{run_id} has no retry scheduled"
+    return int(score)
+
+
+def pending(r: redis.Redis, p: int, queue: str = "default") -> list[dict[str, Any]]:
+    return r.xpending_range(keys.stream(p, queue), keys.GROUP, "-", "+", 100)
+
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Client]:
+    yield from open_client(redis_url)
+
+
+@pytest.fixture
+def clock(r: redis.Redis) -> ManualClock:
+    """Starts at Redis's time, so jobs the client schedules 'now' are due."""
+    return ManualClock(redis_now_ms(r))
+
+
+# --- success and failure -----------------------------------------------------------------------
+
+
+def test_a_successful_run_records_its_result_history_and_completes_a_one_off_job(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app = App()
+
+    @app.job("email")
+    def send(ctx: JobContext) -> dict[str, Any]:  # sync: runs in the thread pool
+        return {"sent_to": ctx.payload["to"], "attempt": ctx.attempt, "run": ctx.run_id}
+
+    job = client.schedule("email", {"to": "a@x"}, run_at=clock() - 1)
+    rid = f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            assert (await rig.cycle())[1:] == (1, 1)
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert run.state is RunState.SUCCEEDED and run.worker == "w-test" and run.fence == 1
+    assert run.result == {"sent_to": "a@x", "attempt": 1, "run": rid}
+    assert run.started_ms is not None and run.ended_ms is not None
+    assert client.get(job.id).status is JobStatus.COMPLETED
+    [attempt] = client.runs(job.id)
+    assert (attempt.run_id, attempt.attempt, attempt.status) == (rid, 1, "succeeded")
+    assert attempt.result == run.result and attempt.worker == "w-test"
+    assert event_types(r, job.partition, job.id) == [
+        "scheduled", "dispatched", "started", "succeeded"]
+    assert stats(r, job.partition)["succeeded"] == 1
+    assert pending(r, job.partition) == []  # acknowledged
+
+
+@pytest.mark.parametrize(("base_ms", "cap_ms"), [(1000, 3_600_000), (1000, 1500)])
+def test_failed_attempts_are_retried_with_capped_exponential_backoff_then_dead_lettered(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
+    caplog: pytest.LogCaptureFixture, base_ms: int, cap_ms: int,
+) -> None:
+    app = App()
+
+    @app.job("flaky")
+    async def flaky(ctx: JobContext) -> None:
+        raise ValueError(f"boom {ctx.attempt}")
+
+    job = client.schedule("flaky", run_at=clock() - 1, max_attempts=3,
+                          backoff_base_ms=base_ms, backoff_cap_ms=cap_ms)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            await rig.claim()
+            for attempt in (1, 2):
+                before = redis_now_ms(r)
+                assert await rig.fetch() == 1
+                await rig.finish()
+                after = redis_now_ms(r)
+                run = client.get_run(rid)
+                assert run.state is RunState.RETRY_WAIT and run.attempt == attempt
+                assert run.error == f"ValueError: boom {attempt}"
+                ceiling = min(base_ms * 2**attempt, cap_ms)
+                assert ceiling == backoff_ceiling_ms(attempt, base_ms, cap_ms)
+                assert before <= retry_score(r, p, rid) <= after + ceiling
+                clock.ms = max(clock(), retry_score(r, p, rid))
+                assert (await rig.claim()).dispatched == 1
+            assert await rig.fetch() == 1
+            await rig.finish()
+
+    with caplog.at_level(logging.ERROR, logger="rsched.worker"):
+        asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert run.state is RunState.DEAD and run.attempt == 3 and run.error == "ValueError: boom 3"
+    assert r.zscore(keys.retry(p), rid) is None and r.zscore(keys.dead(p), rid) is not None
+    assert [d.id for d in client.dead_letters()] == [rid]
+    assert client.get(job.id).status is JobStatus.DEAD
+    s = stats(r, p)
+    assert (s["failed"], s["retried"], s["dead_lettered"]) == (3, 2, 1)
+    assert [a.status for a in client.runs(job.id)] == ["failed"] * 3
+    assert [a.error for a in client.runs(job.id)] == [f"ValueError: boom {n}" for n in (3, 2, 1)]
+    assert any("ALERT" in m and rid in m for m in caplog.messages)
+    dead = [e for e in events(r, p, job_id=job.id) if e["e"] == "dead_lettered"]
+    assert len(dead) == 1 and dead[0]["err"] == "ValueError: boom 3"
+
+
+def test_a_replayed_dead_letter_starts_again_from_attempt_one_and_can_succeed(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app = App()
+    healthy = False
+
+    @app.job("flaky")
+    async def flaky(ctx: JobContext) -> str:
+        if not healthy:
+            raise RuntimeError("downstream is down")
+        return f"ok on attempt {ctx.attempt}"
+
+    job = client.schedule("flaky", run_at=clock() - 1, max_attempts=1)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        nonlocal healthy
+        async with Rig(redis_url, app, clock=clock) as rig:
+            await rig.cycle()
+            assert client.get_run(rid).state is RunState.DEAD
+            healthy = True
+            replayed = client.replay(rid)
+            assert replayed.state is RunState.RETRY_WAIT and replayed.attempt == 0
+            assert client.get(job.id).status is JobStatus.SCHEDULED
+            clock.ms = max(clock(), retry_score(r, p, rid))
+            assert (await rig.cycle())[1:] == (1, 1)
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert run.state is RunState.SUCCEEDED and run.attempt == 1
+    assert run.result == "ok on attempt 1"
+    assert client.get(job.id).status is JobStatus.COMPLETED
+    assert client.dead_letters() == [] and r.zcard(keys.dead(p)) == 0
+    assert [a.status for a in client.runs(job.id)] == ["succeeded", "failed"]
+    assert "replayed" in event_types(r, p, job.id)
+
+
+def test_retrying_an_occurrence_of_a_recurring_job_does_not_move_its_next_regular_occurrence(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app = App()
+
+    @app.job("sync")
+    async def sync(ctx: JobContext) -> None:
+        raise ConnectionError("partner API unavailable")
+
+    job = client.schedule("sync", cron="*/5 * * * *", max_attempts=3, backoff_base_ms=1000)
+    assert job.next_ms is not None
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+    following = job.next_ms + 5 * MINUTE
+    clock.ms = job.next_ms
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            for _ in range(2):
+                await rig.cycle()
+                assert client.get(job.id).next_ms == following
+                assert r.zscore(keys.due(p), job.id) == following
+                clock.ms = max(clock(), retry_score(r, p, rid))
+            assert client.get_run(rid).attempt == 2
+            await rig.cycle()
+
+    asyncio.run(scenario())
+    assert client.get_run(rid).state is RunState.DEAD
+    after = client.get(job.id)
+    assert after.status is JobStatus.SCHEDULED  # a recurring job lives on past a dead occurrence
+    assert after.next_ms == following and r.zscore(keys.due(p), job.id) == following
+
+
+@pytest.mark.parametrize("flavour", ["async", "sync"])
+def test_a_handler_over_its_timeout_is_cancelled_and_counts_as_a_timed_out_failure(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, flavour: str
+) -> None:
+    app = App()
+    if flavour == "async":
+        @app.job("slow")
+        async def slow_async(ctx: JobContext) -> None:
+            await asyncio.sleep(5)
+    else:
+        @app.job("slow")
+        def slow_sync(ctx: JobContext) -> None:
+            time.sleep(0.6)
+
+    job = client.schedule("slow", run_at=clock() - 1, timeout_ms=100, max_attempts=2)
+    rid = f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            t0 = time.monotonic()
+            await rig.cycle()
+            assert time.monotonic() - t0 < 0.5  # the handler was not waited for
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert run.state is RunState.RETRY_WAIT and run.error == "timed out after 0.1 s"
+    [attempt] = client.runs(job.id)[1:]  # the first entry is the pending retry
+    assert attempt.status == "timed_out" and attempt.error == "timed out after 0.1 s"
+    assert stats(r, job.partition)["failed"] == 1
+    assert "timed_out" in event_types(r, job.partition, job.id)
+
+
+def test_a_job_type_without_a_handler_fails_with_a_clear_error_and_dead_letters_after_its_attempts(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app = App("billing")
+
+    @app.job("invoice")
+    async def invoice(ctx: JobContext) -> None: ...
+
+    job = client.schedule("nobody-home", run_at=clock() - 1, max_attempts=2, backoff_base_ms=0)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            await rig.cycle()
+            assert client.get_run(rid).state is RunState.RETRY_WAIT
+            clock.ms = max(clock(), retry_score(r, p, rid))
+            await rig.cycle()
+
+    asyncio.run(scenario())
+    [dead] = client.dead_letters()
+    assert dead.id == rid and dead.attempt == 2
+    assert dead.error == ("UnknownJobType: no handler registered for job type 'nobody-home' "
+                          "in app 'billing' (registered: invoice)")
+    assert stats(r, p)["dead_lettered"] == 1
+
+
+def test_a_job_keeps_only_its_most_recent_attempts_in_redis(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app = App()
+
+    @app.job("tick")
+    async def tick(ctx: JobContext) -> int:
+        return ctx.scheduled_ms
+
+    job = client.schedule("tick", cron="* * * * *")
+    assert job.next_ms is not None
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock, settings_overrides={"history_len": 3}) as rig:
+            for n in range(5):
+                clock.ms = job.next_ms + n * MINUTE
+                assert (await rig.cycle())[1:] == (1, 1)
+
+    asyncio.run(scenario())
+    history = client.runs(job.id)
+    assert [a.result for a in history] == [job.next_ms + n * MINUTE for n in (4, 3, 2)]
+    assert r.llen(keys.history(job.partition, job.id)) == 3
+
+
+# --- heartbeats, reclaims and fencing ----------------------------------------------------------
+
+
+def fast_reclaim(visibility_ms: int) -> dict[str, int]:
+    return {"visibility_ms": visibility_ms, "heartbeat_ms": visibility_ms // 3}
+
+
+def gated_app() -> tuple[App, dict[str, asyncio.Event]]:
+    """A handler that runs until the test opens its worker's gate; returns the worker id."""
+    app: App = App()
+    gates: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+
+    @app.job("long")
+    async def long(ctx: JobContext) -> str:
+        await gates[ctx.worker_id].wait()
+        return ctx.worker_id
+
+    return app, gates
+
+
+def test_heartbeats_keep_a_long_run_alive_then_a_reclaim_starts_a_new_attempt_with_a_new_fence(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app, gates = gated_app()
+    job = client.schedule("long", run_at=clock() - 1, max_attempts=3)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+    visibility = 300
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
+                       worker_kw=fast_reclaim(visibility)) as rig:
+            b = await rig.add_worker("w-b", **fast_reclaim(visibility))
+            await rig.claim()
+            assert await rig.fetch() == 1
+            for _ in range(4):  # 4 x 150 ms: twice the visibility timeout, kept by heartbeats
+                await asyncio.sleep(visibility / 2000)
+                assert await rig.worker.heartbeat_once() == 0
+                assert await b.reclaim_once() == 0
+            run = client.get_run(rid)
+            assert (run.state, run.worker, run.fence, run.attempt) == (
+                RunState.RUNNING, "w-a", 1, 1)
+
+            await asyncio.sleep(visibility / 1000 + 0.1)  # w-a hangs: no heartbeat
+            assert await b.reclaim_once() == 1
+            run = client.get_run(rid)
+            assert (run.state, run.worker, run.fence, run.attempt) == (
+                RunState.RUNNING, "w-b", 2, 2)
+            assert await rig.worker.heartbeat_once() == 1  # w-a learns it lost the run
+            gates["w-b"].set()
+            await rig.finish(worker=b)
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert run.state is RunState.SUCCEEDED and run.result == "w-b" and run.attempt == 2
+    types = event_types(r, p, job.id)
+    assert types[-4:] == ["abandoned", "reclaimed", "started", "succeeded"]
+    assert [(a.attempt, a.status, a.worker) for a in client.runs(job.id)] == [
+        (2, "succeeded", "w-b"), (1, "abandoned", "w-a")]
+    assert stats(r, p)["reclaimed"] == 1
+
+
+def test_a_stale_completion_after_a_reclaim_is_rejected_logged_not_recorded_and_not_acknowledged(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app, gates = gated_app()
+    job = client.schedule("long", run_at=clock() - 1, max_attempts=3)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
+                       worker_kw=fast_reclaim(100)) as rig:
+            b = await rig.add_worker("w-b", **fast_reclaim(100))
+            await rig.claim()
+            await rig.fetch()
+            await asyncio.sleep(0.2)
+            assert await b.reclaim_once() == 1
+            run_before = r.hgetall(keys.run(p, rid))
+            hist_before = r.lrange(keys.history(p, job.id), 0, -1)
+
+            gates["w-a"].set()  # the old owner wakes up and reports
+            assert await rig.finish() == 1
+
+            assert rig.worker.counts["fenced"] == 1
+            assert r.hgetall(keys.run(p, rid)) == run_before
+            assert r.lrange(keys.history(p, job.id), 0, -1) == hist_before
+            [entry] = pending(r, p)
+            assert entry["consumer"] == b"w-b"  # still w-b's, unacknowledged
+            gates["w-b"].set()
+            await rig.finish(worker=b)
+
+    with caplog.at_level(logging.WARNING, logger="rsched.worker"):
+        asyncio.run(scenario())
+    [fenced] = [e for e in events(r, p, job_id=job.id) if e["e"] == "fenced"]
+    assert (fenced["w"], fenced["f"], fenced["r"]) == ("w-a", "1", rid)
+    assert stats(r, p)["fenced"] == 1
+    assert any("rejected" in m and rid in m for m in caplog.messages)
+    run = client.get_run(rid)
+    assert run.state is RunState.SUCCEEDED and run.result == "w-b"
+    assert pending(r, p) == []
+
+
+def test_a_run_reclaimed_after_its_last_attempt_is_dead_lettered_instead_of_restarted(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app, _ = gated_app()
+    job = client.schedule("long", run_at=clock() - 1, max_attempts=1)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock, worker_id="w-a") as rig:
+            b = await rig.add_worker("w-b", **fast_reclaim(50))
+            await rig.claim()
+            await rig.fetch()
+            await asyncio.sleep(0.1)
+            assert await b.reclaim_once() == 0  # nothing to run: the attempts are used up
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert run.state is RunState.DEAD and "w-a stopped heartbeating" in (run.error or "")
+    assert client.get(job.id).status is JobStatus.DEAD
+    assert pending(r, p) == []
+
+
+# --- pause and cancel around a run in progress --------------------------------------------------
+
+
+@pytest.mark.parametrize("control", ["pause", "cancel"])
+def test_pausing_or_cancelling_a_recurring_job_lets_the_run_in_progress_finish_and_stops_later_runs(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, control: str
+) -> None:
+    app, gates = gated_app()
+    job = client.schedule("long", cron="* * * * *")
+    assert job.next_ms is not None
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+    clock.ms = job.next_ms
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            await rig.claim()
+            assert await rig.fetch() == 1
+            getattr(client, control)(job.id)
+            gates["w-test"].set()
+            assert await rig.finish() == 1
+            for n in range(1, 4):
+                clock.ms = job.next_ms + n * MINUTE
+                assert (await rig.claim()).dispatched == 0
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert run.state is RunState.SUCCEEDED and run.result == "w-test"
+    expected = JobStatus.PAUSED if control == "pause" else JobStatus.CANCELLED
+    assert client.get(job.id).status is expected
+    assert r.zscore(keys.due(p), job.id) is None
+    assert len(r.xrange(keys.stream(p, "default"))) <= 1
+
+
+def test_cancelling_a_job_abandons_its_pending_retry(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app = App()
+
+    @app.job("flaky")
+    async def flaky(ctx: JobContext) -> None:
+        raise RuntimeError("no")
+
+    job = client.schedule("flaky", run_at=clock() - 1, max_attempts=5, backoff_base_ms=0)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            await rig.cycle()
+            assert client.get_run(rid).state is RunState.RETRY_WAIT
+            client.cancel(job.id)
+            clock.ms = max(clock(), retry_score(r, p, rid))
+            claimed, started, _ = await rig.cycle()
+            assert (claimed.dispatched, started) == (0, 0)
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert run.state is RunState.ABANDONED and run.error == "job cancelled"
+    assert r.zcard(keys.retry(p)) == 0
+    assert event_types(r, p, job.id)[-2:] == ["cancelled", "abandoned"]
+    with pytest.raises(Conflict, match="abandoned, not dead-lettered"):
+        client.replay(rid)
+
+
+def test_a_one_off_job_paused_while_its_run_is_in_progress_ends_completed_not_stuck_paused(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app, gates = gated_app()
+    job = client.schedule("long", run_at=clock() - 1)
+    rid = f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            await rig.claim()
+            assert await rig.fetch() == 1
+            assert client.pause(job.id).status is JobStatus.PAUSED
+            gates["w-test"].set()
+            assert await rig.finish() == 1
+
+    asyncio.run(scenario())
+    assert client.get_run(rid).result == "w-test"
+    assert client.get(job.id).status is JobStatus.COMPLETED  # nothing is left to resume
+    with pytest.raises(Conflict):
+        client.resume(job.id)
+
+
+# --- triggers ----------------------------------------------------------------------------------
+
+
+def test_triggering_a_one_off_job_before_its_time_runs_it_now_and_again_at_its_time(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app = App()
+
+    @app.job("report")
+    async def report(ctx: JobContext) -> int:
+        return ctx.scheduled_ms
+
+    job = client.schedule("report", run_at=clock() + MINUTE)
+    p = job.partition
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            rid = client.trigger(job.id)
+            clock.ms = max(clock(), retry_score(r, p, rid))
+            assert (await rig.cycle())[1:] == (1, 1)
+            assert client.get_run(rid).state is RunState.SUCCEEDED
+            assert client.get(job.id).status is JobStatus.SCHEDULED  # its own run is still due
+            clock.ms = job.next_ms or 0
+            claimed, started, _ = await rig.cycle()
+            assert (claimed.dispatched, started) == (1, 1)
+            assert claimed.earliest_ms is None  # nothing left: the dispatcher may sleep
+
+    asyncio.run(scenario())
+    assert client.get_run(f"{job.id}@{job.next_ms}").state is RunState.SUCCEEDED
+    assert client.get(job.id).status is JobStatus.COMPLETED
+    assert r.zcard(keys.due(p)) == 0
