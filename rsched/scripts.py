@@ -21,7 +21,7 @@ _INCLUDE = re.compile(r"^--!include (\w+)\s*$", re.M)
 
 NAMES = (
     "schedule", "lease", "claim", "start", "heartbeat", "complete",
-    "pause", "resume", "cancel", "replay", "trigger",
+    "pause", "resume", "cancel", "replay", "trigger", "update",
 )
 
 
@@ -47,7 +47,9 @@ def load(name: str) -> Script:
     text = base.joinpath(f"{name}.lua").read_text()
 
     def inline(m: re.Match[str]) -> str:
-        return base.joinpath("include", f"{m.group(1)}.lua").read_text()
+        # One segment per joinpath: an installed wheel gives a MultiplexedPath (rsched.lua has
+        # no __init__.py), whose joinpath takes a single argument on Python 3.11.
+        return base.joinpath("include").joinpath(f"{m.group(1)}.lua").read_text()
 
     source = _INCLUDE.sub(inline, text)
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest())

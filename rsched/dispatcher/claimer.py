@@ -42,6 +42,7 @@ class Claimer:
     misfire_grace_ms: int = 60_000
     events_maxlen: int = 0
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
+    catchup_ms: int = 1000  # lateness tolerated before missed occurrences collapse into one
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
 
@@ -147,7 +148,11 @@ class Claimer:
         nxt, nxt_score, fire = 0, 0, "1"
         if cron:
             sched = parse_cron(cron, sp.get("tz") or "UTC")
-            nxt = sched.next_after(max(expected, now))
+            nxt = sched.next_after(expected)
+            if nxt <= now - self.catchup_ms:
+                # Missed more than one occurrence (downtime): run the missed one once, then resume
+                # from now, instead of a catch-up storm.  Mere lag below catchup_ms loses nothing.
+                nxt = sched.next_after(now)
             nxt_score = nxt + jitter_offset_ms(job_id, nxt, int(sp.get("jitter_ms") or 0))
             if sp.get("misfire") == "skip" and now - expected > self.misfire_grace_ms:
                 fire = "0"

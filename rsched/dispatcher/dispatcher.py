@@ -11,9 +11,9 @@ from typing import Any, Callable
 
 from redis.asyncio import Redis
 
-from .. import keys
+from .. import keys, metrics
 from ..ids import ulid
-from ..redis_setup import acheck_redis, aensure_partitions
+from ..redis_setup import UNAVAILABLE, acheck_redis, aensure_partitions, connect_async
 from ..settings import Settings
 from .claimer import Claimer, ClaimResult
 from .leases import LeaseKeeper
@@ -40,7 +40,7 @@ class Dispatcher:
         self.max_sleep_ms = max_sleep_ms
         self.misfire_grace_ms = misfire_grace_ms
         self.clock = clock
-        self.r: Redis = Redis.from_url(settings.redis_url)
+        self.r: Redis = connect_async(settings.redis_url)
         self._wake = asyncio.Event()
         self.leases: LeaseKeeper | None = None
         self.claimer: Claimer | None = None
@@ -55,7 +55,13 @@ class Dispatcher:
 
     async def claim_once(self) -> ClaimResult:
         assert self.leases and self.claimer
+        t0 = time.perf_counter()
         res = await self.claimer.run_once(self.leases.owned)
+        metrics.CLAIM_ROUND.observe(time.perf_counter() - t0)
+        if res.dispatched:
+            metrics.DISPATCHED.inc(res.dispatched)
+        if res.skipped:
+            metrics.SKIPPED.inc(res.skipped)
         for p in res.lost:
             self.leases.lost(p)
         return res
@@ -91,7 +97,7 @@ class Dispatcher:
                     self._wake.clear()
                     t0 = time.monotonic()
                     res = await self.claim_once()
-                except (ConnectionError, OSError, TimeoutError) as e:
+                except UNAVAILABLE as e:
                     log.warning("redis unavailable: %s", e)
                     await asyncio.sleep(0.5)
                     continue

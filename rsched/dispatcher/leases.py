@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .. import keys, scripts
+from .. import keys, metrics, scripts
 
 log = logging.getLogger("rsched.dispatcher")
 
@@ -57,11 +57,14 @@ class LeaseKeeper:
             if mode == "release" or code != 1:
                 if p in self.owned:
                     log.info("partition %d released or lost (fence %d)", p, fence)
+                    metrics.LEASE_CHANGES.labels("released" if mode == "release" else "lost").inc()
                 self.owned.pop(p, None)
             else:
                 if p not in self.owned:
                     log.info("partition %d acquired with fence %d", p, fence)
+                    metrics.LEASE_CHANGES.labels("acquired").inc()
                 self.owned[p] = fence
+        metrics.PARTITIONS_OWNED.set(len(self.owned))
         return dict(self.owned)
 
     def _call(self, p: int, mode: str, fence: int, now: int) -> scripts.Call:
@@ -71,6 +74,7 @@ class LeaseKeeper:
     def lost(self, p: int) -> None:
         """The claim script said our fence is stale: stop using the partition at once."""
         if self.owned.pop(p, None) is not None:
+            metrics.LEASE_CHANGES.labels("lost").inc()
             log.warning("partition %d: lease lost (stale fence), stopping its dispatch", p)
 
     async def release_all(self) -> None:

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -25,9 +26,11 @@ from redis.exceptions import ResponseError
 
 from .. import keys, scripts
 from ..app import App, JobContext
+from ..errors import ValidationError
 from ..ids import ulid
+from ..metrics import RunMetrics
 from ..models import unpack_payload, unpack_spec
-from ..redis_setup import acheck_redis, aensure_partitions
+from ..redis_setup import UNAVAILABLE, acheck_redis, aensure_partitions, connect_async
 from ..retry import retry_delay_ms
 from ..settings import Settings
 
@@ -63,6 +66,9 @@ class Outcome:
     duration_ms: int
     text: str
     delay_ms: int
+    type: str = ""
+    queue: str = ""
+    attempt: int = 0
 
 
 def _s(v: Any) -> str:
@@ -84,6 +90,12 @@ class Worker:
         threads: int | None = None,
         flush_ms: float = 2.0,
     ) -> None:
+        if heartbeat_ms * 2 > visibility_ms:
+            raise ValidationError(
+                "heartbeatMs", f"must be at most half of visibilityMs ({visibility_ms}), "
+                "or live runs get reclaimed between two heartbeats")
+        if concurrency < 1:
+            raise ValidationError("concurrency", "must be at least 1")
         self.app = app
         self.settings = settings
         self.queues = list(queues)
@@ -93,8 +105,9 @@ class Worker:
         self.heartbeat_ms = heartbeat_ms
         self.grace_s = grace_s
         self.flush_ms = flush_ms
-        self.r: Redis = Redis.from_url(settings.redis_url)
+        self.r: Redis = connect_async(settings.redis_url)
         self.pool = ThreadPoolExecutor(threads or concurrency, thread_name_prefix="rsched-job")
+        self._sem = asyncio.Semaphore(concurrency)
         self.inflight: dict[str, Inflight] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.done: list[Outcome] = []
@@ -103,6 +116,7 @@ class Worker:
         self.streams: dict[str, tuple[int, str]] = {}
         self._cursors: dict[str, str] = {}
         self.counts: dict[str, int] = defaultdict(int)
+        self.metrics = RunMetrics(inflight=self.inflight.__len__)
 
     # --- set-up ------------------------------------------------------------------------------
 
@@ -125,8 +139,11 @@ class Worker:
         free = self.concurrency - len(self.inflight)
         if free <= 0:
             return 0
+        # COUNT applies per stream: split the free slots so one read cannot overshoot the
+        # concurrency by more than one entry per stream (the semaphore in _execute holds those).
+        count = max(1, free // len(self.streams))
         resp = await self.r.xreadgroup(
-            keys.GROUP, self.id, {s: ">" for s in self.streams}, count=free, block=block_ms
+            keys.GROUP, self.id, {s: ">" for s in self.streams}, count=count, block=block_ms
         )
         entries = [(_s(s), _s(eid), f) for s, items in resp or () for eid, f in items if f]
         return await self._start(entries)
@@ -150,9 +167,10 @@ class Worker:
         entries = [e for e in entries if _s(e[2][b"r"]) not in self.inflight]
         if entries:
             log.info("reclaiming %d idle runs", len(entries))
-        return await self._start(entries)
+        return await self._start(entries, reclaimed=True)
 
-    async def _start(self, entries: list[tuple[str, str, dict[bytes, bytes]]]) -> int:
+    async def _start(self, entries: list[tuple[str, str, dict[bytes, bytes]]],
+                     reclaimed: bool = False) -> int:
         if not entries:
             return 0
         by_part: dict[int, list[tuple[str, str, dict[bytes, bytes]]]] = defaultdict(list)
@@ -169,7 +187,9 @@ class Worker:
                 args += [rid, eid]
             calls.append(("start", ks, args))
         started = 0
-        for (p, items), res in zip(by_part.items(), await scripts.acall_many(self.r, calls)):
+        results = await scripts.acall_many(self.r, calls)
+        now_s, m = time.time(), self.metrics
+        for (p, items), res in zip(by_part.items(), results):
             if isinstance(res, Exception):
                 log.error("start on partition %d failed: %s", p, res)
                 continue
@@ -177,6 +197,12 @@ class Worker:
                 fence, attempt = int(res[2 * i]), int(res[2 * i + 1])
                 if fence <= 0:
                     continue
+                jtype, queue = _s(f[b"t"]), self.streams[s][1]
+                m.count("started", jtype, queue)
+                if reclaimed:
+                    m.count("reclaimed", jtype, queue)
+                elif attempt == 1:  # retries wait for their backoff on purpose
+                    m.lag.observe(queue, now_s - int(f[b"s"]) / 1000)
                 fl = Inflight(p, s, eid, _s(f[b"r"]), _s(f[b"j"]), fence, attempt)
                 self.inflight[fl.run_id] = fl
                 task = asyncio.create_task(self._execute(fl, f))
@@ -191,6 +217,7 @@ class Worker:
         jtype = _s(f[b"t"])
         sp = unpack_spec(f.get(b"x"))
         timeout_s = int(sp.get("timeout_ms") or 300_000) / 1000
+        await self._sem.acquire()
         t0 = time.perf_counter()
         status, text = "succeeded", "null"
         try:
@@ -218,6 +245,8 @@ class Worker:
             raise  # shutdown past the grace period: no report, the run will be reclaimed
         except Exception as e:  # noqa: BLE001 - any handler error is a failed attempt
             status, text = "failed", f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
+        finally:
+            self._sem.release()
         duration = int((time.perf_counter() - t0) * 1000)
         delay = 0
         if status != "succeeded":
@@ -226,8 +255,10 @@ class Worker:
             log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status, text,
                         extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
         self.counts[status] += 1
+        self.metrics.duration.observe(jtype, duration / 1000)
         self.done.append(Outcome(fl.partition, fl.stream, fl.run_id, fl.job_id, fl.fence, status,
-                                 duration, text, delay))
+                                 duration, text, delay, jtype, self.streams[fl.stream][1],
+                                 fl.attempt))
         self._done_evt.set()
 
     async def flush_once(self) -> int:
@@ -250,7 +281,7 @@ class Worker:
             calls.append(("complete", ks, args))
         try:
             results = await scripts.acall_many(self.r, calls)
-        except (ConnectionError, OSError, TimeoutError) as e:
+        except UNAVAILABLE as e:
             log.warning("cannot report %d outcomes (%s); will retry", len(batch), e)
             self.done = batch + self.done
             return 0
@@ -261,16 +292,24 @@ class Worker:
                 retry_later += items
                 continue
             for o, code in zip(items, res):
-                if int(code) == -1:
+                code = int(code)
+                if code > 0:
+                    self.metrics.count(o.status, o.type, o.queue)
+                if code == -1:
                     self.counts["fenced"] += 1
+                    self.metrics.count("fenced", o.type, o.queue)
                     log.warning("run %s: result rejected, fence %d is stale (run was reclaimed)",
-                                o.run_id, o.fence, extra={"job_id": o.job_id, "run_id": o.run_id})
-                elif int(code) == 2:
+                                o.run_id, o.fence, extra={"job_id": o.job_id, "run_id": o.run_id,
+                                                          "attempt": o.attempt})
+                elif code == 2:
                     self.counts["retried"] += 1
-                elif int(code) == 3:
+                    self.metrics.count("retried", o.type, o.queue)
+                elif code == 3:
                     self.counts["dead_lettered"] += 1
+                    self.metrics.count("dead_lettered", o.type, o.queue)
                     log.error("ALERT run %s dead-lettered: %s", o.run_id, o.text,
-                              extra={"job_id": o.job_id, "run_id": o.run_id})
+                              extra={"job_id": o.job_id, "run_id": o.run_id,
+                                     "attempt": o.attempt})
                 self.inflight.pop(o.run_id, None)
         self.done = retry_later + self.done
         self._slot.set()
@@ -300,6 +339,7 @@ class Worker:
             "queues": self.queues, "inflight": len(self.inflight), "pid": os.getpid(),
             "host": socket.gethostname(), "beat_ms": int(time.time() * 1000),
             "concurrency": self.concurrency, "counts": dict(self.counts),
+            "metrics": self.metrics.heartbeat(),
         }))
         return lost
 
@@ -322,7 +362,8 @@ class Worker:
             self._done_evt.clear()
             await asyncio.sleep(self.flush_ms / 1000)
             try:
-                await self.flush_once()
+                if not await self.flush_once() and self.done:
+                    await asyncio.sleep(0.2)  # nothing got through (Redis away): don't spin
             except Exception as e:  # noqa: BLE001
                 log.warning("flush: %s", e)
                 await asyncio.sleep(0.2)
@@ -336,7 +377,11 @@ class Worker:
         log.info("worker %s started: queues %s, concurrency %d", self.id,
                  ",".join(self.queues), self.concurrency)
         flusher = asyncio.create_task(self._flusher(stop))
-        hb = asyncio.create_task(self._loop(stop, self.heartbeat_once, self.heartbeat_ms / 1000))
+        # Heartbeats outlive `stop`: runs finishing within the grace period must stay ours.
+        hb_stop = asyncio.Event()
+        hb = asyncio.create_task(
+            self._loop(hb_stop, self.heartbeat_once, self.heartbeat_ms / 1000)
+        )
         rc = asyncio.create_task(
             self._loop(stop, self.reclaim_once, max(self.visibility_ms / 4000, 0.1))
         )
@@ -351,7 +396,7 @@ class Worker:
                     continue
                 try:
                     await self.fetch_once(block_ms=500)
-                except (ConnectionError, OSError, TimeoutError) as e:
+                except UNAVAILABLE as e:
                     log.warning("fetch: %s", e)
                     await asyncio.sleep(0.5)
                 except ResponseError as e:
@@ -367,14 +412,30 @@ class Worker:
                 await asyncio.wait_for(flusher, 5)
             except (TimeoutError, Exception):  # noqa: BLE001
                 pass
+            hb_stop.set()
             hb.cancel()
             try:
-                await self.r.hdel(keys.workers(), self.id)
-            except Exception:  # noqa: BLE001
-                pass
+                await self._deregister()
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not deregister: %s", e)
             self.pool.shutdown(wait=False, cancel_futures=True)
             await self.r.aclose()
             log.info("worker %s stopped", self.id)
+
+    async def _deregister(self) -> None:
+        """Leave the registry and the consumer groups, except where entries still wait for
+        reclaim under our name (deleting the consumer would drop them from the group)."""
+        await self.r.hdel(keys.workers(), self.id)
+        names = list(self.streams)
+        pipe = self.r.pipeline(transaction=False)
+        for s in names:
+            pipe.xpending_range(s, keys.GROUP, "-", "+", 1, consumername=self.id)
+        mine = await pipe.execute(raise_on_error=False)
+        pipe = self.r.pipeline(transaction=False)
+        for s, pending in zip(names, mine):
+            if isinstance(pending, list) and not pending:
+                pipe.xgroup_delconsumer(s, keys.GROUP, self.id)
+        await pipe.execute(raise_on_error=False)
 
     async def _drain(self) -> None:
         """Let running jobs finish within the grace period; the rest are left to be reclaimed."""
@@ -410,3 +471,8 @@ def serve(app: App, settings: Settings, **options: Any) -> None:
         await Worker(app, settings, **options).run(stop)
 
     asyncio.run(main())
+    # A sync handler still running past the grace period cannot be cancelled, and interpreter
+    # exit would join its thread: leave without it (its run is reclaimed by another worker).
+    if any(t.name.startswith("rsched-job") for t in threading.enumerate()):
+        logging.shutdown()
+        os._exit(0)

@@ -1,0 +1,106 @@
+"""The wheel is complete: built from a clean copy of the source, installed non-editable into a
+fresh venv, it loads its Lua scripts and talks to Redis from outside the source tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rsched import scripts
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+# What a fresh checkout would not have, or the wheel does not need: a stale build/ folder could
+# otherwise smuggle files into the wheel that the source no longer has.
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    "tests",
+    "loadtest",
+    "node_modules",
+)
+
+
+def run(argv: list[str | Path], cwd: Path, timeout: float = 300) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    done = subprocess.run(
+        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("wheel")
+    shutil.copytree(ROOT, tmp / "src", ignore=NOT_SOURCE)
+    run([sys.executable, "-m", "pip", "wheel", tmp / "src", "--no-deps", "-q", "-w", tmp], tmp)
+    (built,) = tmp.glob("rsched-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv holding the wheel, non-editable; its dependencies are borrowed from this
+    test's environment by a path entry (no index needed), and come after its own packages."""
+    home = tmp_path_factory.mktemp("venv") / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", home], home.parent)
+    python = home / "bin" / "python"
+    run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", wheel],
+        home.parent,
+    )
+    site = Path(
+        run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], home.parent
+        ).strip()
+    )
+    (site / "zz_test_deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    return home
+
+
+def test_the_wheel_holds_every_lua_script_and_include(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    lua = ROOT / "lua"
+    expected = {f"rsched/lua/{p.relative_to(lua).as_posix()}" for p in lua.rglob("*.lua")}
+    assert {n for n in expected if n.startswith("rsched/lua/include/")}
+    assert expected <= names, sorted(expected - names)
+    assert {f"rsched/lua/{name}.lua" for name in scripts.NAMES} <= names
+
+
+def test_the_installed_wheel_loads_its_scripts_and_schedules_a_job_outside_the_source_tree(
+    venv: Path, redis_url: str, tmp_path: Path
+) -> None:
+    probe = f"""
+import json, re, rsched
+from rsched import Client, scripts
+loaded = {{name: scripts.load(name) for name in scripts.NAMES}}
+client = Client({redis_url!r})
+job = client.schedule("packaging.probe", {{"ok": True}}, run_at="2099-01-01T00:00:00Z")
+print(json.dumps({{
+    "file": rsched.__file__,
+    "shas": {{name: s.sha for name, s in loaded.items()}},
+    "unresolved": [name for name, s in loaded.items() if re.search("^--!include", s.source, re.M)],
+    "stored": client.get(job.id).payload,
+}}))
+"""
+    got = json.loads(run([venv / "bin" / "python", "-c", probe], tmp_path))
+    assert Path(got["file"]).is_relative_to(venv)  # the wheel's copy, not the source tree
+    assert got["unresolved"] == []
+    assert got["shas"] == {name: scripts.load(name).sha for name in scripts.NAMES}
+    assert got["stored"] == {"ok": True}
+    assert "dispatcher" in run([venv / "bin" / "rsched", "--help"], tmp_path)
