@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from typing import Any
 
@@ -42,13 +43,25 @@ def load_app(spec: str) -> App:
 @click.option("--allow-unsafe-redis", "allow_unsafe", is_flag=True,
               help="Run against a Redis that may evict keys (tests only).")
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-format", envvar="RSCHED_LOG_FORMAT", default="text", show_default=True,
+              type=click.Choice(["text", "json"], case_sensitive=False),
+              help="json: one JSON object per line [env RSCHED_LOG_FORMAT].")
+@click.option("--metrics-port", envvar="RSCHED_METRICS_PORT", default=None,
+              help="Serve a dispatcher's, worker's or archiver's Prometheus metrics on PORT or "
+                   "HOST:PORT [env RSCHED_METRICS_PORT]; the API serves /metrics itself.")
 @click.pass_context
 def cli(ctx: click.Context, redis_url: str | None, partitions: int | None, allow_unsafe: bool,
-        log_level: str) -> None:
+        log_level: str, log_format: str = "text", metrics_port: str | None = None) -> None:
     """rsched: durable cron and one-off jobs on Redis."""
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from . import logs
+
+    logs.setup(log_level, log_format)
     ctx.obj = {"redis_url": redis_url, "partitions": partitions, "allow_unsafe": allow_unsafe}
+    if metrics_port and ctx.invoked_subcommand in ("dispatcher", "worker", "archiver"):
+        from . import metrics
+
+        url = _settings(ctx).redis_url if ctx.invoked_subcommand == "archiver" else None
+        metrics.serve(metrics_port, archive_redis_url=url)
 
 
 @cli.command()
@@ -90,11 +103,131 @@ def worker(ctx: click.Context, app_spec: str, queues: str, concurrency: int, vis
           heartbeat_ms=heartbeat_ms, grace_s=grace)
 
 
+@cli.command()
+@click.option("--archive-url", default=None,
+              help="postgresql://... or sqlite:///path [env RSCHED_ARCHIVE_URL; "
+                   "default sqlite:rsched-archive.db]")
+@click.option("--batch", type=int, default=None,
+              help="Events read per partition per round [env RSCHED_ARCHIVE_BATCH; 2000].")
+@click.option("--poll-ms", type=int, default=None,
+              help="Wait after an empty round [env RSCHED_ARCHIVE_POLL_MS; 200].")
+@click.option("--claim-idle-ms", type=int, default=None,
+              help="Take over a dead archiver's events after this idle time "
+                   "[env RSCHED_ARCHIVE_CLAIM_IDLE_MS; 60000].")
+@click.option("--retention-days", type=int, default=None,
+              help="Days of history kept, 0 = all [env RSCHED_ARCHIVE_RETENTION_DAYS; 30].")
+@click.option("--backlog-warn", type=int, default=None,
+              help="Warn when this many events wait in Redis "
+                   "[env RSCHED_ARCHIVE_BACKLOG_WARN; 100000].")
+@click.option("--id", "archiver_id", default=None,
+              help="Consumer name; reuse it across restarts to resume its own batch at once.")
+@click.pass_context
+def archiver(ctx: click.Context, archive_url: str | None, batch: int | None,
+             poll_ms: int | None, claim_idle_ms: int | None, retention_days: int | None,
+             backlog_warn: int | None, archiver_id: str | None) -> None:
+    """Run an archiver: move the events streams into the run-history store, exactly once."""
+    from .archive.archiver import ArchiverConfig, serve
+
+    config = ArchiverConfig.from_env(url=archive_url, batch=batch, poll_ms=poll_ms,
+                                     claim_idle_ms=claim_idle_ms, retention_days=retention_days,
+                                     backlog_warn=backlog_warn)
+    serve(_settings(ctx), config, archiver_id=archiver_id)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="RSCHED_API_HOST")
+@click.option("--port", default=8600, show_default=True, type=int, envvar="RSCHED_API_PORT")
+@click.option("--no-auth", is_flag=True,
+              help="Serve without API keys: local development only (logs a loud warning).")
+@click.option("--max-body-bytes", default=1 << 20, show_default=True,
+              help="Largest request body (POST /jobs/batch has its own limit).")
+@click.option("--max-batch-bytes", default=32 << 20, show_default=True)
+@click.option("--access-log/--no-access-log", default=False, show_default=True)
+@click.pass_context
+def api(ctx: click.Context, host: str, port: int, no_auth: bool, max_body_bytes: int,
+        max_batch_bytes: int, access_log: bool) -> None:
+    """Serve the HTTP API (uvicorn)."""
+    import uvicorn
+    from redis import Redis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from .api.app import NO_AUTH_WARNING, create_app
+    from .redis_setup import check_redis
+
+    settings = _settings(ctx)
+    try:  # refuse an evicting Redis here, with one line, before uvicorn starts
+        with Redis.from_url(settings.redis_url) as r:
+            check_redis(r, settings.allow_unsafe_redis)
+    except RedisConnectionError as e:
+        logging.getLogger("rsched.api").warning("Redis unreachable (%s); serving anyway", e)
+    if no_auth:
+        click.secho(f"WARNING: {NO_AUTH_WARNING}", fg="red", bold=True, err=True)
+    app = create_app(settings, auth=not no_auth, max_body_bytes=max_body_bytes,
+                     max_batch_bytes=max_batch_bytes)
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+    # log_config=None: uvicorn's lines go through rsched.logs (text or JSON)
+    uvicorn.run(app, host=host, port=port, log_level=level, access_log=access_log,
+                lifespan="on", timeout_graceful_shutdown=10, proxy_headers=False,
+                server_header=False, log_config=None)
+
+
+def _add_operator_commands() -> None:
+    from .commands import COMMANDS
+
+    for command in COMMANDS:
+        cli.add_command(command)
+
+
+_add_operator_commands()
+
+
+@cli.command()
+@click.option("--port", default=8600, show_default=True, help="API and dashboard port.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--data-dir", default=".rsched", show_default=True, type=click.Path(),
+              help="Redis data (AOF), the SQLite history, the admin key and logs.")
+@click.option("--redis-url", "dev_redis_url", default=None,
+              help="Use this Redis instead of starting one (RSCHED_REDIS_URL is ignored here).")
+@click.option("--fresh", is_flag=True, help="Delete the data directory first: start over.")
+@click.option("--verbose", "-v", is_flag=True, help="Show every log line, not only warnings.")
+@click.option("--no-metrics-ports", is_flag=True,
+              help="Do not serve the dispatcher's, worker's and archiver's metrics on PORT+1..3.")
+def dev(port: int, host: str, data_dir: str, dev_redis_url: str | None, fresh: bool,
+        verbose: bool, no_metrics_ports: bool) -> None:
+    """Run everything locally: Redis, API + dashboard, dispatcher, worker, archiver, samples.
+
+    A private redis-server keeps its data in --data-dir (--redis-url uses an existing Redis
+    instead); Ctrl-C stops everything, and the next start finds every job.
+    """
+    from pathlib import Path
+
+    from .dev import DevOptions, run
+
+    sys.exit(run(DevOptions(host=host, port=port, redis_url=dev_redis_url,
+                            data_dir=Path(data_dir), fresh=fresh, verbose=verbose,
+                            metrics_ports=not no_metrics_ports)))
+
+
 def main() -> None:
+    """Entry point: errors become one line on stderr and a non-zero exit, never a traceback."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import RedisError
+
     try:
         cli(standalone_mode=True)
     except RschedError as e:
         click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    except RedisConnectionError as e:
+        click.echo(f"error: cannot reach Redis: {e}", err=True)
+        sys.exit(1)
+    except RedisError as e:
+        click.echo(f"error: Redis: {e}", err=True)
+        sys.exit(1)
+    except Exception as e:  # noqa: BLE001 - one line, no traceback (RSCHED_DEBUG=1 shows it)
+        if os.environ.get("RSCHED_DEBUG"):
+            raise
+        click.echo(f"error: {type(e).__name__}: {e}", err=True)
         sys.exit(1)
 
 

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Generator
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from redis import Redis
 
-from . import keys, scripts
+from . import keys, metrics, scripts
 from .errors import Conflict, NotFound, RschedError, ValidationError
-from .ids import new_job_id, run_id as make_run_id
+from .ids import new_job_id
+from .ids import run_id as make_run_id
 from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
 from .redis_setup import _stored as stored_partitions
 from .settings import Settings
@@ -64,7 +65,7 @@ def one(results: list[Any]) -> Any:
     return results[0]
 
 
-def _fill(pipe: Any, work: Commands) -> Any:
+def fill_pipeline(pipe: Any, work: Commands) -> Any:
     for method, args, kwargs in work.cmds:
         getattr(pipe, method)(*args, **kwargs)
     return pipe
@@ -198,13 +199,13 @@ class ClientBase:
         results = (yield Scripts(calls)) if calls else []
         wake: set[int] = set()
         existing: list[tuple[int, str]] = []
-        for (p, chunk), res in zip(layout, results):
+        for (p, chunk), res in zip(layout, results, strict=True):
             if isinstance(res, Exception):
                 raise res
             if res[0] == 1:
                 wake.add(p)
             created_ms = int(res[1])
-            for (i, prep), code in zip(chunk, res[2:]):
+            for (i, prep), code in zip(chunk, res[2:], strict=True):
                 if code == 0:
                     out[i] = (Job.created(prep.logical, specs[i].payload, created_ms), True)
                 elif code == 1:
@@ -216,8 +217,10 @@ class ClientBase:
         if existing:
             hashes = yield Commands([cmd("hgetall", keys.job(partition_of(job_id), job_id))
                                      for _, job_id in existing])
-            for (i, _), h in zip(existing, hashes):
+            for (i, _), h in zip(existing, hashes, strict=True):
                 out[i] = (Job.from_hash(h), False)
+        metrics.count_scheduled((r[0].type, r[0].queue) for r in out
+                                if isinstance(r, tuple) and r[1])
         yield from self.op_wake(wake)
         return out  # type: ignore[return-value]
 
@@ -406,9 +409,8 @@ class Client(ClientBase):
     def _execute(self, work: Work) -> list[Any]:
         if isinstance(work, Scripts):
             return scripts.call_many(self.r, work.calls)
-        return _fill(self.r.pipeline(transaction=False), work).execute(
-            raise_on_error=work.raise_on_error
-        )
+        pipe = fill_pipeline(self.r.pipeline(transaction=False), work)
+        return list(pipe.execute(raise_on_error=work.raise_on_error))
 
     @property
     def partitions(self) -> int:
@@ -425,7 +427,7 @@ class Client(ClientBase):
         return res
 
     def schedule_many(self, specs: Sequence[JobSpec]) -> list[Job | RschedError]:
-        """Schedule many jobs in one round trip per few hundred; each gets a Job or its own error."""
+        """Schedule many jobs, one round trip per few hundred; each gets a Job or its own error."""
         return self.run(self.op_schedule_many(specs))
 
     def update(self, job_id: str, patch: JobPatch) -> Job:
@@ -439,7 +441,7 @@ class Client(ClientBase):
         return self.run(self.op_get_run(run_id))
 
     def runs(self, job_id: str, limit: int = 50, offset: int = 0) -> list[Attempt]:
-        """The job's in-flight run (if any) then its most recent finished attempts, newest first."""
+        """The job's in-flight run (if any) then its latest finished attempts, newest first."""
         return self.run(self.op_runs(job_id, limit, offset))
 
     def dead_letters(self, limit: int = 100) -> list[Run]:

@@ -95,6 +95,11 @@ def job(p: int, job_id: str) -> str:
     return _pk(p, f"job:{job_id}")
 
 
+def job_pattern() -> str:
+    """SCAN MATCH pattern of every partition's job hashes (listing jobs, rsched.query)."""
+    return f"{PREFIX}:{{p*}}:job:*"
+
+
 def run(p: int, run_id: str) -> str:
     """HASH: one occurrence of a job and its current attempt (see models.Run)."""
     return _pk(p, f"run:{run_id}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
+from collections import Counter as Tally
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -174,10 +175,7 @@ CLAIM_ROUND = Histogram("rsched_claim_round_seconds", "One claim round over owne
 
 def count_scheduled(created: Iterable[tuple[str, str]]) -> None:
     """Count created jobs given as (type, queue): one counter call per distinct pair."""
-    tally: dict[tuple[str, str], int] = defaultdict(int)
-    for k in created:
-        tally[k] += 1
-    for (t, q), n in tally.items():
+    for (t, q), n in Tally(created).items():
         JOBS_SCHEDULED.labels(t, q).inc(n)
 
 

@@ -101,9 +101,9 @@ def jitter_offset_ms(job_id: str, nominal_ms: int, jitter_ms: int) -> int:
 
 def validate(spec: JobSpec, max_payload_bytes: int) -> tuple[dict[str, Any], str]:
     """Check every field; return the static hash fields and the body hash for idempotency."""
-    if not isinstance(spec.type, str) or not _NAME.match(spec.type):
+    if not isinstance(spec.type, str) or not _NAME.fullmatch(spec.type):
         raise ValidationError("type", "must be 1-128 characters of letters, digits, _ . : -")
-    if not isinstance(spec.queue, str) or not _QUEUE.match(spec.queue):
+    if not isinstance(spec.queue, str) or not _QUEUE.fullmatch(spec.queue):
         raise ValidationError("queue", "must be 1-64 characters of letters, digits, _ . -")
     try:
         payload = msgpack.packb(spec.payload, use_bin_type=True)

@@ -1,0 +1,1 @@
+"""Example handlers and the sample jobs `rsched dev` schedules (`make demo`)."""

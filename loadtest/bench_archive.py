@@ -1,0 +1,251 @@
+"""Archive benchmark: events streams -> Postgres through `rsched archiver` processes.
+
+A private redis-server and a fresh Postgres database (created and dropped here).
+Phase 1 (drain): N realistic run events (default 200,000) across 16 partitions are written to the
+events streams first; archivers start and move them; reports events/s and checks every event is
+in the table exactly once.  Phase 2 (live): a producer process appends events at a steady rate
+(like a busy engine) while the archivers run; samples the archive lag (events waiting in Redis,
+age of the oldest) every 0.25 s.  Prints a last line of JSON.
+
+    .venv/bin/python loadtest/bench_archive.py [--events 200000] [--archivers 1] [--rate 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import redis
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from redis_server import RedisServer  # noqa: E402
+
+from rsched import keys  # noqa: E402
+from rsched.archive.lag import archive_lag  # noqa: E402
+
+PARTITIONS = 16
+# The engine writes its events from Lua scripts (dispatched by claim, started by start, the
+# outcome by complete); so does this producer, so the client costs next to nothing and Redis
+# does the same XADD work.  KEYS[1] = a partition's events stream; ARGV = partition, first
+# sequence number, runs, now_ms.  ~10% of runs fail, durations spread 0-1999 ms.
+PRODUCE_LUA = """
+local key, p, seq, n, now = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local types = {'email.send', 'report.build', 'invoice.charge', 'cache.warm', 'sync.crm', 'cleanup'}
+local errors = {'TimeoutError: upstream did not answer in 30 s',
+                "ValueError: invalid customer id 'c_0000'",
+                'ConnectionResetError: [Errno 104] Connection reset by peer'}
+for i = seq, seq + n - 1 do
+  local job = p .. '-01J' .. string.format('%023d', i)
+  local sched = now - (i * 7919) % 60000
+  local run = job .. '@' .. sched
+  local ty, w, d = types[i % #types + 1], 'w-host-' .. (i % 4), (i * 7907) % 2000
+  redis.call('XADD', key, '*', 'e', 'dispatched', 'j', job, 'r', run, 'a', 1, 't', sched,
+             's', sched, 'ty', ty, 'q', 'default')
+  redis.call('XADD', key, '*', 'e', 'started', 'j', job, 'r', run, 'a', 1, 't', sched + 3,
+             'w', w, 'f', 1, 'ty', ty, 's', sched)
+  if i % 10 == 0 then
+    redis.call('XADD', key, '*', 'e', 'failed', 'j', job, 'r', run, 'a', 1, 't', sched + 3 + d,
+               'w', w, 'd', d, 'ty', ty, 'q', 'default', 's', sched, 'err', errors[i % 3 + 1])
+  else
+    redis.call('XADD', key, '*', 'e', 'succeeded', 'j', job, 'r', run, 'a', 1,
+               't', sched + 3 + d, 'w', w, 'd', d, 'ty', ty, 'q', 'default', 's', sched,
+               'res', '{"ok":true,"n":' .. i .. '}')
+  end
+end
+return n * 3
+"""
+RUNS_PER_CALL = 50  # per partition per script call: short Redis pauses, like the engine's
+
+
+def produce(url: str, n: int, start_seq: int = 0, rate: float = 0.0) -> int:
+    """Append n events (n a multiple of 3: whole runs), round-robin over the partitions;
+    rate > 0 paces them (events/s).  Returns n."""
+    r = redis.Redis.from_url(url)
+    script = r.register_script(PRODUCE_LUA)
+    runs, seq, t0 = n // 3, start_seq, time.monotonic()
+    done = 0
+    while done < runs:
+        pipe = r.pipeline(transaction=False)
+        step = 0
+        for p in range(PARTITIONS):
+            k = min(RUNS_PER_CALL, runs - done - step)
+            if k <= 0:
+                break
+            script(keys=[keys.events(p)], args=[p, seq, k, int(time.time() * 1000)], client=pipe)
+            seq += k
+            step += k
+        pipe.execute()
+        done += step
+        if rate:
+            ahead = done * 3 / rate - (time.monotonic() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
+    r.close()
+    return runs * 3
+
+
+def _produce_paced(url: str, n: int, rate: float, start_seq: int) -> None:
+    produce(url, n, start_seq, rate)
+
+
+def start_archivers(count: int, redis_url: str, pg_url: str, batch: int
+                    ) -> list[subprocess.Popen[bytes]]:
+    env = dict(os.environ, RSCHED_REDIS_URL=redis_url, RSCHED_ARCHIVE_URL=pg_url)
+    cmd = [sys.executable, "-m", "rsched.cli", "--allow-unsafe-redis", "--log-level", "WARNING",
+           "archiver", "--batch", str(batch), "--poll-ms", "50"]
+    return [subprocess.Popen(cmd, env=env, cwd=ROOT) for _ in range(count)]
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def redis_cpu_s(r: redis.Redis) -> float:
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def backend_pids(pg_url: str) -> list[int]:
+    """The Postgres server processes serving the archivers' connections."""
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND pid <> pg_backend_pid()").fetchall()
+    return [int(pid) for (pid,) in rows]
+
+
+def wait_drained(r: redis.Redis, total: int, timeout_s: float) -> tuple[float, list[float]]:
+    """Poll until no event waits; returns (seconds, sampled lag ages)."""
+    t0 = time.monotonic()
+    ages: list[float] = []
+    while time.monotonic() - t0 < timeout_s:
+        lag = archive_lag(r, PARTITIONS)
+        ages.append(lag.seconds)
+        if lag.entries == 0 and total:
+            return time.monotonic() - t0, ages
+        time.sleep(0.05)
+    raise SystemExit(f"archive did not drain in {timeout_s} s: {archive_lag(r, PARTITIONS)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--archivers", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=2000, help="events per partition per round")
+    ap.add_argument("--rate", type=float, default=20_000, help="phase 2 events/s (0 = skip)")
+    ap.add_argument("--seconds", type=float, default=10.0, help="phase 2 length")
+    ap.add_argument("--pg-admin-dsn", default=os.environ.get(
+        "RSCHED_TEST_PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    args = ap.parse_args()
+
+    db = f"rsched_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+    pg_url = urlsplit(args.pg_admin_dsn)._replace(path=f"/{db}").geturl()
+    server = RedisServer()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        server.start()
+        r = server.client()
+        r.hset(keys.config(), "partitions", PARTITIONS)
+        t0 = time.monotonic()
+        events = produce(server.url, args.events // 3 * 3)
+        gen_s = time.monotonic() - t0
+        print(f"generated {events} events in {gen_s:.1f} s", file=sys.stderr)
+
+        redis_cpu0 = redis_cpu_s(r)
+        procs = start_archivers(args.archivers, server.url, pg_url, args.batch)
+        drain_s, _ = wait_drained(r, events, 600)
+        # CPU per event, independent of what else the machine runs (it is shared): the archiver
+        # processes (start-up and migrations included), their Postgres backends, Redis.
+        cpu = {
+            "archiver_cpu_us_per_event": sum(cpu_s(p.pid) for p in procs) / events * 1e6,
+            "postgres_backend_cpu_us_per_event":
+                sum(cpu_s(pid) for pid in backend_pids(pg_url)) / events * 1e6,
+            "redis_cpu_us_per_event": (redis_cpu_s(r) - redis_cpu0) / events * 1e6,
+        }
+        cpu = {k: round(v, 1) for k, v in cpu.items()}
+        print(f"cpu: {cpu}", file=sys.stderr)
+        with psycopg.connect(pg_url) as conn:
+            rows, distinct = conn.execute(
+                "SELECT count(*), count(DISTINCT (sid_ms, sid_seq, part)) FROM events").fetchone()
+        # drain_s includes process start-up and migrations: a conservative rate
+        drain_rate = events / drain_s
+        print(f"drained {events} events in {drain_s:.2f} s: {drain_rate:,.0f} events/s; "
+              f"rows {rows}, distinct {distinct}", file=sys.stderr)
+
+        live: dict[str, float] = {}
+        n = live_events = int(args.rate * args.seconds) // 3 * 3  # whole runs: exactly n events
+        if n:
+            producer = multiprocessing.Process(target=_produce_paced,
+                                               args=(server.url, n, args.rate, 10**9))
+            t1 = time.monotonic()
+            producer.start()
+            ages: list[float] = []
+            backlog: list[int] = []
+            while producer.is_alive():
+                lag = archive_lag(r, PARTITIONS)
+                ages.append(lag.seconds)
+                backlog.append(lag.entries)
+                time.sleep(0.25)
+            producer.join()
+            produced_s = time.monotonic() - t1
+            tail_s, tail_ages = wait_drained(r, n, 600)
+            ages += tail_ages
+            ages.sort()
+            live = {
+                "live_rate_events_per_s": round(n / produced_s),
+                "live_lag_p50_s": round(ages[len(ages) // 2], 3),
+                "live_lag_max_s": round(ages[-1], 3),
+                "live_backlog_max_events": max(backlog or [0]),
+                "live_catch_up_after_producer_s": round(tail_s, 3),
+            }
+            print(f"live: {live}", file=sys.stderr)
+            with psycopg.connect(pg_url) as conn:
+                rows, distinct = conn.execute(
+                    "SELECT count(*), count(DISTINCT (sid_ms, sid_seq, part)) FROM events"
+                ).fetchone()
+        expected = events + live_events
+        result = {
+            "events": events, "archivers": args.archivers, "partitions": PARTITIONS,
+            "batch_per_partition": args.batch,
+            "drain_events_per_s": round(drain_rate), "drain_s": round(drain_s, 3), **cpu,
+            "load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
+            **live,
+            "rows": rows, "expected_rows": expected, "duplicates": rows - distinct,
+            "lost": expected - distinct,
+        }
+        print(json.dumps(result))
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        server.close()
+        with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(db)))
+
+
+if __name__ == "__main__":
+    main()

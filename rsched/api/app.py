@@ -1,0 +1,228 @@
+"""The Starlette application: route table, API-key guard, lifespan, docs.
+
+`create_app(settings)` builds the app; `rsched api` serves it with uvicorn.  Every endpoint sits
+behind `protect(endpoint, scope)`, which checks the Bearer key's scope and turns any error into
+problem+json, so no request can produce a bare 500 page or a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from .. import auth
+from ..aclient import AsyncClient
+from ..redis_setup import acheck_redis
+from ..settings import Settings
+from . import routes
+from .docs import DOCS_HTML
+from .openapi import document
+from .problems import JSON, error_response, problem
+
+log = logging.getLogger("rsched.api")
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+NO_AUTH_WARNING = (
+    "AUTHENTICATION IS OFF (--no-auth): anyone who can reach this port can schedule, change "
+    "and cancel jobs and replay dead letters. Use this for local development only."
+)
+
+# The API: (method, path, endpoint, scope needed; None = open to all).  Paths are written as in
+# the OpenAPI document, which a test checks against this table.
+API_ROUTES: list[tuple[str, str, Endpoint, str | None]] = [
+    ("POST", "/jobs/batch", routes.create_batch, "write"),
+    ("POST", "/jobs", routes.create_job, "write"),
+    ("GET", "/jobs", routes.list_jobs, "read"),
+    ("GET", "/jobs/{id}", routes.get_job, "read"),
+    ("PATCH", "/jobs/{id}", routes.update_job, "write"),
+    ("POST", "/jobs/{id}/pause", routes.pause_job, "write"),
+    ("POST", "/jobs/{id}/resume", routes.resume_job, "write"),
+    ("POST", "/jobs/{id}/cancel", routes.cancel_job, "write"),
+    ("POST", "/jobs/{id}/trigger", routes.trigger_job, "write"),
+    ("GET", "/jobs/{id}/runs", routes.job_runs, "read"),
+    ("GET", "/dead-letters", routes.dead_letters, "read"),
+    ("POST", "/dead-letters/{runId}/replay", routes.replay_dead_letter, "admin"),
+    ("GET", "/schedules/preview", routes.preview, "read"),
+    ("GET", "/status", routes.status, "read"),
+    ("GET", "/api-keys", routes.list_keys, "admin"),
+    ("POST", "/api-keys", routes.create_key, "admin"),
+    ("DELETE", "/api-keys/{keyId}", routes.revoke_key, "admin"),
+    ("GET", "/healthz", routes.healthz, None),
+    ("GET", "/readyz", routes.readyz, None),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_body_bytes: int  # any single-object request body
+    max_batch_bytes: int  # POST /jobs/batch
+
+
+class KeyCache:
+    """Bearer secret -> ApiKey (or None), remembered for ``ttl_s``: a revoked key stops working
+    within that time, and a burst of requests costs one Redis lookup per key."""
+
+    def __init__(self, client: AsyncClient, ttl_s: float, max_entries: int = 10_000) -> None:
+        self.client = client
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._seen: dict[str, tuple[float, auth.ApiKey | None]] = {}
+
+    async def lookup(self, secret: str) -> auth.ApiKey | None:
+        now = time.monotonic()
+        hit = self._seen.get(secret)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        key = await self.client.run(auth.op_lookup(secret))
+        if len(self._seen) >= self.max_entries:
+            self._seen.clear()
+        self._seen[secret] = (now + self.ttl_s, key)
+        return key
+
+
+async def _check_key(request: Request, scope: str) -> Response | None:
+    """None when the request's key may use ``scope``, else the 401/403 answer."""
+    header = request.headers.get("authorization", "")
+    kind, _, secret = header.partition(" ")
+    secret = secret.strip()
+    challenge = {"WWW-Authenticate": 'Bearer realm="rsched"'}
+    if kind.lower() != "bearer" or not secret:
+        return problem(401, "missing API key: send Authorization: Bearer <key>", headers=challenge)
+    key = await request.app.state.keys.lookup(secret)
+    if key is None:
+        return problem(401, "unknown or revoked API key", headers=challenge)
+    if not key.allows(scope):
+        return problem(403, f"API key {key.id!r} has scope {key.scope!r}; this needs {scope!r}")
+    return None
+
+
+def protect(endpoint: Endpoint, scope: str | None) -> Endpoint:
+    """Wrap an endpoint: check the key's scope (when auth is on), map every error to a problem."""
+
+    async def guarded(request: Request) -> Response:
+        try:
+            if scope is not None and request.app.state.auth:
+                denied = await _check_key(request, scope)
+                if denied is not None:
+                    return denied
+            return await endpoint(request)
+        except Exception as exc:  # noqa: BLE001 - every error becomes problem+json
+            return error_response(exc)
+
+    guarded.__name__ = getattr(endpoint, "__name__", "endpoint")
+    return guarded
+
+
+class _ByMethod:
+    """One route per path (an ASGI app, so Starlette passes every method through): a wrong
+    method is a 405 whose Allow lists exactly the documented methods, after the key check, as
+    clients expect a missing key to be a 401 whatever the method."""
+
+    def __init__(self, endpoints: dict[str, Endpoint], scopes: dict[str, str | None]) -> None:
+        self.endpoints = endpoints
+        self.allow = ", ".join(sorted(endpoints))
+        self.open = any(s is None for s in scopes.values())
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        request = Request(scope, receive)
+        endpoint = self.endpoints.get(request.method)
+        if endpoint is not None:
+            response = await endpoint(request)
+        else:
+            response = await protect(self._not_allowed, None if self.open else "read")(request)
+        await response(scope, receive, send)
+
+    async def _not_allowed(self, request: Request) -> Response:
+        return problem(405, f"{request.method} is not allowed here; use {self.allow}",
+                       headers={"Allow": self.allow})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Router-level errors (no such path, wrong method) as problem+json too."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    headers = getattr(exc, "headers", None)
+    detail = f"no route {request.method} {request.url.path}" if status in (404, 405) else str(exc)
+    return problem(status, detail, headers=headers)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    auth: bool = True,
+    extra_routes: Sequence[BaseRoute] = (),
+    max_body_bytes: int = 1 << 20,
+    max_batch_bytes: int = 32 << 20,
+    key_cache_s: float = 5.0,
+    redis: Redis | None = None,
+) -> Starlette:
+    """The HTTP API over the service layer.  ``extra_routes`` (the dashboard's /ui mount,
+    /metrics, ...) are added as given: wrap an endpoint in `protect` to require a scope."""
+    settings = settings or Settings.from_env()
+    spec = document(auth=auth)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        client = AsyncClient(settings, redis=redis)
+        app.state.client = client
+        app.state.keys = KeyCache(client, key_cache_s)
+        if not auth:
+            log.warning(NO_AUTH_WARNING)
+        try:
+            await acheck_redis(client.r, settings.allow_unsafe_redis)
+        except (RedisConnectionError, OSError) as e:
+            log.warning("Redis is unreachable at start (%s); /readyz reports it until it is up", e)
+        try:
+            yield
+        finally:
+            await client.close()
+
+    async def openapi_json(request: Request) -> Response:
+        return JSON(spec)
+
+    async def docs(request: Request) -> Response:
+        return HTMLResponse(DOCS_HTML)
+
+    by_path: dict[str, dict[str, Endpoint]] = {}
+    scopes: dict[str, dict[str, str | None]] = {}
+    for method, path, endpoint, scope in API_ROUTES:
+        by_path.setdefault(path, {})[method] = protect(endpoint, scope)
+        scopes.setdefault(path, {})[method] = scope
+    table: list[BaseRoute] = [Route(path, _ByMethod(eps, scopes[path]))
+                              for path, eps in by_path.items()]
+    table += [
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+        Route("/docs", docs, methods=["GET"]),
+    ]
+    # --- extension point: the dashboard (/ui, /metrics) and later faces add routes here --------
+    from .ui import routes as ui_routes
+
+    table += ui_routes()
+    table += list(extra_routes)
+
+    app = Starlette(routes=table, lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_error, Exception: _http_error})
+    app.state.auth = auth
+    app.state.limits = Limits(max_body_bytes, max_batch_bytes)
+    app.state.settings = settings
+    return app
+
+
+def openapi_paths() -> set[tuple[str, str]]:
+    """(method, path) of every documented operation; a test compares it with the routes."""
+    return {(m.upper(), p) for p, ops in document(auth=True)["paths"].items() for m in ops}
+
+
+__all__ = ["API_ROUTES", "NO_AUTH_WARNING", "create_app", "protect"]

@@ -1,0 +1,140 @@
+"""JSON in and out: request bodies read with a size limit, responses that always serialize, and
+errors as RFC 9457 problem details that name the field and the reason."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+from typing import Any
+
+import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..errors import Conflict, NotFound, PayloadTooLarge, RschedError, UnsafeRedis, ValidationError
+
+log = logging.getLogger("rsched.api")
+
+PROBLEM = "application/problem+json"
+
+
+class MalformedBody(RschedError):
+    """The request body is not JSON (400)."""
+
+
+class BodyTooLarge(RschedError):
+    """The request body is over the route's limit (413)."""
+
+
+def jsonable(value: Any) -> Any:
+    """What json.dumps cannot take, made JSON: bytes as base64, NaN as null, keys as strings.
+
+    Only payloads scheduled from Python can hold such values; HTTP callers send JSON."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(jsonable(k)): jsonable(v)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def dumps(content: Any) -> bytes:
+    """orjson (several times faster than json on a batch of 1,000 jobs); what it refuses
+    (bytes, non-string keys, integers past 64 bits) goes through jsonable and json."""
+    try:
+        return orjson.dumps(content)
+    except TypeError:
+        text = json.dumps(jsonable(content), ensure_ascii=False, separators=(",", ":"))
+        return text.encode()
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+
+class Problem(JSON):
+    media_type = PROBLEM
+
+
+_TITLES = {
+    400: "Malformed request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
+    405: "Method not allowed", 409: "Conflict", 413: "Content too large",
+    422: "Invalid request", 500: "Internal error", 503: "Service unavailable",
+}
+_SLUGS = {
+    400: "malformed-json", 401: "unauthorized", 403: "forbidden", 404: "not-found",
+    405: "method-not-allowed", 409: "conflict", 413: "too-large", 422: "validation",
+    500: "internal", 503: "unavailable",
+}
+
+
+def problem_body(status: int, detail: str, field: str | None = None,
+                 reason: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": f"urn:rsched:problem:{_SLUGS.get(status, 'error')}",
+        "title": _TITLES.get(status, "Error"), "status": status, "detail": detail,
+    }
+    if field is not None:
+        body["errors"] = [{"field": field, "reason": reason or detail}]
+    return body
+
+
+def problem(status: int, detail: str, field: str | None = None, reason: str | None = None,
+            headers: dict[str, str] | None = None) -> Problem:
+    return Problem(problem_body(status, detail, field, reason), status, headers)
+
+
+def classify(exc: Exception) -> dict[str, Any]:
+    """The problem body for an error rsched raises on purpose (or for Redis being away)."""
+    if isinstance(exc, PayloadTooLarge):
+        return problem_body(413, str(exc), exc.field, exc.reason)
+    if isinstance(exc, (ValidationError, Conflict)):
+        return problem_body(422 if isinstance(exc, ValidationError) else 409, str(exc),
+                            exc.field, exc.reason)
+    if isinstance(exc, NotFound):
+        return problem_body(404, str(exc))
+    if isinstance(exc, MalformedBody):
+        return problem_body(400, str(exc), "body", str(exc).removeprefix("body: "))
+    if isinstance(exc, BodyTooLarge):
+        return problem_body(413, str(exc), "body", str(exc).removeprefix("body: "))
+    if isinstance(exc, (RedisConnectionError, RedisTimeoutError, UnsafeRedis)):
+        log.warning("redis unavailable: %s", exc)
+        return problem_body(503, f"Redis is unavailable: {exc}")
+    log.exception("unexpected error", exc_info=exc)
+    return problem_body(500, f"internal error ({type(exc).__name__}); see the server log")
+
+
+def error_response(exc: Exception) -> Problem:
+    body = classify(exc)
+    return Problem(body, body["status"])
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The parsed body; BodyTooLarge past ``limit`` bytes, MalformedBody when not JSON."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"body: {declared} bytes, over the limit of {limit}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise BodyTooLarge(f"body: over the limit of {limit} bytes")
+    if not body.strip():
+        raise MalformedBody("body: empty; expected a JSON object")
+    try:  # orjson refuses NaN and Infinity (not JSON), bad UTF-8 and nesting past 1024
+        return orjson.loads(body)
+    except ValueError as e:  # orjson.JSONDecodeError is one
+        raise MalformedBody(f"body: malformed JSON: {e}") from None

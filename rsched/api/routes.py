@@ -1,0 +1,211 @@
+"""The endpoints: each parses its input, calls the async service layer and shapes the answer.
+
+Errors are raised, not returned: the guard in rsched.api.app turns every one into problem+json.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .. import auth, query
+from ..aclient import AsyncClient
+from ..errors import ValidationError
+from ..spec import to_ms
+from .convert import (
+    as_object,
+    attempt_json,
+    dead_letter_json,
+    job_json,
+    key_json,
+    patch_from_json,
+    reject_unknown,
+    run_json,
+    spec_from_json,
+)
+from .problems import JSON, Problem, classify, problem_body, read_json
+
+MAX_BATCH = 1000
+_INT = re.compile(r"-?[0-9]{1,18}")
+
+
+def _client(request: Request) -> AsyncClient:
+    return request.app.state.client  # type: ignore[no-any-return]
+
+
+def _limits(request: Request) -> Any:
+    return request.app.state.limits
+
+
+def int_param(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not _INT.fullmatch(raw):
+        raise ValidationError(name, f"expected an integer, got {raw!r}")
+    return int(raw)
+
+
+def _job_id(request: Request) -> str:
+    return query.job_id_or_404(request.path_params["id"])
+
+
+# --- jobs --------------------------------------------------------------------------------------
+
+
+async def create_job(request: Request) -> Response:
+    spec = spec_from_json(await read_json(request, _limits(request).max_body_bytes))
+    job, created = await _client(request).schedule(spec)
+    return JSON(job_json(job), 201 if created else 200, {"Location": f"/jobs/{job.id}"})
+
+
+async def create_batch(request: Request) -> Response:
+    body = as_object(await read_json(request, _limits(request).max_batch_bytes), "body")
+    reject_unknown(body, ("jobs",))
+    items = body.get("jobs")
+    if not isinstance(items, list):
+        raise ValidationError("jobs", "required: an array of jobs")
+    if len(items) > MAX_BATCH:
+        raise ValidationError("jobs", f"at most {MAX_BATCH} jobs per request, got {len(items)}")
+    results: list[dict[str, Any] | None] = [None] * len(items)
+    specs, where = [], []
+    for i, item in enumerate(items):
+        try:
+            specs.append(spec_from_json(item, f"jobs[{i}]"))
+            where.append(i)
+        except ValidationError as e:
+            results[i] = _item_error(e)
+    for i, res in zip(where, await _client(request).schedule_many(specs), strict=True):
+        if isinstance(res, Exception):
+            results[i] = _item_error(res)
+        else:
+            results[i] = {"status": 201 if res[1] else 200, "job": job_json(res[0])}
+    return JSON({"results": results})
+
+
+def _item_error(exc: Exception) -> dict[str, Any]:
+    body = classify(exc)
+    return {"status": body["status"], "error": body}
+
+
+async def list_jobs(request: Request) -> Response:
+    q = request.query_params
+    page = await _client(request).run(query.op_list_jobs(
+        _client(request), status=q.get("status"), type=q.get("type"), queue=q.get("queue"),
+        limit=int_param(request, "limit", 50), cursor=q.get("cursor"),
+    ))
+    return JSON({"jobs": [job_json(j) for j in page.items], "nextCursor": page.next_cursor})
+
+
+async def get_job(request: Request) -> Response:
+    return JSON(job_json(await _client(request).get(_job_id(request))))
+
+
+async def update_job(request: Request) -> Response:
+    job_id = _job_id(request)
+    patch = patch_from_json(await read_json(request, _limits(request).max_body_bytes))
+    return JSON(job_json(await _client(request).update(job_id, patch)))
+
+
+async def pause_job(request: Request) -> Response:
+    return JSON(job_json(await _client(request).pause(_job_id(request))))
+
+
+async def resume_job(request: Request) -> Response:
+    return JSON(job_json(await _client(request).resume(_job_id(request))))
+
+
+async def cancel_job(request: Request) -> Response:
+    return JSON(job_json(await _client(request).cancel(_job_id(request))))
+
+
+async def trigger_job(request: Request) -> Response:
+    job_id = _job_id(request)
+    run_id = await _client(request).trigger(job_id)
+    return JSON({"jobId": job_id, "runId": run_id}, 202)
+
+
+async def job_runs(request: Request) -> Response:
+    c = _client(request)
+    page = await c.run(query.op_runs_page(c, _job_id(request), int_param(request, "limit", 50),
+                                          request.query_params.get("cursor")))
+    return JSON({"runs": [attempt_json(a) for a in page.items], "nextCursor": page.next_cursor})
+
+
+# --- dead letters ------------------------------------------------------------------------------
+
+
+async def dead_letters(request: Request) -> Response:
+    c = _client(request)
+    page = await c.run(query.op_dead_letter_page(c, int_param(request, "limit", 50),
+                                                 request.query_params.get("cursor")))
+    return JSON({"deadLetters": [dead_letter_json(d) for d in page.items],
+                 "nextCursor": page.next_cursor})
+
+
+async def replay_dead_letter(request: Request) -> Response:
+    run_id = query.run_id_or_404(request.path_params["runId"])
+    return JSON(run_json(await _client(request).replay(run_id)))
+
+
+# --- schedules, status, health -----------------------------------------------------------------
+
+
+async def preview(request: Request) -> Response:
+    q = request.query_params
+    start = q.get("from")
+    from_ms = int(time.time() * 1000) if start is None else to_ms(start, "from")
+    tz = q.get("timeZone", "UTC")
+    times = query.preview(q.get("cron"), tz, from_ms, int_param(request, "count", 5))
+    return JSON({"cron": q.get("cron"), "timeZone": tz, "times": times})
+
+
+async def status(request: Request) -> Response:
+    c = _client(request)
+    return JSON(await c.run(query.op_status(c)))
+
+
+async def healthz(request: Request) -> Response:
+    return JSON({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    c = _client(request)
+    try:
+        await c.r.ping()
+        facts = await c.run(query.op_redis_facts(c))
+    except Exception as e:  # noqa: BLE001 - any failure to reach Redis means not ready
+        body = problem_body(503, f"Redis is unreachable: {e}")
+        return Problem(dict(body, checks=[]), 503)
+    findings = query.doctor(facts, c.settings.partitions)
+    checks = [{"check": f.check, "level": f.level, "message": f.message} for f in findings]
+    failed = [f for f in findings if f.level == "fail"]
+    if failed:
+        body = problem_body(503, "; ".join(f"{f.check}: {f.message}" for f in failed))
+        return Problem(dict(body, checks=checks), 503)
+    return JSON({"status": "ready", "checks": checks})
+
+
+# --- API keys ----------------------------------------------------------------------------------
+
+
+async def list_keys(request: Request) -> Response:
+    keys = await _client(request).run(auth.op_list_keys())
+    return JSON({"keys": [key_json(k) for k in keys]})
+
+
+async def create_key(request: Request) -> Response:
+    body = as_object(await read_json(request, _limits(request).max_body_bytes), "body")
+    reject_unknown(body, ("name", "scope"))
+    key, secret = await _client(request).run(auth.op_create_key(body.get("name"),
+                                                                body.get("scope")))
+    return JSON({"key": key_json(key), "secret": secret}, 201)
+
+
+async def revoke_key(request: Request) -> Response:
+    key = await _client(request).run(auth.op_revoke_key(request.path_params["keyId"]))
+    return JSON({"key": key_json(key)})

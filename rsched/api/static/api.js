@@ -1,0 +1,50 @@
+// The HTTP API, with the user's key as a Bearer token (kept in this browser's localStorage).
+
+const KEY = "rsched.apiKey";
+// The API serves the dashboard at <base>/ui/: every API path is relative to <base>.
+export const BASE = location.pathname.replace(/\/ui(\/.*)?$/, "");
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    const detail = body && typeof body === "object" ? body.detail || body.title : body;
+    super(detail || `HTTP ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+export function getKey() { return localStorage.getItem(KEY) || ""; }
+export function setKey(key) {
+  if (key) localStorage.setItem(KEY, key); else localStorage.removeItem(KEY);
+}
+
+async function request(method, path, body, accept = "application/json") {
+  const headers = { Accept: accept };
+  const key = getKey();
+  if (key) headers.Authorization = `Bearer ${key}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(BASE + path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let data = text;
+  if (text && (res.headers.get("content-type") || "").includes("json")) {
+    try { data = JSON.parse(text); } catch { /* keep the text */ }
+  }
+  if (!res.ok) {
+    if (res.status === 401) window.dispatchEvent(new CustomEvent("rsched:unauthorized"));
+    throw new ApiError(res.status, data);
+  }
+  return data;
+}
+
+export const get = (path) => request("GET", path);
+export const post = (path, body) => request("POST", path, body);
+export const metricsText = () => request("GET", "/metrics", undefined, "text/plain");
+
+export function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== null && v !== undefined && v !== "") q.set(k, v);
+  const s = q.toString();
+  return s ? `?${s}` : "";
+}

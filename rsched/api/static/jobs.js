@@ -1,0 +1,179 @@
+// Jobs: a filtered list, and a job's page with its schedule, payload, runs and controls.
+
+import { ApiError, get, post, query } from "./api.js";
+import { badge, clear, duration, el, relative, table, time, toast } from "./dom.js";
+
+const STATUSES = ["scheduled", "paused", "completed", "dead", "cancelled"];
+const REFRESH_MS = 3000;
+
+function schedule(job) {
+  return job.cron ? el("span", { class: "mono" }, `${job.cron}`, el("span", { class: "muted" }, ` ${job.timeZone}`))
+    : el("span", {}, "once at ", time(job.runAt || job.createdAt));
+}
+
+export function jobList(main, params) {
+  const f = { status: params.get("status") || "", type: params.get("type") || "", queue: params.get("queue") || "" };
+  const statusSel = el("select", { name: "status" }, el("option", { value: "" }, "any status"),
+    STATUSES.map((s) => el("option", { value: s, selected: s === f.status }, s)));
+  const typeIn = el("input", { name: "type", placeholder: "type", value: f.type });
+  const queueIn = el("input", { name: "queue", placeholder: "queue", value: f.queue });
+  const idIn = el("input", { name: "id", placeholder: "job id", class: "mono wide" });
+  const filters = el("form", { class: "filters", onsubmit: (e) => {
+    e.preventDefault();
+    location.hash = "#/jobs" + query({ status: statusSel.value, type: typeIn.value.trim(), queue: queueIn.value.trim() });
+  } }, statusSel, typeIn, queueIn, el("button", { type: "submit" }, "Filter"));
+  const search = el("form", { class: "filters", onsubmit: async (e) => {
+    e.preventDefault();
+    const id = idIn.value.trim();
+    if (!id) return;
+    try {
+      await get(`/jobs/${encodeURIComponent(id)}`);
+      location.hash = `#/jobs/${encodeURIComponent(id)}`;
+    } catch (err) {
+      toast(err.status === 404 ? `No job ${id}` : err.message, "bad");
+    }
+  } }, idIn, el("button", { type: "submit" }, "Open"));
+  const list = el("div", { class: "panel" }, el("p", { class: "muted" }, "Loading…"));
+  const more = el("button", { class: "secondary", hidden: true }, "Load more");
+  clear(main).append(el("h1", {}, "Jobs"), el("div", { class: "toolbar" }, filters, search), list, more);
+
+  let rows = [], cursor = null;
+  function render() {
+    const sorted = [...rows].sort((a, b) => (b.createdAt || "").localeCompare(a.createdAt || ""));
+    clear(list).append(table(["Job", "Type", "Queue", "Status", "Schedule", "Next run"],
+      sorted.map((j) => el("tr", { "data-job": j.id },
+        el("td", {}, el("a", { class: "mono", href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id)),
+        el("td", {}, j.type), el("td", {}, j.queue), el("td", {}, badge(j.status)),
+        el("td", {}, schedule(j)),
+        el("td", {}, j.nextRunAt ? el("span", { title: j.nextRunAt }, relative(j.nextRunAt)) : "—"))),
+      "No job matches these filters."));
+  }
+  async function load() {
+    try {
+      const page = await get("/jobs" + query({ ...f, limit: 100, cursor }));
+      rows = rows.concat(page.jobs);
+      cursor = page.nextCursor;
+      more.hidden = !cursor;
+      render();
+    } catch (err) {
+      clear(list).append(el("p", { class: "error" }, err.message));
+    }
+  }
+  more.addEventListener("click", load);
+  load();
+  return () => {};
+}
+
+// Attempts grouped by run (one occurrence), newest first, as a timeline.
+function timeline(runs) {
+  const groups = [];
+  for (const a of runs) {
+    const g = groups.find((x) => x.runId === a.runId);
+    if (g) g.attempts.push(a); else groups.push({ runId: a.runId, attempts: [a] });
+  }
+  if (!groups.length) return el("p", { class: "empty" }, "No run yet.");
+  return el("ol", { class: "timeline" }, groups.map((g) => {
+    const final = g.attempts[0];
+    return el("li", { class: `t-${final.status}`, "data-run": g.runId },
+      el("div", { class: "t-head" }, badge(final.status), " ",
+        el("span", { class: "mono small" }, g.runId), " ",
+        el("span", { class: "muted" }, "scheduled ", time(final.scheduledAt))),
+      el("ul", { class: "attempts" }, g.attempts.map((a) => el("li", {},
+        el("span", { class: "attempt" }, `#${a.attempt}`), " ", badge(a.status), " ",
+        el("span", { class: "muted" }, "started "), time(a.startedAt),
+        a.durationMs !== null ? el("span", { class: "muted" }, ` · ${duration(a.durationMs)}`) : null,
+        a.worker ? el("span", { class: "muted mono small" }, ` · ${a.worker}`) : null,
+        a.error ? el("pre", { class: "err" }, a.error) : null))));
+  }));
+}
+
+function strip(runs) {
+  const seen = new Map();
+  for (const a of runs) if (!seen.has(a.runId)) seen.set(a.runId, a);
+  const last = [...seen.values()].slice(0, 40).reverse();
+  return el("div", { class: "strip", title: "Latest runs, oldest left" },
+    last.map((a) => el("span", { class: `cell c-${a.status}`, title: `${a.runId}: ${a.status}` })));
+}
+
+export function jobPage(main, id, session) {
+  const head = el("div", { class: "jobhead" });
+  const body = el("div", { class: "two" });
+  const runsBox = el("section", { class: "panel" }, el("h3", {}, "Runs"));
+  clear(main).append(el("p", {}, el("a", { href: "#/jobs" }, "← Jobs")), head, body, runsBox);
+  let stopped = false, busy = false, confirmCancel = false;
+
+  async function act(name) {
+    if (busy) return;
+    busy = true;
+    try {
+      const res = await post(`/jobs/${encodeURIComponent(id)}/${name}`);
+      toast(name === "trigger" ? `Triggered run ${res.runId}` : `Job ${res.status}`);
+      await refresh();
+    } catch (err) {
+      toast(`${name} failed: ${err.message}`, "bad");
+    } finally {
+      busy = false;
+    }
+  }
+
+  function buttons(job) {
+    if (!session.can("write")) return el("span", { class: "muted small" }, "read-only key");
+    const b = [];
+    if (job.status === "scheduled") b.push(el("button", { onclick: () => act("pause") }, "Pause"));
+    if (job.status === "paused") b.push(el("button", { onclick: () => act("resume") }, "Resume"));
+    if (job.status !== "cancelled") b.push(el("button", { class: "secondary", onclick: () => act("trigger") }, "Trigger now"));
+    if (job.status === "scheduled" || job.status === "paused") {
+      b.push(el("button", { class: "danger", onclick: (e) => {
+        if (!confirmCancel) { confirmCancel = true; e.target.textContent = "Really cancel?"; return; }
+        confirmCancel = false;
+        act("cancel");
+      } }, "Cancel"));
+    }
+    return el("div", { class: "actions" }, b);
+  }
+
+  async function refresh() {
+    let job;
+    try {
+      job = await get(`/jobs/${encodeURIComponent(id)}`);
+    } catch (err) {
+      clear(head).append(el("h1", {}, "Job"), el("p", { class: "error" },
+        err instanceof ApiError && err.status === 404 ? `No job ${id}` : err.message));
+      return;
+    }
+    const [runs, preview] = await Promise.allSettled([
+      get(`/jobs/${encodeURIComponent(id)}/runs?limit=100`),
+      job.cron && job.status === "scheduled"
+        ? get("/schedules/preview" + query({ cron: job.cron, timeZone: job.timeZone, count: 5 }))
+        : Promise.resolve(null),
+    ]);
+    if (stopped) return;
+    clear(head).append(
+      el("h1", {}, el("span", { class: "mono" }, job.id), " ", badge(job.status)),
+      el("p", { class: "muted" }, `${job.type} on queue ${job.queue}`),
+      buttons(job));
+    const next = preview.status === "fulfilled" && preview.value ? preview.value.times : null;
+    clear(body).append(
+      el("section", { class: "panel" }, el("h3", {}, "Schedule"),
+        el("dl", {},
+          el("dt", {}, "Schedule"), el("dd", {}, schedule(job)),
+          el("dt", {}, "Next run"), el("dd", { "data-test": "next-run" }, job.nextRunAt ? [time(job.nextRunAt), ` (${relative(job.nextRunAt)})`] : "—"),
+          el("dt", {}, "Attempts"), el("dd", {}, `up to ${job.maxAttempts}, backoff ${job.backoff.baseSeconds} s → ${job.backoff.capSeconds} s`),
+          el("dt", {}, "Timeout"), el("dd", {}, `${job.timeoutSeconds} s`),
+          el("dt", {}, "Misfire"), el("dd", {}, job.misfire),
+          el("dt", {}, "Priority"), el("dd", {}, job.priority),
+          job.idempotencyKey ? [el("dt", {}, "Idempotency key"), el("dd", { class: "mono" }, job.idempotencyKey)] : null,
+          el("dt", {}, "Created"), el("dd", {}, time(job.createdAt))),
+        next ? [el("h4", {}, `Next runs (${job.timeZone})`), el("ol", { class: "preview" },
+          next.map((t) => el("li", {}, el("span", { class: "mono" }, t.local.replace("T", " ")),
+            el("span", { class: "muted small" }, `  ${t.utc}`))))] : null),
+      el("section", { class: "panel" }, el("h3", {}, "Payload"),
+        el("pre", { class: "payload" }, JSON.stringify(job.payload, null, 2))));
+    clear(runsBox).append(el("h3", {}, "Runs"));
+    if (runs.status === "fulfilled") runsBox.append(strip(runs.value.runs), timeline(runs.value.runs));
+    else runsBox.append(el("p", { class: "error" }, runs.reason.message));
+  }
+  refresh();
+  const timer = setInterval(() => { if (!busy && !confirmCancel) refresh(); }, REFRESH_MS);
+  return () => { stopped = true; clearInterval(timer); };
+}

@@ -1,0 +1,119 @@
+// Overview: live throughput, start lag and backlog charts; partitions, workers and queues.
+
+import { get, metricsText } from "./api.js";
+import { draw, parseMetrics, record, series } from "./charts.js";
+import { clear, el, relative, seconds, table } from "./dom.js";
+
+const COLORS = { started: "#2563eb", succeeded: "#16a34a", failed: "#dc2626",
+  p50: "#16a34a", p95: "#d97706", p99: "#dc2626", due: "#2563eb", retry: "#d97706", oldest: "#7c3aed" };
+const POLL_MS = 2000;
+
+function last(points) {
+  for (let i = points.length - 1; i >= 0; i--) if (points[i][1] !== null) return points[i][1];
+  return null;
+}
+
+function chart(title, id, keys, format, integer = false) {
+  const legend = el("div", { class: "legend" });
+  const canvas = el("canvas", { id, height: 160 });
+  const box = el("section", { class: "panel chart" }, el("h3", {}, title), legend, canvas);
+  return {
+    box,
+    update(s) {
+      const lines = keys.map(([k, label]) => ({ label, color: COLORS[k], points: s[k] }));
+      clear(legend).append(...lines.map((l) => el("span", { class: "key" },
+        el("i", { style: `background:${l.color}` }), `${l.label} `,
+        el("b", { "data-series": l.label }, last(l.points) === null ? "—" : format(last(l.points))))));
+      draw(canvas, lines, format, integer);
+    },
+  };
+}
+
+function card(label, value, { warn = false, href = null, test = null } = {}) {
+  const v = el("div", { class: "value", "data-test": test }, value);
+  const body = [el("div", { class: "label" }, label), v];
+  return href ? el("a", { class: `card${warn ? " warn" : ""}`, href }, body)
+    : el("div", { class: `card${warn ? " warn" : ""}` }, body);
+}
+
+const perSecond = (v) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)) + "/s";
+const count = (v) => (v >= 10 ? v.toFixed(0) : Number(v.toFixed(1)).toString());
+
+export function overview(main) {
+  const cards = el("div", { class: "cards" });
+  const charts = [
+    chart("Throughput (runs per second)", "chart-throughput",
+      [["started", "started"], ["succeeded", "succeeded"], ["failed", "failed"]], perSecond),
+    chart("Start lag (scheduled → started)", "chart-lag",
+      [["p50", "p50"], ["p95", "p95"], ["p99", "p99"]], seconds),
+    chart("Backlog (due, not yet dispatched)", "chart-backlog",
+      [["due", "jobs due"], ["retry", "retries due"]], count, true),
+  ];
+  const parts = el("section", { class: "panel" }, el("h3", {}, "Partitions"), el("p", { class: "muted" }, "Loading…"));
+  const workers = el("section", { class: "panel" }, el("h3", {}, "Workers"), el("p", { class: "muted" }, "Loading…"));
+  const queues = el("section", { class: "panel" }, el("h3", {}, "Queues"), el("p", { class: "muted" }, "Loading…"));
+  const error = el("p", { class: "error", hidden: true });
+  clear(main).append(el("h1", {}, "Overview"), error, cards,
+    el("div", { class: "charts" }, charts.map((c) => c.box)),
+    el("div", { class: "two" }, parts, el("div", {}, workers, queues)));
+
+  function renderStatus(st) {
+    const owned = st.partitions.filter((p) => p.owner).length;
+    const alive = st.workers.filter((w) => w.alive);
+    const inflight = alive.reduce((s, w) => s + w.inflight, 0);
+    const retry = st.partitions.reduce((s, p) => s + p.retryBacklog, 0);
+    clear(cards).append(
+      card("Due backlog", st.dueBacklog, { test: "due-backlog" }),
+      card("Retries due", retry),
+      card("Runs in flight", inflight, { test: "inflight" }),
+      card("Dead letters", st.deadLetters, { warn: st.deadLetters > 0, href: "#/dead-letters", test: "dead-letters" }),
+      card("Workers", alive.length, { warn: !alive.length, test: "workers" }),
+      card("Partitions owned", `${owned} / ${st.partitions.length}`,
+        { warn: owned < st.partitions.length, test: "partitions-owned" }),
+    );
+    const now = new Date(st.now).getTime();
+    clear(parts).append(el("h3", {}, `Partitions (${st.partitions.length})`), table(
+      ["#", "Dispatcher", "Lease", "Fence", "Due", "Retry", "Oldest due", "Dead"],
+      st.partitions.map((p) => el("tr", { class: p.owner ? "" : "bad", "data-partition": p.partition },
+        el("td", {}, p.partition),
+        el("td", { class: "mono" }, p.owner || "no owner"),
+        el("td", {}, p.leaseExpiresAt ? relative(p.leaseExpiresAt, now) : "—"),
+        el("td", { class: "num" }, p.fence),
+        el("td", { class: "num" }, p.dueBacklog),
+        el("td", { class: "num" }, p.retryBacklog),
+        el("td", { class: "num" }, p.oldestDueAgeMs ? seconds(p.oldestDueAgeMs / 1000) : "—"),
+        el("td", { class: "num" }, p.deadLetters))),
+    ));
+    clear(workers).append(el("h3", {}, `Workers (${alive.length} live)`), table(
+      ["Worker", "Queues", "In flight", "Heartbeat"],
+      st.workers.map((w) => el("tr", { class: w.alive ? "" : "stale", "data-worker": w.id },
+        el("td", { class: "mono", title: `${w.host} pid ${w.pid}` }, w.id),
+        el("td", {}, w.queues.join(", ")),
+        el("td", {}, el("div", { class: "meter", title: `${w.inflight} of ${w.concurrency}` },
+          el("span", { style: `width:${Math.min(100, (100 * w.inflight) / Math.max(w.concurrency, 1))}%` })),
+          ` ${w.inflight} / ${w.concurrency}`),
+        el("td", {}, w.alive ? relative(w.lastHeartbeatAt, now, true) : "stopped"))),
+      "No worker is running: start one with rsched worker --app module:app",
+    ));
+    clear(queues).append(el("h3", {}, "Queues"), table(
+      ["Queue", "Stream entries", "Delivered, unacknowledged"],
+      st.queues.map((q) => el("tr", {}, el("td", {}, q.queue), el("td", { class: "num" }, q.length),
+        el("td", { class: "num" }, q.pending))),
+      "No queue has had a job yet.",
+    ));
+  }
+
+  async function tick() {
+    const [st, text] = await Promise.allSettled([get("/status"), metricsText()]);
+    if (st.status === "fulfilled") renderStatus(st.value);
+    if (text.status === "fulfilled") record(parseMetrics(text.value));
+    const s = series();
+    for (const c of charts) c.update(s);
+    const failed = [st, text].filter((r) => r.status === "rejected");
+    error.hidden = !failed.length;
+    if (failed.length) error.textContent = `Cannot reach the API: ${failed[0].reason.message}`;
+  }
+  tick();
+  const timer = setInterval(tick, POLL_MS);
+  return () => clearInterval(timer);
+}

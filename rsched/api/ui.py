@@ -1,0 +1,52 @@
+"""The dashboard at /ui (static HTML, CSS and JavaScript shipped in the package) and /metrics.
+
+The dashboard is a client of the HTTP API like any other: it sends the user's API key as a
+Bearer token and shows only the buttons that key's scope allows (``GET /ui/session`` tells it
+the scope).  ``/metrics`` is open like ``/healthz``, as Prometheus scrapers expect: this
+process's counters plus the cluster view read from Redis at scrape time (rsched.metrics).
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .. import metrics
+from .app import protect
+from .problems import JSON, problem
+
+
+async def session(request: Request) -> Response:
+    """Who the dashboard is signed in as: the key's name and scope (everything without auth)."""
+    if not request.app.state.auth:
+        return JSON({"auth": False, "scope": "admin", "keyId": None, "keyName": None})
+    secret = request.headers.get("authorization", "").partition(" ")[2].strip()
+    key = await request.app.state.keys.lookup(secret)  # the guard accepted it just now
+    if key is None:  # revoked in between
+        return problem(401, "unknown or revoked API key")
+    return JSON({"auth": True, "scope": key.scope, "keyId": key.id, "keyName": key.name})
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    client = request.app.state.client
+    cluster = await client.run(metrics.op_cluster(client))
+    return Response(metrics.render(cluster), media_type=metrics.CONTENT_TYPE_LATEST)
+
+
+async def to_dashboard(request: Request) -> Response:
+    return RedirectResponse(request.url.replace(path=request.url.path + "/"), 308)
+
+
+def routes() -> list[BaseRoute]:
+    """What create_app adds: /ui (+ /ui/session) and /metrics."""
+    return [
+        Route("/metrics", protect(metrics_endpoint, None), methods=["GET"]),
+        Route("/ui", to_dashboard, methods=["GET"]),
+        Route("/ui/session", protect(session, "read"), methods=["GET"]),
+        Mount("/ui", StaticFiles(packages=[("rsched.api", "static")], html=True), name="ui"),
+    ]
+
+
+__all__ = ["routes"]

@@ -1,0 +1,28 @@
+"""Run history in SQL: the archiver moves the events streams into Postgres or SQLite, exactly once.
+
+``RSCHED_ARCHIVE_URL`` picks the store (``postgresql://...``, or ``sqlite:///path`` as the embedded
+default).  ``history`` reads it back, merged with the events Redis still holds.
+"""
+
+from .archiver import Archiver, ArchiverConfig, BatchResult, serve
+from .events import EventRow, decode
+from .history import (
+    DurationStats,
+    Failure,
+    FailuresPage,
+    RunAttempt,
+    RunsPage,
+    duration_stats,
+    failures,
+    fold,
+    job_runs,
+)
+from .lag import Lag, archive_lag
+from .store import DEFAULT_URL, ENV_URL, Store, StoreUnavailable, open_store
+
+__all__ = [
+    "Archiver", "ArchiverConfig", "BatchResult", "DEFAULT_URL", "DurationStats", "ENV_URL",
+    "EventRow", "Failure", "FailuresPage", "Lag", "RunAttempt", "RunsPage", "Store",
+    "StoreUnavailable", "archive_lag", "decode", "duration_stats", "failures", "fold", "job_runs",
+    "open_store", "serve",
+]

@@ -1,0 +1,168 @@
+"""One archived event: a Redis events-stream entry as a typed row, the same for every store.
+
+The row's identity is (sid_ms, sid_seq, part): the stream entry id within its partition.  Redis
+assigns it once, so the same entry delivered twice (an archiver killed between its commit and its
+XACK) is the same row, and ``ON CONFLICT DO NOTHING`` keeps exactly one copy.
+
+Decoding never raises: a malformed field becomes NULL and its raw text is kept in ``extra``, so one
+bad entry can never stall the archive (a row a store rejects would be retried forever).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+COLUMNS = (
+    "sid_ms", "sid_seq", "part", "event", "job_id", "run_id", "attempt", "ts_ms", "worker",
+    "duration_ms", "job_type", "queue", "sched_ms", "error", "result", "fence", "retry_at_ms",
+    "extra",
+)  # fmt: skip
+"""Column order shared by the migrations, COPY, INSERT and every read query."""
+
+# Stream fields with a column (see CONTEXT: e, j, r, a, t, w, d, ty, q, s, err, res, f; 'at' is
+# the retry time of retry_scheduled).  's' (sched ms) is derived from the run id when there is one.
+KNOWN = frozenset(
+    (b"e", b"j", b"r", b"a", b"t", b"w", b"d", b"ty", b"q", b"s", b"err", b"res", b"f", b"at")
+)
+_INT64 = 2**63 - 1
+
+# Outcome events of an attempt, strongest first: an attempt that failed and whose run was later
+# abandoned (job cancelled while waiting for its retry) failed.
+OUTCOMES = ("succeeded", "timed_out", "failed", "abandoned")
+FAILURES = ("timed_out", "failed", "abandoned")
+# Events that mark a run, not one of its attempts (and a stale report, which changed nothing).
+RUN_MARKERS = frozenset({"triggered", "replayed", "fenced"})
+
+
+Entry = tuple[int, bytes, list[bytes]]
+"""A stream entry as read: (partition, entry id, [field, value, field, value, ...])."""
+
+
+class EventRow(NamedTuple):
+    sid_ms: int
+    sid_seq: int
+    part: int
+    event: str
+    job_id: str | None
+    run_id: str | None
+    attempt: int | None
+    ts_ms: int | None
+    worker: str | None
+    duration_ms: int | None
+    job_type: str | None
+    queue: str | None
+    sched_ms: int | None
+    error: str | None
+    result: str | None
+    fence: int | None
+    retry_at_ms: int | None
+    extra: str | None
+
+    @property
+    def sid(self) -> str:
+        """The stream entry id, ``<ms>-<seq>``."""
+        return f"{self.sid_ms}-{self.sid_seq}"
+
+
+def _text(raw: bytes | None) -> str | None:
+    if not raw:
+        return None
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "replace")
+    return text.replace("\x00", "\ufffd") if b"\x00" in raw else text  # no NUL in PG text
+
+
+def _int(raw: bytes | None, key: bytes, bad: dict[bytes, bytes]) -> int | None:
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+        if len(raw) < 19 or -_INT64 <= value <= _INT64:
+            return value
+    except ValueError:
+        pass
+    bad[key] = raw
+    return None
+
+
+def parse_sid(sid: bytes | str) -> tuple[int, int]:
+    """``b"1700000000000-3"`` -> (1700000000000, 3)."""
+    s = sid.decode() if isinstance(sid, bytes) else sid
+    ms, _, seq = s.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def sched_of_run(run_id: str) -> int | None:
+    """Run ids are ``<job id>@<scheduled ms>``: every event of a run shares this time."""
+    _, sep, tail = run_id.rpartition("@")
+    return int(tail) if sep and tail.isdigit() and len(tail) < 19 else None
+
+
+def _n(raw: bytes | None) -> int | None:
+    """A stream integer; ValueError for anything that is not one, or beyond 18 digits."""
+    return int(raw if len(raw) < 19 else b"?") if raw else None
+
+
+def _fast(part: int, sid: bytes, f: dict[bytes, bytes]) -> EventRow | None:
+    """The common case, inline: known fields, valid UTF-8 without NUL, plain integers.
+
+    None when anything needs care; ``decode`` then takes the careful path.  This runs once per
+    archived event, and a Python call per field would double the archiver's CPU per event.
+    """
+    if not f.keys() <= KNOWN or b"\x00" in b"".join(f.values()):
+        return None
+    g = f.get
+    try:
+        ms, _, seq = sid.partition(b"-")
+        e, j, r, w, ty, q, err, res = (g(b"e"), g(b"j"), g(b"r"), g(b"w"), g(b"ty"), g(b"q"),
+                                       g(b"err"), g(b"res"))
+        run_id = r.decode() if r else None
+        sched = sched_of_run(run_id) if run_id else None
+        return EventRow(
+            int(ms), int(seq or b"0"), part, e.decode() if e else "", j.decode() if j else None,
+            run_id, _n(g(b"a")), _n(g(b"t")), w.decode() if w else None, _n(g(b"d")),
+            ty.decode() if ty else None, q.decode() if q else None,
+            _n(g(b"s")) if sched is None else sched, err.decode() if err else None,
+            res.decode() if res else None, _n(g(b"f")), _n(g(b"at")), None,
+        )
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def decode(part: int, sid: bytes | str, f: dict[bytes, bytes]) -> EventRow:
+    """Turn one stream entry into a row; unknown or malformed fields go to ``extra`` as JSON."""
+    if isinstance(sid, bytes):
+        row = _fast(part, sid, f)
+        if row is not None:
+            return row
+    sid_ms, sid_seq = parse_sid(sid)
+    g = f.get
+    bad: dict[bytes, bytes] = {}
+    run_id = _text(g(b"r"))
+    sched = sched_of_run(run_id) if run_id else None
+    if sched is None:
+        sched = _int(g(b"s"), b"s", bad)
+    row = EventRow(
+        sid_ms, sid_seq, part, _text(g(b"e")) or "", _text(g(b"j")), run_id,
+        _int(g(b"a"), b"a", bad), _int(g(b"t"), b"t", bad), _text(g(b"w")),
+        _int(g(b"d"), b"d", bad), _text(g(b"ty")), _text(g(b"q")), sched, _text(g(b"err")),
+        _text(g(b"res")), _int(g(b"f"), b"f", bad), _int(g(b"at"), b"at", bad), None,
+    )
+    unknown = f.keys() - KNOWN
+    if unknown or bad:
+        extra = {k.decode("utf-8", "replace"): (f[k] or b"").decode("utf-8", "replace")
+                 for k in (*unknown, *bad)}
+        row = row._replace(extra=json.dumps(extra, sort_keys=True))
+    return row
+
+
+def decode_flat(part: int, sid: bytes, flat: list[bytes]) -> EventRow:
+    """Same, from the field/value list of a raw (unparsed) stream reply."""
+    return decode(part, sid, dict(zip(flat[::2], flat[1::2], strict=True)))
+
+
+__all__ = ["COLUMNS", "Entry", "EventRow", "FAILURES", "KNOWN", "OUTCOMES", "RUN_MARKERS",
+           "decode", "decode_flat", "parse_sid", "sched_of_run"]

@@ -1,0 +1,235 @@
+"""The archive store: where events land (Postgres or SQLite), chosen by ``RSCHED_ARCHIVE_URL``.
+
+Both stores share the schema's shape (versioned migrations shipped in ``migrations/``), the row
+identity that makes redelivery harmless, and every read query; they differ in how a batch goes
+in (COPY through a staging table vs. one executemany), how schema changes are serialized between
+processes, and how retention drops old history (whole day partitions vs. a range delete).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import RschedError, ValidationError
+from .events import COLUMNS, FAILURES, Entry, EventRow
+
+ENV_URL = "RSCHED_ARCHIVE_URL"
+DEFAULT_URL = "sqlite:rsched-archive.db"
+"""Embedded default: a SQLite file in the working directory (one machine, ``rsched dev``)."""
+
+DAY_MS = 86_400_000
+_MIGRATION = re.compile(r"^(\d{4})_(\w+?)(?:\.(postgres|sqlite))?\.sql$")
+
+
+class StoreUnavailable(RschedError):
+    """The archive database cannot be reached or refused a batch; the caller retries later."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def migrations(dialect: str) -> list[Migration]:
+    """``migrations/NNNN_name[.dialect].sql`` for this dialect, by version (package data)."""
+    found: dict[int, Migration] = {}
+    for entry in resources.files("rsched.archive").joinpath("migrations").iterdir():
+        m = _MIGRATION.match(entry.name)
+        if not m or m.group(3) not in (None, dialect):
+            continue
+        version = int(m.group(1))
+        if version in found:
+            raise RuntimeError(f"two migrations with version {version}: {entry.name}")
+        found[version] = Migration(version, m.group(2), entry.read_text())
+    return [found[v] for v in sorted(found)]
+
+
+SCHEMA_MIGRATIONS = ("CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, "
+                     "name text NOT NULL, applied_ms bigint NOT NULL)")
+"""Versions applied to this database (both dialects); created before the first migration."""
+
+
+def pending_migrations(dialect: str, applied: Iterable[tuple[Any, ...]]) -> list[Migration]:
+    """The migrations not in ``applied`` (rows of ``SELECT version FROM schema_migrations``)."""
+    done = {int(row[0]) for row in applied}
+    return [m for m in migrations(dialect) if m.version not in done]
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for logs and error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def sqlite_path(url: str) -> str:
+    """``sqlite:///abs/path.db`` (or ``sqlite:////abs/path.db``) -> absolute; ``sqlite:rel.db``."""
+    parts = urlsplit(url)
+    path = parts.path
+    if parts.netloc or not path or path == "/":
+        raise ValidationError(ENV_URL, f"expected sqlite:///path/to/file.db, got {url!r}")
+    return "/" + path.lstrip("/") if path.startswith("/") else path
+
+
+def archive_url(url: str | None = None) -> str:
+    """The URL given, else ``RSCHED_ARCHIVE_URL``, else the embedded SQLite default."""
+    return url or os.environ.get(ENV_URL) or DEFAULT_URL
+
+
+def open_store(url: str | None = None) -> Store:
+    """A store for ``postgresql://...`` or ``sqlite:///path``; connects lazily (see connect())."""
+    url = archive_url(url)
+    scheme = url.partition(":")[0].lower()
+    if scheme in ("postgresql", "postgres"):
+        from .postgres import PostgresStore
+
+        return PostgresStore(url)
+    if scheme == "sqlite":
+        from .sqlite import SqliteStore
+
+        return SqliteStore(sqlite_path(url))
+    raise ValidationError(
+        ENV_URL, f"expected postgresql://... or sqlite:///path, got {redact(url)!r}"
+    )
+
+
+_SELECT = ", ".join(COLUMNS)
+_FAILURES = ", ".join(f"'{e}'" for e in FAILURES)
+# rank >= q * n in integers (q in millionths): floats would round differently in the two stores.
+_QUANTILE_CASE = "min(CASE WHEN rn * 1000000 >= {q} * n THEN duration_ms END)"
+
+
+class Store(ABC):
+    """One connection, used under a lock (the API may call from several threads)."""
+
+    dialect: str
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.RLock()
+
+    # --- connection and schema ---------------------------------------------------------------
+
+    @abstractmethod
+    def connect(self) -> None:
+        """Open the connection if needed and apply pending migrations; StoreUnavailable on error."""
+
+    @abstractmethod
+    def _reset(self) -> None:
+        """Close the connection (errors ignored), forget what it knew; the next call reconnects."""
+
+    def close(self) -> None:
+        with self._lock:
+            self._reset()
+
+    @abstractmethod
+    def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one read query (``?`` placeholders); StoreUnavailable on a database error."""
+
+    def applied_migrations(self) -> list[int]:
+        return [int(v) for (v,) in self._fetch("SELECT version FROM schema_migrations ORDER BY 1")]
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Ad-hoc read query for operators and tests (``?`` placeholders in both dialects)."""
+        return self._fetch(sql, params)
+
+    # --- write path --------------------------------------------------------------------------
+
+    @abstractmethod
+    def write(self, entries: Sequence[Entry]) -> int:
+        """Insert the entries' rows in one transaction, skipping ids already present; returns
+        the number of rows inserted."""
+
+    @abstractmethod
+    def drop_before(self, cutoff_ms: int) -> int:
+        """Retention: forget events appended before ``cutoff_ms``; returns days (rows) dropped."""
+
+    # --- read path ---------------------------------------------------------------------------
+
+    def job_scheds(self, job_id: str, max_sched_ms: int | None, n: int) -> list[int]:
+        """The ``n`` latest distinct run times of the job up to ``max_sched_ms``, newest first."""
+        bound = "" if max_sched_ms is None else "AND sched_ms <= ?"
+        params: list[Any] = [job_id] + ([] if max_sched_ms is None else [max_sched_ms])
+        rows = self._fetch(
+            f"SELECT DISTINCT sched_ms FROM events WHERE job_id = ? AND sched_ms IS NOT NULL "
+            f"AND run_id IS NOT NULL {bound} ORDER BY sched_ms DESC LIMIT ?", [*params, n])
+        return [int(s) for (s,) in rows]
+
+    def job_events(self, job_id: str, lo_sched_ms: int | None, hi_sched_ms: int | None
+                   ) -> list[EventRow]:
+        """Every run event of the job with ``lo <= sched_ms <= hi`` (None: unbounded)."""
+        where = ["job_id = ?", "run_id IS NOT NULL"]
+        params: list[Any] = [job_id]
+        if lo_sched_ms is not None:
+            where.append("sched_ms >= ?")
+            params.append(lo_sched_ms)
+        if hi_sched_ms is not None:
+            where.append("sched_ms <= ?")
+            params.append(hi_sched_ms)
+        sql = f"SELECT {_SELECT} FROM events WHERE {' AND '.join(where)} ORDER BY sid_ms, sid_seq"
+        return [EventRow(*row) for row in self._fetch(sql, params)]
+
+    def failures(self, job_type: str | None, since_ms: int, until_ms: int,
+                 before: tuple[int, int, int] | None, limit: int) -> list[EventRow]:
+        """Failed, timed-out and abandoned attempts with ``since <= ts < until``, newest first.
+
+        ``before`` = (ts_ms, sid_ms, sid_seq) of the last row of the previous page.
+        """
+        where = [f"event IN ({_FAILURES})", "ts_ms >= ?", "ts_ms < ?"]
+        params: list[Any] = [since_ms, until_ms]
+        if job_type is not None:
+            where.append("job_type = ?")
+            params.append(job_type)
+        if before is not None:
+            where.append("(ts_ms, sid_ms, sid_seq) < (?, ?, ?)")
+            params += list(before)
+        sql = (f"SELECT {_SELECT} FROM events WHERE {' AND '.join(where)} "
+               "ORDER BY ts_ms DESC, sid_ms DESC, sid_seq DESC LIMIT ?")
+        return [EventRow(*row) for row in self._fetch(sql, [*params, limit])]
+
+    def durations(self, since_ms: int, until_ms: int, job_type: str | None,
+                  quantiles: Sequence[float]) -> list[tuple[Any, ...]]:
+        """Per job type: count, failed count, mean, max and nearest-rank quantiles of duration_ms.
+
+        Nearest rank (the value at rank ceil(q * n)), the definition of Postgres's percentile_disc,
+        written with window functions so both stores compute exactly the same numbers.
+        """
+        where = ["duration_ms IS NOT NULL", "ts_ms >= ?", "ts_ms < ?"]
+        params: list[Any] = [since_ms, until_ms]
+        if job_type is not None:
+            where.append("job_type = ?")
+            params.append(job_type)
+        qs = ", ".join(_QUANTILE_CASE.format(q=round(q * 1_000_000)) for q in quantiles)
+        sql = (
+            "SELECT job_type, count(*), sum(CASE WHEN event <> 'succeeded' THEN 1 ELSE 0 END), "
+            f"CAST(avg(duration_ms) AS DOUBLE PRECISION), max(duration_ms), {qs} FROM ("
+            "  SELECT jt AS job_type, event, duration_ms,"
+            "    row_number() OVER (PARTITION BY jt ORDER BY duration_ms) AS rn,"
+            "    count(*) OVER (PARTITION BY jt) AS n"
+            "  FROM (SELECT coalesce(job_type, '') AS jt, event, duration_ms FROM events"
+            f"    WHERE {' AND '.join(where)}) f"
+            ") d GROUP BY job_type ORDER BY job_type"
+        )
+        return self._fetch(sql, params)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["DAY_MS", "DEFAULT_URL", "ENV_URL", "Migration", "Store", "StoreUnavailable",
+           "archive_url", "migrations", "open_store", "redact", "sqlite_path"]

@@ -1,0 +1,323 @@
+"""Operator commands of the `rsched` CLI: status, preview, doctor, jobs, dlq, keys.
+
+They talk to Redis through the same service layer as the HTTP API (rsched.client, rsched.query,
+rsched.auth).  Read commands print tables, or JSON with ``--json``; errors reach `rsched.cli.main`,
+which prints one line to stderr and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from . import auth, query
+from .api.convert import attempt_json, dead_letter_json, job_json, key_json, spec_from_json
+from .client import Client
+from .errors import ValidationError
+from .spec import to_ms
+
+JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def _client(ctx: click.Context) -> Client:
+    from .cli import _settings
+
+    obj = ctx.find_root().obj
+    if "client" not in obj:
+        obj["client"] = Client(settings=_settings(ctx.find_root()))
+        ctx.call_on_close(obj["client"].close)
+    return obj["client"]  # type: ignore[no-any-return]
+
+
+def _print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Plain left-aligned columns; None prints as '-'."""
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _more(cursor: str | None, command: str) -> None:
+    if cursor:
+        click.echo(f"more: {command} --cursor {cursor}", err=True)
+
+
+def _show(value: Any, as_json: bool, render: Callable[[Any], str]) -> None:
+    if as_json:
+        _print_json(value)
+    else:
+        click.echo(render(value))
+
+
+# --- status, preview, doctor -------------------------------------------------------------------
+
+
+@click.command()
+@JSON_FLAG
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Partitions, dispatchers, workers, queue depths and dead letters."""
+    c = _client(ctx)
+    _show(c.run(query.op_status(c)), as_json, _render_status)
+
+
+def _render_status(s: dict[str, Any]) -> str:
+    parts = table(["partition", "owner", "lease until", "fence", "due", "retry", "oldest due ms",
+                   "dead"],
+                  [[p["partition"], p["owner"], p["leaseExpiresAt"], p["fence"], p["dueBacklog"],
+                    p["retryBacklog"], p["oldestDueAgeMs"], p["deadLetters"]]
+                   for p in s["partitions"]])
+    disp = table(["dispatcher", "expires", "partitions"],
+                 [[d["id"], d["expiresAt"], ",".join(map(str, d["partitions"]))]
+                  for d in s["dispatchers"]])
+    work = table(["worker", "queues", "inflight", "last heartbeat", "alive"],
+                 [[w["id"], ",".join(w["queues"]), w["inflight"], w["lastHeartbeatAt"],
+                   "yes" if w["alive"] else "NO"] for w in s["workers"]])
+    queues = table(["queue", "length", "pending"],
+                   [[q["queue"], q["length"], q["pending"]] for q in s["queues"]])
+    head = (f"{s['now']}  due backlog {s['dueBacklog']}  dead letters {s['deadLetters']}  "
+            f"dispatchers {len(s['dispatchers'])}  workers {len(s['workers'])}")
+    return "\n\n".join([head, parts, disp, work, queues])
+
+
+@click.command()
+@click.argument("cron")
+@click.option("--tz", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--from", "start", default=None, help="ISO-8601 start (exclusive); default now.")
+@click.option("--count", default=5, show_default=True, type=int)
+@JSON_FLAG
+def preview(cron: str, tz: str, start: str | None, count: int, as_json: bool) -> None:
+    """Print the next fire times of CRON in a zone, with the DST rules applied."""
+    from_ms = int(time.time() * 1000) if start is None else to_ms(start, "--from")
+    times = query.preview(cron, tz, from_ms, count)
+    _show(times, as_json, lambda ts: table(["utc", "local"], [[t["utc"], t["local"]] for t in ts]))
+
+
+@click.command()
+@JSON_FLAG
+@click.pass_context
+def doctor(ctx: click.Context, as_json: bool) -> None:
+    """Check Redis: version, eviction policy, AOF and fsync, partition count."""
+    c = _client(ctx)
+    findings = query.doctor(c.run(query.op_redis_facts(c)), c.settings.partitions)
+    rows = [{"check": f.check, "level": f.level, "message": f.message} for f in findings]
+    _show(rows, as_json, lambda rs: table(["check", "level", "message"],
+                                          [[r["check"], r["level"].upper(), r["message"]]
+                                           for r in rs]))
+    if any(f.level == "fail" for f in findings):
+        sys.exit(1)
+
+
+# --- jobs --------------------------------------------------------------------------------------
+
+
+@click.group()
+def jobs() -> None:
+    """Schedule, inspect and control jobs."""
+
+
+@jobs.command("add")
+@click.option("--type", "job_type", required=True, help="Registered handler name.")
+@click.option("--payload", default=None, help="JSON payload.")
+@click.option("--run-at", default=None, help="ISO-8601 time for a one-off job (default now).")
+@click.option("--cron", default=None, help="Cron expression for a recurring job.")
+@click.option("--tz", default=None, help="IANA time zone of the cron expression.")
+@click.option("--queue", default=None)
+@click.option("--max-attempts", type=int, default=None)
+@click.option("--priority", type=int, default=None)
+@click.option("--idempotency-key", default=None)
+@JSON_FLAG
+@click.pass_context
+def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str | None,
+             cron: str | None, tz: str | None, queue: str | None, max_attempts: int | None,
+             priority: int | None, idempotency_key: str | None, as_json: bool) -> None:
+    """Schedule a job and print its id."""
+    try:
+        body = json.loads(payload) if payload is not None else None
+    except ValueError as e:
+        raise ValidationError("--payload", f"not JSON: {e}") from None
+    spec = spec_from_json({
+        "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
+        "queue": queue, "maxAttempts": max_attempts, "priority": priority,
+        "idempotencyKey": idempotency_key,
+    })
+    job = _client(ctx).schedule_many([spec])[0]
+    if isinstance(job, Exception):
+        raise job
+    _show(job_json(job), as_json, lambda j: j["id"])
+
+
+def _render_job(j: dict[str, Any]) -> str:
+    rows = [[k, json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v]
+            for k, v in j.items()]
+    return table(["field", "value"], rows)
+
+
+@jobs.command("show")
+@click.argument("job_id")
+@JSON_FLAG
+@click.pass_context
+def jobs_show(ctx: click.Context, job_id: str, as_json: bool) -> None:
+    """Show one job."""
+    _show(job_json(_client(ctx).get(job_id)), as_json, _render_job)
+
+
+@jobs.command("list")
+@click.option("--status", default=None, help="scheduled, paused, cancelled, completed, dead.")
+@click.option("--type", "job_type", default=None)
+@click.option("--queue", default=None)
+@click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--cursor", default=None, help="From the previous page's 'more:' line.")
+@JSON_FLAG
+@click.pass_context
+def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queue: str | None,
+              limit: int, cursor: str | None, as_json: bool) -> None:
+    """List jobs (SCAN-based: see rsched.query for the cost)."""
+    c = _client(ctx)
+    page = c.run(query.op_list_jobs(c, status=status, type=job_type, queue=queue, limit=limit,
+                                    cursor=cursor))
+    items = [job_json(j) for j in page.items]
+    if as_json:
+        _print_json({"jobs": items, "nextCursor": page.next_cursor})
+        return
+    click.echo(table(["id", "type", "queue", "status", "next run", "schedule"],
+                     [[j["id"], j["type"], j["queue"], j["status"], j["nextRunAt"],
+                       f"{j['cron']} ({j['timeZone']})" if j["cron"] else j["runAt"]]
+                      for j in items]))
+    _more(page.next_cursor, "rsched jobs list")
+
+
+@jobs.command("runs")
+@click.argument("job_id")
+@click.option("--limit", default=20, show_default=True, type=int)
+@click.option("--cursor", default=None)
+@JSON_FLAG
+@click.pass_context
+def jobs_runs(ctx: click.Context, job_id: str, limit: int, cursor: str | None,
+              as_json: bool) -> None:
+    """A job's attempts, newest first."""
+    c = _client(ctx)
+    page = c.run(query.op_runs_page(c, job_id, limit, cursor))
+    items = [attempt_json(a) for a in page.items]
+    if as_json:
+        _print_json({"runs": items, "nextCursor": page.next_cursor})
+        return
+    click.echo(table(["run", "attempt", "status", "worker", "scheduled", "started", "ms",
+                      "error"],
+                     [[a["runId"], a["attempt"], a["status"], a["worker"], a["scheduledAt"],
+                       a["startedAt"], a["durationMs"], a["error"]] for a in items]))
+    _more(page.next_cursor, f"rsched jobs runs {job_id}")
+
+
+def _control(name: str, doc: str) -> click.Command:
+    @click.command(name, help=doc)
+    @click.argument("job_id")
+    @click.pass_context
+    def command(ctx: click.Context, job_id: str) -> None:
+        job = getattr(_client(ctx), name)(job_id)
+        click.echo(f"{job.id} {job.status.value}")
+
+    return command
+
+
+for _name, _doc in (("pause", "Pause a job; a run in progress finishes."),
+                    ("resume", "Resume a paused job (a cron job from now)."),
+                    ("cancel", "Cancel a job for good; a run in progress finishes.")):
+    jobs.add_command(_control(_name, _doc))
+
+
+@jobs.command("trigger")
+@click.argument("job_id")
+@click.pass_context
+def jobs_trigger(ctx: click.Context, job_id: str) -> None:
+    """Run a job once now, outside its schedule; prints the run id."""
+    click.echo(_client(ctx).trigger(job_id))
+
+
+# --- dead letters ------------------------------------------------------------------------------
+
+
+@click.group()
+def dlq() -> None:
+    """Dead-lettered runs."""
+
+
+@dlq.command("list")
+@click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--cursor", default=None)
+@JSON_FLAG
+@click.pass_context
+def dlq_list(ctx: click.Context, limit: int, cursor: str | None, as_json: bool) -> None:
+    """Dead letters, newest first."""
+    c = _client(ctx)
+    page = c.run(query.op_dead_letter_page(c, limit, cursor))
+    items = [dead_letter_json(d) for d in page.items]
+    if as_json:
+        _print_json({"deadLetters": items, "nextCursor": page.next_cursor})
+        return
+    click.echo(table(["run", "type", "attempt", "dead at", "error"],
+                     [[d["runId"], d["type"], d["attempt"], d["deadAt"], d["error"]]
+                      for d in items]))
+    _more(page.next_cursor, "rsched dlq list")
+
+
+@dlq.command("replay")
+@click.argument("run_id")
+@click.pass_context
+def dlq_replay(ctx: click.Context, run_id: str) -> None:
+    """Send a dead letter back for a new round of attempts."""
+    run = _client(ctx).replay(run_id)
+    click.echo(f"{run.id} {run.state.value}")
+
+
+# --- API keys ----------------------------------------------------------------------------------
+
+
+@click.group()
+def keys() -> None:
+    """API keys for the HTTP API."""
+
+
+@keys.command("create")
+@click.option("--scope", required=True, type=click.Choice(auth.SCOPES))
+@click.option("--name", required=True, help="Who or what uses the key.")
+@click.pass_context
+def keys_create(ctx: click.Context, scope: str, name: str) -> None:
+    """Create a key; prints its secret once (only a hash is stored)."""
+    key, secret = _client(ctx).run(auth.op_create_key(name, scope))
+    click.echo(f"created {key.id} ({key.name}, scope {key.scope}); the secret is shown once:",
+               err=True)
+    click.echo(secret)
+
+
+@keys.command("list")
+@JSON_FLAG
+@click.pass_context
+def keys_list(ctx: click.Context, as_json: bool) -> None:
+    """List keys (never their secrets)."""
+    items = [key_json(k) for k in _client(ctx).run(auth.op_list_keys())]
+    _show(items, as_json, lambda ks: table(["id", "name", "scope", "created"],
+                                           [[k["id"], k["name"], k["scope"], k["createdAt"]]
+                                            for k in ks]))
+
+
+@keys.command("revoke")
+@click.argument("key")
+@click.pass_context
+def keys_revoke(ctx: click.Context, key: str) -> None:
+    """Revoke a key by id (or by name, if unique)."""
+    k = _client(ctx).run(auth.op_revoke_key(key))
+    click.echo(f"revoked {k.id} ({k.name})")
+
+
+COMMANDS: list[click.Command] = [status, preview, doctor, jobs, dlq, keys]

@@ -1,0 +1,379 @@
+"""The read path: job listings, run history and dead-letter pages, cluster status, cron previews
+and Redis health, as operations either client runs (``client.run(op)``).
+
+Listing jobs has no index to use: jobs are found with SCAN over ``rsched:{p*}:job:*`` and
+filtered with one HMGET of status, type and queue per key, so a page costs O(keys scanned), not
+O(page).  One request scans at most LIST_MAX_SCANS x LIST_SCAN_COUNT hash-table buckets of the
+whole keyspace (jobs, runs, history lists...) and then returns what it found with a cursor, so a
+rare filter over a large keyspace returns short pages rather than one slow request; walking all
+pages visits the keyspace once.  SCAN may return a key twice while Redis resizes its table, so a
+listing may repeat a job, and lists jobs in no particular order.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import msgpack
+
+from . import keys
+from .client import ClientBase, Commands, Op, cmd
+from .cron import parse_cron, validate_zone
+from .errors import NotFound, ScheduleError, ValidationError
+from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
+from .redis_setup import SAFE_POLICIES
+from .spec import ms_to_iso
+
+LIST_SCAN_COUNT = 500
+LIST_MAX_SCANS = 20
+MAX_PAGE = 1000
+MAX_PREVIEW = 100
+WORKER_STALE_MS = 30_000
+INFLIGHT_STATES = frozenset({"dispatched", "running", "retry_wait"})
+PREVIEW_MIN_MS = 0
+PREVIEW_MAX_MS = 7_258_118_400_000  # 2200-01-01: cron walks stay far from datetime's year 9999
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+# --- cursors -----------------------------------------------------------------------------------
+
+
+def encode_cursor(value: Any) -> str:
+    raw = json.dumps(value, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None, check: Any) -> Any:
+    """The value inside a cursor this API returned; ``check(value)`` says if its shape is right."""
+    if cursor is None or cursor == "":
+        return None
+    try:
+        value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if check(value):
+            return value
+    except (ValueError, TypeError):
+        pass
+    raise ValidationError("cursor", "not a cursor returned by this API")
+
+
+def check_limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ValidationError("limit", f"must be an integer between 1 and {MAX_PAGE}")
+    return limit
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+# --- jobs --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[Any]
+    next_cursor: str | None
+
+
+def op_list_jobs(
+    core: ClientBase,
+    *,
+    status: str | None = None,
+    type: str | None = None,
+    queue: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Op[Page]:
+    """One page of jobs matching every filter given; see the module docstring for the cost."""
+    check_limit(limit)
+    if status is not None and status not in {s.value for s in JobStatus}:
+        raise ValidationError("status", "must be one of " + ", ".join(s.value for s in JobStatus))
+    state = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == 2
+                          and _is_int(v[0]) and isinstance(v[1], str))
+    scan_at, after = state if state else (0, "")
+    want = [(i, v) for i, v in enumerate((status, type, queue)) if v is not None]
+    jobs: list[Job] = []
+    for _ in range(LIST_MAX_SCANS):
+        batch_at = scan_at
+        ((scan_at, found),) = yield Commands([
+            cmd("scan", batch_at, match=keys.job_pattern(), count=LIST_SCAN_COUNT)
+        ])
+        names = sorted({_s(n) for n in found})
+        if after:
+            names, after = [n for n in names if n > after], ""
+        if want and names:
+            vals = yield Commands([cmd("hmget", n, "status", "type", "queue") for n in names])
+            names = [n for n, v in zip(names, vals, strict=True)
+                     if all(v[i] is not None and _s(v[i]) == w for i, w in want)]
+        take = names[: limit - len(jobs)]
+        if take:
+            hashes = yield Commands([cmd("hgetall", n) for n in take])
+            jobs += [Job.from_hash(h) for h in hashes if h]
+        if len(take) < len(names):
+            return Page(jobs, encode_cursor([batch_at, take[-1]]))
+        if scan_at == 0:
+            return Page(jobs, None)
+        if len(jobs) >= limit:
+            break
+    return Page(jobs, encode_cursor([scan_at, ""]))
+
+
+def op_runs_page(
+    core: ClientBase, job_id: str, limit: int = 50, cursor: str | None = None
+) -> Op[Page]:
+    """A job's attempts, newest first: the in-flight one (first page), then finished ones.
+
+    The cursor counts finished attempts already returned; the history list grows at its head,
+    so attempts finishing while a client pages may show up twice, never go missing.
+    """
+    check_limit(limit)
+    offset = decode_cursor(cursor, _is_int) or 0
+    got: list[Attempt] = yield from core.op_runs(job_id, limit + 1, offset)
+    page = got[:limit]
+    if len(got) <= limit:
+        return Page(page, None)
+    finished = sum(1 for a in page if a.status not in INFLIGHT_STATES)
+    return Page(page, encode_cursor(offset + finished))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    run: Run
+    dead_ms: int
+
+
+def op_dead_letter_page(core: ClientBase, limit: int = 50, cursor: str | None = None) -> Op[Page]:
+    """Dead letters across partitions, most recent first; the cursor holds per-partition offsets
+    (a letter dead-lettered while paging may show up twice; a replayed one may shift a page)."""
+    check_limit(limit)
+    P = yield from core.op_partitions()
+    offsets = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == P
+                            and all(_is_int(x) for x in v)) or [0] * P
+    res = yield Commands([cmd("zrevrange", keys.dead(p), off, off + limit - 1, withscores=True)
+                          for p, off in enumerate(offsets)])
+    entries = sorted(((score, _s(rid), p) for p, r in enumerate(res) for rid, score in r),
+                     key=lambda e: (-e[0], e[1]))
+    taken = entries[:limit]
+    more = len(entries) > len(taken) or any(len(r) == limit for r in res)
+    hashes = yield Commands([cmd("hgetall", keys.run(p, rid)) for _, rid, p in taken])
+    for _, _, p in taken:
+        offsets[p] += 1
+    items = [DeadLetter(Run.from_hash(h), int(score))
+             for (score, _, _), h in zip(taken, hashes, strict=True) if h]
+    return Page(items, encode_cursor(offsets) if more and taken else None)
+
+
+# --- status ------------------------------------------------------------------------------------
+
+
+def op_status(core: ClientBase) -> Op[dict[str, Any]]:
+    """Partitions, dispatchers, workers, queues and dead letters in two pipelined round trips."""
+    P = yield from core.op_partitions()
+    now = yield from core.op_now()
+    per = 6
+    cmds = [cmd("zrange", keys.dispatchers(), 0, -1, withscores=True),
+            cmd("hgetall", keys.workers())]
+    for p in range(P):
+        cmds += [
+            cmd("hmget", keys.lease(p), "owner", "expires_ms", "fence"),
+            cmd("zcount", keys.due(p), "-inf", now),
+            cmd("zrange", keys.due(p), 0, 0, withscores=True),
+            cmd("zcount", keys.retry(p), "-inf", now),
+            cmd("zcard", keys.dead(p)),
+            cmd("smembers", keys.queues(p)),
+        ]
+    res = yield Commands(cmds)
+    dispatchers: list[dict[str, Any]] = [
+        {"id": _s(d), "expiresAt": ms_to_iso(int(exp)), "partitions": []} for d, exp in res[0]
+    ]
+    by_id = {d["id"]: d for d in dispatchers}
+    partitions: list[dict[str, Any]] = []
+    streams: list[tuple[str, str]] = []
+    for p in range(P):
+        (owner, expires, fence), due, head, retry, dead, queues = res[2 + per * p:][:per]
+        expires_ms = int(expires or 0)
+        held = bool(owner) and expires_ms > now
+        if held and _s(owner) in by_id:
+            by_id[_s(owner)]["partitions"].append(p)
+        oldest = int(head[0][1]) if head else None
+        partitions.append({
+            "partition": p, "owner": _s(owner) if held else None,
+            "leaseExpiresAt": ms_to_iso(expires_ms) if held else None,
+            "fence": int(fence or 0), "dueBacklog": int(due), "retryBacklog": int(retry),
+            "oldestDueAgeMs": max(now - oldest, 0) if oldest is not None and due else 0,
+            "deadLetters": int(dead),
+        })
+        streams += [(_s(q), keys.stream(p, _s(q))) for q in sorted(queues)]
+    depth = yield Commands(
+        [c for _, s in streams for c in (cmd("xlen", s), cmd("xpending", s, keys.GROUP))],
+        raise_on_error=False,
+    )
+    queues_out: dict[str, dict[str, Any]] = {}
+    for i, (q, _) in enumerate(streams):
+        length, pending = depth[2 * i], depth[2 * i + 1]
+        agg = queues_out.setdefault(q, {"queue": q, "length": 0, "pending": 0})
+        agg["length"] += length if isinstance(length, int) else 0
+        agg["pending"] += int(pending["pending"]) if isinstance(pending, dict) else 0
+    return {
+        "now": ms_to_iso(now),
+        "partitions": partitions,
+        "dispatchers": dispatchers,
+        "workers": _workers(res[1], now),
+        "queues": sorted(queues_out.values(), key=lambda q: q["queue"]),
+        "dueBacklog": sum(p["dueBacklog"] for p in partitions),
+        "deadLetters": sum(p["deadLetters"] for p in partitions),
+    }
+
+
+def _workers(raw: dict[bytes, bytes], now: int) -> list[dict[str, Any]]:
+    out = []
+    for wid, blob in sorted(raw.items()):
+        try:
+            rec = msgpack.unpackb(blob, raw=False)
+        except (ValueError, TypeError, msgpack.ExtraData):
+            rec = {}
+        rec = rec if isinstance(rec, dict) else {}
+        beat = int(rec.get("beat_ms") or 0)
+        out.append({
+            "id": _s(wid), "queues": [str(q) for q in rec.get("queues") or []],
+            "inflight": int(rec.get("inflight") or 0),
+            "concurrency": int(rec.get("concurrency") or 0),
+            "host": str(rec.get("host") or ""), "pid": int(rec.get("pid") or 0),
+            "lastHeartbeatAt": ms_to_iso(beat) if beat else None,
+            "alive": now - beat < WORKER_STALE_MS,
+        })
+    return out
+
+
+# --- cron preview ------------------------------------------------------------------------------
+
+
+def preview(cron: Any, tz: Any, from_ms: int, count: Any) -> list[dict[str, str]]:
+    """The next `count` fire times after `from_ms`, in UTC and in the job's zone."""
+    if not isinstance(cron, str):
+        raise ValidationError("cron", "required: a cron expression such as '30 2 * * *'")
+    if not isinstance(tz, str):
+        raise ValidationError("timeZone", "must be an IANA time zone such as 'Europe/Berlin'")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PREVIEW:
+        raise ValidationError("count", f"must be an integer between 1 and {MAX_PREVIEW}")
+    if not PREVIEW_MIN_MS <= from_ms <= PREVIEW_MAX_MS:
+        raise ValidationError("from", "must be between 1970 and 2200")
+    schedule = parse_cron(cron, tz)
+    zone = validate_zone(tz)
+    times: list[dict[str, str]] = []
+    at = from_ms
+    for _ in range(count):
+        try:
+            at = schedule.next_after(at)
+        except (ScheduleError, OverflowError, ValueError):
+            if not times:
+                raise ScheduleError("cron", "no fire time within 50 years") from None
+            break  # the calendar ran out (a rare date far ahead): return what there is
+        times.append({"utc": ms_to_iso(at) or "",
+                      "local": datetime.fromtimestamp(at / 1000, zone).isoformat()})
+    return times
+
+
+# --- Redis health ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    check: str
+    level: str  # ok | warn | fail
+    message: str
+
+
+def op_redis_facts(core: ClientBase) -> Op[dict[str, Any]]:
+    """What `doctor` and /readyz judge: version, eviction policy, AOF, fsync, partitions."""
+    res = yield Commands([
+        cmd("info", "server"), cmd("config_get", "maxmemory-policy"),
+        cmd("config_get", "appendonly"), cmd("config_get", "appendfsync"),
+        cmd("hget", keys.config(), "partitions"),
+    ], raise_on_error=False)
+
+    def conf(i: int, name: str) -> str | None:
+        return None if isinstance(res[i], Exception) else _s(res[i].get(name, "")) or None
+
+    info = res[0] if isinstance(res[0], dict) else {}
+    parts = res[4]
+    return {
+        "version": str(info.get("redis_version", "")) or None,
+        "maxmemory-policy": conf(1, "maxmemory-policy"),
+        "appendonly": conf(2, "appendonly"),
+        "appendfsync": conf(3, "appendfsync"),
+        "partitions": int(parts) if isinstance(parts, (bytes, str, int)) else None,
+    }
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".")[:3] if x.isdigit())
+
+
+def doctor(facts: dict[str, Any], wanted_partitions: int = 0) -> list[Finding]:
+    """Judge the facts; every finding that is not ok says what to change."""
+    out: list[Finding] = []
+    v = facts.get("version")
+    if v is None:
+        out.append(Finding("version", "warn", "cannot read the Redis version (INFO disabled?)"))
+    elif _version(v) < (6, 2):
+        out.append(Finding("version", "fail", f"Redis {v} lacks XAUTOCLAIM: upgrade to 6.2+"))
+    else:
+        out.append(Finding("version", "ok", f"Redis {v}"))
+    pol = facts.get("maxmemory-policy")
+    if pol is None:
+        out.append(Finding("maxmemory-policy", "warn",
+                           "cannot read it (CONFIG disabled?): make sure it is noeviction"))
+    elif pol not in SAFE_POLICIES:
+        out.append(Finding("maxmemory-policy", "fail", f"{pol} lets Redis evict jobs: "
+                           "CONFIG SET maxmemory-policy noeviction (and in redis.conf)"))
+    else:
+        out.append(Finding("maxmemory-policy", "ok", pol))
+    aof, fsync = facts.get("appendonly"), facts.get("appendfsync")
+    if aof != "yes":
+        out.append(Finding("appendonly", "warn", f"AOF is {aof or 'unknown'}: a Redis crash loses "
+                           "recent jobs; set appendonly yes"))
+    else:
+        out.append(Finding("appendonly", "ok", "yes"))
+    if fsync not in ("everysec", "always"):
+        out.append(Finding("appendfsync", "warn", f"appendfsync is {fsync or 'unknown'}: set "
+                           "appendfsync everysec (loses at most a second of writes)"))
+    else:
+        out.append(Finding("appendfsync", "ok", fsync))
+    stored = facts.get("partitions")
+    if stored is None:
+        out.append(Finding("partitions", "warn", "not set yet: the first rsched process stores "
+                           f"{wanted_partitions or 16} (RSCHED_PARTITIONS)"))
+    elif wanted_partitions and stored != wanted_partitions:
+        out.append(Finding("partitions", "fail", f"Redis holds {stored} partitions, this "
+                           f"process wants {wanted_partitions}: set RSCHED_PARTITIONS={stored}"))
+    else:
+        out.append(Finding("partitions", "ok", str(stored)))
+    return out
+
+
+def job_id_or_404(job_id: str) -> str:
+    """A path's job id, as NotFound when it cannot be one (no partition prefix)."""
+    try:
+        partition_of(job_id)
+    except ValidationError:
+        raise NotFound("job", job_id) from None
+    return job_id
+
+
+def run_id_or_404(run_id: str) -> str:
+    """A path's run id, as NotFound when it cannot be one."""
+    try:
+        if "@" not in run_id:
+            raise ValidationError("runId", "no @")
+        partition_of(job_of_run(run_id))
+    except ValidationError:
+        raise NotFound("dead letter", run_id) from None
+    return run_id

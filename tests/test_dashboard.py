@@ -1,0 +1,259 @@
+"""The dashboard in real headless Chromium (Debian's `chromium`, driven by Playwright), against
+the real `rsched api`, `rsched dispatcher` and `rsched worker` processes: what a page shows is
+checked against what the HTTP API answers.  Screenshots go to tests/artifacts/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import missing_service
+from redis_server import RedisServer, free_port
+from test_api_e2e import Proc, wait_for
+
+from rsched import Client, JobSpec
+from rsched.auth import op_create_key
+from rsched.settings import Settings
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+TESTS = Path(__file__).resolve().parent
+ARTIFACTS = TESTS / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+UI_TIMEOUT_MS = 20_000
+
+
+@dataclass
+class Stack:
+    base: str
+    admin: str  # API key secrets
+    read: str
+    api: httpx.Client  # with the admin key
+    client: Client
+    procs: list[Proc]
+    gate: Path
+
+    def wait(self, what: str, check: Any, timeout_s: float = 30) -> Any:
+        return wait_for(what, check, self.procs, timeout_s)
+
+
+@pytest.fixture(scope="module")
+def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The API, a dispatcher and a worker running the test app, on an emptied session server."""
+    redis_server.resume()
+    if not redis_server.is_running():
+        redis_server.start()
+    admin_client = Client(settings=Settings.from_env(redis_url=redis_server.url))
+    admin_client.r.flushall()
+    _, admin = admin_client.run(op_create_key("dashboard-admin", "admin"))
+    _, read = admin_client.run(op_create_key("dashboard-viewer", "read"))
+    tmp = tmp_path_factory.mktemp("dashboard")
+    port = free_port()
+    env = dict(os.environ, RSCHED_REDIS_URL=redis_server.url, PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    procs = [
+        Proc("api", ["api", "--port", str(port)], env, tmp),
+        Proc("dispatcher", ["dispatcher", "--max-sleep-ms", "200"], env, tmp),
+        Proc("worker", ["worker", "--app", "dashboard_app:app", "--heartbeat-ms", "500"], env,
+             tmp),
+    ]
+    base = f"http://127.0.0.1:{port}"
+    api = httpx.Client(base_url=base, timeout=10, headers={"Authorization": f"Bearer {admin}"})
+    s = Stack(base, admin, read, api, admin_client, procs, tmp / "gate")
+    try:
+        s.wait("api ready", lambda: api.get("/readyz").status_code == 200)
+        yield s
+    finally:
+        api.close()
+        for p in procs:
+            p.stop()
+        admin_client.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if shutil.which("chromium") is None and not os.path.exists(CHROMIUM):
+        missing_service("chromium not found: run `make chromium` "
+                        "(Debian: apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: Any, stack: Stack) -> Iterator[Any]:
+    """A fresh browser context (empty localStorage) signed in with the admin key."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    p = context.new_page()
+    p.set_default_timeout(UI_TIMEOUT_MS)
+    errors: list[str] = []
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    p.goto(f"{stack.base}/ui/#key={stack.admin}")
+    p.wait_for_selector("#who >> text=dashboard-admin")
+    try:
+        yield p
+    finally:
+        context.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+def shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def text(page: Any, selector: str) -> str:
+    return str(page.locator(selector).first.inner_text()).strip()
+
+
+def test_the_overview_shows_what_the_status_route_says_and_charts_live_runs(
+    page: Any, stack: Stack
+) -> None:
+    stack.client.schedule_many([JobSpec(type="tick", payload={"n": i}) for i in range(30)])
+    stack.client.schedule("tick", cron="* * * * * *", idempotency_key="overview-every-second")
+    st = stack.wait("the worker's heartbeat", lambda: (s := stack.api.get("/status").json())
+                    ["workers"] and s)
+    parts = len(st["partitions"])
+    page.wait_for_selector(f"[data-test=partitions-owned] >> text='{parts} / {parts}'")
+    page.wait_for_selector("[data-test=workers] >> text='1'")
+    # Every partition row names the owner the API reports.
+    st = stack.api.get("/status").json()
+    for p in st["partitions"]:
+        assert text(page, f"tr[data-partition='{p['partition']}'] td:nth-child(2)") == p["owner"]
+    worker = st["workers"][0]["id"]
+    assert page.locator(f"tr[data-worker='{worker}']").count() == 1
+    assert text(page, "[data-test=dead-letters]") == str(st["deadLetters"])
+    # Throughput and start lag come from /metrics (worker heartbeats): wait for numbers.
+    for series in ("started", "succeeded", "p50", "p99"):
+        page.wait_for_function(
+            "s => { const b = document.querySelector(`[data-series=${s}]`);"
+            " return b && b.textContent !== '—'; }", arg=series, timeout=30_000)
+    page.wait_for_function("() => Number(document.querySelector('#chart-throughput')"
+                           ".dataset.points) >= 5", timeout=30_000)
+    started = float(text(page, "[data-series=started]").removesuffix("/s"))
+    assert 0.2 < started < 100  # the every-second cron, plus the 30 one-off jobs early on
+    shot(page, "overview")
+
+
+def test_a_job_page_shows_the_runs_the_api_has_and_pausing_it_pauses_the_job(
+    page: Any, stack: Stack
+) -> None:
+    job = stack.client.schedule("tick", payload={"page": "job"}, cron="*/2 * * * * *",
+                                tz="Europe/Berlin")
+    stack.wait("two runs", lambda: len(stack.api.get(f"/jobs/{job.id}/runs").json()["runs"]) >= 2)
+    page.goto(f"{stack.base}/ui/#/jobs?type=tick")
+    page.wait_for_selector(f"tr[data-job='{job.id}']")
+    shot(page, "jobs")
+    page.click(f"tr[data-job='{job.id}'] a")
+    page.wait_for_selector("h1 [data-status=scheduled]")
+    assert job.id in text(page, "h1")
+    page.wait_for_selector("ol.preview li")  # next runs from /schedules/preview, Berlin time
+    assert page.locator("ol.preview li").count() == 5
+    assert "+01:00" in text(page, "ol.preview li") or "+02:00" in text(page, "ol.preview li")
+    page.get_by_role("button", name="Pause").click()
+    page.wait_for_selector("h1 [data-status=paused]")
+    assert stack.api.get(f"/jobs/{job.id}").json()["status"] == "paused"
+    assert page.get_by_role("button", name="Resume").count() == 1
+    assert page.get_by_role("button", name="Pause").count() == 0
+    # Paused: no new occurrence starts, so the timeline settles; it lists the API's runs.
+    time.sleep(1.5)
+    api_runs = stack.api.get(f"/jobs/{job.id}/runs", params={"limit": 100}).json()["runs"]
+    page.reload()
+    page.wait_for_selector("h1 [data-status=paused]")
+    page.wait_for_selector("ol.timeline > li")
+    shown = page.locator("ol.timeline > li").evaluate_all("els => els.map(e => e.dataset.run)")
+    assert shown == list(dict.fromkeys(r["runId"] for r in api_runs))
+    shot(page, "job")
+
+
+def test_replaying_dead_letters_one_and_all_selected_runs_them_again(
+    page: Any, stack: Stack
+) -> None:
+    stack.gate.write_text("closed")
+    jobs = stack.client.schedule_many([
+        JobSpec(type="gated", payload={"gate": str(stack.gate), "n": i}, max_attempts=2,
+                backoff_base_ms=0) for i in range(3)])
+    ids = {j.id for j in jobs}
+
+    def letters() -> dict[str, dict[str, Any]]:
+        return {d["runId"]: d for d in stack.api.get("/dead-letters").json()["deadLetters"]
+                if d["jobId"] in ids}
+
+    dead = stack.wait("three dead letters", lambda: d if len(d := letters()) == 3 else None)
+    page.goto(f"{stack.base}/ui/#/dead-letters")
+    for run_id in dead:
+        page.wait_for_selector(f"tr[data-run='{run_id}']")
+    assert page.locator("tbody tr").count() == len(stack.api.get("/dead-letters").json()
+                                                   ["deadLetters"])
+    first, *rest = sorted(dead)
+    row = f"tr[data-run='{first}']"
+    assert "gate" in text(page, f"{row} pre.err")
+    assert page.locator(f"{row} time").get_attribute("datetime") == dead[first]["deadAt"]
+    shot(page, "dead-letters")
+    stack.gate.unlink()
+    page.locator(row).get_by_role("button", name="Replay").click()
+    page.wait_for_selector("#toast >> text='Replayed 1 run'")
+    page.wait_for_selector(row, state="detached")
+    for run_id in rest:  # select every row left, then replay the selection
+        page.locator(f"tr[data-run='{run_id}'] input[type=checkbox]").check()
+    page.get_by_role("button", name="Replay selected (2)").click()
+    page.wait_for_selector("#toast >> text='Replayed 2 runs'")
+    for run_id in rest:
+        page.wait_for_selector(f"tr[data-run='{run_id}']", state="detached")
+    stack.wait("every replayed run succeeds", lambda: all(
+        stack.api.get(f"/jobs/{j}").json()["status"] == "completed" for j in ids))
+    assert letters() == {}
+    job = dead[first]["jobId"]
+    page.goto(f"{stack.base}/ui/#/jobs/{job}")
+    page.wait_for_selector("h1 [data-status=completed]")
+    page.wait_for_selector(f"li[data-run='{first}'] .attempts [data-status=succeeded]")
+
+
+def test_a_read_only_key_sees_everything_but_no_button(browser: Any, stack: Stack) -> None:
+    job = stack.client.schedule("tick", cron="0 0 1 1 *", idempotency_key="read-only-view")
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        p = context.new_page()
+        p.set_default_timeout(UI_TIMEOUT_MS)
+        p.goto(f"{stack.base}/ui/#key={stack.read}")
+        p.wait_for_selector("[data-scope=read]")
+        p.goto(f"{stack.base}/ui/#/jobs/{job.id}")
+        p.wait_for_selector("h1 [data-status=scheduled]")
+        p.wait_for_selector("text=read-only key")
+        assert p.locator("button", has_text="Pause").count() == 0
+        assert p.locator("button", has_text="Trigger").count() == 0
+        p.goto(f"{stack.base}/ui/#/dead-letters")
+        p.wait_for_selector("text=Replaying needs an admin key")
+        assert p.locator("button", has_text="Replay").count() == 0
+    finally:
+        context.close()
+
+
+def test_a_wrong_key_gets_the_sign_in_form(browser: Any, stack: Stack) -> None:
+    context = browser.new_context()
+    try:
+        p = context.new_page()
+        p.set_default_timeout(UI_TIMEOUT_MS)
+        p.goto(f"{stack.base}/ui/#key=rsk_not-a-key")
+        p.wait_for_selector("text=That key was not accepted.")
+        p.fill("input[name=key]", stack.read)
+        p.click("button[type=submit]")
+        p.wait_for_selector("[data-scope=read]")
+        p.wait_for_selector("[data-test=partitions-owned]")
+    finally:
+        context.close()
