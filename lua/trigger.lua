@@ -17,6 +17,7 @@ if redis.call('EXISTS', run_key) == 1 then return {0, j[1]} end
 redis.call('HSET', run_key, 'id', run_id, 'job_id', job_id, 'sched_ms', sched, 'attempt', 0,
            'state', 'retry_wait', 'fence', 0, 'worker', '', 'queue', j[3], 'type', j[2])
 redis.call('ZADD', retry_key, now, run_id)
+redis.call('HSET', job_key, 'last_run_id', run_id)
 if j[1] == 'completed' or j[1] == 'dead' then
   redis.call('HSET', job_key, 'status', 'scheduled', 'updated_ms', now)
 end

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import time
 import zlib
 
-_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32, as ULID uses
-
-
-def _b32(n: int, width: int) -> str:
-    out = []
-    for _ in range(width):
-        out.append(_ALPHABET[n & 31])
-        n >>= 5
-    return "".join(reversed(out))
-
-
 def ulid(now_ms: int | None = None) -> str:
+    """48-bit ms timestamp + 80 random bits in base32hex (RFC 4648), which sorts like the bytes."""
     ms = int(time.time() * 1000) if now_ms is None else now_ms
-    return _b32(ms, 10) + _b32(int.from_bytes(os.urandom(10), "big"), 16)
+    raw = ms.to_bytes(6, "big") + os.urandom(10)
+    return base64.b32hexencode(raw)[:26].decode()
 
 
 def partition_for_key(key: str, partitions: int) -> int:
@@ -31,7 +23,8 @@ def new_job_id(partitions: int, idempotency_key: str | None = None) -> str:
     """Random id, or one derived from the idempotency key so a repeat lands on the same job."""
     if idempotency_key is None:
         token = ulid()
-        return f"{int.from_bytes(os.urandom(2), 'big') % partitions}-{token}"
+        # Characters 10-13 are random (the first 10 are the timestamp): they pick the partition.
+        return f"{int(token[10:14], 32) % partitions}-{token}"
     p = partition_for_key(idempotency_key, partitions)
     digest = hashlib.blake2b(idempotency_key.encode(), digest_size=16).hexdigest()
     return f"{p}-k{digest}"

@@ -56,7 +56,7 @@ def _get(h: Mapping[Any, Any], name: str) -> Any:
 
 
 def unpack_payload(raw: Any) -> Any:
-    return msgpack.unpackb(raw, raw=False) if raw else None
+    return msgpack.unpackb(raw, raw=False, strict_map_key=False) if raw else None
 
 
 # A job's static settings travel as one msgpack array (the job hash's ``spec`` field, copied into
@@ -76,7 +76,7 @@ def unpack_spec(raw: Any) -> dict[str, Any]:
     return dict(zip(SPEC_ORDER, msgpack.unpackb(raw, raw=False)))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Job:
     id: str
     type: str

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import msgpack
@@ -22,6 +22,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 _QUEUE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def to_ms(value: Any, field: str) -> int:
@@ -47,7 +48,7 @@ def to_ms(value: Any, field: str) -> int:
 def ms_to_iso(ms: int | None) -> str | None:
     if ms is None:
         return None
-    dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    dt = _EPOCH + timedelta(milliseconds=ms)  # exact: no float seconds
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -149,12 +150,12 @@ def validate(spec: JobSpec, max_payload_bytes: int) -> tuple[dict[str, Any], str
         "priority": priority, "timeout_ms": timeout, "misfire": misfire, "jitter_ms": jitter,
         "idem_key": key or "",
     }
-    canon = msgpack.packb(
-        [spec.type, spec.queue, payload, spec.run_at is not None and run_at_ms, cron, tz,
-         max_attempts, base, cap, priority, timeout, misfire, jitter, bool(spec.paused)],
-        use_bin_type=True,
-    )
-    return fields, hashlib.blake2b(canon, digest_size=16).hexdigest()
+    # The spec blob holds every other setting, so it doubles as the canonical body to hash.
+    blob = pack_spec(fields)
+    fields["spec"] = blob
+    head = f"{spec.type}\0{spec.queue}\0{max_attempts}\0{cron}\0{bool(spec.paused)}\0"
+    body_hash = hashlib.blake2b(head.encode() + blob, digest_size=16).hexdigest()
+    return fields, body_hash
 
 
 def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> Prepared:
@@ -170,7 +171,7 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     stored = {
         "id": job_id, "type": f["type"], "queue": f["queue"], "status": status,
         "next_ms": nominal, "max_attempts": f["max_attempts"], "cron": f["cron"],
-        "spec": pack_spec(f),
+        "spec": f.pop("spec"),
     }
     return Prepared(f, stored, body_hash, nominal, score)
 
