@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
-from redis.exceptions import DataError
 
 from . import scripts
 from .client import ClientBase, Commands, JobPatch, Op, Scripts, Work, fill_pipeline
 from .errors import RschedError
 from .models import Attempt, Job, Run
+from .redis_setup import connect_async, fast_packing
 from .settings import Settings
 from .spec import JobSpec
 
@@ -27,40 +27,12 @@ T = TypeVar("T")
 
 COALESCE_MAX = 1000  # single schedules sent in one batch at most
 
-_hiredis_pack: Any
-try:  # the sync client packs commands with hiredis; redis.asyncio always packs in Python
-    from hiredis import pack_command as _hiredis_pack
-except ImportError:  # pragma: no cover - hiredis is a declared dependency (redis[hiredis])
-    _hiredis_pack = None
-
-
-class _HiredisPack:
-    """Mixin: pack commands with hiredis.  redis.asyncio's Python packer copies its buffer once
-    per argument, and a schedule script call has thousands of them: it was the API's top cost."""
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        if isinstance(args[0], str) and " " in args[0]:  # "CONFIG GET" -> two arguments
-            args = (*args[0].split(), *args[1:])
-        try:
-            return [_hiredis_pack(args)]
-        except TypeError as e:
-            raise DataError(str(e)) from None
-
-
-def _fast_packing(r: Redis) -> Redis:
-    pool = r.connection_pool
-    if _hiredis_pack is not None and not issubclass(pool.connection_class, _HiredisPack):
-        cls = pool.connection_class
-        pool.connection_class = type(f"Hiredis{cls.__name__}", (_HiredisPack, cls), {})
-    return r
-
-
 class AsyncClient(ClientBase):
     """One per event loop; every method is a coroutine twin of `Client`'s."""
 
     def __init__(self, settings: Settings, *, redis: Redis | None = None) -> None:
         super().__init__(settings)
-        self.r: Redis = _fast_packing(redis or Redis.from_url(settings.redis_url))
+        self.r: Redis = fast_packing(redis) if redis is not None else connect_async(settings.redis_url)
         self._queued: list[tuple[JobSpec, asyncio.Future[tuple[Job, bool]]]] = []
         self._sender: asyncio.Task[None] | None = None
 

@@ -38,6 +38,10 @@ class Misfire(str, enum.Enum):
     SKIP = "skip"  # skip occurrences missed by more than the grace period
 
 
+_JOB_STATUS = {s.value: s for s in JobStatus}  # dict lookups: Enum(value) costs ~3 us here
+_MISFIRE = {m.value: m for m in Misfire}
+
+
 def _s(v: Any, default: str = "") -> str:
     if v is None:
         return default
@@ -108,12 +112,12 @@ class Job:
         """The job just written from validated fields ``f`` (no decoding round trip)."""
         return cls(
             id=f["id"], type=f["type"], queue=f["queue"], payload=payload,
-            status=JobStatus(f["status"]), run_at_ms=f["run_at_ms"] or None,
+            status=_JOB_STATUS[f["status"]], run_at_ms=f["run_at_ms"] or None,
             cron=f["cron"] or None, tz=f["tz"], next_ms=f["next_ms"] or None,
             max_attempts=f["max_attempts"], backoff_base_ms=f["backoff_base_ms"],
             backoff_cap_ms=f["backoff_cap_ms"], priority=f["priority"],
             timeout_ms=f["timeout_ms"], idempotency_key=f["idem_key"] or None,
-            misfire=Misfire(f["misfire"]), jitter_ms=f["jitter_ms"], created_ms=created_ms,
+            misfire=_MISFIRE[f["misfire"]], jitter_ms=f["jitter_ms"], created_ms=created_ms,
             updated_ms=created_ms, last_run_id=None,
         )
 

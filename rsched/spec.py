@@ -23,6 +23,7 @@ _QUEUE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MISFIRES = frozenset(m.value for m in Misfire)
 
 
 def to_ms(value: Any, field: str) -> int:
@@ -136,10 +137,9 @@ def validate(spec: JobSpec, max_payload_bytes: int) -> tuple[dict[str, Any], str
     priority = _int(spec.priority, "priority", -1000, 1000)
     timeout = _int(spec.timeout_ms, "timeoutSeconds", 1, MAX_TIMEOUT_MS)
     jitter = _int(spec.jitter_ms, "jitterSeconds", 0, 86_400_000)
-    try:
-        misfire = Misfire(spec.misfire).value
-    except ValueError:
-        raise ValidationError("misfire", "must be 'run_once' or 'skip'") from None
+    misfire = spec.misfire
+    if misfire not in _MISFIRES:
+        raise ValidationError("misfire", "must be 'run_once' or 'skip'")
     key = spec.idempotency_key
     if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 255):
         raise ValidationError("idempotencyKey", "must be a string of 1-255 characters")

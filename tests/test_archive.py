@@ -23,6 +23,7 @@ import psycopg
 import pytest
 import redis
 from helpers import ManualClock, Rig, redis_now_ms, settings
+from redis.asyncio import Redis as AsyncRedis
 
 from rsched import App, Client, JobContext, ValidationError, keys
 from rsched.archive import (
@@ -31,11 +32,13 @@ from rsched.archive import (
     RunAttempt,
     Store,
     StoreUnavailable,
+    arecent_events,
     duration_stats,
     failures,
     fold,
     job_runs,
     open_store,
+    runs_page,
 )
 from rsched.archive.events import decode
 from rsched.archive.postgres import partition_name
@@ -280,7 +283,7 @@ def test_a_batch_committed_but_never_acknowledged_is_not_written_twice(
     produce(r, 100)
     crashed = archiver(r, store, batch=1000)
     batch = crashed.read()  # an archiver reads a batch, commits it, and dies before XACK
-    assert store.write(batch.entries) == 300
+    assert crashed.commit(batch) == 300
     assert r.xpending(keys.events(0), keys.EVENTS_GROUP)["pending"] > 0
 
     # Restarted under the same id: it reads its own pending entries back first.
@@ -296,7 +299,7 @@ def test_another_archiver_claims_what_a_dead_one_left_pending(
 ) -> None:
     ids = produce(r, 60)
     dead = archiver(r, store, batch=10)
-    store.write(dead.read().entries)  # committed 40, died before XACK
+    dead.commit(dead.read())  # committed 40, died before XACK
     live = archiver(r, store, batch=1000, claim_idle_ms=1)
     time.sleep(0.01)
     assert live.claim_once() == 40
@@ -600,7 +603,7 @@ def test_job_runs_merges_archive_and_redis_without_gap_or_duplicate_at_every_sta
     assert plain(walk(store, r, limit)) == want
 
     crashed = archiver(r, store, batch=9)
-    store.write(crashed.read().entries)  # committed, not acknowledged: in both places
+    crashed.commit(crashed.read())  # committed, not acknowledged: in both places
     assert set(stored(store)) & set(redis_ids(r))
     assert plain(walk(store, r, limit)) == want
 
@@ -610,6 +613,32 @@ def test_job_runs_merges_archive_and_redis_without_gap_or_duplicate_at_every_sta
     assert redis_ids(r) == []
     got = walk(store, r, limit)
     assert plain(got) == want and all(x.archived for x in got)
+
+
+def test_an_asyncio_caller_gets_the_same_pages(
+    redis_url: str, r: redis.Redis, store: Store
+) -> None:
+    """The API's way: scan Redis on its event loop, then run the store part in a thread."""
+    job_story(r, redis_now_ms(r) - 3_600_000)
+    a = archiver(r, store, batch=13)
+    a.run_once()
+
+    async def pages() -> list[RunAttempt]:
+        ar = AsyncRedis.from_url(redis_url)
+        out: list[RunAttempt] = []
+        cursor = None
+        try:
+            while True:
+                recent, partial = await arecent_events(ar, JOB)
+                page = await asyncio.to_thread(runs_page, store, JOB, recent, partial, 4, cursor)
+                out += page.items
+                cursor = page.next_cursor
+                if cursor is None:
+                    return out
+        finally:
+            await ar.aclose()
+
+    assert asyncio.run(pages()) == walk(store, r, 4)
 
 
 def test_job_runs_pages_do_not_shift_when_new_runs_arrive(r: redis.Redis, store: Store) -> None:

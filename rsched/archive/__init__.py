@@ -4,25 +4,17 @@
 default).  ``history`` reads it back, merged with the events Redis still holds.
 """
 
-from .archiver import Archiver, ArchiverConfig, BatchResult, serve
+from .archiver import Archiver, BatchResult, serve
+from .config import ArchiverConfig
 from .events import EventRow, decode
-from .history import (
-    DurationStats,
-    Failure,
-    FailuresPage,
-    RunAttempt,
-    RunsPage,
-    duration_stats,
-    failures,
-    fold,
-    job_runs,
-)
+from .history import RunAttempt, RunsPage, arecent_events, fold, job_runs, recent_events, runs_page
 from .lag import Lag, archive_lag
+from .stats import DurationStats, Failure, FailuresPage, duration_stats, failures
 from .store import DEFAULT_URL, ENV_URL, Store, StoreUnavailable, open_store
 
 __all__ = [
     "Archiver", "ArchiverConfig", "BatchResult", "DEFAULT_URL", "DurationStats", "ENV_URL",
     "EventRow", "Failure", "FailuresPage", "Lag", "RunAttempt", "RunsPage", "Store",
-    "StoreUnavailable", "archive_lag", "decode", "duration_stats", "failures", "fold", "job_runs",
-    "open_store", "serve",
+    "StoreUnavailable", "archive_lag", "arecent_events", "decode", "duration_stats", "failures",
+    "fold", "job_runs", "open_store", "recent_events", "runs_page", "serve",
 ]

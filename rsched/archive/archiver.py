@@ -16,12 +16,11 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import random
 import socket
 import threading
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis import Redis
@@ -30,12 +29,12 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import keys
-from ..errors import ValidationError
 from ..ids import ulid
 from ..settings import Settings
+from .config import ArchiverConfig, Backoff
 from .events import Entry, parse_sid
 from .lag import Lag, archive_lag, trim_point
-from .store import DAY_MS, Store, StoreUnavailable, archive_url
+from .store import DAY_MS, Prepared, Store, StoreUnavailable
 
 log = logging.getLogger("rsched.archive")
 
@@ -46,55 +45,18 @@ WARN_EVERY_S = 60.0
 REPORT_EVERY_S = 60.0
 
 
-@dataclass(frozen=True, slots=True)
-class ArchiverConfig:
-    """Archiver settings; ``from_env`` reads ``RSCHED_ARCHIVE_*`` and names a bad variable."""
-
-    url: str = ""
-    # Store URL (RSCHED_ARCHIVE_URL): postgresql://... or sqlite:///path; "" = embedded SQLite.
-    batch: int = 2000
-    # Entries read per partition per round (RSCHED_ARCHIVE_BATCH): larger = fewer commits.
-    poll_ms: int = 200
-    # Wait after a round that found nothing (RSCHED_ARCHIVE_POLL_MS): the lag floor when idle.
-    claim_idle_ms: int = 60_000
-    # Entries delivered but unacknowledged this long belong to a dead archiver
-    # (RSCHED_ARCHIVE_CLAIM_IDLE_MS); keep it well above the time one batch can take.
-    retention_days: int = 30
-    # History kept, by the day Redis recorded the event (RSCHED_ARCHIVE_RETENTION_DAYS); 0 = all.
-    backlog_warn: int = 100_000
-    # Warn when this many events wait in Redis (RSCHED_ARCHIVE_BACKLOG_WARN): Redis memory.
-    backoff_base_ms: int = 200
-    backoff_cap_ms: int = 30_000
-    # Retry delays while the store is unavailable: base * 2^n with jitter, capped.
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> ArchiverConfig:
-        values: dict[str, Any] = {"url": archive_url(overrides.pop("url", None))}
-        for f in fields(cls):
-            if f.name == "url":
-                continue
-            name = f"RSCHED_ARCHIVE_{f.name.upper()}"
-            raw = os.environ.get(name, "")
-            if raw:
-                try:
-                    values[f.name] = int(raw)
-                except ValueError:
-                    raise ValidationError(name, f"expected an integer, got {raw!r}") from None
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        config = cls(**values)
-        for name, low in (("batch", 1), ("poll_ms", 1), ("claim_idle_ms", 1), ("retention_days", 0),
-                          ("backlog_warn", 1), ("backoff_base_ms", 1), ("backoff_cap_ms", 1)):
-            if getattr(config, name) < low:
-                raise ValidationError(f"RSCHED_ARCHIVE_{name.upper()}", f"must be >= {low}")
-        return config
-
-
 @dataclass(slots=True)
 class Batch:
-    """Entries taken from Redis and not yet acknowledged."""
+    """Entries taken from Redis and not yet acknowledged.
 
-    entries: list[Entry] = field(default_factory=list)  # to write (still in the stream)
+    ``entries`` (still in the stream) become ``prepared`` for the store, and are then dropped:
+    the raw entries of a 32,000-event batch take tens of MB, its COPY data a few.
+    """
+
+    entries: list[Entry] = field(default_factory=list)
     ids: dict[int, list[bytes]] = field(default_factory=lambda: defaultdict(list))  # to ack
+    prepared: Prepared | None = None
+    skipped_old: int = 0  # older than the retention: acknowledged, never written
     written: bool = False
 
     @property
@@ -117,21 +79,6 @@ class BatchResult:
     inserted: int = 0
     skipped_old: int = 0
     trimmed: int = 0
-
-
-class Backoff:
-    """Capped exponential backoff with jitter (half to full delay)."""
-
-    def __init__(self, base_ms: int, cap_ms: int) -> None:
-        self.base_ms, self.cap_ms, self.failures = base_ms, cap_ms, 0
-
-    def next_s(self) -> float:
-        delay = min(self.cap_ms, self.base_ms << min(self.failures, 30))
-        self.failures += 1
-        return delay * random.uniform(0.5, 1.0) / 1000
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 def _raw_entries(reply: Any) -> list[Any]:
@@ -186,17 +133,37 @@ class Archiver:
     # --- one batch ---------------------------------------------------------------------------
 
     def read(self) -> Batch:
-        """Take the next batch from Redis and queue it: delivered to us, pending until acked."""
+        """Take the next batch from Redis, prepare it for the store and queue it; its entries
+        stay pending in Redis until acknowledged."""
         batch = self._read()
+        self._prepare(batch)
         self._queue.append(batch)
         return batch
+
+    def _prepare(self, batch: Batch) -> None:
+        entries = batch.entries
+        cutoff = self._cutoff_ms() if self.config.retention_days else 0
+        if batch.oldest_ms() < cutoff:
+            entries = [e for e in entries if parse_sid(e[1])[0] >= cutoff]
+            batch.skipped_old = len(batch.entries) - len(entries)
+        batch.prepared = self.store.prepare(entries)
+        batch.entries = []
+
+    def commit(self, batch: Batch) -> int:
+        """Write a prepared batch to the store (no acknowledgement); returns rows inserted."""
+        assert batch.prepared is not None
+        inserted = self.store.commit(batch.prepared)
+        batch.written = True
+        self.totals["inserted"] += inserted
+        self.totals["duplicates"] += batch.prepared.rows - inserted
+        return inserted
 
     def run_once(self) -> BatchResult:
         """Commit the oldest queued batch (read one if none), acknowledge it and trim.
 
-        While the store commits, the next batch is read and decoded (the commit waits on the
-        database, not on this process), so Redis reads and Postgres writes overlap.  Raises
-        StoreUnavailable with the batch still queued.
+        While the store commits (waiting on the database, in a thread), the next batch is read
+        from Redis and prepared, so both sides stay busy.  Raises StoreUnavailable with the
+        batch still queued.
         """
         if not self._queue:
             self.read()
@@ -204,15 +171,10 @@ class Archiver:
         if not batch.size:
             self._queue.popleft()
             return BatchResult()
-        skipped = inserted = 0
+        inserted = 0
         if not batch.written:
-            entries = batch.entries
-            cutoff = self._cutoff_ms() if self.config.retention_days else 0
-            if batch.oldest_ms() < cutoff:
-                entries = [e for e in entries if parse_sid(e[1])[0] >= cutoff]
-                skipped = len(batch.entries) - len(entries)
             outcome: list[int | BaseException] = []
-            writer = threading.Thread(target=self._write, args=(entries, outcome), daemon=True)
+            writer = threading.Thread(target=self._commit, args=(batch, outcome), daemon=True)
             writer.start()
             read_error: BaseException | None = None
             try:
@@ -224,19 +186,16 @@ class Archiver:
             if isinstance(outcome[0], BaseException):
                 raise outcome[0]
             inserted = outcome[0]
-            batch.written = True
-            self.totals["inserted"] += inserted
-            self.totals["duplicates"] += len(entries) - inserted
             if read_error is not None:
                 raise read_error
         trimmed = self._ack(batch)
         self._queue.popleft()
         self.totals["acked"] += batch.size
-        return BatchResult(batch.size, inserted, skipped, trimmed)
+        return BatchResult(batch.size, inserted, batch.skipped_old, trimmed)
 
-    def _write(self, entries: list[Entry], outcome: list[int | BaseException]) -> None:
+    def _commit(self, batch: Batch, outcome: list[int | BaseException]) -> None:
         try:
-            outcome.append(self.store.write(entries))
+            outcome.append(self.commit(batch))
         except BaseException as e:  # noqa: BLE001 - handed to the reading thread
             outcome.append(e)
 
@@ -328,6 +287,7 @@ class Archiver:
             pipe.execute(raise_on_error=False)
         if batch.size:
             log.warning("claimed %d events left unacknowledged by a stopped archiver", batch.size)
+            self._prepare(batch)
             self._queue.append(batch)
             self.totals["claimed"] += batch.size
         self._forget_stale_consumers()
@@ -465,4 +425,4 @@ def serve(settings: Settings, config: ArchiverConfig, *, archiver_id: str | None
         r.close()
 
 
-__all__ = ["Archiver", "ArchiverConfig", "Backoff", "Batch", "BatchResult", "serve"]
+__all__ = ["Archiver", "ArchiverConfig", "Batch", "BatchResult", "serve"]

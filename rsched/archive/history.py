@@ -7,26 +7,26 @@ Redis (committed, not yet trimmed) counts once, and one the archiver moves while
 found on one side or the other: Redis is read first, the archive second, and an entry leaves
 Redis only after the archive committed it.
 
-``failures`` and ``duration_stats`` read the archive alone (aggregates over time ranges).
+Aggregates over time ranges (failures, durations) are in stats.py.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from .. import keys
-from ..errors import ValidationError
 from ..models import partition_of
+from ._paging import check_limit, decode_cursor, encode_cursor
 from .events import OUTCOMES, RUN_MARKERS, EventRow, decode
 from .store import Store
 
-MAX_LIMIT = 1000
 SCAN_CHUNK = 1000
 DEFAULT_MAX_SCAN = 100_000
 _ENDS = frozenset((*OUTCOMES, "dead_lettered", "skipped"))
@@ -143,34 +143,15 @@ def fold(events: Iterable[EventRow], archived: set[tuple[int, int, int]] | None 
     return out
 
 
-# --- cursors ---------------------------------------------------------------------------------
-
-
-def _encode(key: Sequence[int]) -> str:
-    return ".".join(str(k) for k in key)
-
-
-def _decode(cursor: str) -> tuple[int, int, int]:
-    parts = cursor.split(".")
-    if len(parts) != 3 or not all(p.lstrip("-").isdigit() for p in parts):
-        raise ValidationError("cursor", "not a cursor returned by a previous page")
-    return int(parts[0]), int(parts[1]), int(parts[2])
-
-
-def _check_limit(limit: int) -> None:
-    if not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise ValidationError("limit", f"must be an integer between 1 and {MAX_LIMIT}")
-
-
 # --- runs of one job -------------------------------------------------------------------------
 
 
-def recent_events(r: Redis, job_id: str, max_scan: int = DEFAULT_MAX_SCAN
-                  ) -> tuple[list[EventRow], bool]:
-    """The job's run events still in its partition's stream, newest first; bounded by max_scan.
+Scan = Generator[tuple[str, str, int], Any, tuple[list[EventRow], bool]]
 
-    Returns (events, partial): partial when older entries were left unread.
-    """
+
+def _scan(job_id: str, max_scan: int) -> Scan:
+    """Sans-IO scan of the job's partition stream, newest first: yields XREVRANGE requests
+    (key, max id, count), receives each reply, returns (the job's run events, partial)."""
     p = partition_of(job_id)
     wanted = job_id.encode()
     out: list[EventRow] = []
@@ -178,9 +159,8 @@ def recent_events(r: Redis, job_id: str, max_scan: int = DEFAULT_MAX_SCAN
     while True:
         count = min(SCAN_CHUNK, max_scan - scanned)
         if count <= 0:
-            return out, bool(r.xrevrange(keys.events(p), max=top, min="-", count=1))
-        raw: Any = r.xrevrange(keys.events(p), max=top, min="-", count=count)
-        chunk = cast(list[tuple[bytes, dict[bytes, bytes]]], raw)
+            return out, bool((yield keys.events(p), top, 1))
+        chunk = cast(list[tuple[bytes, dict[bytes, bytes]]], (yield keys.events(p), top, count))
         scanned += len(chunk)
         for sid, f in chunk:
             if f.get(b"j") == wanted and f.get(b"r"):
@@ -190,13 +170,44 @@ def recent_events(r: Redis, job_id: str, max_scan: int = DEFAULT_MAX_SCAN
         top = "(" + chunk[-1][0].decode()
 
 
-def job_runs(store: Store | None, r: Redis, job_id: str, limit: int = 50,
-             cursor: str | None = None, *, max_scan: int = DEFAULT_MAX_SCAN) -> RunsPage:
-    """A job's attempts, newest first: archived ones and those only Redis knows yet, once each."""
-    _check_limit(limit)
-    before = _decode(cursor) if cursor else None
+def recent_events(r: Redis, job_id: str, max_scan: int = DEFAULT_MAX_SCAN
+                  ) -> tuple[list[EventRow], bool]:
+    """The job's run events still in Redis, newest first, at most ``max_scan`` entries read.
+
+    Returns (events, partial): partial when older entries were left unread.
+    """
+    scan = _scan(job_id, max_scan)
+    try:
+        key, top, count = next(scan)
+        while True:
+            key, top, count = scan.send(r.xrevrange(key, max=top, min="-", count=count))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def arecent_events(r: AsyncRedis, job_id: str, max_scan: int = DEFAULT_MAX_SCAN
+                         ) -> tuple[list[EventRow], bool]:
+    """recent_events on an asyncio client."""
+    scan = _scan(job_id, max_scan)
+    try:
+        key, top, count = next(scan)
+        while True:
+            key, top, count = scan.send(await r.xrevrange(key, max=top, min="-", count=count))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def runs_page(store: Store | None, job_id: str, recent: list[EventRow], partial: bool,
+              limit: int = 50, cursor: str | None = None) -> RunsPage:
+    """One page of the job's attempts from the archive and ``recent`` (see recent_events).
+
+    Read ``recent`` first and call this after: an event leaves Redis only once the archive has
+    committed it, so it is then found on one side or the other.  Blocking (store queries): an
+    asyncio caller runs it in a thread.
+    """
+    check_limit(limit)
+    before = decode_cursor(cursor) if cursor else None
     hi = before[0] if before else None
-    recent, partial = recent_events(r, job_id, max_scan)  # Redis before the archive: see above
     recent = [e for e in recent if e.sched_ms is not None and (hi is None or e.sched_ms <= hi)]
     want = limit + 2
     while True:
@@ -222,83 +233,18 @@ def job_runs(store: Store | None, r: Redis, job_id: str, limit: int = 50,
     attempts.sort(key=lambda a: a.key, reverse=True)
     page = attempts[:limit]
     more = len(attempts) > limit
-    return RunsPage(page, _encode(page[-1].key) if more else None, partial)
+    return RunsPage(page, encode_cursor(page[-1].key) if more else None, partial)
 
 
-# --- aggregates over the archive -------------------------------------------------------------
+def job_runs(store: Store | None, r: Redis, job_id: str, limit: int = 50,
+             cursor: str | None = None, *, max_scan: int = DEFAULT_MAX_SCAN) -> RunsPage:
+    """A job's attempts, newest first: archived ones and those only Redis knows yet, once each."""
+    check_limit(limit)
+    if cursor:
+        decode_cursor(cursor)  # bad input fails before any I/O
+    recent, partial = recent_events(r, job_id, max_scan)
+    return runs_page(store, job_id, recent, partial, limit, cursor)
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
-    job_id: str | None
-    run_id: str | None
-    attempt: int | None
-    status: str  # failed | timed_out | abandoned
-    ts_ms: int | None
-    sched_ms: int | None
-    job_type: str | None
-    queue: str | None
-    worker: str | None
-    duration_ms: int | None
-    error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class FailuresPage:
-    items: list[Failure]
-    next_cursor: str | None
-
-
-def _range(since_ms: int | None, until_ms: int | None) -> tuple[int, int]:
-    lo = 0 if since_ms is None else since_ms
-    hi = 2**62 if until_ms is None else until_ms
-    if lo >= hi:
-        raise ValidationError("since", "must be before until")
-    return lo, hi
-
-
-def failures(store: Store, job_type: str | None = None, since_ms: int | None = None,
-             until_ms: int | None = None, limit: int = 100, cursor: str | None = None
-             ) -> FailuresPage:
-    """Failed, timed-out and abandoned attempts (of a type) with since <= time < until."""
-    _check_limit(limit)
-    lo, hi = _range(since_ms, until_ms)
-    before = _decode(cursor) if cursor else None
-    rows = store.failures(job_type, lo, hi, before, limit + 1)
-    items = [Failure(e.job_id, e.run_id, e.attempt, e.event, e.ts_ms, e.sched_ms, e.job_type,
-                     e.queue, e.worker, e.duration_ms, e.error) for e in rows[:limit]]
-    last = rows[limit - 1] if len(rows) > limit else None
-    return FailuresPage(items, _encode((last.ts_ms or 0, last.sid_ms, last.sid_seq))
-                        if last else None)
-
-
-@dataclass(frozen=True, slots=True)
-class DurationStats:
-    count: int  # finished attempts with a duration
-    failed: int  # of which failed or timed out
-    mean_ms: float
-    max_ms: int
-    quantiles: dict[str, int]  # "p50", "p90", ...: nearest-rank duration in ms
-
-
-QUANTILES = (0.5, 0.9, 0.95, 0.99)
-
-
-def duration_stats(store: Store, since_ms: int | None = None, until_ms: int | None = None,
-                   job_type: str | None = None, quantiles: Sequence[float] = QUANTILES
-                   ) -> dict[str, DurationStats]:
-    """Per job type: how long finished attempts took (nearest-rank percentiles)."""
-    lo, hi = _range(since_ms, until_ms)
-    if not quantiles or not all(0 < q <= 1 for q in quantiles):
-        raise ValidationError("quantiles", "each must be in (0, 1]")
-    names = [f"p{q * 100:g}" for q in quantiles]
-    out: dict[str, DurationStats] = {}
-    for row in store.durations(lo, hi, job_type, quantiles):
-        jtype, count, failed, mean, top, *qs = row
-        out[jtype] = DurationStats(int(count), int(failed), float(mean), int(top),
-                                   {n: int(v) for n, v in zip(names, qs, strict=True)})
-    return out
-
-
-__all__ = ["DurationStats", "Failure", "FailuresPage", "QUANTILES", "RunAttempt", "RunsPage",
-           "duration_stats", "failures", "fold", "job_runs", "recent_events"]
+__all__ = ["RunAttempt", "RunsPage", "arecent_events", "fold", "job_runs", "recent_events",
+           "runs_page"]

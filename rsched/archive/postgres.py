@@ -29,6 +29,7 @@ from .events import COLUMNS, Entry, parse_sid
 from .store import (
     DAY_MS,
     SCHEMA_MIGRATIONS,
+    Prepared,
     Store,
     StoreUnavailable,
     pending_migrations,
@@ -130,11 +131,15 @@ class PostgresStore(Store):
 
     # --- write path --------------------------------------------------------------------------
 
-    def write(self, entries: Sequence[Entry]) -> int:
-        if not entries:
+    def prepare(self, entries: Sequence[Entry]) -> Prepared:
+        """COPY data, and the day partitions it needs."""
+        days = frozenset(parse_sid(sid)[0] // DAY_MS for _, sid, _ in entries)
+        return Prepared(len(entries), (copy_text(entries), days) if entries else None)
+
+    def commit(self, prepared: Prepared) -> int:
+        if not prepared.rows:
             return 0
-        days = {parse_sid(sid)[0] // DAY_MS for _, sid, _ in entries}
-        data = copy_text(entries)
+        data, days = prepared.payload
         with self._lock:
             self.connect()
             conn = self._conn
@@ -145,7 +150,7 @@ class PostgresStore(Store):
                 try:
                     with conn.transaction(), conn.cursor() as cur:
                         _copy(cur, _COPY, data)
-                    return len(entries)
+                    return prepared.rows
                 except psycopg.errors.UniqueViolation:
                     pass  # some rows were archived before: the slow path skips exactly those
                 with conn.transaction(), conn.cursor() as cur:

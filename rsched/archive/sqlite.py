@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .events import COLUMNS, Entry, decode_flat
-from .store import SCHEMA_MIGRATIONS, Store, StoreUnavailable, pending_migrations
+from .store import SCHEMA_MIGRATIONS, Prepared, Store, StoreUnavailable, pending_migrations
 
 BUSY_TIMEOUT_S = 30.0
 DELETE_CHUNK = 20_000  # rows per retention transaction: writers wait at most one chunk
@@ -83,10 +83,13 @@ class SqliteStore(Store):
         assert self._conn is not None
         return self._conn
 
-    def write(self, entries: Sequence[Entry]) -> int:
-        if not entries:
+    def prepare(self, entries: Sequence[Entry]) -> Prepared:
+        return Prepared(len(entries), [decode_flat(part, sid, flat) for part, sid, flat in entries])
+
+    def commit(self, prepared: Prepared) -> int:
+        if not prepared.rows:
             return 0
-        rows = [decode_flat(part, sid, flat) for part, sid, flat in entries]
+        rows = prepared.payload
         with self._lock:
             conn = self._conn_or_raise()
             try:

@@ -111,6 +111,14 @@ _FAILURES = ", ".join(f"'{e}'" for e in FAILURES)
 _QUANTILE_CASE = "min(CASE WHEN rn * 1000000 >= {q} * n THEN duration_ms END)"
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A batch encoded for one store: ``rows`` events in the store's own ``payload``."""
+
+    rows: int
+    payload: Any = None
+
+
 class Store(ABC):
     """One connection, used under a lock (the API may call from several threads)."""
 
@@ -148,9 +156,18 @@ class Store(ABC):
     # --- write path --------------------------------------------------------------------------
 
     @abstractmethod
+    def prepare(self, entries: Sequence[Entry]) -> Prepared:
+        """Turn entries into what ``commit`` sends (no I/O: the archiver prepares the next batch
+        while the store commits the current one)."""
+
+    @abstractmethod
+    def commit(self, prepared: Prepared) -> int:
+        """Insert the rows in one transaction, skipping ids already present; returns the number
+        of rows inserted."""
+
     def write(self, entries: Sequence[Entry]) -> int:
-        """Insert the entries' rows in one transaction, skipping ids already present; returns
-        the number of rows inserted."""
+        """prepare + commit."""
+        return self.commit(self.prepare(entries))
 
     @abstractmethod
     def drop_before(self, cutoff_ms: int) -> int:
@@ -231,5 +248,5 @@ class Store(ABC):
         self.close()
 
 
-__all__ = ["DAY_MS", "DEFAULT_URL", "ENV_URL", "Migration", "Store", "StoreUnavailable",
+__all__ = ["DAY_MS", "DEFAULT_URL", "ENV_URL", "Migration", "Prepared", "Store", "StoreUnavailable",
            "archive_url", "migrations", "open_store", "redact", "sqlite_path"]
