@@ -53,6 +53,8 @@ class Inflight:
     job_id: str
     fence: int
     attempt: int
+    task: asyncio.Task[Any] | None = None  # an async handler's task, cancelled on timeout
+    timed_out: bool = False
 
 
 @dataclass(slots=True)
@@ -230,19 +232,28 @@ class Worker:
             ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, int(f[b"s"]),
                              unpack_payload(sp.get("payload")), self.id)
             if reg.is_async:
-                async with asyncio.timeout(timeout_s):
+                # A bare timer handle per run: asyncio.timeout's context manager cost ~15 us
+                # a run here; this costs a third of that.
+                fl.task = asyncio.current_task()
+                timer = asyncio.get_running_loop().call_later(timeout_s, _expire, fl)
+                try:
                     result = await reg.fn(ctx)
+                finally:
+                    timer.cancel()
             else:
                 loop = asyncio.get_running_loop()
                 result = await asyncio.wait_for(loop.run_in_executor(self.pool, reg.fn, ctx),
                                                 timeout_s)
-            text = _encode_result(result)
+            text = "null" if result is None else _encode_result(result)
         except TimeoutError:
             status, text = "timed_out", f"timed out after {timeout_s:g} s"
         except asyncio.CancelledError:
-            self.inflight.pop(fl.run_id, None)
-            self._slot.set()
-            raise  # shutdown past the grace period: no report, the run will be reclaimed
+            if fl.timed_out:
+                status, text = "timed_out", f"timed out after {timeout_s:g} s"
+            else:
+                self.inflight.pop(fl.run_id, None)
+                self._slot.set()
+                raise  # shutdown past the grace period: no report, the run will be reclaimed
         except Exception as e:  # noqa: BLE001 - any handler error is a failed attempt
             status, text = "failed", f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
         finally:
@@ -447,6 +458,13 @@ class Worker:
             if pending:
                 log.warning("%d runs left to be reclaimed by other workers", len(pending))
                 await asyncio.wait(pending, timeout=1)
+
+
+def _expire(fl: Inflight) -> None:
+    """Timer callback: cancel an async handler over its timeout (reported as timed_out)."""
+    if fl.task is not None and not fl.task.done():
+        fl.timed_out = True
+        fl.task.cancel()
 
 
 def _encode_result(result: Any) -> str:
