@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio import Redis
 
 from . import scripts
-from .client import ClientBase, Commands, JobPatch, Op, Scripts, Work, fill_pipeline
+from .client import Blocking, ClientBase, Commands, JobPatch, Op, Scripts, Work, fill_pipeline
 from .errors import RschedError
 from .models import Attempt, Job, Run
 from .redis_setup import connect_async, fast_packing
 from .settings import Settings
 from .spec import JobSpec
+
+if TYPE_CHECKING:
+    from .archive.history import RunAttempt, RunsPage
 
 T = TypeVar("T")
 
@@ -30,8 +33,9 @@ COALESCE_MAX = 1000  # single schedules sent in one batch at most
 class AsyncClient(ClientBase):
     """One per event loop; every method is a coroutine twin of `Client`'s."""
 
-    def __init__(self, settings: Settings, *, redis: Redis | None = None) -> None:
-        super().__init__(settings)
+    def __init__(self, settings: Settings, *, redis: Redis | None = None,
+                 archive_url: str | None = None) -> None:
+        super().__init__(settings, archive_url)
         self.r: Redis = fast_packing(redis) if redis is not None else connect_async(settings.redis_url)
         self._queued: list[tuple[JobSpec, asyncio.Future[tuple[Job, bool]]]] = []
         self._sender: asyncio.Task[None] | None = None
@@ -45,7 +49,9 @@ class AsyncClient(ClientBase):
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    async def _execute(self, work: Work) -> list[Any]:
+    async def _execute(self, work: Work) -> Any:
+        if isinstance(work, Blocking):
+            return await asyncio.to_thread(work.fn)
         if isinstance(work, Scripts):
             return await scripts.acall_many(self.r, work.calls)
         pipe = fill_pipeline(self.r.pipeline(transaction=False), work)
@@ -98,8 +104,12 @@ class AsyncClient(ClientBase):
     async def get_run(self, run_id: str) -> Run:
         return await self.run(self.op_get_run(run_id))
 
-    async def runs(self, job_id: str, limit: int = 50, offset: int = 0) -> list[Attempt]:
-        return await self.run(self.op_runs(job_id, limit, offset))
+    async def runs(self, job_id: str, limit: int = 50, offset: int = 0
+                   ) -> list[Attempt] | list[RunAttempt]:
+        return await self.run(self.op_attempts(job_id, limit, offset))
+
+    async def history(self, job_id: str, limit: int = 50, cursor: str | None = None) -> RunsPage:
+        return await self.run(self.op_history(job_id, limit, cursor))
 
     async def now_ms(self) -> int:
         return await self.run(self.op_now())
@@ -127,6 +137,8 @@ class AsyncClient(ClientBase):
     async def close(self) -> None:
         if self._sender is not None:
             await asyncio.wait([self._sender], timeout=5)
+        if self._archive is not None:
+            await asyncio.to_thread(self._archive.close)
         await self.r.aclose()
 
 

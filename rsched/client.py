@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import Redis
 
@@ -24,6 +25,10 @@ from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
 from .redis_setup import _stored as stored_partitions
 from .settings import Settings
 from .spec import JobSpec, Prepared, next_occurrence, prepare
+
+if TYPE_CHECKING:
+    from .archive.history import RunAttempt, RunsPage
+    from .archive.store import Store
 
 DEFAULT_PARTITIONS = 16
 SCHEDULE_CHUNK = 250  # jobs per script call: bounded argument lists, short Redis pauses
@@ -54,7 +59,15 @@ def cmd(method: str, *args: Any, **kwargs: Any) -> tuple[str, tuple[Any, ...], d
     return (method, args, kwargs)
 
 
-Work = Scripts | Commands
+@dataclass(frozen=True, slots=True)
+class Blocking:
+    """Call ``fn`` (an archive query) and send back its value; the asyncio client runs it in a
+    thread so the event loop never waits on the database."""
+
+    fn: Callable[[], Any]
+
+
+Work = Scripts | Commands | Blocking
 Op = Generator[Work, Any, T]
 
 
@@ -135,8 +148,13 @@ def _as_bytes(v: Any) -> bytes | None:
 class ClientBase:
     """Every operation of the service layer, free of I/O; subclasses execute the work."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, archive_url: str | None = None) -> None:
+        from .archive.history import configured_url
+
         self.settings = settings
+        self.archive_url = configured_url(archive_url)
+        """Run-history store merged into runs (RSCHED_ARCHIVE_URL); None: Redis's history only."""
+        self._archive: Store | None = None
         self._partitions: int | None = None
         self._offset_ms = 0
         self._offset_at = 0.0
@@ -306,6 +324,55 @@ class ClientBase:
             out += [Attempt.from_json(raw) for raw in raws]
         return out[:limit]
 
+    @property
+    def archive(self) -> Store | None:
+        """The archive store, opened on first use (it connects on its first query)."""
+        if self._archive is None and self.archive_url:
+            from .archive.store import open_store
+
+            self._archive = open_store(self.archive_url)
+        return self._archive
+
+    def op_history(self, job_id: str, limit: int = 50, cursor: str | None = None,
+                   *, max_scan: int | None = None) -> Op[RunsPage]:
+        """A page of the job's attempts, newest first: the archive's and those whose events are
+        still only in Redis's stream, each once (rsched.archive.history).  NotFound when neither
+        knows the job and Redis has no such job."""
+        from .archive import history
+
+        history.check_page(limit, cursor)
+        scan = history.scan_recent(job_id, max_scan or history.DEFAULT_MAX_SCAN)
+        try:
+            key, top, count = next(scan)
+            while True:
+                (reply,) = yield Commands([cmd("xrevrange", key, max=top, min="-", count=count)])
+                key, top, count = scan.send(reply)
+        except StopIteration as done:
+            recent, partial_ = done.value
+        read = partial(history.runs_page, self.archive, job_id, recent, partial_, limit, cursor)
+        page: RunsPage = (yield Blocking(read)) if self.archive is not None else read()
+        if not page.items and not cursor:
+            yield from self.op_get(job_id)
+        return page
+
+    def op_attempts(self, job_id: str, limit: int = 50, offset: int = 0
+                    ) -> Op[list[Attempt] | list[RunAttempt]]:
+        """Client.runs: the archive's full history when one is configured, else op_runs."""
+        if not self.archive_url:
+            return (yield from self.op_runs(job_id, limit, offset))
+        from .archive._paging import MAX_LIMIT
+
+        out: list[RunAttempt] = []
+        cursor = None
+        while len(out) < offset + limit:
+            page = yield from self.op_history(job_id, min(MAX_LIMIT, offset + limit - len(out)),
+                                              cursor)
+            out += page.items
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return out[offset:offset + limit]
+
     def op_dead_letters(self, limit: int = 100) -> Op[list[Run]]:
         """Dead-lettered runs across all partitions, most recent first."""
         P = yield from self.op_partitions()
@@ -393,8 +460,9 @@ class Client(ClientBase):
         *,
         settings: Settings | None = None,
         redis: Redis | None = None,
+        archive_url: str | None = None,
     ) -> None:
-        super().__init__(settings or Settings.from_env(redis_url=redis_url))
+        super().__init__(settings or Settings.from_env(redis_url=redis_url), archive_url)
         self.r: Redis = redis or Redis.from_url(self.settings.redis_url)
 
     def run(self, op: Op[T]) -> T:
@@ -406,7 +474,9 @@ class Client(ClientBase):
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def _execute(self, work: Work) -> list[Any]:
+    def _execute(self, work: Work) -> Any:
+        if isinstance(work, Blocking):
+            return work.fn()
         if isinstance(work, Scripts):
             return scripts.call_many(self.r, work.calls)
         pipe = fill_pipeline(self.r.pipeline(transaction=False), work)
@@ -440,9 +510,16 @@ class Client(ClientBase):
     def get_run(self, run_id: str) -> Run:
         return self.run(self.op_get_run(run_id))
 
-    def runs(self, job_id: str, limit: int = 50, offset: int = 0) -> list[Attempt]:
-        """The job's in-flight run (if any) then its latest finished attempts, newest first."""
-        return self.run(self.op_runs(job_id, limit, offset))
+    def runs(self, job_id: str, limit: int = 50, offset: int = 0
+             ) -> list[Attempt] | list[RunAttempt]:
+        """The job's attempts, newest first, skipping ``offset``.  With an archive configured
+        (``archive_url`` or RSCHED_ARCHIVE_URL): every attempt, archived or still in Redis, as
+        RunAttempt; without: the in-flight run, then Redis's bounded history list."""
+        return self.run(self.op_attempts(job_id, limit, offset))
+
+    def history(self, job_id: str, limit: int = 50, cursor: str | None = None) -> RunsPage:
+        """One page of the archive-merged history (see op_history); pass next_cursor on."""
+        return self.run(self.op_history(job_id, limit, cursor))
 
     def dead_letters(self, limit: int = 100) -> list[Run]:
         """Dead-lettered runs across all partitions, most recent first."""
@@ -469,4 +546,6 @@ class Client(ClientBase):
         return self.run(self.op_replay(run_id))
 
     def close(self) -> None:
+        if self._archive is not None:
+            self._archive.close()
         self.r.close()

@@ -16,7 +16,16 @@ from typing import Any
 import click
 
 from . import auth, query
-from .api.convert import attempt_json, dead_letter_json, job_json, key_json, spec_from_json
+from .api.convert import (
+    attempt_json,
+    dead_letter_json,
+    durations_json,
+    failures_json,
+    history_json,
+    job_json,
+    key_json,
+    spec_from_json,
+)
 from .client import Client
 from .errors import ValidationError
 from .spec import to_ms
@@ -205,18 +214,25 @@ def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queu
 @click.pass_context
 def jobs_runs(ctx: click.Context, job_id: str, limit: int, cursor: str | None,
               as_json: bool) -> None:
-    """A job's attempts, newest first."""
+    """A job's attempts, newest first (with RSCHED_ARCHIVE_URL: its whole archived history)."""
     c = _client(ctx)
-    page = c.run(query.op_runs_page(c, job_id, limit, cursor))
-    items = [attempt_json(a) for a in page.items]
+    if c.archive_url:
+        body = history_json(c.history(job_id, limit, cursor))
+    else:
+        page = c.run(query.op_runs_page(c, job_id, limit, cursor))
+        body = {"runs": [attempt_json(a) for a in page.items], "nextCursor": page.next_cursor}
+    items = body["runs"]
     if as_json:
-        _print_json({"runs": items, "nextCursor": page.next_cursor})
+        _print_json(body)
         return
+    if body.get("partial"):
+        click.echo("partial: more events wait in Redis than one read scans; older attempts "
+                   "may be missing", err=True)
     click.echo(table(["run", "attempt", "status", "worker", "scheduled", "started", "ms",
                       "error"],
                      [[a["runId"], a["attempt"], a["status"], a["worker"], a["scheduledAt"],
                        a["startedAt"], a["durationMs"], a["error"]] for a in items]))
-    _more(page.next_cursor, f"rsched jobs runs {job_id}")
+    _more(body["nextCursor"], f"rsched jobs runs {job_id}")
 
 
 def _control(name: str, doc: str) -> click.Command:
@@ -320,4 +336,81 @@ def keys_revoke(ctx: click.Context, key: str) -> None:
     click.echo(f"revoked {k.id} ({k.name})")
 
 
-COMMANDS: list[click.Command] = [status, preview, doctor, jobs, dlq, keys]
+# --- run statistics (the archive) ----------------------------------------------------------------
+
+
+@click.group()
+def stats() -> None:
+    """Failures and durations from the run-history archive (RSCHED_ARCHIVE_URL)."""
+
+
+def _range(start: str | None, end: str | None) -> tuple[int, int | None]:
+    lo = int(time.time() * 1000) - 86_400_000 if start is None else to_ms(start, "--from")
+    hi = None if end is None else to_ms(end, "--to")
+    if hi is not None and lo >= hi:
+        raise ValidationError("--from", "must be before --to")
+    return lo, hi
+
+
+def _archive(ctx: click.Context) -> Any:
+    store = _client(ctx).archive
+    if store is None:
+        raise ValidationError("RSCHED_ARCHIVE_URL", "not set: the stats read the run-history "
+                              "archive (postgresql://... or sqlite:///path)")
+    return store
+
+
+STATS_OPTIONS = [
+    click.option("--type", "job_type", default=None, help="Only this job type."),
+    click.option("--from", "start", default=None, help="ISO-8601 start; default 24 hours ago."),
+    click.option("--to", "end", default=None, help="ISO-8601 end (exclusive); default none."),
+]
+
+
+def _stats_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(STATS_OPTIONS):
+        f = option(f)
+    return f
+
+
+@stats.command("failures")
+@_stats_options
+@click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--cursor", default=None)
+@JSON_FLAG
+@click.pass_context
+def stats_failures(ctx: click.Context, job_type: str | None, start: str | None,
+                   end: str | None, limit: int, cursor: str | None, as_json: bool) -> None:
+    """Failed, timed-out and abandoned attempts in a time range, newest first."""
+    from .archive.stats import failures
+
+    lo, hi = _range(start, end)
+    body = failures_json(failures(_archive(ctx), job_type, lo, hi, limit, cursor))
+    if as_json:
+        _print_json(body)
+        return
+    click.echo(table(["at", "run", "attempt", "status", "type", "worker", "error"],
+                     [[f["at"], f["runId"], f["attempt"], f["status"], f["type"], f["worker"],
+                       f["error"]] for f in body["failures"]]))
+    _more(body["nextCursor"], "rsched stats failures")
+
+
+@stats.command("durations")
+@_stats_options
+@JSON_FLAG
+@click.pass_context
+def stats_durations(ctx: click.Context, job_type: str | None, start: str | None,
+                    end: str | None, as_json: bool) -> None:
+    """Duration percentiles (nearest rank, ms) per job type in a time range."""
+    from .archive.stats import duration_stats
+
+    lo, hi = _range(start, end)
+    rows = durations_json(duration_stats(_archive(ctx), lo, hi, job_type))
+    _show(rows, as_json, lambda rs: table(
+        ["type", "count", "failed", "mean ms", "p50", "p90", "p95", "p99", "max ms"],
+        [[d["type"], d["count"], d["failed"], round(d["meanMs"], 1),
+          *(d["percentiles"][q] for q in ("p50", "p90", "p95", "p99")), d["maxMs"]]
+         for d in rs]))
+
+
+COMMANDS: list[click.Command] = [status, preview, doctor, jobs, dlq, keys, stats]

@@ -57,6 +57,8 @@ API_ROUTES: list[tuple[str, str, Endpoint, str | None]] = [
     ("POST", "/dead-letters/{runId}/replay", routes.replay_dead_letter, "admin"),
     ("GET", "/schedules/preview", routes.preview, "read"),
     ("GET", "/status", routes.status, "read"),
+    ("GET", "/stats/failures", routes.stats_failures, "read"),
+    ("GET", "/stats/durations", routes.stats_durations, "read"),
     ("GET", "/api-keys", routes.list_keys, "admin"),
     ("POST", "/api-keys", routes.create_key, "admin"),
     ("DELETE", "/api-keys/{keyId}", routes.revoke_key, "admin"),
@@ -167,15 +169,17 @@ def create_app(
     max_batch_bytes: int = 32 << 20,
     key_cache_s: float = 5.0,
     redis: Redis | None = None,
+    archive_url: str | None = None,
 ) -> Starlette:
     """The HTTP API over the service layer.  ``extra_routes`` (the dashboard's /ui mount,
-    /metrics, ...) are added as given: wrap an endpoint in `protect` to require a scope."""
+    /metrics, ...) are added as given: wrap an endpoint in `protect` to require a scope.
+    ``archive_url`` (default RSCHED_ARCHIVE_URL): run history for /jobs/{id}/runs and /stats."""
     settings = settings or Settings.from_env()
     spec = document(auth=auth)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        client = AsyncClient(settings, redis=redis)
+        client = AsyncClient(settings, redis=redis, archive_url=archive_url)
         app.state.client = client
         app.state.keys = KeyCache(client, key_cache_s)
         if not auth:

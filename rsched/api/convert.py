@@ -11,6 +11,8 @@ import time
 from functools import lru_cache
 from typing import Any
 
+from ..archive.history import RunsPage
+from ..archive.stats import DurationStats, FailuresPage
 from ..auth import ApiKey
 from ..client import UNSET, JobPatch
 from ..errors import ValidationError
@@ -194,6 +196,29 @@ def attempt_json(a: Attempt) -> dict[str, Any]:
         "endedAt": iso(a.ended_ms), "durationMs": a.duration_ms, "error": a.error,
         "result": a.result,
     }
+
+
+def history_json(page: RunsPage) -> dict[str, Any]:
+    """GET /jobs/{id}/runs from the archive: attempt_json's fields and what the events add."""
+    return {"runs": [dict(
+        attempt_json(a),  # type: ignore[arg-type]  # RunAttempt has every field of Attempt
+        jobId=a.job_id, type=a.job_type, queue=a.queue, replays=a.replays,
+        deadLettered=a.dead_lettered, dispatchedAt=iso(a.dispatched_ms),
+        retryAt=iso(a.retry_at_ms), archived=a.archived) for a in page.items],
+        "nextCursor": page.next_cursor, "partial": page.partial}
+
+
+def failures_json(page: FailuresPage) -> dict[str, Any]:
+    return {"failures": [
+        {"jobId": f.job_id, "runId": f.run_id, "attempt": f.attempt, "status": f.status,
+         "at": iso(f.ts_ms), "scheduledAt": iso(f.sched_ms), "type": f.job_type,
+         "queue": f.queue, "worker": f.worker, "durationMs": f.duration_ms, "error": f.error}
+        for f in page.items], "nextCursor": page.next_cursor}
+
+
+def durations_json(stats: dict[str, DurationStats]) -> list[dict[str, Any]]:
+    return [{"type": t, "count": d.count, "failed": d.failed, "meanMs": d.mean_ms,
+             "maxMs": d.max_ms, "percentiles": d.quantiles} for t, d in stats.items()]
 
 
 def run_json(r: Run) -> dict[str, Any]:

@@ -120,15 +120,65 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "runId": {"type": "string"}, "attempt": {"type": "integer"},
             "status": {"type": "string", "description": "succeeded, failed, timed_out, "
-                       "abandoned; dispatched, running or retry_wait while in flight"},
+                       "abandoned; dispatched, running or retry_wait while in flight; from the "
+                       "archive also skipped (a missed occurrence, attempt 0) and dead"},
             "worker": _n("string"), "scheduledAt": NTIME, "startedAt": NTIME, "endedAt": NTIME,
             "durationMs": _n("integer"), "error": _n("string"), "result": {},
+            # Only when the API reads the run-history archive (RSCHED_ARCHIVE_URL):
+            "jobId": {"type": "string"}, "type": _n("string"), "queue": _n("string"),
+            "replays": {"type": "integer", "description": "Dead-letter replays of the run "
+                        "before this attempt (attempts restart at 1 after a replay)."},
+            "deadLettered": {"type": "boolean"}, "dispatchedAt": NTIME,
+            "retryAt": {**NTIME, "description": "When the next attempt was due after this one."},
+            "archived": {"type": "boolean", "description": "Read from the archive (false: its "
+                         "events are still only in Redis)."},
         },
     },
     "RunPage": {
         "type": "object", "required": ["runs", "nextCursor"],
+        "description": "With an archive configured: every attempt ever made (archived or "
+                       "still in Redis, each once; skipped occurrences as attempt 0 with status "
+                       "skipped), and partial. Without: Redis's bounded history.",
         "properties": {"runs": {"type": "array", "items": _ref("Attempt")},
-                       "nextCursor": _n("string")},
+                       "nextCursor": _n("string"),
+                       "partial": {"type": "boolean", "description": "More events wait in "
+                                   "Redis than one read scans: older attempts may be missing."}},
+    },
+    "Failure": {
+        "type": "object",
+        "required": ["jobId", "runId", "attempt", "status", "at", "scheduledAt", "type", "queue",
+                     "worker", "durationMs", "error"],
+        "properties": {
+            "jobId": _n("string"), "runId": _n("string"), "attempt": _n("integer"),
+            "status": {"type": "string", "enum": ["failed", "timed_out", "abandoned"]},
+            "at": NTIME, "scheduledAt": NTIME, "type": _n("string"), "queue": _n("string"),
+            "worker": _n("string"), "durationMs": _n("integer"), "error": _n("string"),
+        },
+    },
+    "FailurePage": {
+        "type": "object", "required": ["failures", "nextCursor", "type", "from", "to"],
+        "properties": {"failures": {"type": "array", "items": _ref("Failure")},
+                       "nextCursor": _n("string"), "type": _n("string"), "from": TIME,
+                       "to": NTIME},
+    },
+    "DurationStats": {
+        "type": "object", "required": ["type", "count", "failed", "meanMs", "maxMs",
+                                       "percentiles"],
+        "properties": {
+            "type": {"type": "string"},
+            "count": {"type": "integer", "description": "Finished attempts with a duration."},
+            "failed": {"type": "integer", "description": "Of which failed or timed out."},
+            "meanMs": {"type": "number"}, "maxMs": {"type": "integer"},
+            "percentiles": {"type": "object", "required": ["p50", "p90", "p95", "p99"],
+                            "description": "Nearest-rank duration percentiles in ms.",
+                            "properties": {q: {"type": "integer"}
+                                           for q in ("p50", "p90", "p95", "p99")}},
+        },
+    },
+    "DurationReport": {
+        "type": "object", "required": ["type", "from", "to", "types"],
+        "properties": {"type": _n("string"), "from": TIME, "to": NTIME,
+                       "types": {"type": "array", "items": _ref("DurationStats")}},
     },
     "Run": {
         "type": "object",
@@ -260,7 +310,8 @@ _ERRORS = {
     403: "The API key's scope does not allow this.", 404: "No such job, run or key.",
     409: "Conflicts with the stored state.", 413: "Body or payload over the limit.",
     405: "Method not allowed here; Allow lists the methods.",
-    422: "Invalid values; errors[].field names each.", 503: "Redis is unavailable.",
+    422: "Invalid values; errors[].field names each.",
+    503: "Redis (or the run-history archive) is unavailable.",
 }
 
 
@@ -278,6 +329,23 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str = "",
 JOB_ID = _param("id", "path", {"type": "string"}, "Job id, e.g. 7-01JD...")
 LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}, "Page size.")
 CURSOR = _param("cursor", "query", {"type": "string"}, "nextCursor of the previous page.")
+STATS_PARAMS = [
+    _param("type", "query", {"type": "string", "pattern": TYPE_PATTERN}, "Only this job type."),
+    _param("from", "query", TIME, "Start (inclusive), default 24 hours ago."),
+    _param("to", "query", TIME, "End (exclusive), default none."),
+]
+NO_ARCHIVE = {"description": "No run-history archive is configured (RSCHED_ARCHIVE_URL).",
+              "content": {"application/problem+json": {"schema": _ref("Problem")}}}
+
+
+def _stats(op_id: str, summary: str, schema: str, description: str,
+           params: list[dict[str, Any]]) -> dict[str, Any]:
+    op = _op(op_id, "stats", summary, {200: _json(schema, description)}, [404, 422],
+             params=params)
+    op["responses"]["404"] = NO_ARCHIVE
+    op["description"] = (op.get("description", "") + " From the run-history archive: events "
+                         "reach it within the archiver's lag (seconds).").strip()
+    return op
 
 
 def _op(op_id: str, tag: str, summary: str, ok: dict[int, dict[str, Any]], errors: list[int],
@@ -374,6 +442,18 @@ PATHS: dict[str, Any] = {
     "/status": {
         "get": _op("getStatus", "operations", "Partitions, dispatchers, workers, queues",
                    {200: _json("Status", "The cluster's state.")}, []),
+    },
+    "/stats/failures": {
+        "get": _stats("listFailures", "Failed, timed-out and abandoned attempts in a time "
+                      "range, newest first", "FailurePage", "A page of failures.",
+                      [*STATS_PARAMS, _param("limit", "query", {"type": "integer", "minimum": 1,
+                                                                "maximum": 1000},
+                                             "Page size, default 100."), CURSOR]),
+    },
+    "/stats/durations": {
+        "get": _stats("durationStats", "Duration percentiles per job type in a time range",
+                      "DurationReport", "One entry per job type with finished attempts.",
+                      STATS_PARAMS),
     },
     "/api-keys": {
         "get": _op("listApiKeys", "keys", "List API keys (never their secrets)",

@@ -5,6 +5,7 @@ Errors are raised, not returned: the guard in rsched.api.app turns every one int
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from typing import Any
@@ -14,12 +15,20 @@ from starlette.responses import Response
 
 from .. import auth, query
 from ..aclient import AsyncClient
+from ..archive.history import check_page
+from ..archive.stats import duration_stats, failures
+from ..archive.store import Store, StoreUnavailable
 from ..errors import ValidationError
 from ..spec import to_ms
 from .convert import (
+    MAX_TIME_MS,
     as_object,
     attempt_json,
     dead_letter_json,
+    durations_json,
+    failures_json,
+    history_json,
+    iso,
     job_json,
     key_json,
     patch_from_json,
@@ -27,10 +36,14 @@ from .convert import (
     run_json,
     spec_from_json,
 )
-from .problems import JSON, Problem, classify, problem_body, read_json
+from .problems import JSON, Problem, classify, problem, problem_body, read_json
 
 MAX_BATCH = 1000
 _INT = re.compile(r"-?[0-9]{1,18}")
+_TYPE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")  # a job type, as POST /jobs accepts it
+STATS_WINDOW_MS = 86_400_000  # /stats/* look back one day unless given ``from``
+NO_ARCHIVE = ("no run-history archive is configured for this API: start it with "
+              "RSCHED_ARCHIVE_URL=postgresql://... or sqlite:///path")
 
 
 def _client(request: Request) -> AsyncClient:
@@ -130,10 +143,64 @@ async def trigger_job(request: Request) -> Response:
 
 
 async def job_runs(request: Request) -> Response:
+    """From the archive merged with Redis's events when one is configured, else from Redis's
+    bounded history; the two share the JSON shape, the archive's adds fields and ``partial``."""
     c = _client(request)
-    page = await c.run(query.op_runs_page(c, _job_id(request), int_param(request, "limit", 50),
-                                          request.query_params.get("cursor")))
+    job_id, limit = _job_id(request), int_param(request, "limit", 50)
+    cursor = request.query_params.get("cursor")
+    if c.archive_url:
+        try:
+            return JSON(history_json(await c.history(job_id, limit, cursor)))
+        except StoreUnavailable as e:
+            return _archive_down(e)
+    page = await c.run(query.op_runs_page(c, job_id, limit, cursor))
     return JSON({"runs": [attempt_json(a) for a in page.items], "nextCursor": page.next_cursor})
+
+
+# --- run statistics (the archive) ----------------------------------------------------------------
+
+
+def _archive_down(e: StoreUnavailable) -> Response:
+    return problem(503, f"the run-history archive is unavailable: {e}")
+
+
+def _stats_query(request: Request) -> tuple[Store | None, str | None, int, int | None]:
+    """(store, type, from ms, to ms) of a /stats request; ValidationError naming the parameter."""
+    q = request.query_params
+    job_type = q.get("type")
+    if job_type is not None and not _TYPE.fullmatch(job_type):
+        raise ValidationError("type", "not a job type (letters, digits and _.:- up to 128)")
+    start, end = q.get("from"), q.get("to")
+    hi = None if end is None else min(max(to_ms(end, "to"), 0), MAX_TIME_MS)
+    lo = (int(time.time() * 1000) - STATS_WINDOW_MS if start is None
+          else min(max(to_ms(start, "from"), 0), MAX_TIME_MS))
+    if hi is not None and lo >= hi:
+        raise ValidationError("from", "must be before to")
+    return _client(request).archive, job_type, lo, hi
+
+
+async def stats_failures(request: Request) -> Response:
+    store, job_type, lo, hi = _stats_query(request)
+    limit, cursor = int_param(request, "limit", 100), request.query_params.get("cursor")
+    check_page(limit, cursor)
+    if store is None:
+        return problem(404, NO_ARCHIVE)
+    try:
+        page = await asyncio.to_thread(failures, store, job_type, lo, hi, limit, cursor)
+    except StoreUnavailable as e:
+        return _archive_down(e)
+    return JSON(dict(failures_json(page), type=job_type, **{"from": iso(lo), "to": iso(hi)}))
+
+
+async def stats_durations(request: Request) -> Response:
+    store, job_type, lo, hi = _stats_query(request)
+    if store is None:
+        return problem(404, NO_ARCHIVE)
+    try:
+        stats = await asyncio.to_thread(duration_stats, store, lo, hi, job_type)
+    except StoreUnavailable as e:
+        return _archive_down(e)
+    return JSON({"type": job_type, "from": iso(lo), "to": iso(hi), "types": durations_json(stats)})
 
 
 # --- dead letters ------------------------------------------------------------------------------

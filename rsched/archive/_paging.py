@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ..errors import ValidationError
 
 MAX_LIMIT = 1000
+# Three integers that fit a bigint (ASCII digits only: str.isdigit accepts "²", int() does not).
+_CURSOR = re.compile(r"-?[0-9]{1,18}\.-?[0-9]{1,18}\.-?[0-9]{1,18}")
 
 
 def encode_cursor(key: Sequence[int]) -> str:
@@ -15,10 +18,10 @@ def encode_cursor(key: Sequence[int]) -> str:
 
 def decode_cursor(cursor: str) -> tuple[int, int, int]:
     """The key a cursor holds; ValidationError("cursor") for anything this module did not make."""
-    parts = cursor.split(".")
-    if len(parts) != 3 or not all(p.lstrip("-").isdigit() for p in parts):
+    if not _CURSOR.fullmatch(cursor):
         raise ValidationError("cursor", "not a cursor returned by a previous page")
-    return int(parts[0]), int(parts[1]), int(parts[2])
+    a, b, c = cursor.split(".")
+    return int(a), int(b), int(c)
 
 
 def check_limit(limit: int) -> None:

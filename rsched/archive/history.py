@@ -13,6 +13,7 @@ Aggregates over time ranges (failures, durations) are in stats.py.
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from .. import keys
 from ..models import partition_of
 from ._paging import check_limit, decode_cursor, encode_cursor
 from .events import OUTCOMES, RUN_MARKERS, EventRow, decode
-from .store import Store
+from .store import ENV_URL, Store
 
 SCAN_CHUNK = 1000
 DEFAULT_MAX_SCAN = 100_000
@@ -149,7 +150,20 @@ def fold(events: Iterable[EventRow], archived: set[tuple[int, int, int]] | None 
 Scan = Generator[tuple[str, str, int], Any, tuple[list[EventRow], bool]]
 
 
-def _scan(job_id: str, max_scan: int) -> Scan:
+def configured_url(url: str | None = None) -> str | None:
+    """The archive the read path merges in: ``url``, else ``RSCHED_ARCHIVE_URL``; None when
+    neither is set (readers then keep to Redis's own bounded history, see Client.runs)."""
+    return url or os.environ.get(ENV_URL) or None
+
+
+def check_page(limit: int, cursor: str | None) -> None:
+    """ValidationError naming ``limit`` or ``cursor``, before any I/O."""
+    check_limit(limit)
+    if cursor:
+        decode_cursor(cursor)
+
+
+def scan_recent(job_id: str, max_scan: int = DEFAULT_MAX_SCAN) -> Scan:
     """Sans-IO scan of the job's partition stream, newest first: yields XREVRANGE requests
     (key, max id, count), receives each reply, returns (the job's run events, partial)."""
     p = partition_of(job_id)
@@ -176,7 +190,7 @@ def recent_events(r: Redis, job_id: str, max_scan: int = DEFAULT_MAX_SCAN
 
     Returns (events, partial): partial when older entries were left unread.
     """
-    scan = _scan(job_id, max_scan)
+    scan = scan_recent(job_id, max_scan)
     try:
         key, top, count = next(scan)
         while True:
@@ -188,7 +202,7 @@ def recent_events(r: Redis, job_id: str, max_scan: int = DEFAULT_MAX_SCAN
 async def arecent_events(r: AsyncRedis, job_id: str, max_scan: int = DEFAULT_MAX_SCAN
                          ) -> tuple[list[EventRow], bool]:
     """recent_events on an asyncio client."""
-    scan = _scan(job_id, max_scan)
+    scan = scan_recent(job_id, max_scan)
     try:
         key, top, count = next(scan)
         while True:
@@ -239,12 +253,10 @@ def runs_page(store: Store | None, job_id: str, recent: list[EventRow], partial:
 def job_runs(store: Store | None, r: Redis, job_id: str, limit: int = 50,
              cursor: str | None = None, *, max_scan: int = DEFAULT_MAX_SCAN) -> RunsPage:
     """A job's attempts, newest first: archived ones and those only Redis knows yet, once each."""
-    check_limit(limit)
-    if cursor:
-        decode_cursor(cursor)  # bad input fails before any I/O
+    check_page(limit, cursor)
     recent, partial = recent_events(r, job_id, max_scan)
     return runs_page(store, job_id, recent, partial, limit, cursor)
 
 
-__all__ = ["RunAttempt", "RunsPage", "arecent_events", "fold", "job_runs", "recent_events",
-           "runs_page"]
+__all__ = ["RunAttempt", "RunsPage", "arecent_events", "check_page", "configured_url", "fold",
+           "job_runs", "recent_events", "runs_page", "scan_recent"]
