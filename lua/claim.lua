@@ -49,7 +49,7 @@ for i = 1, n do
 
   if kind == 'j' then
     local score = redis.call('ZSCORE', due_key, job_id)
-    local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec')
+    local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec', 'cron')
     if not score or tonumber(score) > now or j[1] ~= 'scheduled' or j[2] ~= expected or j[4] ~= queue then
       skipped = skipped + 1
     else
@@ -60,7 +60,8 @@ for i = 1, n do
                                'a', 1, 's', expected, 'x', j[5])
         redis.call('HSET', run_key, 'id', run_id, 'job_id', job_id, 'sched_ms', expected,
                    'attempt', 1, 'state', 'dispatched', 'fence', 0, 'worker', '',
-                   'dispatched_ms', now, 'stream_id', sid, 'queue', queue, 'type', j[3])
+                   'dispatched_ms', now, 'stream_id', sid, 'queue', queue, 'type', j[3],
+                   'once', (j[6] == '' or not j[6]) and '1' or '0')
         emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', 1, 't', now,
              's', expected, 'ty', j[3], 'q', queue)
         dispatched = dispatched + 1

@@ -10,7 +10,8 @@ then per run 4 keys: rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH,
                      rsched:{pN}:hist:<id> LIST, rsched:{pN}:q:<queue> STREAM
 ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
-ARGV[7] run_ttl_ms: how long a finished run's hash is kept (0 = forever; dead letters are kept)
+ARGV[7] run_ttl_ms: how long a finished run's hash is kept (0 = forever; dead letters and a
+        one-off job's own run are kept as long as the job)
 then per run 6 values: run id, fence, outcome ('succeeded' | 'failed' | 'timed_out'),
   duration_ms, text (JSON result when succeeded, error message otherwise), retry_delay_ms
 Returns {code_1, ..., code_n}
@@ -33,7 +34,7 @@ for i = 1, n do
   local b = 4 + 4 * (i - 1)
   local run_key, job_key, hist_key, stream_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   local r = redis.call('HMGET', run_key, 'state', 'worker', 'fence', 'attempt', 'job_id',
-                       'stream_id', 'type', 'sched_ms', 'started_ms', 'queue')
+                       'stream_id', 'type', 'sched_ms', 'started_ms', 'queue', 'once')
   if r[1] == 'running' and r[2] == worker and r[3] == fence then
     local attempt, job_id, jtype = tonumber(r[4]), r[5], r[7]
     local rec = {run = run_id, attempt = attempt, status = outcome, worker = worker,
@@ -43,7 +44,8 @@ for i = 1, n do
       redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now, 'duration_ms', duration,
                  'result', text)
       rec.result = text
-      if run_ttl > 0 then redis.call('PEXPIRE', run_key, run_ttl) end
+      -- A one-off job's run lives as long as the job; other runs expire (their record stays).
+      if run_ttl > 0 and r[11] ~= '1' then redis.call('PEXPIRE', run_key, run_ttl) end
       if one_off_done(job_key) then
         redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now)
       end
@@ -72,7 +74,7 @@ for i = 1, n do
         out[i] = 3
       end
     end
-    remember(hist_key, hlen, rec)
+    remember(job_key, hist_key, hlen, r[11], r[6], rec)
     redis.call('XACK', stream_key, group, r[6])
   elseif r[2] == worker and r[3] == fence and r[1] ~= 'dispatched' then
     out[i] = 0

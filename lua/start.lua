@@ -27,7 +27,7 @@ for i = 1, n do
   local b = 3 + 4 * (i - 1)
   local run_key, job_key, stream_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   local r = redis.call('HMGET', run_key, 'state', 'attempt', 'fence', 'stream_id', 'job_id',
-                       'worker', 'type', 'sched_ms', 'started_ms')
+                       'worker', 'type', 'sched_ms', 'started_ms', 'once')
   local state, attempt, fence, job_id = r[1], tonumber(r[2] or '0'), tonumber(r[3] or '0'), r[5]
   local fence_out, attempt_out = 0, attempt
   if not state or r[4] ~= sid or (state ~= 'dispatched' and state ~= 'running') then
@@ -38,9 +38,9 @@ for i = 1, n do
     local job_status = redis.call('HGET', job_key, 'status')
     if state == 'running' then
       local err = 'worker ' .. r[6] .. ' stopped heartbeating'
-      remember(hist_key, hlen, {run = run_id, attempt = attempt, status = 'abandoned',
-               worker = r[6], sched_ms = tonumber(r[8]), started_ms = tonumber(r[9]),
-               ended_ms = now, error = err})
+      remember(job_key, hist_key, hlen, r[10], sid, {run = run_id, attempt = attempt,
+               status = 'abandoned', worker = r[6], sched_ms = tonumber(r[8]),
+               started_ms = tonumber(r[9]), ended_ms = now, error = err})
       emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
            'w', r[6], 'ty', r[7], 'err', err)
       emit(events_key, maxlen, 'e', 'reclaimed', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,

@@ -307,8 +307,11 @@ class ClientBase:
     def op_runs(self, job_id: str, limit: int = 50, offset: int = 0) -> Op[list[Attempt]]:
         """The job's in-flight run (first page only) then its finished attempts, newest first;
         ``offset`` counts finished attempts already seen."""
-        job = yield from self.op_get(job_id)
-        p = job.partition
+        p = partition_of(job_id)
+        (jh,) = yield Commands([cmd("hgetall", keys.job(p, job_id))])
+        if not jh:
+            raise NotFound("job", job_id)
+        job = Job.from_hash(jh)
         out: list[Attempt] = []
         if job.last_run_id and offset == 0:
             (h,) = yield Commands([cmd("hgetall", keys.run(p, job.last_run_id))])
@@ -319,9 +322,14 @@ class ClientBase:
                                        run.sched_ms, run.started_ms, None, None, run.error))
         want = max(limit - len(out), 0)
         if want:
-            (raws,) = yield Commands([cmd("lrange", keys.history(p, job_id), offset,
+            # A one-off job's own run keeps its attempts in the job hash (lua/include/util.lua);
+            # other runs' attempts are in the history list.  Both newest first, merged.
+            own = [Attempt.from_json(v) for k, v in jh.items() if k.startswith(b"h:")]
+            (raws,) = yield Commands([cmd("lrange", keys.history(p, job_id), 0,
                                           offset + want - 1)])
-            out += [Attempt.from_json(raw) for raw in raws]
+            done = own + [Attempt.from_json(raw) for raw in raws]
+            done.sort(key=lambda a: (a.ended_ms or 0, a.attempt), reverse=True)
+            out += done[offset : offset + want]
         return out[:limit]
 
     @property

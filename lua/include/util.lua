@@ -16,11 +16,15 @@ local function emit(key, maxlen, ...)
   return redis.call('XADD', key, '*', ...)
 end
 
--- Prepend a finished attempt to the job's bounded history list.
-local function remember(key, len, rec)
-  if len > 0 then
-    redis.call('LPUSH', key, cjson.encode(rec))
-    redis.call('LTRIM', key, 0, len - 1)
+-- Record a finished attempt.  A one-off job's own run ('once' = '1', a few attempts at most)
+-- keeps its records as 'h:<stream id>:<attempt>' fields of the job hash: creating a list key per
+-- job cost a third of the complete script.  Other runs go to the job's bounded history list.
+local function remember(job_key, hist_key, len, once, sid, rec)
+  if once == '1' then
+    redis.call('HSET', job_key, 'h:' .. sid .. ':' .. rec.attempt, cjson.encode(rec))
+  elseif len > 0 then
+    redis.call('LPUSH', hist_key, cjson.encode(rec))
+    redis.call('LTRIM', hist_key, 0, len - 1)
   end
 end
 
