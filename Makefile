@@ -53,7 +53,7 @@ redis:
 chromium:
 	$(call need,chromium,chromium)
 
-test: venv redis chromium
+test: venv redis chromium lint
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 bench: venv redis
@@ -63,7 +63,7 @@ demo: venv redis
 	$(VENV)/bin/rsched dev
 
 lint: venv
-	$(VENV)/bin/ruff check rsched tests
+	$(VENV)/bin/ruff check rsched tests loadtest
 	$(VENV)/bin/mypy rsched
 
 clean:

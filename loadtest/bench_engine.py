@@ -24,8 +24,11 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rsched import Client, JobSpec  # noqa: E402
-from rsched import keys  # noqa: E402
+from rsched import (  # noqa: E402
+    Client,
+    JobSpec,
+    keys,  # noqa: E402
+)
 from rsched.settings import Settings  # noqa: E402
 
 
@@ -74,7 +77,7 @@ def started_events(r: redis.Redis, partitions: int) -> list[tuple[str, int, int]
                 batch = batch[1:]
             if not batch:
                 break
-            for eid, f in batch:
+            for _eid, f in batch:
                 if f[b"e"] == b"started":
                     out.append((f[b"r"].decode(), int(f[b"s"]), int(f[b"t"])))
             last = batch[-1][0].decode()

@@ -36,7 +36,8 @@ class AsyncClient(ClientBase):
     def __init__(self, settings: Settings, *, redis: Redis | None = None,
                  archive_url: str | None = None) -> None:
         super().__init__(settings, archive_url)
-        self.r: Redis = fast_packing(redis) if redis is not None else connect_async(settings.redis_url)
+        self.r: Redis = (fast_packing(redis) if redis is not None
+                         else connect_async(settings.redis_url))
         self._queued: list[tuple[JobSpec, asyncio.Future[tuple[Job, bool]]]] = []
         self._sender: asyncio.Task[None] | None = None
 

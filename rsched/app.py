@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 Handler = Callable[["JobContext"], Any]
 
@@ -24,7 +25,7 @@ class JobContext:
 
     @property
     def scheduled_at(self) -> datetime:
-        return datetime.fromtimestamp(self.scheduled_ms / 1000, tz=timezone.utc)
+        return datetime.fromtimestamp(self.scheduled_ms / 1000, tz=UTC)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,8 @@ def load_app(spec: str) -> App:
     """Import ``module:attr`` and check it is an rsched.App."""
     mod_name, _, attr = spec.partition(":")
     if not mod_name or not attr:
-        raise click.BadParameter("expected module:attribute, e.g. myproject.jobs:app", param_hint="--app")
+        raise click.BadParameter("expected module:attribute, e.g. myproject.jobs:app",
+                                 param_hint="--app")
     try:
         mod = importlib.import_module(mod_name)
     except ImportError as e:

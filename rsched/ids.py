@@ -7,6 +7,7 @@ import os
 import time
 import zlib
 
+
 def ulid(now_ms: int | None = None) -> str:
     """48-bit ms timestamp + 64 random bits as 28 hex digits: sorts by creation time, and
     bytes.hex runs in C (base64.b32encode is pure Python on 3.11 and cost 14 us an id)."""
@@ -30,5 +31,5 @@ def new_job_id(partitions: int, idempotency_key: str | None = None) -> str:
 
 
 def run_id(job_id: str, sched_ms: int) -> str:
-    """Deterministic: the same occurrence always gets the same run id (handlers may dedupe on it)."""
+    """Deterministic: one occurrence, one run id (handlers may deduplicate on it)."""
     return f"{job_id}@{sched_ms}"

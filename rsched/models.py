@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import msgpack
 
@@ -71,13 +72,14 @@ SPEC_ORDER = ("timeout_ms", "backoff_base_ms", "backoff_cap_ms", "priority", "tz
 
 
 def pack_spec(f: Mapping[str, Any]) -> bytes:
-    return msgpack.packb([f[k] for k in SPEC_ORDER], use_bin_type=True)
+    blob: bytes = msgpack.packb([f[k] for k in SPEC_ORDER], use_bin_type=True)
+    return blob
 
 
 def unpack_spec(raw: Any) -> dict[str, Any]:
     if not raw:
         return {}
-    return dict(zip(SPEC_ORDER, msgpack.unpackb(raw, raw=False)))
+    return dict(zip(SPEC_ORDER, msgpack.unpackb(raw, raw=False), strict=False))
 
 
 @dataclass(slots=True)

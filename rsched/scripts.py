@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -49,7 +50,7 @@ def load(name: str) -> Script:
     def inline(m: re.Match[str]) -> str:
         # One segment per joinpath: an installed wheel gives a MultiplexedPath (rsched.lua has
         # no __init__.py), whose joinpath takes a single argument on Python 3.11.
-        return base.joinpath("include").joinpath(f"{m.group(1)}.lua").read_text()
+        return str(base.joinpath("include").joinpath(f"{m.group(1)}.lua").read_text())
 
     source = _INCLUDE.sub(inline, text)
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
@@ -93,7 +94,7 @@ def call_many(r: Any, calls: Sequence[Call]) -> list[Any]:
     if redo:
         for name in {calls[i][0] for i in redo}:
             r.script_load(load(name).source)
-        for i, res in zip(redo, _pipe(r, [calls[i] for i in redo])):
+        for i, res in zip(redo, _pipe(r, [calls[i] for i in redo]), strict=False):
             results[i] = res
     return results
 
@@ -114,7 +115,7 @@ async def acall_many(r: Any, calls: Sequence[Call]) -> list[Any]:
     if redo:
         for name in {calls[i][0] for i in redo}:
             await r.script_load(load(name).source)
-        for i, res in zip(redo, await _apipe(r, [calls[i] for i in redo])):
+        for i, res in zip(redo, await _apipe(r, [calls[i] for i in redo]), strict=False):
             results[i] = res
     return results
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgpack
@@ -22,7 +22,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 _QUEUE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MISFIRES = frozenset(m.value for m in Misfire)
 
 
@@ -176,7 +176,9 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     return Prepared(f, stored, body_hash, nominal, score)
 
 
-def next_occurrence(cron: str, tz: str, after_ms: int, job_id: str, jitter_ms: int) -> tuple[int, int]:
+def next_occurrence(
+    cron: str, tz: str, after_ms: int, job_id: str, jitter_ms: int
+) -> tuple[int, int]:
     """(nominal, due score) of a recurring job's first occurrence after ``after_ms``."""
     nominal = parse_cron(cron, tz).next_after(after_ms)
     return nominal, nominal + jitter_offset_ms(job_id, nominal, jitter_ms)

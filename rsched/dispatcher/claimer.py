@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .. import keys, scripts
 from ..cron import parse_cron
@@ -125,7 +126,7 @@ class Claimer:
             await pipe.execute()
             log.warning("dropped %d index entries whose job or run hash is gone", len(stale))
         lost = []
-        for p, res in zip(cands, await scripts.acall_many(self.r, calls)):
+        for p, res in zip(cands, await scripts.acall_many(self.r, calls), strict=False):
             if isinstance(res, Exception):
                 log.error("claim on partition %d failed: %s", p, res)
                 continue
@@ -161,7 +162,9 @@ class Claimer:
         args = ["j", queue, job_id, rid, next_ms or "0", nxt, nxt_score, fire]
         return (score, priority, args, job_id, rid)
 
-    def _claim_call(self, p: int, fence: int, now: int, items: list[tuple[Any, ...]]) -> scripts.Call:
+    def _claim_call(
+        self, p: int, fence: int, now: int, items: list[tuple[Any, ...]]
+    ) -> scripts.Call:
         queues: dict[str, int] = {}
         item_keys: list[str] = []
         args: list[Any] = []

@@ -7,7 +7,8 @@ import logging
 import os
 import socket
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from redis.asyncio import Redis
 

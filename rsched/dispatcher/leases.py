@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .. import keys, metrics, scripts
 
@@ -49,7 +50,7 @@ class LeaseKeeper:
             mode = "renew" if p in self.owned else "acquire"
             calls.append(self._call(p, mode, self.owned.get(p, 0), now_arg))
             plan.append((p, mode))
-        for (p, mode), res in zip(plan, await scripts.acall_many(self.r, calls)):
+        for (p, mode), res in zip(plan, await scripts.acall_many(self.r, calls), strict=False):
             if isinstance(res, Exception):
                 log.warning("lease %s on partition %d failed: %s", mode, p, res)
                 continue

@@ -16,9 +16,10 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import msgpack
 from redis.asyncio import Redis
@@ -144,7 +145,7 @@ class Worker:
         # COUNT applies per stream: split the free slots so one read cannot overshoot the
         # concurrency by more than one entry per stream (the semaphore in _execute holds those).
         count = max(1, free // len(self.streams))
-        resp = await self.r.xreadgroup(
+        resp: Any = await self.r.xreadgroup(
             keys.GROUP, self.id, {s: ">" for s in self.streams}, count=count, block=block_ms
         )
         entries = [(_s(s), _s(eid), f) for s, items in resp or () for eid, f in items if f]
@@ -161,7 +162,7 @@ class Worker:
             pipe.xautoclaim(s, keys.GROUP, self.id, self.visibility_ms,
                             start_id=self._cursors.get(s, "0-0"), count=free)
         entries = []
-        for s, res in zip(names, await pipe.execute(raise_on_error=False)):
+        for s, res in zip(names, await pipe.execute(raise_on_error=False), strict=False):
             if isinstance(res, Exception):
                 continue
             self._cursors[s] = _s(res[0])
@@ -191,7 +192,7 @@ class Worker:
         started = 0
         results = await scripts.acall_many(self.r, calls)
         now_s, m = time.time(), self.metrics
-        for (p, items), res in zip(by_part.items(), results):
+        for (p, items), res in zip(by_part.items(), results, strict=False):
             if isinstance(res, Exception):
                 log.error("start on partition %d failed: %s", p, res)
                 continue
@@ -297,12 +298,12 @@ class Worker:
             self.done = batch + self.done
             return 0
         retry_later: list[Outcome] = []
-        for (p, items), res in zip(by_part.items(), results):
+        for (p, items), res in zip(by_part.items(), results, strict=False):
             if isinstance(res, Exception):
                 log.error("complete on partition %d failed: %s", p, res)
                 retry_later += items
                 continue
-            for o, code in zip(items, res):
+            for o, code in zip(items, res, strict=False):
                 code = int(code)
                 if code > 0:
                     self.metrics.count(o.status, o.type, o.queue)
@@ -340,10 +341,11 @@ class Worker:
                 args += [fl.run_id, fl.fence, fl.entry_id]
             calls.append(("heartbeat", ks, args))
         lost = 0
-        for (p, items), res in zip(by_part.items(), await scripts.acall_many(self.r, calls)):
+        results = await scripts.acall_many(self.r, calls)
+        for items, res in zip(by_part.values(), results, strict=True):
             if isinstance(res, Exception):
                 continue
-            for fl, ok in zip(items, res):
+            for fl, ok in zip(items, res, strict=False):
                 if not int(ok) and fl.run_id in self.inflight:
                     lost += 1
         await self.r.hset(keys.workers(), self.id, msgpack.packb({
@@ -443,7 +445,7 @@ class Worker:
             pipe.xpending_range(s, keys.GROUP, "-", "+", 1, consumername=self.id)
         mine = await pipe.execute(raise_on_error=False)
         pipe = self.r.pipeline(transaction=False)
-        for s, pending in zip(names, mine):
+        for s, pending in zip(names, mine, strict=False):
             if isinstance(pending, list) and not pending:
                 pipe.xgroup_delconsumer(s, keys.GROUP, self.id)
         await pipe.execute(raise_on_error=False)
