@@ -76,7 +76,10 @@ for i = 1, n do
       else
         redis.call('ZREM', due_key, job_id)
       end
-      if last_run then
+      if last_run and (j[6] == '' or not j[6]) then
+        -- A one-off job's own run: its final attempt is read back from the run hash.
+        redis.call('HSET', job_key, 'next_ms', next_ms, 'last_run_id', last_run, 'own_run', last_run)
+      elseif last_run then
         redis.call('HSET', job_key, 'next_ms', next_ms, 'last_run_id', last_run)
       else
         redis.call('HSET', job_key, 'next_ms', next_ms)

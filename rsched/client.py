@@ -40,6 +40,9 @@ T = TypeVar("T")
 # --- Redis work an operation yields ----------------------------------------------------------
 
 
+INFLIGHT_STATES = frozenset({"dispatched", "running", "retry_wait"})  # before an outcome
+
+
 @dataclass(frozen=True, slots=True)
 class Scripts:
     """Run these script calls in one pipeline; results (or exceptions) come back in order."""
@@ -313,18 +316,28 @@ class ClientBase:
             raise NotFound("job", job_id)
         job = Job.from_hash(jh)
         out: list[Attempt] = []
-        if job.last_run_id and offset == 0:
-            (h,) = yield Commands([cmd("hgetall", keys.run(p, job.last_run_id))])
-            if h:
+        own: list[Attempt] = []
+        own_run = jh.get(b"own_run", b"").decode()
+        reads = [r for r in dict.fromkeys((job.last_run_id, own_run)) if r]
+        if reads:
+            hashes = yield Commands([cmd("hgetall", keys.run(p, rid)) for rid in reads])
+            for rid, h in zip(reads, hashes, strict=True):
+                if not h:
+                    continue
                 run = Run.from_hash(h)
-                if run.state.value in ("dispatched", "running", "retry_wait"):
+                if rid == job.last_run_id and offset == 0 and run.state.value in INFLIGHT_STATES:
                     out.append(Attempt(run.id, run.attempt, run.state.value, run.worker,
                                        run.sched_ms, run.started_ms, None, None, run.error))
+                if rid == own_run and run.state.value == "succeeded":
+                    # lua/complete.lua keeps no separate record of this attempt: the run is it.
+                    own.append(Attempt(run.id, run.attempt, "succeeded", run.worker, run.sched_ms,
+                                       run.started_ms, run.ended_ms, run.duration_ms, None,
+                                       run.result))
         want = max(limit - len(out), 0)
         if want:
             # A one-off job's own run keeps its attempts in the job hash (lua/include/util.lua);
             # other runs' attempts are in the history list.  Both newest first, merged.
-            own = [Attempt.from_json(v) for k, v in jh.items() if k.startswith(b"h:")]
+            own += [Attempt.from_json(v) for k, v in jh.items() if k.startswith(b"h:")]
             (raws,) = yield Commands([cmd("lrange", keys.history(p, job_id), 0,
                                           offset + want - 1)])
             done = own + [Attempt.from_json(raw) for raw in raws]

@@ -21,7 +21,7 @@ from typing import Any
 import msgpack
 
 from . import keys
-from .client import ClientBase, Commands, Op, cmd
+from .client import INFLIGHT_STATES, ClientBase, Commands, Op, cmd
 from .cron import parse_cron, validate_zone
 from .errors import NotFound, ScheduleError, ValidationError
 from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
@@ -33,7 +33,6 @@ LIST_MAX_SCANS = 20
 MAX_PAGE = 1000
 MAX_PREVIEW = 100
 WORKER_STALE_MS = 30_000
-INFLIGHT_STATES = frozenset({"dispatched", "running", "retry_wait"})
 PREVIEW_MIN_MS = 0
 PREVIEW_MAX_MS = 7_258_118_400_000  # 2200-01-01: cron walks stay far from datetime's year 9999
 
