@@ -16,8 +16,11 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 import redis
+from helpers import ManualClock, open_client, redis_now_ms
 from psycopg import sql
 from redis_server import RedisServer
+
+from rsched import Client
 
 PG_ADMIN_DSN = os.environ.get(
     "RSCHED_TEST_PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -106,3 +109,15 @@ def pg_dsn() -> Iterator[str]:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[Client]:
+    """A Client on the clean keyspace (see helpers.settings), closed after the test."""
+    yield from open_client(redis_url)
+
+
+@pytest.fixture
+def clock(r: redis.Redis) -> ManualClock:
+    """Starts at Redis's time, so jobs the client schedules 'now' are due."""
+    return ManualClock(redis_now_ms(r))

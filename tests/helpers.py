@@ -37,7 +37,7 @@ class ManualClock:
 
 
 def open_client(redis_url: str) -> Iterator[Client]:
-    """Body of each module's ``client`` fixture: a Client on the test keyspace, closed after."""
+    """Body of the shared ``client`` fixture: a Client on the test keyspace, closed after."""
     c = Client(settings=settings(redis_url))
     try:
         yield c

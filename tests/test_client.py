@@ -4,13 +4,12 @@ batch scheduling and the control calls that need no worker."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import pytest
 import redis
-from helpers import PARTITIONS, event_types, open_client, redis_now_ms, settings
+from helpers import PARTITIONS, event_types, redis_now_ms, settings
 
 from rsched import Client, Conflict, JobSpec, JobStatus, NotFound, ValidationError, keys
 from rsched.cron import parse_cron
@@ -26,11 +25,6 @@ def job_keys(r: redis.Redis) -> list[bytes]:
 def due_count(r: redis.Redis) -> int:
     return sum(r.zcard(keys.due(p)) for p in range(PARTITIONS))
 
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    yield from open_client(redis_url)
 
 
 # --- idempotency -------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ sleeps; the wake-up test runs the real loops.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,8 +20,6 @@ from helpers import (
     aredis,
     event_types,
     keys_in_partition,
-    open_client,
-    redis_now_ms,
     run_engine,
     settings,
     snapshot,
@@ -47,17 +44,6 @@ def lease_owners(r: redis.Redis) -> dict[int, tuple[str, int]]:
         if h:
             out[p] = (h[b"owner"].decode(), int(h[b"fence"]))
     return out
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    yield from open_client(redis_url)
-
-
-@pytest.fixture
-def clock(r: redis.Redis) -> ManualClock:
-    """Starts at Redis's time, so jobs the client schedules 'now' are due."""
-    return ManualClock(redis_now_ms(r))
 
 
 # --- claim -------------------------------------------------------------------------------------

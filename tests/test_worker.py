@@ -12,12 +12,11 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-from helpers import ManualClock, Rig, event_types, events, open_client, redis_now_ms, stats
+from helpers import ManualClock, Rig, event_types, events, redis_now_ms, stats
 
 from rsched import App, Client, Conflict, JobContext, JobStatus, RunState, keys
 from rsched.retry import backoff_ceiling_ms
@@ -34,17 +33,6 @@ def retry_score(r: redis.Redis, p: int, run_id: str) -> int:
 def pending(r: redis.Redis, p: int, queue: str = "default") -> list[dict[str, Any]]:
     return r.xpending_range(keys.stream(p, queue), keys.GROUP, "-", "+", 100)
 
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[Client]:
-    yield from open_client(redis_url)
-
-
-@pytest.fixture
-def clock(r: redis.Redis) -> ManualClock:
-    """Starts at Redis's time, so jobs the client schedules 'now' are due."""
-    return ManualClock(redis_now_ms(r))
 
 
 # --- success and failure -----------------------------------------------------------------------
