@@ -510,3 +510,36 @@ def test_triggering_a_one_off_job_before_its_time_runs_it_now_and_again_at_its_t
     assert client.get_run(f"{job.id}@{job.next_ms}").state is RunState.SUCCEEDED
     assert client.get(job.id).status is JobStatus.COMPLETED
     assert r.zcard(keys.due(p)) == 0
+
+
+def test_consumers_of_dead_workers_are_pruned_unless_they_still_hold_pending_runs(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app = App()
+
+    @app.job("ok")
+    async def ok(ctx: JobContext) -> None:
+        return None
+
+    job = client.schedule("ok", run_at=clock() - 1)
+    stream = keys.stream(job.partition, "default")
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            await rig.claim()
+            # A worker that died holding a run, and one that died holding nothing.
+            r.xreadgroup(keys.GROUP, "w-dead-busy", {stream: ">"}, count=1)
+            r.xgroup_createconsumer(stream, keys.GROUP, "w-dead-idle")
+            names = {c["name"] for c in r.xinfo_consumers(stream, keys.GROUP)}
+            assert {b"w-dead-busy", b"w-dead-idle"} <= names
+            assert await rig.worker.prune_consumers_once(idle_ms=0) >= 1
+            names = {c["name"] for c in r.xinfo_consumers(stream, keys.GROUP)}
+            assert b"w-dead-busy" in names  # its run must be reclaimed first
+            assert b"w-dead-idle" not in names
+            # Nothing young is pruned with the production threshold.
+            r.xgroup_createconsumer(stream, keys.GROUP, "w-young")
+            await rig.worker.prune_consumers_once()
+            names = {c["name"] for c in r.xinfo_consumers(stream, keys.GROUP)}
+            assert b"w-young" in names
+
+    asyncio.run(scenario())

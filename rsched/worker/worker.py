@@ -38,6 +38,7 @@ from ..settings import Settings
 log = logging.getLogger("rsched.worker")
 
 MAX_RESULT_BYTES = 16 * 1024
+CONSUMER_IDLE_MS = 3_600_000  # a consumer this idle with nothing pending belonged to a dead worker
 MAX_ERROR_CHARS = 2000
 
 
@@ -398,6 +399,7 @@ class Worker:
         rc = asyncio.create_task(
             self._loop(stop, self.reclaim_once, max(self.visibility_ms / 4000, 0.1))
         )
+        pruner = asyncio.create_task(self._loop(stop, self.prune_consumers_once, 300))
         try:
             while not stop.is_set():
                 if len(self.inflight) >= self.concurrency:
@@ -419,6 +421,7 @@ class Worker:
                     await asyncio.sleep(0.5)
         finally:
             rc.cancel()
+            pruner.cancel()
             await self._drain()
             self._done_evt.set()
             try:
@@ -434,6 +437,30 @@ class Worker:
             self.pool.shutdown(wait=False, cancel_futures=True)
             await self.r.aclose()
             log.info("worker %s stopped", self.id)
+
+    async def prune_consumers_once(self, idle_ms: int = CONSUMER_IDLE_MS) -> int:
+        """Delete consumers of killed workers: idle for ``idle_ms`` with nothing pending.
+
+        A consumer with pending entries is kept (XAUTOCLAIM moves its runs first); a live
+        worker reads every half second, and a deleted live consumer is recreated by its next read.
+        """
+        names = list(self.streams)
+        pipe = self.r.pipeline(transaction=False)
+        for s in names:
+            pipe.xinfo_consumers(s, keys.GROUP)
+        pipe2 = self.r.pipeline(transaction=False)
+        doomed = 0
+        for s, consumers in zip(names, await pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(consumers, Exception):
+                continue
+            for c in consumers:
+                name = _s(c["name"])
+                if name != self.id and int(c["pending"]) == 0 and int(c["idle"]) >= idle_ms:
+                    pipe2.xgroup_delconsumer(s, keys.GROUP, name)
+                    doomed += 1
+        if doomed:
+            await pipe2.execute(raise_on_error=False)
+        return doomed
 
     async def _deregister(self) -> None:
         """Leave the registry and the consumer groups, except where entries still wait for
