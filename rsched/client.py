@@ -37,10 +37,10 @@ UPDATE_TRIES = 5  # re-reads when a dispatcher advances a job between an update'
 T = TypeVar("T")
 
 
-# --- Redis work an operation yields ----------------------------------------------------------
-
-
 INFLIGHT_STATES = frozenset({"dispatched", "running", "retry_wait"})  # before an outcome
+
+
+# --- Redis work an operation yields ----------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

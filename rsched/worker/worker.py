@@ -119,8 +119,15 @@ class Worker:
         self._slot = asyncio.Event()
         self.streams: dict[str, tuple[int, str]] = {}
         self._cursors: dict[str, str] = {}
-        self.counts: dict[str, int] = defaultdict(int)
         self.metrics = RunMetrics(inflight=self.inflight.__len__)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Reported outcomes by event (succeeded, fenced, retried, ...), from the run metrics."""
+        out: dict[str, int] = defaultdict(int)
+        for (event, _, _), n in list(self.metrics.counts.items()):
+            out[event] += n
+        return out
 
     # --- set-up ------------------------------------------------------------------------------
 
@@ -267,7 +274,6 @@ class Worker:
                                    int(sp.get("backoff_cap_ms", 3_600_000)))
             log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status, text,
                         extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
-        self.counts[status] += 1
         self.metrics.duration.observe(jtype, duration / 1000)
         self.done.append(Outcome(fl.partition, fl.stream, fl.run_id, fl.job_id, fl.fence, status,
                                  duration, text, delay, jtype, self.streams[fl.stream][1],
@@ -309,16 +315,13 @@ class Worker:
                 if code > 0:
                     self.metrics.count(o.status, o.type, o.queue)
                 if code == -1:
-                    self.counts["fenced"] += 1
                     self.metrics.count("fenced", o.type, o.queue)
                     log.warning("run %s: result rejected, fence %d is stale (run was reclaimed)",
                                 o.run_id, o.fence, extra={"job_id": o.job_id, "run_id": o.run_id,
                                                           "attempt": o.attempt})
                 elif code == 2:
-                    self.counts["retried"] += 1
                     self.metrics.count("retried", o.type, o.queue)
                 elif code == 3:
-                    self.counts["dead_lettered"] += 1
                     self.metrics.count("dead_lettered", o.type, o.queue)
                     log.error("ALERT run %s dead-lettered: %s", o.run_id, o.text,
                               extra={"job_id": o.job_id, "run_id": o.run_id,
@@ -352,7 +355,7 @@ class Worker:
         await self.r.hset(keys.workers(), self.id, msgpack.packb({
             "queues": self.queues, "inflight": len(self.inflight), "pid": os.getpid(),
             "host": socket.gethostname(), "beat_ms": int(time.time() * 1000),
-            "concurrency": self.concurrency, "counts": dict(self.counts),
+            "concurrency": self.concurrency,
             "metrics": self.metrics.heartbeat(),
         }))
         return lost
