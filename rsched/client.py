@@ -24,7 +24,14 @@ from .ids import run_id as make_run_id
 from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
 from .redis_setup import _stored as stored_partitions
 from .settings import Settings
-from .spec import JobSpec, Prepared, next_occurrence, prepare
+from .spec import (
+    JobSpec,
+    Prepared,
+    due_score,
+    jitter_offset_ms,
+    next_occurrence,
+    prepare,
+)
 
 if TYPE_CHECKING:
     from .archive.history import RunAttempt, RunsPage
@@ -275,7 +282,15 @@ class ClientBase:
             for k, v in prep.fields.items():
                 if k not in _FIXED_FIELDS and _as_bytes(h.get(k.encode())) != _as_bytes(v):
                     pairs += [k, v]
-            new_next, score = (prep.next_ms, prep.score) if patch.reschedules else ("", "")
+            new_next: Any = ""
+            score: Any = ""
+            if patch.reschedules:
+                new_next, score = prep.next_ms, prep.score
+            elif job.next_ms and prep.logical["priority"] != job.priority:
+                # Same occurrence, new place among the jobs due in its millisecond.
+                jit = 0 if not job.cron else jitter_offset_ms(job_id, job.next_ms, job.jitter_ms)
+                new_next = job.next_ms
+                score = due_score(job.next_ms + jit, prep.logical["priority"])
             code, status = one((yield Scripts([(
                 "update", [key, keys.due(p), keys.events(p)],
                 [job_id, 0, self.settings.events_maxlen, job.status.value, job.next_ms or 0,
@@ -427,9 +442,11 @@ class ClientBase:
             raise Conflict("status", f"cannot resume a job that is {job.status.value}")
         if job.cron:
             now = yield from self.op_now()
-            nominal, score = next_occurrence(job.cron, job.tz, now, job.id, job.jitter_ms)
+            nominal, score = next_occurrence(job.cron, job.tz, now, job.id, job.jitter_ms,
+                                             job.priority)
         else:
-            nominal = score = job.next_ms or 0
+            nominal = job.next_ms or 0
+            score = due_score(nominal, job.priority)
         job = yield from self.op_control("resume", job_id, [nominal, score])
         yield from self.op_wake([job.partition])
         return job

@@ -182,7 +182,7 @@ def op_status(core: ClientBase) -> Op[dict[str, Any]]:
     for p in range(P):
         cmds += [
             cmd("hmget", keys.lease(p), "owner", "expires_ms", "fence"),
-            cmd("zcount", keys.due(p), "-inf", now),
+            cmd("zcount", keys.due(p), "-inf", now + 0.5),
             cmd("zrange", keys.due(p), 0, 0, withscores=True),
             cmd("zcount", keys.retry(p), "-inf", now),
             cmd("zcard", keys.dead(p)),

@@ -90,7 +90,19 @@ class Prepared:
     fields: dict[str, Any]  # the job hash as stored (see models.SPEC_ORDER)
     body_hash: str
     next_ms: int  # nominal next occurrence
-    score: int  # due score (next_ms plus the job's deterministic jitter)
+    score: float  # due score: next_ms plus the job's deterministic jitter, priority-ordered
+
+
+# A due set orders jobs due in the same millisecond by priority: the score is the due ms minus
+# priority/2048.  Priorities span -1000..1000, so the offset stays within +-0.489 and round(score)
+# is the due ms again; a score is due once it is <= now + 0.5.  Below 2**42 ms (year 2109) these
+# scores are exact doubles, and priority 0 keeps plain integer scores.
+PRIORITY_SCALE = 2048
+
+
+def due_score(due_ms: int, priority: int) -> float | int:
+    """Due-set score of an occurrence: earliest first, then highest priority."""
+    return due_ms - priority / PRIORITY_SCALE if priority else due_ms
 
 
 def jitter_offset_ms(job_id: str, nominal_ms: int, jitter_ms: int) -> int:
@@ -162,10 +174,11 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     f, body_hash = validate(spec, max_payload_bytes)
     if f["cron"]:
         nominal = parse_cron(f["cron"], f["tz"]).next_after(now_ms)
-        score = nominal + jitter_offset_ms(job_id, nominal, f["jitter_ms"])
+        score = due_score(nominal + jitter_offset_ms(job_id, nominal, f["jitter_ms"]),
+                          f["priority"])
     else:
         nominal = f["run_at_ms"] or now_ms
-        score = nominal
+        score = due_score(nominal, f["priority"])
     status = "paused" if spec.paused else "scheduled"
     f.update(id=job_id, next_ms=nominal, status=status)
     stored = {
@@ -177,8 +190,8 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
 
 
 def next_occurrence(
-    cron: str, tz: str, after_ms: int, job_id: str, jitter_ms: int
-) -> tuple[int, int]:
+    cron: str, tz: str, after_ms: int, job_id: str, jitter_ms: int, priority: int = 0
+) -> tuple[int, float | int]:
     """(nominal, due score) of a recurring job's first occurrence after ``after_ms``."""
     nominal = parse_cron(cron, tz).next_after(after_ms)
-    return nominal, nominal + jitter_offset_ms(job_id, nominal, jitter_ms)
+    return nominal, due_score(nominal + jitter_offset_ms(job_id, nominal, jitter_ms), priority)

@@ -71,7 +71,8 @@ def test_post_jobs_creates_a_job_and_answers_201_with_camel_case_fields_and_utc_
     assert job["createdAt"].endswith("Z")
     assert api.get(f"/jobs/{job['id']}").json() == job
     p = partition_of(job["id"])
-    assert r.zscore(keys.due(p), job["id"]) == 1893456000000
+    # Priority 3 orders it ahead of priority-0 jobs due in the same millisecond.
+    assert r.zscore(keys.due(p), job["id"]) == 1893456000000 - 3 / 2048
 
 
 def test_the_same_idempotency_key_returns_200_with_the_same_job_and_another_body_is_409(
@@ -302,8 +303,12 @@ def test_patch_reschedules_a_one_off_job_and_moves_its_due_entry(
     new = res.json()
     assert new["nextRunAt"] == new["runAt"] == "2031-06-01T12:00:00.000Z"
     assert (new["payload"], new["priority"], new["createdAt"]) == ({"v": 2}, 9, job["createdAt"])
-    assert r.zscore(keys.due(partition_of(job["id"])), job["id"]) == 1938081600000
+    assert r.zscore(keys.due(partition_of(job["id"])), job["id"]) == 1938081600000 - 9 / 2048
     assert api.get(f"/jobs/{job['id']}").json() == new
+    # A priority change alone keeps the occurrence and moves it among same-millisecond jobs.
+    res = api.patch(f"/jobs/{job['id']}", json={"priority": -4})
+    assert res.status_code == 200 and res.json()["nextRunAt"] == new["nextRunAt"], res.text
+    assert r.zscore(keys.due(partition_of(job["id"])), job["id"]) == 1938081600000 + 4 / 2048
 
 
 def test_patch_to_a_cron_computes_the_next_run_from_now_in_the_zone(api: TestClient) -> None:
