@@ -23,6 +23,7 @@ from .ids import new_job_id
 from .ids import run_id as make_run_id
 from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
 from .redis_setup import _stored as stored_partitions
+from .redis_setup import fast_packing
 from .settings import Settings
 from .spec import (
     JobSpec,
@@ -501,7 +502,7 @@ class Client(ClientBase):
         archive_url: str | None = None,
     ) -> None:
         super().__init__(settings or Settings.from_env(redis_url=redis_url), archive_url)
-        self.r: Redis = redis or Redis.from_url(self.settings.redis_url)
+        self.r: Redis = fast_packing(redis or Redis.from_url(self.settings.redis_url))
 
     def run(self, op: Op[T]) -> T:
         """Execute an operation's Redis work on this client, one pipeline per step."""

@@ -52,29 +52,66 @@ def _stored(raw: Any, wanted: int, explicit: bool) -> int:
 
 
 _hiredis_pack: Any
-try:  # the sync client packs commands with hiredis; redis.asyncio always packs in Python
+try:  # redis.asyncio always packs commands in Python; the sync client's hiredis path is slow too
     from hiredis import pack_command as _hiredis_pack
 except ImportError:  # pragma: no cover - hiredis is a declared dependency (redis[hiredis])
     _hiredis_pack = None
+
+
+def _pack(args: tuple[Any, ...]) -> list[bytes]:
+    if isinstance(args[0], str) and " " in args[0]:  # "CONFIG GET" -> two arguments
+        args = (*args[0].split(), *args[1:])
+    try:
+        return [_hiredis_pack(args)]
+    except TypeError as e:
+        raise DataError(str(e)) from None
+
+
 class _HiredisPack:
-    """Mixin: pack commands with hiredis.  redis.asyncio's Python packer copies its buffer once
-    per argument, and a schedule script call has thousands of them: it was the API's top cost."""
+    """Mixin for asyncio connections: pack commands with hiredis.  redis.asyncio's Python packer
+    copies its buffer once per argument, and a schedule script call has thousands of them: it
+    was the API's top cost."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
-        if isinstance(args[0], str) and " " in args[0]:  # "CONFIG GET" -> two arguments
-            args = (*args[0].split(), *args[1:])
+        return _pack(args)
+
+
+class _HiredisPacker:
+    """The sync client's packer: redis-py's own hiredis packer first copies every argument
+    through a Python generator (to turn bytearray and memoryview into bytes), which cost as much
+    as the packing; rsched sends neither, and what hiredis refuses goes the old way."""
+
+    def __init__(self, fallback: Any) -> None:
+        self.fallback = fallback
+
+    def pack(self, *args: Any) -> list[bytes]:
         try:
-            return [_hiredis_pack(args)]
-        except TypeError as e:
-            raise DataError(str(e)) from None
+            return _pack(args)
+        except DataError:
+            return self.fallback.pack(*args)  # type: ignore[no-any-return]
+
+
+class _HiredisSyncPack:
+    """Mixin for sync connections: build them with _HiredisPacker."""
+
+    def _construct_command_packer(self, packer: Any) -> Any:
+        default = super()._construct_command_packer(packer)  # type: ignore[misc]
+        return default if packer is not None else _HiredisPacker(default)
 
 
 def fast_packing(r: Any) -> Any:
-    """Make an asyncio client pack commands with hiredis (see _HiredisPack)."""
-    pool = r.connection_pool
-    if _hiredis_pack is not None and not issubclass(pool.connection_class, _HiredisPack):
-        cls = pool.connection_class
-        pool.connection_class = type(f"Hiredis{cls.__name__}", (_HiredisPack, cls), {})
+    """Make a client (sync or asyncio) pack commands with hiredis; see the mixins above.
+    Connections the pool already holds keep their packer; a cluster client (no single pool)
+    is left as it is."""
+    from redis.asyncio.connection import AbstractConnection as AsyncConnection
+
+    pool = getattr(r, "connection_pool", None)
+    if pool is None:
+        return r
+    cls = pool.connection_class
+    mixin = _HiredisPack if issubclass(cls, AsyncConnection) else _HiredisSyncPack
+    if _hiredis_pack is not None and not issubclass(cls, mixin):
+        pool.connection_class = type(f"Hiredis{cls.__name__}", (mixin, cls), {})
     return r
 
 
