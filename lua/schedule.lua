@@ -1,14 +1,21 @@
 --[[ schedule: create jobs of one partition; each job atomically, idempotent on its id.
 
-KEYS[1]     rsched:{pN}:due           ZSET   job id -> due ms
+Every job of a call stores the same hash fields, so their names travel once per call and each
+job carries only its values: half the arguments to parse, here and in the client.
+
+KEYS[1]     rsched:{pN}:due           ZSET   job id -> due score
 KEYS[2]     rsched:{pN}:events        STREAM history
 KEYS[3]     rsched:{pN}:queues        SET    queue names in use
 KEYS[3+i]   rsched:{pN}:job:<id_i>    HASH   one per job, in ARGV order
 ARGV[1]     now_ms (0 = Redis TIME)
 ARGV[2]     events_maxlen (0 = unbounded)
 ARGV[3]     n, the number of jobs
-then per job: id, queue, type, body_hash, score (due ms; '' = not indexed, e.g. created paused),
-              nfields, then nfields field/value pairs of the job hash
+ARGV[4]     nf, the number of job-hash fields each job stores
+ARGV[5..4+nf]  their names; the first three are id, type, queue
+then per job: body_hash ('' = none: a job with a random id, which only a replay of this very
+              call can find existing), score (due score; '' = not indexed, e.g. created paused),
+              then its nf values
+Stores per job: the nf fields, created_ms, and body_hash unless ''.
 Returns {head, now_ms, code_1, ..., code_n}
   head    1 if a job created here is now the partition's earliest due job (wake a dispatcher)
   now_ms  the time the script stamped on created jobs
@@ -20,22 +27,34 @@ local due_key, events_key, queues_key = KEYS[1], KEYS[2], KEYS[3]
 local now = now_ms(ARGV[1])
 local maxlen = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
+local nf = tonumber(ARGV[4])
+-- HSET arguments, reused for every job: names fixed, values refilled.
+local fields = {'created_ms', now}
+for k = 1, nf do fields[1 + 2 * k] = ARGV[4 + k] end
 local out = {0, now}
 local earliest = nil
 local seen_queues = {}
-local a = 4
+local a = 5 + nf
 for i = 1, n do
-  local id, queue, jtype, body_hash, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local nf = tonumber(ARGV[a + 5])
+  local body_hash, score = ARGV[a], ARGV[a + 1]
+  local id, jtype, queue = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  for k = 1, nf do fields[2 + 2 * k] = ARGV[a + 1 + k] end
+  a = a + 2 + nf
   local job_key = KEYS[3 + i]
-  local first = a + 6
-  a = first + 2 * nf
-  local existing = redis.call('HGET', job_key, 'body_hash')
+  local existing
+  if body_hash == '' then
+    existing = redis.call('EXISTS', job_key) == 1 and ''
+  else
+    existing = redis.call('HGET', job_key, 'body_hash')
+  end
   if existing then
     out[i + 2] = (existing == body_hash) and 1 or 2
   else
-    redis.call('HSET', job_key, 'body_hash', body_hash, 'created_ms', now, 'updated_ms', now,
-               unpack(ARGV, first, a - 1))
+    if body_hash == '' then
+      redis.call('HSET', job_key, unpack(fields))
+    else
+      redis.call('HSET', job_key, 'body_hash', body_hash, unpack(fields))
+    end
     if score ~= '' then
       redis.call('ZADD', due_key, score, id)
       local s = tonumber(score)

@@ -19,15 +19,17 @@ from redis import Redis
 
 from . import keys, metrics, scripts
 from .errors import Conflict, NotFound, RschedError, ValidationError
-from .ids import new_job_id
+from .ids import keyed_job_id, random_job_ids
 from .ids import run_id as make_run_id
 from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
 from .redis_setup import _stored as stored_partitions
 from .redis_setup import fast_packing
 from .settings import Settings
 from .spec import (
+    STORED_FIELDS,
     JobSpec,
     Prepared,
+    check_idempotency_key,
     due_score,
     jitter_offset_ms,
     next_occurrence,
@@ -209,13 +211,14 @@ class ClientBase:
         out: list[tuple[Job, bool] | RschedError | None] = [None] * len(specs)
         now = yield from self.op_now()
         P = yield from self.op_partitions()
+        max_payload = self.settings.max_payload_bytes
+        ids = random_job_ids(len(specs), P)
         by_part: dict[int, list[tuple[int, Prepared]]] = defaultdict(list)
         for i, spec in enumerate(specs):
             try:
-                job_id = new_job_id(P, spec.idempotency_key)
-                by_part[partition_of(job_id)].append(
-                    (i, prepare(spec, job_id, now, self.settings.max_payload_bytes))
-                )
+                key = spec.idempotency_key
+                p, job_id = ids[i] if key is None else keyed_job_id(check_idempotency_key(key), P)
+                by_part[p].append((i, prepare(spec, job_id, now, max_payload)))
             except RschedError as e:
                 out[i] = e
         calls: list[scripts.Call] = []
@@ -228,6 +231,7 @@ class ClientBase:
         results = (yield Scripts(calls)) if calls else []
         wake: set[int] = set()
         existing: list[tuple[int, str]] = []
+        created: list[Job] = []
         for (p, chunk), res in zip(layout, results, strict=True):
             if isinstance(res, Exception):
                 raise res
@@ -235,10 +239,13 @@ class ClientBase:
                 wake.add(p)
             created_ms = int(res[1])
             for (i, prep), code in zip(chunk, res[2:], strict=True):
+                job = prep.job
                 if code == 0:
-                    out[i] = (Job.created(prep.logical, specs[i].payload, created_ms), True)
+                    job.created_ms = job.updated_ms = created_ms
+                    out[i] = (job, True)
+                    created.append(job)
                 elif code == 1:
-                    existing.append((i, prep.fields["id"]))
+                    existing.append((i, job.id))
                 else:
                     out[i] = Conflict(
                         "idempotencyKey", "already used for a job with a different body"
@@ -248,22 +255,20 @@ class ClientBase:
                                      for _, job_id in existing])
             for (i, _), h in zip(existing, hashes, strict=True):
                 out[i] = (Job.from_hash(h), False)
-        metrics.count_scheduled((r[0].type, r[0].queue) for r in out
-                                if isinstance(r, tuple) and r[1])
+        metrics.count_scheduled((j.type, j.queue) for j in created)
         yield from self.op_wake(wake)
         return out  # type: ignore[return-value]
 
     def _schedule_call(self, p: int, preps: list[Prepared]) -> scripts.Call:
         ks = [keys.due(p), keys.events(p), keys.queues(p)]
-        args: list[Any] = [0, self.settings.events_maxlen, len(preps)]
+        args: list[Any] = [0, self.settings.events_maxlen, len(preps), len(STORED_FIELDS),
+                           *STORED_FIELDS]
         for prep in preps:
-            f = prep.fields
-            ks.append(keys.job(p, f["id"]))
-            paused = f["status"] == JobStatus.PAUSED.value
-            args += [f["id"], f["queue"], f["type"], prep.body_hash, "" if paused else prep.score,
-                     len(f)]
-            for k, v in f.items():
-                args += [k, v]
+            job = prep.job
+            ks.append(keys.job(p, job.id))
+            args.append(prep.body_hash)
+            args.append("" if job.status is JobStatus.PAUSED else prep.score)
+            args += prep.values
         return ("schedule", ks, args)
 
     def op_update(self, job_id: str, patch: JobPatch) -> Op[Job]:
@@ -280,18 +285,18 @@ class ClientBase:
             now = yield from self.op_now()
             prep = prepare(patch.apply(job), job_id, now, self.settings.max_payload_bytes)
             pairs: list[Any] = []
-            for k, v in prep.fields.items():
+            for k, v in zip(STORED_FIELDS, prep.values, strict=True):
                 if k not in _FIXED_FIELDS and _as_bytes(h.get(k.encode())) != _as_bytes(v):
                     pairs += [k, v]
             new_next: Any = ""
             score: Any = ""
             if patch.reschedules:
                 new_next, score = prep.next_ms, prep.score
-            elif job.next_ms and prep.logical["priority"] != job.priority:
+            elif job.next_ms and prep.job.priority != job.priority:
                 # Same occurrence, new place among the jobs due in its millisecond.
                 jit = 0 if not job.cron else jitter_offset_ms(job_id, job.next_ms, job.jitter_ms)
                 new_next = job.next_ms
-                score = due_score(job.next_ms + jit, prep.logical["priority"])
+                score = due_score(job.next_ms + jit, prep.job.priority)
             code, status = one((yield Scripts([(
                 "update", [key, keys.due(p), keys.events(p)],
                 [job_id, 0, self.settings.events_maxlen, job.status.value, job.next_ms or 0,

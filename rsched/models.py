@@ -39,10 +39,6 @@ class Misfire(str, enum.Enum):
     SKIP = "skip"  # skip occurrences missed by more than the grace period
 
 
-_JOB_STATUS = {s.value: s for s in JobStatus}  # dict lookups: Enum(value) costs ~3 us here
-_MISFIRE = {m.value: m for m in Misfire}
-
-
 def _s(v: Any, default: str = "") -> str:
     if v is None:
         return default
@@ -64,16 +60,12 @@ def unpack_payload(raw: Any) -> Any:
     return msgpack.unpackb(raw, raw=False, strict_map_key=False) if raw else None
 
 
-# A job's static settings travel as one msgpack array (the job hash's ``spec`` field, copied into
-# each stream entry), as Asynq keeps a task's message: one field to write and to read instead of
-# ten, which halves the Redis time of scheduling.  Scalars the scripts branch on stay separate.
+# A job's static settings travel as one msgpack array (the job hash's ``spec`` field, built in
+# spec.prepare and copied into each stream entry), as Asynq keeps a task's message: one field to
+# write and to read instead of ten, which halves the Redis time of scheduling.  Scalars the
+# scripts branch on stay separate.
 SPEC_ORDER = ("timeout_ms", "backoff_base_ms", "backoff_cap_ms", "priority", "tz", "misfire",
               "jitter_ms", "idem_key", "run_at_ms", "payload")
-
-
-def pack_spec(f: Mapping[str, Any]) -> bytes:
-    blob: bytes = msgpack.packb([f[k] for k in SPEC_ORDER], use_bin_type=True)
-    return blob
 
 
 def unpack_spec(raw: Any) -> dict[str, Any]:
@@ -110,20 +102,6 @@ class Job:
         return partition_of(self.id)
 
     @classmethod
-    def created(cls, f: Mapping[str, Any], payload: Any, created_ms: int) -> Job:
-        """The job just written from validated fields ``f`` (no decoding round trip)."""
-        return cls(
-            id=f["id"], type=f["type"], queue=f["queue"], payload=payload,
-            status=_JOB_STATUS[f["status"]], run_at_ms=f["run_at_ms"] or None,
-            cron=f["cron"] or None, tz=f["tz"], next_ms=f["next_ms"] or None,
-            max_attempts=f["max_attempts"], backoff_base_ms=f["backoff_base_ms"],
-            backoff_cap_ms=f["backoff_cap_ms"], priority=f["priority"],
-            timeout_ms=f["timeout_ms"], idempotency_key=f["idem_key"] or None,
-            misfire=_MISFIRE[f["misfire"]], jitter_ms=f["jitter_ms"], created_ms=created_ms,
-            updated_ms=created_ms, last_run_id=None,
-        )
-
-    @classmethod
     def from_hash(cls, h: Mapping[Any, Any]) -> Job:
         g = lambda n: _get(h, n)  # noqa: E731
         sp = unpack_spec(g("spec"))
@@ -146,7 +124,8 @@ class Job:
             misfire=Misfire(sp.get("misfire") or "run_once"),
             jitter_ms=sp.get("jitter_ms", 0),
             created_ms=_i(g("created_ms")),
-            updated_ms=_i(g("updated_ms")),
+            # lua/schedule.lua stores no updated_ms: until a change, it is created_ms.
+            updated_ms=_i(g("updated_ms")) or _i(g("created_ms")),
             last_run_id=_s(g("last_run_id")) or None,
         )
 

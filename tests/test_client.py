@@ -12,6 +12,7 @@ import redis
 from helpers import PARTITIONS, event_types, redis_now_ms, settings
 
 from rsched import Client, Conflict, JobSpec, JobStatus, NotFound, ValidationError, keys
+from rsched.client import Scripts
 from rsched.cron import parse_cron
 from rsched.errors import PayloadTooLarge, UnsafeRedis
 from rsched.ids import partition_for_key
@@ -93,6 +94,34 @@ def test_a_repeated_idempotency_key_inside_one_batch_yields_one_job_and_one_conf
     assert out[0].id == out[1].id
     assert isinstance(out[2], Conflict) and out[2].field == "idempotencyKey"
     assert len(job_keys(r)) == 1
+
+
+def test_a_schedule_pipeline_sent_twice_creates_each_job_once(
+    client: Client, r: redis.Redis
+) -> None:
+    """redis-py resends a pipeline after a connection error: a job with a random id (no body
+    hash stored) is recognized by its existence, one with a key by its body hash."""
+    specs = [JobSpec("email", {"i": i}) for i in range(20)]
+    specs.append(JobSpec("email", {"k": 1}, idempotency_key="order-18"))
+    op = client.op_schedule_created(specs)
+    work = next(op)
+    while not isinstance(work, Scripts):
+        work = op.send(client._execute(work))
+    first = client._execute(work)
+    again = client._execute(work)
+    assert [code for res in first for code in res[2:]] == [0] * len(specs)
+    assert [code for res in again for code in res[2:]] == [1] * len(specs)
+    try:
+        while True:
+            work = op.send(again)
+            again = client._execute(work)
+    except StopIteration as done:
+        out = done.value
+    assert [(job.payload, created) for job, created in out] == [(s.payload, False) for s in specs]
+    assert due_count(r) == len(job_keys(r)) == len(specs)
+    for job, _ in out:
+        assert event_types(r, job.partition, job.id) == ["scheduled"]
+        assert job.updated_ms == job.created_ms > 0
 
 
 # --- batches -----------------------------------------------------------------------------------
