@@ -2,7 +2,10 @@
 
 A report is accepted only from the worker that holds the run's current fencing token; anything
 else is logged as 'fenced' and changes nothing (its stream entry is not acknowledged either,
-since a dead worker's XACK would succeed on an entry another consumer now owns).
+since a dead worker's XACK would succeed on an entry another consumer now owns).  A run that
+finished before its worker recorded its start (fence '0': workers start fresh runs at once and
+record the start only of runs still going after a moment) is started here first, under the same
+checks start.lua applies to a fresh entry: still 'dispatched', under this very stream entry.
 
 KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
 KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
@@ -12,8 +15,9 @@ ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
 ARGV[7] run_ttl_ms: how long a finished run's hash is kept (0 = forever; dead letters and a
         one-off job's own run are kept as long as the job)
-then per run 6 values: run id, fence, outcome ('succeeded' | 'failed' | 'timed_out'),
-  duration_ms, text (JSON result when succeeded, error message otherwise), retry_delay_ms
+then per run 8 values: run id, fence ('0' = start not recorded yet), outcome ('succeeded' |
+  'failed' | 'timed_out'), duration_ms, text (JSON result when succeeded, error message
+  otherwise), retry_delay_ms, stream entry id, elapsed_ms (since the handler started)
 Returns {code_1, ..., code_n}
   1 succeeded recorded   2 retry scheduled   3 dead-lettered
   0 duplicate report of an outcome already recorded (client retry)   -1 fenced (stale token)
@@ -28,21 +32,41 @@ local run_ttl = tonumber(ARGV[7])
 local out = {}
 local ok_count, fail_count = 0, 0
 for i = 1, n do
-  local c = 7 + 6 * (i - 1)
+  local c = 7 + 8 * (i - 1)
   local run_id, fence, outcome = ARGV[c + 1], ARGV[c + 2], ARGV[c + 3]
   local duration, text, delay = tonumber(ARGV[c + 4]), ARGV[c + 5], tonumber(ARGV[c + 6])
+  local sid, elapsed = ARGV[c + 7], tonumber(ARGV[c + 8])
   local b = 4 + 4 * (i - 1)
   local run_key, job_key, hist_key, stream_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   local r = redis.call('HMGET', run_key, 'state', 'worker', 'fence', 'attempt', 'job_id',
                        'stream_id', 'type', 'sched_ms', 'started_ms', 'queue', 'once')
+  local start_fields = nil
+  if fence == '0' and r[6] == sid then
+    if r[1] == 'dispatched' then
+      -- Start and finish in one go: the start event carries the handler's real start time.
+      fence = tostring(tonumber(r[3]) + 1)
+      local started = now - elapsed
+      emit(events_key, maxlen, 'e', 'started', 'j', r[5], 'r', run_id, 'a', r[4], 't', started,
+           'w', worker, 'f', fence, 'ty', r[7], 's', r[8])
+      r[1], r[2], r[3], r[9] = 'running', worker, fence, started
+      start_fields = {'worker', worker, 'fence', fence, 'started_ms', started}
+    elseif r[2] == worker then
+      fence = r[3]  -- our start landed after all (a retried call): judge by its fence
+    end
+  end
   if r[1] == 'running' and r[2] == worker and r[3] == fence then
     local attempt, job_id, jtype = tonumber(r[4]), r[5], r[7]
     local rec = {run = run_id, attempt = attempt, status = outcome, worker = worker,
                  sched_ms = tonumber(r[8]), started_ms = tonumber(r[9]), ended_ms = now,
                  duration_ms = duration}
     if outcome == 'succeeded' then
-      redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now, 'duration_ms', duration,
-                 'result', text)
+      if start_fields then
+        redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now, 'duration_ms', duration,
+                   'result', text, unpack(start_fields))
+      else
+        redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now, 'duration_ms', duration,
+                   'result', text)
+      end
       rec.result = text
       -- A one-off job's run lives as long as the job; other runs expire (their record stays).
       if run_ttl > 0 and r[11] ~= '1' then redis.call('PEXPIRE', run_key, run_ttl) end
@@ -54,6 +78,7 @@ for i = 1, n do
       ok_count = ok_count + 1
       out[i] = 1
     else
+      if start_fields then redis.call('HSET', run_key, unpack(start_fields)) end
       rec.error = text
       emit(events_key, maxlen, 'e', outcome, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
            'w', worker, 'd', duration, 'ty', jtype, 'q', r[10], 's', r[8], 'err', text)

@@ -1,10 +1,14 @@
---[[ start: a worker takes the runs it read (XREADGROUP) or reclaimed (XAUTOCLAIM).
+--[[ start: a worker records that it runs these runs: reclaimed entries (XAUTOCLAIM) before
+their handler runs, fresh entries (XREADGROUP) once their handler has run a while.
 
 Each start gives the run a new fencing token; the worker must present it to heartbeat and
 complete.  A run still 'running' under another worker was abandoned by it (the stream entry
 went idle because its heartbeats stopped): that attempt is recorded as abandoned and a new one
-starts, or the run is dead-lettered when its attempts are used up.  Entries whose run is gone,
-finished or re-dispatched under a newer entry are acknowledged (claim trims acknowledged entries).
+starts, or the run is dead-lettered when its attempts are used up; a cancelled job's abandoned
+run is not started again.  A fresh run ('dispatched') starts even if its job was cancelled
+meanwhile: its occurrence was already handed out, and its handler may be running.  Entries whose
+run is gone, finished or re-dispatched under a newer entry are acknowledged (claim trims
+acknowledged entries).
 
 KEYS[1]  rsched:{pN}:events  STREAM     KEYS[2] rsched:{pN}:stats HASH
 KEYS[3]  rsched:{pN}:dead    ZSET
@@ -12,7 +16,7 @@ then per run 4 keys: rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH,
                      rsched:{pN}:q:<queue> STREAM, rsched:{pN}:hist:<id> LIST
 ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
-then per run: run id, stream entry id
+then per run 3 values: run id, stream entry id, elapsed_ms (how long its handler has run already)
 Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this entry
 ]]
 --!include util
@@ -23,7 +27,7 @@ local now = now_ms(ARGV[2])
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local out = {}
 for i = 1, n do
-  local run_id, sid = ARGV[6 + 2 * i - 1], ARGV[6 + 2 * i]
+  local run_id, sid, elapsed = ARGV[4 + 3 * i], ARGV[5 + 3 * i], tonumber(ARGV[6 + 3 * i])
   local b = 3 + 4 * (i - 1)
   local run_key, job_key, stream_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   local r = redis.call('HMGET', run_key, 'state', 'attempt', 'fence', 'stream_id', 'job_id',
@@ -35,7 +39,6 @@ for i = 1, n do
   elseif state == 'running' and r[6] == worker then
     fence_out = fence  -- the same call applied twice (client retry): nothing new happened
   else
-    local job_status = redis.call('HGET', job_key, 'status')
     if state == 'running' then
       local err = 'worker ' .. r[6] .. ' stopped heartbeating'
       remember(job_key, hist_key, hlen, r[10], sid, {run = run_id, attempt = attempt,
@@ -55,17 +58,18 @@ for i = 1, n do
         state = nil
       end
     end
-    if state and job_status == 'cancelled' then
+    if state and r[1] == 'running' and redis.call('HGET', job_key, 'status') == 'cancelled' then
       redis.call('HSET', run_key, 'state', 'abandoned', 'ended_ms', now, 'error', 'job cancelled')
       emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-           'ty', r[7], 'err', 'job cancelled before the run started')
+           'ty', r[7], 'err', 'job cancelled: its abandoned run is not started again')
       redis.call('XACK', stream_key, group, sid)
     elseif state then
       fence_out = fence + 1
+      local started = now - elapsed
       redis.call('HSET', run_key, 'state', 'running', 'worker', worker, 'fence', fence_out,
-                 'attempt', attempt, 'started_ms', now, 'hb_ms', now)
-      emit(events_key, maxlen, 'e', 'started', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-           'w', worker, 'f', fence_out, 'ty', r[7], 's', r[8])
+                 'attempt', attempt, 'started_ms', started, 'hb_ms', now)
+      emit(events_key, maxlen, 'e', 'started', 'j', job_id, 'r', run_id, 'a', attempt,
+           't', started, 'w', worker, 'f', fence_out, 'ty', r[7], 's', r[8])
     end
     attempt_out = attempt
   end

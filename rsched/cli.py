@@ -90,10 +90,13 @@ def dispatcher(ctx: click.Context, lease_ms: int, batch: int, max_sleep_ms: int,
               help="Idle time after which another worker reclaims a run.")
 @click.option("--heartbeat-ms", default=5_000, show_default=True)
 @click.option("--grace", default=30.0, show_default=True, help="Seconds to finish runs on SIGTERM.")
+@click.option("--start-after-ms", default=200, show_default=True,
+              help="A run still going after this long gets its start recorded on its own; "
+                   "quicker runs have it recorded with their outcome.")
 @click.option("--id", "worker_id", default=None, help="Worker id (default host-pid).")
 @click.pass_context
 def worker(ctx: click.Context, app_spec: str, queues: str, concurrency: int, visibility_ms: int,
-           heartbeat_ms: int, grace: float, worker_id: str | None) -> None:
+           heartbeat_ms: int, grace: float, start_after_ms: int, worker_id: str | None) -> None:
     """Run a worker for the handlers of APP."""
     from .worker.worker import serve
 
@@ -101,7 +104,7 @@ def worker(ctx: click.Context, app_spec: str, queues: str, concurrency: int, vis
     app = load_app(app_spec)
     serve(app, _settings(ctx), queues=[q.strip() for q in queues.split(",") if q.strip()],
           concurrency=concurrency, worker_id=worker_id, visibility_ms=visibility_ms,
-          heartbeat_ms=heartbeat_ms, grace_s=grace)
+          heartbeat_ms=heartbeat_ms, grace_s=grace, start_after_ms=start_after_ms)
 
 
 @cli.command()

@@ -345,6 +345,7 @@ def test_a_stale_completion_after_a_reclaim_is_rejected_logged_not_recorded_and_
             b = await rig.add_worker("w-b", **fast_reclaim(100))
             await rig.claim()
             await rig.fetch()
+            await rig.worker.start_once(min_age_ms=0)  # what its start loop does after a while
             await asyncio.sleep(0.2)
             assert await b.reclaim_once() == 1
             run_before = r.hgetall(keys.run(p, rid))
@@ -372,6 +373,90 @@ def test_a_stale_completion_after_a_reclaim_is_rejected_logged_not_recorded_and_
     assert pending(r, p) == []
 
 
+def test_a_long_run_gets_its_start_recorded_while_it_runs_and_a_quick_one_in_its_report(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app, gates = gated_app()
+    job = client.schedule("long", run_at=clock() - 1)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
+                       worker_kw={"start_after_ms": 50}) as rig:
+            await rig.claim()
+            assert await rig.fetch() == 1
+            assert client.get_run(rid).state is RunState.DISPATCHED  # handler already running
+            assert await rig.worker.start_once() == 0  # younger than start_after_ms
+            await asyncio.sleep(0.08)
+            assert await rig.worker.start_once() == 1
+            run = client.get_run(rid)
+            assert (run.state, run.worker, run.fence) == (RunState.RUNNING, "w-a", 1)
+            assert run.started_ms is not None and run.started_ms <= redis_now_ms(r) - 50
+            gates["w-a"].set()
+            assert await rig.finish() == 1
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert (run.state, run.fence, run.result) == (RunState.SUCCEEDED, 1, "w-a")
+    assert event_types(r, p, job.id) == ["scheduled", "dispatched", "started", "succeeded"]
+
+
+def test_a_run_reclaimed_before_its_start_was_recorded_rejects_the_late_report(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app, gates = gated_app()
+    job = client.schedule("long", run_at=clock() - 1, max_attempts=3)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
+                       worker_kw=fast_reclaim(100)) as rig:
+            b = await rig.add_worker("w-b", **fast_reclaim(100))
+            await rig.claim()
+            await rig.fetch()  # w-a runs it, then stalls before recording the start
+            await asyncio.sleep(0.2)
+            assert await b.reclaim_once() == 1
+            assert client.get_run(rid).fence == 1  # w-b's start: nothing of w-a's to abandon
+            gates["w-a"].set()
+            assert await rig.finish() == 1
+            assert rig.worker.counts["fenced"] == 1
+            gates["w-b"].set()
+            assert await rig.finish(worker=b) == 1
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert (run.state, run.worker, run.result, run.attempt) == (
+        RunState.SUCCEEDED, "w-b", "w-b", 1)
+    [fenced] = [e for e in events(r, p, job_id=job.id) if e["e"] == "fenced"]
+    assert (fenced["w"], fenced["f"]) == ("w-a", "0")
+    assert [e["w"] for e in events(r, p, job_id=job.id) if e["e"] == "started"] == ["w-b"]
+
+
+def test_a_run_dispatched_before_its_job_was_cancelled_still_runs_and_is_recorded(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    app = App()
+    ran: list[str] = []
+
+    @app.job("t")
+    async def handler(ctx: JobContext) -> None:
+        ran.append(ctx.run_id)
+
+    job = client.schedule("t", run_at=clock() - 1)
+    rid = f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            await rig.claim()
+            client.cancel(job.id)  # the occurrence is already on its way to a worker
+            await rig.fetch()
+            assert await rig.finish() == 1
+
+    asyncio.run(scenario())
+    assert ran == [rid] and client.get_run(rid).state is RunState.SUCCEEDED
+    assert client.get(job.id).status is JobStatus.CANCELLED  # cancel stays final
+
+
 def test_a_run_reclaimed_after_its_last_attempt_is_dead_lettered_instead_of_restarted(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
@@ -384,6 +469,7 @@ def test_a_run_reclaimed_after_its_last_attempt_is_dead_lettered_instead_of_rest
             b = await rig.add_worker("w-b", **fast_reclaim(50))
             await rig.claim()
             await rig.fetch()
+            await rig.worker.start_once(min_age_ms=0)  # as its start loop would
             await asyncio.sleep(0.1)
             assert await b.reclaim_once() == 0  # nothing to run: the attempts are used up
 

@@ -1,9 +1,12 @@
-"""Claimer: one batch of due occurrences and retries per owned partition, three round trips total.
+"""Claimer: one batch of due occurrences and retries per owned partition, two round trips.
 
 1. candidates: the earliest due jobs and retries of every owned partition (one pipeline);
-2. their schedule fields (one pipeline), so Python can compute each recurring job's next time;
-3. one claim script per partition (one pipeline), which re-checks everything atomically against
-   Redis's clock and the caller's fencing token.
+2. one claim script per partition (one pipeline), which re-checks everything atomically against
+   Redis's clock and the caller's fencing token.  One-off jobs and retries need nothing more:
+   the script reads them and picks their queue stream.  Recurring jobs come back from the first
+   call (their next time is computed here, in Python), then go through a second pair of round
+   trips: read their schedule fields, claim with the computed times.  The claimer remembers
+   which job ids are recurring, so later rounds send them the second way at once.
 """
 
 from __future__ import annotations
@@ -11,18 +14,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import keys, scripts
 from ..cron import parse_cron
 from ..ids import run_id as make_run_id
 from ..models import unpack_spec
-from ..spec import jitter_offset_ms
+from ..spec import due_score, jitter_offset_ms
 
 log = logging.getLogger("rsched.dispatcher")
 
 JOB_FIELDS = ("status", "next_ms", "queue", "cron", "spec")
+CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra claim call)
 
 
 @dataclass
@@ -33,6 +37,7 @@ class ClaimResult:
     full: bool = False  # some partition had a full batch: call again at once
     lost: tuple[int, ...] = ()  # partitions whose fence was stale
     now_ms: int | None = None  # the clock the round was judged by
+    left: list[float] = field(default_factory=list)  # earliest scores the scripts saw left
 
 
 @dataclass
@@ -46,6 +51,8 @@ class Claimer:
     catchup_ms: int = 1000  # lateness tolerated before missed occurrences collapse into one
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
+    _queues: dict[int, list[str]] = field(default_factory=dict)  # each partition's queues
+    _cron: set[str] = field(default_factory=set)  # job ids known to be recurring
 
     def _estimate_now(self) -> int:
         return int(time.time() * 1000) + self._offset_ms
@@ -64,69 +71,75 @@ class Claimer:
             for key in (keys.due(p), keys.retry(p)):
                 pipe.zrangebyscore(key, "-inf", horizon, start=0, num=self.batch, withscores=True)
                 pipe.zrange(key, 0, 0, withscores=True)
+            if p not in self._queues:
+                pipe.smembers(keys.queues(p))
         res = await pipe.execute()
         sec, usec = res[0]
         redis_now = int(sec) * 1000 + int(usec) // 1000
         self._offset_ms = redis_now - int(time.time() * 1000)
         now = self.clock() if self.clock else redis_now
         out.now_ms = now
-        cands: dict[int, tuple[list[tuple[str, float]], list[tuple[str, float]]]] = {}
+        # A due score is the due ms minus priority/2048: due once it is <= now + 0.5.
+        cutoff = now + 0.5
         earliest: float | None = None
-        for i, p in enumerate(parts):
-            lists = []
-            for k in range(2):
-                got, head = res[1 + 4 * i + 2 * k], res[2 + 4 * i + 2 * k]
-                ready = [(m.decode(), sc) for m, sc in got if sc <= now]
-                later = [sc for _, sc in got[len(ready):]] + [sc for _, sc in head if sc > now]
+        plain: dict[int, list[list[Any]]] = {}  # claimable as read
+        recurring: dict[int, list[tuple[str, float]]] = {}  # need their next time first
+        i = 1
+        for p in parts:
+            due, due_head, ret, ret_head = res[i : i + 4]
+            i += 4
+            if p not in self._queues:
+                self._queues[p] = sorted(q.decode() for q in res[i])
+                i += 1
+            for got, head in ((due, due_head), (ret, ret_head)):
                 if len(got) >= self.batch:
                     out.full = True
+                later = [sc for _, sc in got if sc > cutoff] + [sc for _, sc in head if sc > cutoff]
                 if later:
                     earliest = min(later) if earliest is None else min(earliest, *later)
-                lists.append(ready)
-            if lists[0] or lists[1]:
-                cands[p] = (lists[0], lists[1])
-        if not cands:
-            out.earliest_ms = None if earliest is None else int(earliest)
+            items: list[list[Any]] = []
+            for m, sc in due:
+                if sc > cutoff:
+                    break
+                job_id = m.decode()
+                if job_id in self._cron:
+                    recurring.setdefault(p, []).append((job_id, sc))
+                else:
+                    expected = int(round(sc))
+                    items.append(["o", job_id, f"{job_id}@{expected}", sc, expected, 0, 0, 1])
+            for m, sc in ret:
+                if sc > now:
+                    break
+                rid = m.decode()
+                items.append(["r", rid.rsplit("@", 1)[0], rid, sc, 0, 0, 0, 1])
+            if items:
+                if ret:
+                    items.sort(key=lambda it: it[3])
+                plain[p] = items
+        if not plain and not recurring:
+            out.earliest_ms = None if earliest is None else int(round(earliest))
             return out
 
-        pipe = self.r.pipeline(transaction=False)
-        for p, (due, ret) in cands.items():
-            for job_id, _ in due:
-                pipe.hmget(keys.job(p, job_id), JOB_FIELDS)
-            for rid, _ in ret:
-                pipe.hmget(keys.run(p, rid), ("state", "attempt", "queue"))
-        fields = iter(await pipe.execute())
-
-        calls: list[scripts.Call] = []
-        stale: list[tuple[str, str]] = []  # index entries whose hash is gone
         now_arg = now if self.clock else 0
-        for p, (due, ret) in cands.items():
-            items: list[tuple[float, int, list[Any], str, str]] = []  # sort key, args, keys
-            for job_id, score in due:
-                f = next(fields)
-                if f[0] is None:  # job hash gone (deleted out of band): drop its index entry
-                    stale.append((keys.due(p), job_id))
-                    continue
-                items.append(self._job_item(job_id, score, f, now))
-            for rid, score in ret:
-                f = next(fields)
-                if f[0] is None:
-                    stale.append((keys.retry(p), rid))
-                    continue
-                job_id = rid.rsplit("@", 1)[0]
-                items.append((score, 0, ["r", f[2].decode(), job_id, rid, f[1].decode(),
-                                         "0", "0", "1"], job_id, rid))
-            items.sort(key=lambda it: (it[0], -it[1]))
-            calls.append(self._claim_call(p, owned[p], now_arg, items))
-        if stale:
-            # Without this a stale head would look due forever and the loop would never sleep.
-            pipe = self.r.pipeline(transaction=False)
-            for key, member in stale:
-                pipe.zrem(key, member)
-            await pipe.execute()
-            log.warning("dropped %d index entries whose job or run hash is gone", len(stale))
-        lost = []
-        for p, res in zip(cands, await scripts.acall_many(self.r, calls), strict=False):
+        if plain:
+            needs = await self._claim(plain, owned, now_arg, out)
+            for p, ids in needs.items():
+                recurring.setdefault(p, []).extend(ids)
+        if recurring:
+            await self._claim_recurring(recurring, owned, now, now_arg, out)
+        for e in out.left:
+            earliest = e if earliest is None else min(earliest, e)
+        out.earliest_ms = None if earliest is None else int(round(earliest))
+        return out
+
+    async def _claim(self, calls_by_part: dict[int, list[list[Any]]], owned: dict[int, int],
+                     now_arg: int, out: ClaimResult) -> dict[int, list[tuple[str, float]]]:
+        """One claim script per partition; returns the job ids handed back, with their scores."""
+        parts = list(calls_by_part)
+        calls = [self._claim_call(p, owned[p], now_arg, calls_by_part[p]) for p in parts]
+        needs: dict[int, list[tuple[str, float]]] = {}
+        lost = list(out.lost)
+        for p, res in zip(parts, await scripts.acall_many(self.r, calls), strict=True):
             if isinstance(res, Exception):
                 log.error("claim on partition %d failed: %s", p, res)
                 continue
@@ -136,44 +149,93 @@ class Claimer:
             out.dispatched += int(res[0])
             out.skipped += int(res[1])
             if res[2] not in (b"", ""):
-                e = float(res[2])
-                earliest = e if earliest is None else min(earliest, e)
+                out.left.append(float(res[2]))
+            if len(res) > 3:
+                handed = {_s(x) for x in res[3:]}
+                for it in calls_by_part[p]:
+                    if it[0] == "r" and it[2] in handed:
+                        # A retry on a queue this claimer did not know: reload the partition's
+                        # queues and go again at once.
+                        self._queues.pop(p, None)
+                        out.full = True
+                    elif it[1] in handed:
+                        needs.setdefault(p, []).append((it[1], it[3]))
         out.lost = tuple(lost)
-        out.earliest_ms = None if earliest is None else int(earliest)
-        return out
+        return needs
 
-    def _job_item(self, job_id: str, score: float, f: list[Any], now: int) -> tuple[Any, ...]:
+    async def _claim_recurring(self, cands: dict[int, list[tuple[str, float]]],
+                               owned: dict[int, int], now: int, now_arg: int,
+                               out: ClaimResult) -> None:
+        """Read recurring jobs' schedules, compute their next times, claim them."""
+        pipe = self.r.pipeline(transaction=False)
+        for p, due in cands.items():
+            for job_id, _ in due:
+                pipe.hmget(keys.job(p, job_id), JOB_FIELDS)
+        fields = iter(await pipe.execute())
+        stale: list[tuple[str, str]] = []  # index entries whose hash is gone
+        items_by_part: dict[int, list[list[Any]]] = {}
+        for p, due in cands.items():
+            items = []
+            for job_id, score in due:
+                f = next(fields)
+                if f[0] is None:  # job hash gone (deleted out of band): drop its index entry
+                    stale.append((keys.due(p), job_id))
+                    continue
+                items.append(self._job_item(p, job_id, score, f, now))
+            if items:
+                items_by_part[p] = items
+        if stale:
+            # Without this a stale head would look due forever and the loop would never sleep.
+            pipe = self.r.pipeline(transaction=False)
+            for key, member in stale:
+                pipe.zrem(key, member)
+            await pipe.execute()
+            log.warning("dropped %d index entries whose job or run hash is gone", len(stale))
+        if items_by_part:
+            needs = await self._claim(items_by_part, owned, now_arg, out)
+            for p, ids in needs.items():
+                log.error("partition %d: jobs %s handed back twice (queue %s?)", p,
+                          [j for j, _ in ids][:5], self._queues.get(p))
+
+    def _job_item(self, p: int, job_id: str, score: float, f: list[Any], now: int) -> list[Any]:
         next_ms, queue, cron = (v.decode() if v is not None else "" for v in f[1:4])
-        sp = unpack_spec(f[4])
+        if queue not in self._queues.setdefault(p, []):
+            self._queues[p] = sorted({*self._queues[p], queue})
         expected = int(next_ms or 0)
-        nxt, nxt_score, fire = 0, 0, "1"
+        nxt: int = 0
+        nxt_score: float | int = 0
+        fire = 1
         if cron:
+            if len(self._cron) >= CRON_CACHE:
+                self._cron.clear()
+            self._cron.add(job_id)
+            sp = unpack_spec(f[4])
             sched = parse_cron(cron, sp.get("tz") or "UTC")
             nxt = sched.next_after(expected)
             if nxt <= now - self.catchup_ms:
                 # Missed more than one occurrence (downtime): run the missed one once, then resume
                 # from now, instead of a catch-up storm.  Mere lag below catchup_ms loses nothing.
                 nxt = sched.next_after(now)
-            nxt_score = nxt + jitter_offset_ms(job_id, nxt, int(sp.get("jitter_ms") or 0))
+            jit = jitter_offset_ms(job_id, nxt, int(sp.get("jitter_ms") or 0))
+            nxt_score = due_score(nxt + jit, int(sp.get("priority") or 0))
             if sp.get("misfire") == "skip" and now - expected > self.misfire_grace_ms:
-                fire = "0"
-        priority = int(sp.get("priority") or 0)
-        rid = make_run_id(job_id, expected)
-        args = ["j", queue, job_id, rid, next_ms or "0", nxt, nxt_score, fire]
-        return (score, priority, args, job_id, rid)
+                fire = 0
+        else:
+            self._cron.discard(job_id)
+        return ["j", job_id, make_run_id(job_id, expected), score, next_ms or "0", nxt, nxt_score,
+                fire]
 
-    def _claim_call(
-        self, p: int, fence: int, now: int, items: list[tuple[Any, ...]]
-    ) -> scripts.Call:
-        queues: dict[str, int] = {}
-        item_keys: list[str] = []
-        args: list[Any] = []
-        for _, _, a, job_id, rid in items:
-            q = queues.setdefault(a[1], len(queues) + 1)
-            args += [a[0], q, *a[2:]]
-            item_keys += [keys.job(p, job_id), keys.run(p, rid)]
+    def _claim_call(self, p: int, fence: int, now: int, items: list[list[Any]]) -> scripts.Call:
+        queues = self._queues.get(p) or []
         ks = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p), keys.stats(p)]
         ks += [keys.stream(p, q) for q in queues]
-        ks += item_keys
-        head = [self.owner, fence, now, self.events_maxlen, len(queues), len(items), keys.GROUP]
-        return ("claim", ks, head + args)
+        args: list[Any] = [self.owner, fence, now, self.events_maxlen, len(queues), len(items),
+                           keys.GROUP]
+        for it in items:
+            ks += [keys.job(p, it[1]), keys.run(p, it[2])]
+            args += it
+        return ("claim", ks, args)
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

@@ -1,9 +1,13 @@
 """The worker process.
 
-Hot path per batch, not per job: one XREADGROUP for every stream, one start script per
-partition, handlers run concurrently, and outcomes are flushed every few milliseconds with one
-complete script per partition.  Heartbeats keep the stream entries of long runs fresh so
-XAUTOCLAIM in other workers only takes runs whose worker really stopped.
+Hot path per batch, not per job: one XREADGROUP for every stream, handlers start at once and
+run concurrently, and outcomes are flushed every few milliseconds with one complete script per
+partition, which also records the start of runs that finished quickly.  Only runs still going
+after ``start_after_ms`` get a start script of their own (batched), which takes their fencing
+token before any heartbeat; a run's start thus costs nothing extra on the hot path, and a long
+run is recorded as running well within the visibility timeout.  Heartbeats keep the stream
+entries of long runs fresh so XAUTOCLAIM in other workers only takes runs whose worker really
+stopped.  Reclaimed runs are started (and fenced) before their handler runs.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ log = logging.getLogger("rsched.worker")
 MAX_RESULT_BYTES = 16 * 1024
 CONSUMER_IDLE_MS = 3_600_000  # a consumer this idle with nothing pending belonged to a dead worker
 MAX_ERROR_CHARS = 2000
+FLUSHES_IN_FLIGHT = 4
 
 
 class UnknownJobType(Exception):
@@ -53,26 +58,25 @@ class Inflight:
     entry_id: str
     run_id: str
     job_id: str
-    fence: int
+    fence: int  # 0 until its start is recorded
     attempt: int
-    task: asyncio.Task[Any] | None = None  # an async handler's task, cancelled on timeout
+    t0: float = 0.0  # perf_counter when the run was taken
+    deadline: float = float("inf")  # loop time its handler times out
+    task: asyncio.Task[Any] | None = None  # the handler's task, cancelled on timeout
     timed_out: bool = False
+    starting: bool = False  # a start script for it is under way
+    finished: bool = False  # its handler returned; the report records the start if need be
 
 
 @dataclass(slots=True)
 class Outcome:
-    partition: int
-    stream: str
-    run_id: str
-    job_id: str
-    fence: int
+    fl: Inflight
     status: str  # succeeded | failed | timed_out
     duration_ms: int
     text: str
     delay_ms: int
     type: str = ""
     queue: str = ""
-    attempt: int = 0
 
 
 def _s(v: Any) -> str:
@@ -93,6 +97,7 @@ class Worker:
         grace_s: float = 30.0,
         threads: int | None = None,
         flush_ms: float = 2.0,
+        start_after_ms: int = 200,
     ) -> None:
         if heartbeat_ms * 2 > visibility_ms:
             raise ValidationError(
@@ -100,6 +105,10 @@ class Worker:
                 "or live runs get reclaimed between two heartbeats")
         if concurrency < 1:
             raise ValidationError("concurrency", "must be at least 1")
+        if start_after_ms < 0:
+            # Heartbeats record every pending start first, so a start lands within
+            # heartbeat_ms, well before the entry can look idle to other workers.
+            raise ValidationError("startAfterMs", "must be 0 or more")
         self.app = app
         self.settings = settings
         self.queues = list(queues)
@@ -109,6 +118,7 @@ class Worker:
         self.heartbeat_ms = heartbeat_ms
         self.grace_s = grace_s
         self.flush_ms = flush_ms
+        self.start_after_ms = start_after_ms
         self.r: Redis = connect_async(settings.redis_url)
         self.pool = ThreadPoolExecutor(threads or concurrency, thread_name_prefix="rsched-job")
         self._sem = asyncio.Semaphore(concurrency)
@@ -120,6 +130,9 @@ class Worker:
         self.streams: dict[str, tuple[int, str]] = {}
         self._cursors: dict[str, str] = {}
         self.metrics = RunMetrics(inflight=self.inflight.__len__)
+        self._finished = 0  # in-flight runs whose handler has returned (report pending)
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_at = float("inf")
 
     @property
     def counts(self) -> dict[str, int]:
@@ -145,9 +158,15 @@ class Worker:
 
     # --- fetching and starting ---------------------------------------------------------------
 
+    def _free(self) -> int:
+        """Slots for new runs.  A finished run waiting for its report holds no slot (up to
+        ``concurrency`` of them), so the report's round trip never idles the handlers."""
+        running = len(self.inflight) - self._finished
+        return min(self.concurrency - running, 2 * self.concurrency - len(self.inflight))
+
     async def fetch_once(self, block_ms: int = 1000) -> int:
         """Read new entries from every stream (up to free capacity) and start them."""
-        free = self.concurrency - len(self.inflight)
+        free = self._free()
         if free <= 0:
             return 0
         # COUNT applies per stream: split the free slots so one read cannot overshoot the
@@ -157,11 +176,11 @@ class Worker:
             keys.GROUP, self.id, {s: ">" for s in self.streams}, count=count, block=block_ms
         )
         entries = [(_s(s), _s(eid), f) for s, items in resp or () for eid, f in items if f]
-        return await self._start(entries)
+        return self._launch(entries)
 
     async def reclaim_once(self) -> int:
         """Take over entries idle longer than the visibility timeout (their worker is gone)."""
-        free = self.concurrency - len(self.inflight)
+        free = self._free()
         if free <= 0:
             return 0
         names = list(self.streams)
@@ -180,47 +199,98 @@ class Worker:
             log.info("reclaiming %d idle runs", len(entries))
         return await self._start(entries, reclaimed=True)
 
+    def _launch(self, entries: list[tuple[str, str, dict[bytes, bytes]]]) -> int:
+        """Run fresh entries at once; their start is recorded later (see the module doc)."""
+        now_s, now, m = time.time(), time.perf_counter(), self.metrics
+        for s, eid, f in entries:
+            p, queue = self.streams[s]
+            rid = _s(f[b"r"])
+            if rid in self.inflight:  # delivered again while still running here
+                continue
+            attempt = int(f[b"a"])
+            fl = Inflight(p, s, eid, rid, _s(f[b"j"]), 0, attempt, now)
+            jtype = _s(f[b"t"])
+            m.count("started", jtype, queue)
+            if attempt == 1:  # retries wait for their backoff on purpose
+                m.lag.observe(queue, now_s - int(f[b"s"]) / 1000)
+            self._run(fl, f)
+        return len(entries)
+
+    def _run(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
+        self.inflight[fl.run_id] = fl
+        task = asyncio.create_task(self._execute(fl, f))
+        fl.task = task
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
     async def _start(self, entries: list[tuple[str, str, dict[bytes, bytes]]],
                      reclaimed: bool = False) -> int:
+        """Reclaimed entries: take a new fencing token first, then run."""
         if not entries:
             return 0
-        by_part: dict[int, list[tuple[str, str, dict[bytes, bytes]]]] = defaultdict(list)
-        for e in entries:
-            by_part[self.streams[e[0]][0]].append(e)
+        now = time.perf_counter()
+        fls = [Inflight(self.streams[s][0], s, eid, _s(f[b"r"]), _s(f[b"j"]), 0, 0, now)
+               for s, eid, f in entries]
+        await self._record_starts(fls)
+        started = 0
+        for fl, (s, _, f) in zip(fls, entries, strict=True):
+            if fl.fence > 0 and fl.run_id not in self.inflight:
+                m, jtype, queue = self.metrics, _s(f[b"t"]), self.streams[s][1]
+                m.count("started", jtype, queue)
+                if reclaimed:
+                    m.count("reclaimed", jtype, queue)
+                self._run(fl, f)
+                started += 1
+        return started
+
+    async def _record_starts(self, fls: list[Inflight]) -> None:
+        """One start script per partition; sets each run's fence (0: not ours to run)."""
+        by_part: dict[int, list[Inflight]] = defaultdict(list)
+        for fl in fls:
+            by_part[fl.partition].append(fl)
         calls: list[scripts.Call] = []
+        now = time.perf_counter()
         for p, items in by_part.items():
             ks = [keys.events(p), keys.stats(p), keys.dead(p)]
             args: list[Any] = [self.id, 0, self.settings.events_maxlen, keys.GROUP, len(items),
                                self.settings.history_len]
-            for s, eid, f in items:
-                rid, jid = _s(f[b"r"]), _s(f[b"j"])
-                ks += [keys.run(p, rid), keys.job(p, jid), s, keys.history(p, jid)]
-                args += [rid, eid]
+            for fl in items:
+                ks += [keys.run(p, fl.run_id), keys.job(p, fl.job_id), fl.stream,
+                       keys.history(p, fl.job_id)]
+                args += [fl.run_id, fl.entry_id, int((now - fl.t0) * 1000)]
+                fl.starting = True
             calls.append(("start", ks, args))
-        started = 0
-        results = await scripts.acall_many(self.r, calls)
-        now_s, m = time.time(), self.metrics
-        for (p, items), res in zip(by_part.items(), results, strict=False):
+        try:
+            results = await scripts.acall_many(self.r, calls)
+        finally:
+            for fl in fls:
+                fl.starting = False
+        for (p, items), res in zip(by_part.items(), results, strict=True):
             if isinstance(res, Exception):
                 log.error("start on partition %d failed: %s", p, res)
                 continue
-            for i, (s, eid, f) in enumerate(items):
+            for i, fl in enumerate(items):
                 fence, attempt = int(res[2 * i]), int(res[2 * i + 1])
-                if fence <= 0:
-                    continue
-                jtype, queue = _s(f[b"t"]), self.streams[s][1]
-                m.count("started", jtype, queue)
-                if reclaimed:
-                    m.count("reclaimed", jtype, queue)
-                elif attempt == 1:  # retries wait for their backoff on purpose
-                    m.lag.observe(queue, now_s - int(f[b"s"]) / 1000)
-                fl = Inflight(p, s, eid, _s(f[b"r"]), _s(f[b"j"]), fence, attempt)
-                self.inflight[fl.run_id] = fl
-                task = asyncio.create_task(self._execute(fl, f))
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
-                started += 1
-        return started
+                fl.fence = fence if fence > 0 else -1  # -1: not ours, never ask again
+                fl.attempt = attempt or fl.attempt
+        if self.done:
+            self._done_evt.set()  # outcomes held back while their start was under way
+
+    async def start_once(self, min_age_ms: int | None = None) -> int:
+        """Record the start of running runs older than ``min_age_ms`` (default start_after_ms)
+        whose start is not recorded yet; returns how many."""
+        age = (self.start_after_ms if min_age_ms is None else min_age_ms) / 1000
+        cutoff = time.perf_counter() - age
+        due = [fl for fl in self.inflight.values()
+               if not fl.fence and not fl.starting and not fl.finished and fl.t0 <= cutoff]
+        if due:
+            await self._record_starts(due)
+            for fl in due:
+                if fl.fence < 0:
+                    log.warning("run %s is not this worker's to run (cancelled, finished or "
+                                "reclaimed meanwhile); its outcome will not be recorded",
+                                fl.run_id, extra={"job_id": fl.job_id, "run_id": fl.run_id})
+        return len(due)
 
     # --- running -----------------------------------------------------------------------------
 
@@ -230,6 +300,10 @@ class Worker:
         timeout_s = int(sp.get("timeout_ms") or 300_000) / 1000
         await self._sem.acquire()
         t0 = time.perf_counter()
+        # One timer for the earliest deadline of all runs, not one per run (see _arm).
+        fl.deadline = asyncio.get_running_loop().time() + timeout_s
+        if fl.deadline < self._expiry_at:
+            self._arm(fl.deadline)
         status, text = "succeeded", "null"
         try:
             reg = self.app.handlers.get(jtype)
@@ -241,21 +315,11 @@ class Worker:
             ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, int(f[b"s"]),
                              unpack_payload(sp.get("payload")), self.id)
             if reg.is_async:
-                # A bare timer handle per run: asyncio.timeout's context manager cost ~15 us
-                # a run here; this costs a third of that.
-                fl.task = asyncio.current_task()
-                timer = asyncio.get_running_loop().call_later(timeout_s, _expire, fl)
-                try:
-                    result = await reg.fn(ctx)
-                finally:
-                    timer.cancel()
+                result = await reg.fn(ctx)
             else:
-                loop = asyncio.get_running_loop()
-                result = await asyncio.wait_for(loop.run_in_executor(self.pool, reg.fn, ctx),
-                                                timeout_s)
+                # A sync handler past its timeout keeps its thread (Python cannot stop it).
+                result = await asyncio.get_running_loop().run_in_executor(self.pool, reg.fn, ctx)
             text = "null" if result is None else _encode_result(result)
-        except TimeoutError:
-            status, text = "timed_out", f"timed out after {timeout_s:g} s"
         except asyncio.CancelledError:
             if fl.timed_out:
                 status, text = "timed_out", f"timed out after {timeout_s:g} s"
@@ -267,6 +331,7 @@ class Worker:
             status, text = "failed", f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
         finally:
             self._sem.release()
+            fl.deadline = float("inf")
         duration = int((time.perf_counter() - t0) * 1000)
         delay = 0
         if status != "succeeded":
@@ -275,28 +340,61 @@ class Worker:
             log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status, text,
                         extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
         self.metrics.duration.observe(jtype, duration / 1000)
-        self.done.append(Outcome(fl.partition, fl.stream, fl.run_id, fl.job_id, fl.fence, status,
-                                 duration, text, delay, jtype, self.streams[fl.stream][1],
-                                 fl.attempt))
+        self.done.append(Outcome(fl, status, duration, text, delay, jtype,
+                                 self.streams[fl.stream][1]))
+        self._finished += 1
+        fl.finished = True
         self._done_evt.set()
+        self._slot.set()
+
+    def _arm(self, at: float) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry_at = at
+        self._expiry = asyncio.get_running_loop().call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        """Cancel handlers past their timeout (reported as timed_out), then re-arm the timer
+        for the earliest deadline left: most runs end long before theirs, so this runs about
+        once per timeout period, at O(in-flight) each time."""
+        self._expiry, self._expiry_at = None, float("inf")
+        now = asyncio.get_running_loop().time()
+        nxt = float("inf")
+        for fl in list(self.inflight.values()):
+            if fl.deadline <= now and fl.task is not None and not fl.task.done():
+                fl.timed_out = True
+                fl.task.cancel()
+                fl.deadline = float("inf")
+            elif fl.deadline < nxt:
+                nxt = fl.deadline
+        if nxt < float("inf"):
+            self._arm(nxt)
 
     async def flush_once(self) -> int:
         """Report finished runs, one complete script per partition; keep them on Redis errors."""
-        batch, self.done = self.done, []
+        # A run whose start script is under way waits for its fence.
+        batch = [o for o in self.done if not o.fl.starting]
+        if len(batch) == len(self.done):
+            self.done = []
+        else:
+            self.done = [o for o in self.done if o.fl.starting]
         if not batch:
             return 0
         by_part: dict[int, list[Outcome]] = defaultdict(list)
         for o in batch:
-            by_part[o.partition].append(o)
+            by_part[o.fl.partition].append(o)
         calls: list[scripts.Call] = []
+        now = time.perf_counter()
         for p, items in by_part.items():
             ks = [keys.events(p), keys.stats(p), keys.retry(p), keys.dead(p)]
             args: list[Any] = [self.id, 0, self.settings.events_maxlen, keys.GROUP, len(items),
                                self.settings.history_len, self.settings.run_ttl_ms]
             for o in items:
-                ks += [keys.run(p, o.run_id), keys.job(p, o.job_id), keys.history(p, o.job_id),
-                       o.stream]
-                args += [o.run_id, o.fence, o.status, o.duration_ms, o.text, o.delay_ms]
+                fl = o.fl
+                ks += [keys.run(p, fl.run_id), keys.job(p, fl.job_id),
+                       keys.history(p, fl.job_id), fl.stream]
+                args += [fl.run_id, fl.fence, o.status, o.duration_ms, o.text, o.delay_ms,
+                         fl.entry_id, int((now - fl.t0) * 1000)]
             calls.append(("complete", ks, args))
         try:
             results = await scripts.acall_many(self.r, calls)
@@ -311,31 +409,34 @@ class Worker:
                 retry_later += items
                 continue
             for o, code in zip(items, res, strict=False):
-                code = int(code)
+                code, fl = int(code), o.fl
+                ids = {"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt}
                 if code > 0:
                     self.metrics.count(o.status, o.type, o.queue)
                 if code == -1:
                     self.metrics.count("fenced", o.type, o.queue)
-                    log.warning("run %s: result rejected, fence %d is stale (run was reclaimed)",
-                                o.run_id, o.fence, extra={"job_id": o.job_id, "run_id": o.run_id,
-                                                          "attempt": o.attempt})
+                    log.warning("run %s: result rejected, fence %d is stale (run was reclaimed, "
+                                "or not this worker's)", fl.run_id, fl.fence, extra=ids)
                 elif code == 2:
                     self.metrics.count("retried", o.type, o.queue)
                 elif code == 3:
                     self.metrics.count("dead_lettered", o.type, o.queue)
-                    log.error("ALERT run %s dead-lettered: %s", o.run_id, o.text,
-                              extra={"job_id": o.job_id, "run_id": o.run_id,
-                                     "attempt": o.attempt})
-                self.inflight.pop(o.run_id, None)
+                    log.error("ALERT run %s dead-lettered: %s", fl.run_id, o.text, extra=ids)
+                if self.inflight.pop(fl.run_id, None) is not None:
+                    self._finished -= 1
         self.done = retry_later + self.done
         self._slot.set()
         return len(batch) - len(retry_later)
 
     async def heartbeat_once(self) -> int:
-        """Refresh every in-flight run's entry; returns how many runs were found lost."""
+        """Refresh every in-flight run's entry; returns how many runs were found lost.
+
+        Runs whose start is not recorded yet get it first, whatever their age."""
+        await self.start_once(min_age_ms=0)
         by_part: dict[int, list[Inflight]] = defaultdict(list)
         for fl in list(self.inflight.values()):
-            by_part[fl.partition].append(fl)
+            if fl.fence > 0:
+                by_part[fl.partition].append(fl)
         calls: list[scripts.Call] = []
         for p, items in by_part.items():
             ks: list[str] = []
@@ -374,20 +475,33 @@ class Worker:
                 pass
 
     async def _flusher(self, stop: asyncio.Event) -> None:
-        while not (stop.is_set() and not self.done and not self.tasks):
-            await self._done_evt.wait()
-            self._done_evt.clear()
-            await asyncio.sleep(self.flush_ms / 1000)
+        """Report outcomes every flush_ms, up to FLUSHES_IN_FLIGHT reports at once: a report
+        waits its turn behind other clients' scripts in Redis, and the handlers should not."""
+        slots = asyncio.Semaphore(FLUSHES_IN_FLIGHT)
+        reports: set[asyncio.Task[None]] = set()
+
+        async def report() -> None:
             try:
                 if not await self.flush_once() and self.done:
                     await asyncio.sleep(0.2)  # nothing got through (Redis away): don't spin
             except Exception as e:  # noqa: BLE001
                 log.warning("flush: %s", e)
                 await asyncio.sleep(0.2)
+            finally:
+                slots.release()
             if self.done:
                 self._done_evt.set()
-            if stop.is_set() and not self.tasks and not self.done:
-                return
+
+        while not (stop.is_set() and not self.done and not self.tasks):
+            await self._done_evt.wait()
+            self._done_evt.clear()
+            await asyncio.sleep(self.flush_ms / 1000)
+            await slots.acquire()
+            task = asyncio.create_task(report())
+            reports.add(task)
+            task.add_done_callback(reports.discard)
+        if reports:
+            await asyncio.wait(reports)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.setup()
@@ -402,10 +516,14 @@ class Worker:
         rc = asyncio.create_task(
             self._loop(stop, self.reclaim_once, max(self.visibility_ms / 4000, 0.1))
         )
+        # Like heartbeats, starts and timeouts go on while running jobs drain.
+        st = asyncio.create_task(
+            self._loop(hb_stop, self.start_once, max(self.start_after_ms / 2000, 0.005)))
+
         pruner = asyncio.create_task(self._loop(stop, self.prune_consumers_once, 300))
         try:
             while not stop.is_set():
-                if len(self.inflight) >= self.concurrency:
+                if self._free() <= 0:
                     self._slot.clear()
                     try:
                         await asyncio.wait_for(self._slot.wait(), 0.5)
@@ -432,7 +550,10 @@ class Worker:
             except (TimeoutError, Exception):  # noqa: BLE001
                 pass
             hb_stop.set()
-            hb.cancel()
+            for t in (hb, st):
+                t.cancel()
+            if self._expiry is not None:
+                self._expiry.cancel()
             try:
                 await self._deregister()
             except Exception as e:  # noqa: BLE001
@@ -490,13 +611,6 @@ class Worker:
             if pending:
                 log.warning("%d runs left to be reclaimed by other workers", len(pending))
                 await asyncio.wait(pending, timeout=1)
-
-
-def _expire(fl: Inflight) -> None:
-    """Timer callback: cancel an async handler over its timeout (reported as timed_out)."""
-    if fl.task is not None and not fl.task.done():
-        fl.timed_out = True
-        fl.task.cancel()
 
 
 def _encode_result(result: Any) -> str:
