@@ -35,7 +35,11 @@ _QUEUE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MISFIRES = {m.value: m for m in Misfire}
+# (member, its text): Enum.value goes through a descriptor, which costs ~0.5 us a job here.
+_MISFIRES = {m.value: (m, m.value) for m in Misfire}
+_NO_MISFIRE = (None, "")
+_SCHEDULED = (JobStatus.SCHEDULED, JobStatus.SCHEDULED.value)
+_PAUSED = (JobStatus.PAUSED, JobStatus.PAUSED.value)
 
 
 def to_ms(value: Any, field: str) -> int:
@@ -178,7 +182,8 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     priority = _int(spec.priority, "priority", -1000, 1000)
     timeout = _int(spec.timeout_ms, "timeoutSeconds", 1, MAX_TIMEOUT_MS)
     jitter = _int(spec.jitter_ms, "jitterSeconds", 0, 86_400_000)
-    misfire = _MISFIRES.get(spec.misfire) if isinstance(spec.misfire, str) else None
+    misfire, misfire_text = _MISFIRES.get(spec.misfire, _NO_MISFIRE) if isinstance(
+        spec.misfire, str) else _NO_MISFIRE
     if misfire is None:
         raise ValidationError("misfire", "must be 'run_once' or 'skip'")
     key = spec.idempotency_key
@@ -186,7 +191,7 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
         check_idempotency_key(key)
     # The spec blob holds every other setting (models.SPEC_ORDER), so it doubles as the
     # canonical body to hash.
-    blob = _packer.pack([timeout, base, cap, priority, tz, misfire.value, jitter, key or "",
+    blob = _packer.pack([timeout, base, cap, priority, tz, misfire_text, jitter, key or "",
                    run_at_ms, payload])
     body_hash = ""
     if key is not None:  # the formula stays as is: stored jobs' hashes must keep matching
@@ -198,11 +203,11 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     else:
         nominal = run_at_ms or now_ms
         score = due_score(nominal, priority)
-    status = JobStatus.PAUSED if spec.paused else JobStatus.SCHEDULED
+    status, status_text = _PAUSED if spec.paused else _SCHEDULED
     job = Job(job_id, jtype, queue, spec.payload, status, run_at_ms or None, cron or None, tz,
               nominal or None, max_attempts, base, cap, priority, timeout, key or None, misfire,
               jitter, now_ms, now_ms, None)
-    values = (job_id, jtype, queue, status.value, nominal, max_attempts, cron or "", blob)
+    values = (job_id, jtype, queue, status_text, nominal, max_attempts, cron or "", blob)
     return Prepared(job, values, body_hash, nominal, score)
 
 

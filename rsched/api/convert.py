@@ -16,7 +16,7 @@ from ..archive.stats import DurationStats, FailuresPage
 from ..auth import ApiKey
 from ..client import UNSET, JobPatch
 from ..errors import ValidationError
-from ..models import Attempt, Job, JobStatus, Run
+from ..models import Attempt, Job, JobStatus, Misfire, Run
 from ..query import DeadLetter
 from ..spec import JobSpec, to_ms
 
@@ -82,7 +82,14 @@ def _seconds_ms(v: Any, field: str) -> int:
 
 
 def _time(v: Any, field: str) -> int:
-    ms = to_ms(_string(v, field), field)
+    return _iso_ms(_string(v, field), field)
+
+
+@lru_cache(maxsize=4096)
+def _iso_ms(text: str, field: str) -> int:
+    """Parsed once per distinct text: a batch's jobs often share their times (errors are not
+    cached, they raise each time)."""
+    ms = to_ms(text, field)
     if not 0 <= ms <= MAX_TIME_MS:
         raise ValidationError(field, "must be between 1970 and 9999 (UTC)")
     return ms
@@ -173,17 +180,21 @@ def seconds(ms: int) -> int | float:
     return ms // 1000 if ms % 1000 == 0 else ms / 1000
 
 
+# Enum.value goes through a descriptor (~0.5 us here); a batch of 1,000 jobs reads two per job.
+_TEXT: dict[Any, str] = {m: m.value for e in (JobStatus, Misfire) for m in e}
+
+
 def job_json(job: Job) -> dict[str, Any]:
     scheduled = job.status is JobStatus.SCHEDULED
     return {
-        "id": job.id, "type": job.type, "queue": job.queue, "status": job.status.value,
+        "id": job.id, "type": job.type, "queue": job.queue, "status": _TEXT[job.status],
         "payload": job.payload, "runAt": iso(job.run_at_ms), "cron": job.cron,
         "timeZone": job.tz, "nextRunAt": iso(job.next_ms) if scheduled else None,
         "maxAttempts": job.max_attempts,
         "backoff": {"baseSeconds": seconds(job.backoff_base_ms),
                     "capSeconds": seconds(job.backoff_cap_ms)},
         "priority": job.priority, "timeoutSeconds": seconds(job.timeout_ms),
-        "idempotencyKey": job.idempotency_key, "misfire": job.misfire.value,
+        "idempotencyKey": job.idempotency_key, "misfire": _TEXT[job.misfire],
         "jitterSeconds": seconds(job.jitter_ms), "lastRunId": job.last_run_id,
         "createdAt": iso(job.created_ms), "updatedAt": iso(job.updated_ms),
     }
