@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -55,9 +55,10 @@ INFLIGHT_STATES = frozenset({"dispatched", "running", "retry_wait"})  # before a
 
 @dataclass(frozen=True, slots=True)
 class Scripts:
-    """Run these script calls in one pipeline; results (or exceptions) come back in order."""
+    """Run these script calls in one round trip; results (or exceptions) come back in order.
+    The calls may be built lazily, while they are sent (see scripts.stream_many)."""
 
-    calls: Sequence[scripts.Call]
+    calls: Iterable[scripts.Call]
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,24 +212,38 @@ class ClientBase:
         out: list[tuple[Job, bool] | RschedError | None] = [None] * len(specs)
         now = yield from self.op_now()
         P = yield from self.op_partitions()
-        max_payload = self.settings.max_payload_bytes
         ids = random_job_ids(len(specs), P)
-        by_part: dict[int, list[tuple[int, Prepared]]] = defaultdict(list)
+        by_part: dict[int, list[tuple[int, str]]] = defaultdict(list)
         for i, spec in enumerate(specs):
-            try:
-                key = spec.idempotency_key
-                p, job_id = ids[i] if key is None else keyed_job_id(check_idempotency_key(key), P)
-                by_part[p].append((i, prepare(spec, job_id, now, max_payload)))
-            except RschedError as e:
-                out[i] = e
-        calls: list[scripts.Call] = []
+            key = spec.idempotency_key
+            if key is None:
+                p, job_id = ids[i]
+            else:
+                try:
+                    p, job_id = keyed_job_id(check_idempotency_key(key), P)
+                except RschedError as e:
+                    out[i] = e
+                    continue
+            by_part[p].append((i, job_id))
         layout: list[tuple[int, list[tuple[int, Prepared]]]] = []
-        for p, items in by_part.items():
-            for c in range(0, len(items), SCHEDULE_CHUNK):
-                chunk = items[c : c + SCHEDULE_CHUNK]
-                calls.append(self._schedule_call(p, [prep for _, prep in chunk]))
-                layout.append((p, chunk))
-        results = (yield Scripts(calls)) if calls else []
+
+        def calls() -> Iterator[scripts.Call]:
+            """Jobs prepared one script call at a time: the sync client sends each call as it
+            comes, so Redis stores one chunk while the next is prepared."""
+            max_payload = self.settings.max_payload_bytes
+            for p, items in by_part.items():
+                for c in range(0, len(items), SCHEDULE_CHUNK):
+                    chunk = []
+                    for i, job_id in items[c : c + SCHEDULE_CHUNK]:
+                        try:
+                            chunk.append((i, prepare(specs[i], job_id, now, max_payload)))
+                        except RschedError as e:
+                            out[i] = e
+                    if chunk:
+                        layout.append((p, chunk))
+                        yield self._schedule_call(p, [prep for _, prep in chunk])
+
+        results = yield Scripts(calls())
         wake: set[int] = set()
         existing: list[tuple[int, str]] = []
         created: list[Job] = []
@@ -522,7 +537,7 @@ class Client(ClientBase):
         if isinstance(work, Blocking):
             return work.fn()
         if isinstance(work, Scripts):
-            return scripts.call_many(self.r, work.calls)
+            return scripts.stream_many(self.r, work.calls)
         pipe = fill_pipeline(self.r.pipeline(transaction=False), work)
         return list(pipe.execute(raise_on_error=work.raise_on_error))
 

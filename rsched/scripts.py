@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 _INCLUDE = re.compile(r"^--!include (\w+)\s*$", re.M)
 
@@ -85,11 +87,15 @@ async def acall(r: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> 
 Call = tuple[str, Sequence[str], Sequence[Any]]
 
 
-def call_many(r: Any, calls: Sequence[Call]) -> list[Any]:
+def call_many(r: Any, calls: Iterable[Call]) -> list[Any]:
     """Run several scripts in one pipeline (one round trip); exceptions are returned in place."""
-    if not calls:
+    todo = list(calls)
+    if not todo:
         return []
-    results = _pipe(r, calls)
+    return _redo_noscript(r, todo, _pipe(r, todo))
+
+
+def _redo_noscript(r: Any, calls: Sequence[Call], results: list[Any]) -> list[Any]:
     redo = [i for i, res in enumerate(results) if _is_noscript(res)]
     if redo:
         for name in {calls[i][0] for i in redo}:
@@ -106,16 +112,56 @@ def _pipe(r: Any, calls: Sequence[Call]) -> list[Any]:
     return list(p.execute(raise_on_error=False))
 
 
-async def acall_many(r: Any, calls: Sequence[Call]) -> list[Any]:
+def stream_many(r: Any, calls: Iterable[Call]) -> list[Any]:
+    """call_many for calls built while they run: each is written to Redis as soon as ``calls``
+    yields it and the replies are read after the last, so Redis runs one call (on its own core)
+    while the caller builds the next; a pipeline would wait for the last to send the first.
+
+    A connection error anywhere sends every call again through call_many's retrying pipeline:
+    scripts are safe to apply twice.  A client without a single connection pool (cluster) gets
+    call_many."""
+    pool = getattr(r, "connection_pool", None)
+    if pool is None:
+        return call_many(r, calls)
+    sent: list[Call] = []
+    it = iter(calls)
+    conn = pool.get_connection()
+    try:
+        try:
+            for call in it:
+                sent.append(call)
+                name, keys, args = call
+                conn.send_packed_command(
+                    conn.pack_command("EVALSHA", load(name).sha, len(keys), *keys, *args),
+                    check_health=len(sent) == 1)
+            results: list[Any] = []
+            for _ in sent:
+                try:
+                    results.append(conn.read_response())
+                except ResponseError as e:
+                    results.append(e)
+        except (RedisConnectionError, RedisTimeoutError):
+            conn.disconnect()
+            return call_many(r, [*sent, *it])
+        except BaseException:
+            conn.disconnect()  # replies may be unread: the next user must not get them
+            raise
+    finally:
+        pool.release(conn)
+    return _redo_noscript(r, sent, results)
+
+
+async def acall_many(r: Any, calls: Iterable[Call]) -> list[Any]:
     """Asyncio twin of call_many."""
-    if not calls:
+    todo = list(calls)
+    if not todo:
         return []
-    results = await _apipe(r, calls)
+    results = await _apipe(r, todo)
     redo = [i for i, res in enumerate(results) if _is_noscript(res)]
     if redo:
-        for name in {calls[i][0] for i in redo}:
+        for name in {todo[i][0] for i in redo}:
             await r.script_load(load(name).source)
-        for i, res in zip(redo, await _apipe(r, [calls[i] for i in redo]), strict=False):
+        for i, res in zip(redo, await _apipe(r, [todo[i] for i in redo]), strict=False):
             results[i] = res
     return results
 
