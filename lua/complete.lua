@@ -30,6 +30,7 @@ local now = now_ms(ARGV[2])
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local run_ttl = tonumber(ARGV[7])
 local out = {}
+local acks = {}  -- stream key -> entry ids, acknowledged with one XACK per stream at the end
 local ok_count, fail_count = 0, 0
 for i = 1, n do
   local c = 7 + 8 * (i - 1)
@@ -105,7 +106,12 @@ for i = 1, n do
       -- of this script's time.
       remember(job_key, hist_key, hlen, r[11], r[6], rec)
     end
-    redis.call('XACK', stream_key, group, r[6])
+    local ids = acks[stream_key]
+    if not ids then
+      ids = {}
+      acks[stream_key] = ids
+    end
+    ids[#ids + 1] = r[6]
   elseif r[2] == worker and r[3] == fence and r[1] ~= 'dispatched' then
     out[i] = 0
   else
@@ -114,6 +120,11 @@ for i = 1, n do
          'w', worker, 'f', fence, 'ty', r[7] or '',
          'err', 'stale report rejected: run fence is ' .. tostring(r[3]) .. ', caller had ' .. fence)
     out[i] = -1
+  end
+end
+for stream_key, ids in pairs(acks) do
+  for k = 1, #ids, 1000 do
+    redis.call('XACK', stream_key, group, unpack(ids, k, math.min(k + 999, #ids)))
   end
 end
 if ok_count > 0 then redis.call('HINCRBY', stats_key, 'succeeded', ok_count) end
