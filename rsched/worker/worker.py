@@ -391,7 +391,8 @@ class Worker:
         for p, items in by_part.items():
             ks = [keys.events(p), keys.stats(p), keys.retry(p), keys.dead(p)]
             args: list[Any] = [self.id, 0, self.settings.events_maxlen, keys.GROUP, len(items),
-                               self.settings.history_len, self.settings.run_ttl_ms]
+                               self.settings.history_len, self.settings.run_ttl_ms,
+                               self.settings.finished_ttl_ms]
             for o in items:
                 fl = o.fl
                 ks += [keys.run(p, fl.run_id), keys.job(p, fl.job_id),
