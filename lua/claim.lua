@@ -70,7 +70,12 @@ for i = 1, n do
     local stream_key = KEYS[qi]
     if kind == 'o' and (not j[1] or not once or not stream_key) then
       out[#out + 1] = job_id  -- recurring, unknown queue, or gone: the dispatcher reads it
-    elseif score > now + 0.5 or j[1] ~= 'scheduled' or j[2] ~= expected or not stream_key then
+    elseif j[1] and j[1] ~= 'scheduled' then
+      -- Paused, cancelled or finished: such a job has no place in the due set (the scripts that
+      -- change its status remove it); a left-over entry would look due forever.
+      redis.call('ZREM', due_key, job_id)
+      skipped = skipped + 1
+    elseif score > now + 0.5 or j[2] ~= expected or not stream_key then
       skipped = skipped + 1
     else
       local last_run = nil

@@ -15,7 +15,8 @@ ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
 ARGV[7] run_ttl_ms: how long a finished run's hash is kept (0 = forever; dead letters and a
         one-off job's own run are kept as long as the job)
-then per run 8 values: run id, fence ('0' = start not recorded yet), outcome ('succeeded' |
+ARGV[8] finished_ttl_ms: how long a completed one-off job and its own run are kept (0 = forever)
+then per run 8 values (from ARGV[9]): run id, fence ('0' = start not recorded yet), outcome ('succeeded' |
   'failed' | 'timed_out'), duration_ms, text (JSON result when succeeded, error message
   otherwise), retry_delay_ms, stream entry id, elapsed_ms (since the handler started)
 Returns {code_1, ..., code_n}
@@ -28,11 +29,12 @@ local events_key, stats_key, retry_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KE
 local worker = ARGV[1]
 local now = now_ms(ARGV[2])
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-local run_ttl = tonumber(ARGV[7])
+local run_ttl, finished_ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
 local out = {}
+local acks = {}  -- stream key -> entry ids, acknowledged with one XACK per stream at the end
 local ok_count, fail_count = 0, 0
 for i = 1, n do
-  local c = 7 + 8 * (i - 1)
+  local c = 8 + 8 * (i - 1)
   local run_id, fence, outcome = ARGV[c + 1], ARGV[c + 2], ARGV[c + 3]
   local duration, text, delay = tonumber(ARGV[c + 4]), ARGV[c + 5], tonumber(ARGV[c + 6])
   local sid, elapsed = ARGV[c + 7], tonumber(ARGV[c + 8])
@@ -72,6 +74,10 @@ for i = 1, n do
       if run_ttl > 0 and r[11] ~= '1' then redis.call('PEXPIRE', run_key, run_ttl) end
       if one_off_done(job_key) then
         redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now)
+        if finished_ttl > 0 then
+          redis.call('PEXPIRE', job_key, finished_ttl)
+          if r[11] == '1' then redis.call('PEXPIRE', run_key, finished_ttl) end
+        end
       end
       emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
            'w', worker, 'd', duration, 'ty', jtype, 'q', r[10], 's', r[8], 'res', text)
@@ -105,7 +111,12 @@ for i = 1, n do
       -- of this script's time.
       remember(job_key, hist_key, hlen, r[11], r[6], rec)
     end
-    redis.call('XACK', stream_key, group, r[6])
+    local ids = acks[stream_key]
+    if not ids then
+      ids = {}
+      acks[stream_key] = ids
+    end
+    ids[#ids + 1] = r[6]
   elseif r[2] == worker and r[3] == fence and r[1] ~= 'dispatched' then
     out[i] = 0
   else
@@ -114,6 +125,11 @@ for i = 1, n do
          'w', worker, 'f', fence, 'ty', r[7] or '',
          'err', 'stale report rejected: run fence is ' .. tostring(r[3]) .. ', caller had ' .. fence)
     out[i] = -1
+  end
+end
+for stream_key, ids in pairs(acks) do
+  for k = 1, #ids, 1000 do
+    redis.call('XACK', stream_key, group, unpack(ids, k, math.min(k + 999, #ids)))
   end
 end
 if ok_count > 0 then redis.call('HINCRBY', stats_key, 'succeeded', ok_count) end

@@ -33,6 +33,10 @@ class Settings:
     # How long a finished run's hash stays in Redis; the job's history list and the archive keep
     # the record after that.  Dead letters never expire.
     run_ttl_ms: int = 86_400_000
+    # How long a completed one-off job (its hash, own run and attempts) stays in Redis, so
+    # millions of one-off jobs do not fill it; 0 = forever.  The archive keeps the history, and
+    # the job's idempotency key is remembered as long as the job.  Dead jobs never expire.
+    finished_ttl_ms: int = 7 * 86_400_000
     # Approximate cap on each partition's events stream; 0 keeps every event until the archiver
     # trims it, which is what "nothing lost" needs when Postgres is down.
     events_maxlen: int = 0
@@ -49,6 +53,7 @@ class Settings:
             history_len=_int_env("RSCHED_HISTORY_LEN", d.history_len),
             events_maxlen=_int_env("RSCHED_EVENTS_MAXLEN", d.events_maxlen),
             run_ttl_ms=_int_env("RSCHED_RUN_TTL_MS", d.run_ttl_ms),
+            finished_ttl_ms=_int_env("RSCHED_FINISHED_TTL_MS", d.finished_ttl_ms),
             allow_unsafe_redis=os.environ.get("RSCHED_ALLOW_UNSAFE_REDIS", "") in ("1", "true"),
         )
         known = {f.name for f in fields(cls)}

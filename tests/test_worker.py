@@ -220,6 +220,41 @@ def test_a_handler_over_its_timeout_is_cancelled_and_counts_as_a_timed_out_failu
     assert "timed_out" in event_types(r, job.partition, job.id)
 
 
+@pytest.mark.parametrize("ttl_ms", [60_000, 0])
+def test_a_completed_one_off_job_and_its_run_expire_after_the_retention_dead_ones_stay(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, ttl_ms: int
+) -> None:
+    app = App()
+
+    @app.job("ok")
+    async def ok(ctx: JobContext) -> None:
+        return None
+
+    @app.job("bad")
+    async def bad(ctx: JobContext) -> None:
+        raise RuntimeError("no")
+
+    done = client.schedule("ok", run_at=clock() - 1)
+    dead = client.schedule("bad", run_at=clock() - 1, max_attempts=1)
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock,
+                       settings_overrides={"finished_ttl_ms": ttl_ms}) as rig:
+            await rig.cycle()
+
+    asyncio.run(scenario())
+    assert client.get(done.id).status is JobStatus.COMPLETED
+    assert client.get(dead.id).status is JobStatus.DEAD
+    p = done.partition
+    done_keys = [keys.job(p, done.id), keys.run(p, f"{done.id}@{done.next_ms}")]
+    for key in done_keys:
+        ttl = r.pttl(key)
+        assert (0 < ttl <= ttl_ms) if ttl_ms else ttl == -1, (key, ttl)
+    q = dead.partition
+    for key in (keys.job(q, dead.id), keys.run(q, f"{dead.id}@{dead.next_ms}")):
+        assert r.pttl(key) == -1, key
+
+
 def test_a_job_type_without_a_handler_fails_with_a_clear_error_and_dead_letters_after_its_attempts(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -134,12 +135,20 @@ class Claimer:
 
     async def _claim(self, calls_by_part: dict[int, list[list[Any]]], owned: dict[int, int],
                      now_arg: int, out: ClaimResult) -> dict[int, list[tuple[str, float]]]:
-        """One claim script per partition; returns the job ids handed back, with their scores."""
+        """One claim script per partition; returns the job ids handed back, with their scores.
+
+        The calls go out concurrently, each as soon as its arguments are built, on connections
+        of their own: Redis runs one partition's script while Python builds the next."""
         parts = list(calls_by_part)
-        calls = [self._claim_call(p, owned[p], now_arg, calls_by_part[p]) for p in parts]
+
+        async def claim(p: int) -> Any:
+            call = self._claim_call(p, owned[p], now_arg, calls_by_part[p])
+            return (await scripts.acall_many(self.r, [call]))[0]
+
+        results = await asyncio.gather(*(claim(p) for p in parts))
         needs: dict[int, list[tuple[str, float]]] = {}
         lost = list(out.lost)
-        for p, res in zip(parts, await scripts.acall_many(self.r, calls), strict=True):
+        for p, res in zip(parts, results, strict=True):
             if isinstance(res, Exception):
                 log.error("claim on partition %d failed: %s", p, res)
                 continue

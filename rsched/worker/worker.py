@@ -201,19 +201,21 @@ class Worker:
 
     def _launch(self, entries: list[tuple[str, str, dict[bytes, bytes]]]) -> int:
         """Run fresh entries at once; their start is recorded later (see the module doc)."""
-        now_s, now, m = time.time(), time.perf_counter(), self.metrics
+        now_s, now, lag = time.time(), time.perf_counter(), self.metrics.lag
+        started: dict[tuple[str, str], int] = defaultdict(int)
         for s, eid, f in entries:
             p, queue = self.streams[s]
-            rid = _s(f[b"r"])
+            rid = f[b"r"].decode()
             if rid in self.inflight:  # delivered again while still running here
                 continue
             attempt = int(f[b"a"])
-            fl = Inflight(p, s, eid, rid, _s(f[b"j"]), 0, attempt, now)
-            jtype = _s(f[b"t"])
-            m.count("started", jtype, queue)
+            fl = Inflight(p, s, eid, rid, f[b"j"].decode(), 0, attempt, now)
+            started[(f[b"t"].decode(), queue)] += 1
             if attempt == 1:  # retries wait for their backoff on purpose
-                m.lag.observe(queue, now_s - int(f[b"s"]) / 1000)
+                lag.observe(queue, now_s - int(f[b"s"]) / 1000)
             self._run(fl, f)
+        for (jtype, queue), n in started.items():
+            self.metrics.count("started", jtype, queue, n)
         return len(entries)
 
     def _run(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
@@ -295,13 +297,14 @@ class Worker:
     # --- running -----------------------------------------------------------------------------
 
     async def _execute(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
-        jtype = _s(f[b"t"])
+        jtype = f[b"t"].decode()
         sp = unpack_spec(f.get(b"x"))
         timeout_s = int(sp.get("timeout_ms") or 300_000) / 1000
         await self._sem.acquire()
         t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
         # One timer for the earliest deadline of all runs, not one per run (see _arm).
-        fl.deadline = asyncio.get_running_loop().time() + timeout_s
+        fl.deadline = loop.time() + timeout_s
         if fl.deadline < self._expiry_at:
             self._arm(fl.deadline)
         status, text = "succeeded", "null"
@@ -318,7 +321,7 @@ class Worker:
                 result = await reg.fn(ctx)
             else:
                 # A sync handler past its timeout keeps its thread (Python cannot stop it).
-                result = await asyncio.get_running_loop().run_in_executor(self.pool, reg.fn, ctx)
+                result = await loop.run_in_executor(self.pool, reg.fn, ctx)
             text = "null" if result is None else _encode_result(result)
         except asyncio.CancelledError:
             if fl.timed_out:
@@ -388,7 +391,8 @@ class Worker:
         for p, items in by_part.items():
             ks = [keys.events(p), keys.stats(p), keys.retry(p), keys.dead(p)]
             args: list[Any] = [self.id, 0, self.settings.events_maxlen, keys.GROUP, len(items),
-                               self.settings.history_len, self.settings.run_ttl_ms]
+                               self.settings.history_len, self.settings.run_ttl_ms,
+                               self.settings.finished_ttl_ms]
             for o in items:
                 fl = o.fl
                 ks += [keys.run(p, fl.run_id), keys.job(p, fl.job_id),
@@ -408,11 +412,16 @@ class Worker:
                 log.error("complete on partition %d failed: %s", p, res)
                 retry_later += items
                 continue
+            counted: dict[tuple[str, str, str], int] = defaultdict(int)
             for o, code in zip(items, res, strict=False):
                 code, fl = int(code), o.fl
-                ids = {"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt}
                 if code > 0:
-                    self.metrics.count(o.status, o.type, o.queue)
+                    counted[(o.status, o.type, o.queue)] += 1
+                if self.inflight.pop(fl.run_id, None) is not None:
+                    self._finished -= 1
+                if code == 1 or code == 0:
+                    continue
+                ids = {"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt}
                 if code == -1:
                     self.metrics.count("fenced", o.type, o.queue)
                     log.warning("run %s: result rejected, fence %d is stale (run was reclaimed, "
@@ -422,8 +431,8 @@ class Worker:
                 elif code == 3:
                     self.metrics.count("dead_lettered", o.type, o.queue)
                     log.error("ALERT run %s dead-lettered: %s", fl.run_id, o.text, extra=ids)
-                if self.inflight.pop(fl.run_id, None) is not None:
-                    self._finished -= 1
+            for (status, jtype, queue), n in counted.items():
+                self.metrics.count(status, jtype, queue, n)
         self.done = retry_later + self.done
         self._slot.set()
         return len(batch) - len(retry_later)
