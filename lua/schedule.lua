@@ -1,7 +1,9 @@
 --[[ schedule: create jobs of one partition; each job atomically, idempotent on its id.
 
-Every job of a call stores the same hash fields, so their names travel once per call and each
-job carries only its values: half the arguments to parse, here and in the client.
+The jobs of a call store the same hash fields, so their names travel once per call; the values
+the jobs of a batch mostly share (type, queue, status, ...) travel once per group of jobs that
+share them, and each job carries only its own: a third of the arguments a job once took, for
+Redis to parse and the client to pack.
 
 KEYS[1]     rsched:{pN}:due           ZSET   job id -> due score
 KEYS[2]     rsched:{pN}:events        STREAM history
@@ -10,12 +12,13 @@ KEYS[3+i]   rsched:{pN}:job:<id_i>    HASH   one per job, in ARGV order
 ARGV[1]     now_ms (0 = Redis TIME)
 ARGV[2]     events_maxlen (0 = unbounded)
 ARGV[3]     n, the number of jobs
-ARGV[4]     nf, the number of job-hash fields each job stores
-ARGV[5..4+nf]  their names; the first three are id, type, queue
-then per job: body_hash ('' = none: a job with a random id, which only a replay of this very
-              call can find existing), score (due score; '' = not indexed, e.g. created paused),
-              then its nf values
-Stores per job: the nf fields, created_ms, and body_hash unless ''.
+ARGV[4]     ns, the number of shared job-hash fields; the first two are type and queue
+ARGV[5]     no, the number of a job's own job-hash fields; the first is id
+ARGV[6..5+ns+no]  the shared field names, then the own field names
+then groups until n jobs are read; a group: count, its ns shared values, then count jobs, each:
+  body_hash ('' = none: a job with a random id, which only a replay of this very call can find
+  existing), score (due score; '' = not indexed, e.g. created paused), its no own values
+Stores per job: the ns + no fields, created_ms, and body_hash unless ''.
 Returns {head, now_ms, code_1, ..., code_n}
   head    1 if a job created here is now the partition's earliest due job (wake a dispatcher)
   now_ms  the time the script stamped on created jobs
@@ -27,45 +30,48 @@ local due_key, events_key, queues_key = KEYS[1], KEYS[2], KEYS[3]
 local now = now_ms(ARGV[1])
 local maxlen = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
-local nf = tonumber(ARGV[4])
+local ns, no = tonumber(ARGV[4]), tonumber(ARGV[5])
 -- HSET arguments, reused for every job: names fixed, values refilled.
 local fields = {'created_ms', now}
-for k = 1, nf do fields[1 + 2 * k] = ARGV[4 + k] end
+for k = 1, ns + no do fields[1 + 2 * k] = ARGV[5 + k] end
 local out = {0, now}
 local earliest = nil
-local seen_queues = {}
-local a = 5 + nf
-for i = 1, n do
-  local body_hash, score = ARGV[a], ARGV[a + 1]
-  local id, jtype, queue = ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  for k = 1, nf do fields[2 + 2 * k] = ARGV[a + 1 + k] end
-  a = a + 2 + nf
-  local job_key = KEYS[3 + i]
-  local existing
-  if body_hash == '' then
-    existing = redis.call('EXISTS', job_key) == 1 and ''
-  else
-    existing = redis.call('HGET', job_key, 'body_hash')
-  end
-  if existing then
-    out[i + 2] = (existing == body_hash) and 1 or 2
-  else
+local a = 6 + ns + no
+local i = 0
+while i < n do
+  local count = tonumber(ARGV[a])
+  local jtype, queue = ARGV[a + 1], ARGV[a + 2]
+  for k = 1, ns do fields[2 + 2 * k] = ARGV[a + k] end
+  a = a + 1 + ns
+  redis.call('SADD', queues_key, queue)
+  for _ = 1, count do
+    i = i + 1
+    local body_hash, score, id = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+    for k = 1, no do fields[2 + 2 * (ns + k)] = ARGV[a + 1 + k] end
+    a = a + 2 + no
+    local job_key = KEYS[3 + i]
+    local existing
     if body_hash == '' then
-      redis.call('HSET', job_key, unpack(fields))
+      existing = redis.call('EXISTS', job_key) == 1 and ''
     else
-      redis.call('HSET', job_key, 'body_hash', body_hash, unpack(fields))
+      existing = redis.call('HGET', job_key, 'body_hash')
     end
-    if score ~= '' then
-      redis.call('ZADD', due_key, score, id)
-      local s = tonumber(score)
-      if not earliest or s < earliest then earliest = s end
+    if existing then
+      out[i + 2] = (existing == body_hash) and 1 or 2
+    else
+      if body_hash == '' then
+        redis.call('HSET', job_key, unpack(fields))
+      else
+        redis.call('HSET', job_key, 'body_hash', body_hash, unpack(fields))
+      end
+      if score ~= '' then
+        redis.call('ZADD', due_key, score, id)
+        local s = tonumber(score)
+        if not earliest or s < earliest then earliest = s end
+      end
+      emit(events_key, maxlen, 'e', 'scheduled', 'j', id, 't', now, 'ty', jtype, 'q', queue)
+      out[i + 2] = 0
     end
-    if not seen_queues[queue] then
-      redis.call('SADD', queues_key, queue)
-      seen_queues[queue] = true
-    end
-    emit(events_key, maxlen, 'e', 'scheduled', 'j', id, 't', now, 'ty', jtype, 'q', queue)
-    out[i + 2] = 0
   end
 end
 if earliest then

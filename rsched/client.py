@@ -26,7 +26,8 @@ from .redis_setup import _stored as stored_partitions
 from .redis_setup import fast_packing
 from .settings import Settings
 from .spec import (
-    STORED_FIELDS,
+    OWN_FIELDS,
+    SHARED_FIELDS,
     JobSpec,
     Prepared,
     check_idempotency_key,
@@ -148,6 +149,7 @@ class JobPatch:
 
 
 _FIXED_FIELDS = frozenset({"id", "type", "queue", "status", "next_ms"})
+_STATUS_AT = SHARED_FIELDS.index("status")
 
 
 def _as_bytes(v: Any) -> bytes | None:
@@ -240,8 +242,9 @@ class ClientBase:
                         except RschedError as e:
                             out[i] = e
                     if chunk:
-                        layout.append((p, chunk))
-                        yield self._schedule_call(p, [prep for _, prep in chunk])
+                        call, ordered = self._schedule_call(p, chunk)
+                        layout.append((p, ordered))
+                        yield call
 
         results = yield Scripts(calls())
         wake: set[int] = set()
@@ -274,17 +277,33 @@ class ClientBase:
         yield from self.op_wake(wake)
         return out  # type: ignore[return-value]
 
-    def _schedule_call(self, p: int, preps: list[Prepared]) -> scripts.Call:
+    def _schedule_call(self, p: int, chunk: list[tuple[int, Prepared]]
+                       ) -> tuple[scripts.Call, list[tuple[int, Prepared]]]:
+        """The script call for a chunk of jobs of partition ``p``, and the chunk in the order the
+        call holds them: grouped by their SHARED_FIELDS values, each group's values sent once."""
+        groups: dict[tuple[Any, ...], list[tuple[int, Prepared]]] = {}
+        for item in chunk:
+            shared = item[1].shared
+            group = groups.get(shared)
+            if group is None:
+                groups[shared] = [item]
+            else:
+                group.append(item)
         ks = [keys.due(p), keys.events(p), keys.queues(p)]
-        args: list[Any] = [0, self.settings.events_maxlen, len(preps), len(STORED_FIELDS),
-                           *STORED_FIELDS]
-        for prep in preps:
-            job = prep.job
-            ks.append(keys.job(p, job.id))
-            args.append(prep.body_hash)
-            args.append("" if job.status is JobStatus.PAUSED else prep.score)
-            args += prep.values
-        return ("schedule", ks, args)
+        args: list[Any] = [0, self.settings.events_maxlen, len(chunk), len(SHARED_FIELDS),
+                           len(OWN_FIELDS), *SHARED_FIELDS, *OWN_FIELDS]
+        ordered: list[tuple[int, Prepared]] = []
+        for shared, items in groups.items():
+            args.append(len(items))
+            args += shared
+            paused = shared[_STATUS_AT] == JobStatus.PAUSED.value
+            for _, prep in items:
+                ks.append(keys.job(p, prep.job.id))
+                args.append(prep.body_hash)
+                args.append("" if paused else prep.score)
+                args += prep.own
+            ordered += items
+        return ("schedule", ks, args), ordered
 
     def op_update(self, job_id: str, patch: JobPatch) -> Op[Job]:
         """Change a scheduled or paused job (update.lua, compare-and-set on what was read)."""
@@ -300,7 +319,7 @@ class ClientBase:
             now = yield from self.op_now()
             prep = prepare(patch.apply(job), job_id, now, self.settings.max_payload_bytes)
             pairs: list[Any] = []
-            for k, v in zip(STORED_FIELDS, prep.values, strict=True):
+            for k, v in zip(SHARED_FIELDS + OWN_FIELDS, prep.shared + prep.own, strict=True):
                 if k not in _FIXED_FIELDS and _as_bytes(h.get(k.encode())) != _as_bytes(v):
                     pairs += [k, v]
             new_next: Any = ""

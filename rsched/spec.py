@@ -125,9 +125,12 @@ class JobSpec:
     paused: bool = False
 
 
-STORED_FIELDS = ("id", "type", "queue", "status", "next_ms", "max_attempts", "cron", "spec")
-"""The job-hash fields scheduling writes, in Prepared.values order (lua/schedule.lua adds
-created_ms, and body_hash for a job with an idempotency key)."""
+SHARED_FIELDS = ("type", "queue", "status", "max_attempts", "cron")
+"""Job-hash fields that the jobs of a batch mostly share: lua/schedule.lua takes them once per
+group of jobs with the same values."""
+OWN_FIELDS = ("id", "next_ms", "spec")
+"""Job-hash fields each job has its own value of.  With SHARED_FIELDS, what scheduling writes
+(lua/schedule.lua adds created_ms, and body_hash for a job with an idempotency key)."""
 
 
 class Prepared(NamedTuple):
@@ -136,7 +139,8 @@ class Prepared(NamedTuple):
     A NamedTuple, not a dataclass: a batch builds one per job, and this is the cheapest record."""
 
     job: Job  # created_ms/updated_ms are the caller's clock until the script reports its own
-    values: tuple[Any, ...]  # the job hash, in STORED_FIELDS order
+    shared: tuple[Any, ...]  # job-hash values, in SHARED_FIELDS order
+    own: tuple[Any, ...]  # job-hash values, in OWN_FIELDS order
     body_hash: str  # '' without an idempotency key: a random id is never reused
     next_ms: int  # nominal next occurrence
     score: float | int  # due score: next_ms plus the job's deterministic jitter, priority-ordered
@@ -239,8 +243,8 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     job = Job(job_id, jtype, queue, spec.payload, status, run_at_ms or None, cron or None, tz,
               nominal or None, max_attempts, base, cap, priority, timeout, key or None, misfire,
               jitter, now_ms, now_ms, None)
-    values = (job_id, jtype, queue, status_text, nominal, max_attempts, cron or "", blob)
-    return Prepared(job, values, body_hash, nominal, score)
+    return Prepared(job, (jtype, queue, status_text, max_attempts, cron or ""),
+                    (job_id, nominal, blob), body_hash, nominal, score)
 
 
 def next_occurrence(

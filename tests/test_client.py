@@ -174,6 +174,44 @@ def test_a_batch_of_5000_jobs_returns_a_job_per_spec_in_order_with_errors_in_pla
     assert elapsed < 10, f"5000 jobs took {elapsed:.1f} s"
 
 
+def vars_of(spec: JobSpec) -> dict[str, Any]:
+    return {f: getattr(spec, f) for f in JobSpec.__slots__}  # type: ignore[attr-defined]
+
+
+def test_a_batch_mixing_types_queues_and_states_stores_and_returns_each_job_as_given(
+    client: Client, r: redis.Redis
+) -> None:
+    """A script call groups the jobs that share type, queue, status, attempts and cron: each
+    result must still be the job of the spec at its place, stored as returned."""
+    run_at = redis_now_ms(r) + 3_600_000
+    specs = [
+        JobSpec(("email", "sms", "report")[i % 3], {"i": i}, queue=("default", "bulk")[i % 2],
+                max_attempts=1 + i % 4, paused=i % 5 == 0,
+                idempotency_key=f"k{i}" if i % 11 == 0 else None,
+                **({"cron": "0 9 * * *"} if i % 7 == 0 else {"run_at": run_at + i}))
+        for i in range(600)
+    ]
+    # Some keys exist already: with the same body (found, not created) or another (conflict).
+    before = client.schedule_many([JobSpec(**{**vars_of(specs[i]), "payload": (
+        "other" if i % 22 == 0 else specs[i].payload)}) for i in range(0, 600, 11)])
+    out = client.run(client.op_schedule_created(specs))
+    for i, (spec, res) in enumerate(zip(specs, out, strict=True)):
+        if i % 22 == 0:
+            assert isinstance(res, Conflict), (i, res)
+            continue
+        assert not isinstance(res, Exception), (i, res)
+        job, created = res
+        assert created is (i % 11 != 0), i
+        assert (job.type, job.queue, job.payload, job.max_attempts, job.cron) == (
+            spec.type, spec.queue, spec.payload, spec.max_attempts, spec.cron)
+        assert job.status is (JobStatus.PAUSED if spec.paused else JobStatus.SCHEDULED)
+        assert client.get(job.id) == job
+    assert not any(isinstance(b, Exception) for b in before)
+    assert due_count(r) == sum(not s.paused for s in specs)  # a conflict's job is the earlier
+    assert {q.decode() for p in range(PARTITIONS) for q in r.smembers(keys.queues(p))} == {
+        "default", "bulk"}
+
+
 # --- validation --------------------------------------------------------------------------------
 
 VALIDATION_CASES: list[tuple[dict[str, Any], str]] = [
