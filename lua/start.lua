@@ -16,7 +16,10 @@ then per run 4 keys: rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH,
                      rsched:{pN}:q:<queue> STREAM, rsched:{pN}:hist:<id> LIST
 ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
-then per run 3 values: run id, stream entry id, elapsed_ms (how long its handler has run already)
+then per run 4 values: run id, stream entry id, elapsed_ms (how long its handler has run already),
+  reclaimed ('1' = taken over from another consumer by XAUTOCLAIM: a run still 'dispatched'
+  then lost an attempt whose worker stopped before recording its start, and that attempt
+  counts, so a job that kills its workers at once still ends in the dead letters)
 Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this entry
 ]]
 --!include util
@@ -27,7 +30,8 @@ local now = now_ms(ARGV[2])
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local out = {}
 for i = 1, n do
-  local run_id, sid, elapsed = ARGV[4 + 3 * i], ARGV[5 + 3 * i], tonumber(ARGV[6 + 3 * i])
+  local c = 6 + 4 * (i - 1)
+  local run_id, sid, elapsed, reclaimed = ARGV[c + 1], ARGV[c + 2], tonumber(ARGV[c + 3]), ARGV[c + 4]
   local b = 3 + 4 * (i - 1)
   local run_key, job_key, stream_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   local r = redis.call('HMGET', run_key, 'state', 'attempt', 'fence', 'stream_id', 'job_id',
@@ -39,8 +43,9 @@ for i = 1, n do
   elseif state == 'running' and r[6] == worker then
     fence_out = fence  -- the same call applied twice (client retry): nothing new happened
   else
-    if state == 'running' then
+    if state == 'running' or reclaimed == '1' then
       local err = 'worker ' .. r[6] .. ' stopped heartbeating'
+      if state == 'dispatched' then err = 'its worker stopped before recording the start' end
       remember(job_key, hist_key, hlen, r[10], sid, {run = run_id, attempt = attempt,
                status = 'abandoned', worker = r[6], sched_ms = tonumber(r[8]),
                started_ms = tonumber(r[9]), ended_ms = now, error = err})
@@ -58,7 +63,8 @@ for i = 1, n do
         state = nil
       end
     end
-    if state and r[1] == 'running' and redis.call('HGET', job_key, 'status') == 'cancelled' then
+    if state and (r[1] == 'running' or reclaimed == '1')
+        and redis.call('HGET', job_key, 'status') == 'cancelled' then
       redis.call('HSET', run_key, 'state', 'abandoned', 'ended_ms', now, 'error', 'job cancelled')
       emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
            'ty', r[7], 'err', 'job cancelled: its abandoned run is not started again')

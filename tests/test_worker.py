@@ -436,11 +436,15 @@ def test_a_long_run_gets_its_start_recorded_while_it_runs_and_a_quick_one_in_its
     assert event_types(r, p, job.id) == ["scheduled", "dispatched", "started", "succeeded"]
 
 
-def test_a_run_reclaimed_before_its_start_was_recorded_rejects_the_late_report(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+@pytest.mark.parametrize("max_attempts", [3, 1])
+def test_a_run_reclaimed_before_its_start_was_recorded_counts_the_lost_attempt(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, max_attempts: int
 ) -> None:
+    """w-a runs a fresh entry and stalls (or dies) before recording its start: the reclaim
+    records that attempt as abandoned, so a job that kills its workers at once still ends in
+    the dead letters, and w-a's late report is rejected."""
     app, gates = gated_app()
-    job = client.schedule("long", run_at=clock() - 1, max_attempts=3)
+    job = client.schedule("long", run_at=clock() - 1, max_attempts=max_attempts)
     p, rid = job.partition, f"{job.id}@{job.next_ms}"
 
     async def scenario() -> None:
@@ -448,23 +452,27 @@ def test_a_run_reclaimed_before_its_start_was_recorded_rejects_the_late_report(
                        worker_kw=fast_reclaim(100)) as rig:
             b = await rig.add_worker("w-b", **fast_reclaim(100))
             await rig.claim()
-            await rig.fetch()  # w-a runs it, then stalls before recording the start
+            await rig.fetch()
             await asyncio.sleep(0.2)
-            assert await b.reclaim_once() == 1
-            assert client.get_run(rid).fence == 1  # w-b's start: nothing of w-a's to abandon
+            assert await b.reclaim_once() == (1 if max_attempts > 1 else 0)
             gates["w-a"].set()
             assert await rig.finish() == 1
             assert rig.worker.counts["fenced"] == 1
             gates["w-b"].set()
-            assert await rig.finish(worker=b) == 1
+            await rig.finish(worker=b)
 
     asyncio.run(scenario())
     run = client.get_run(rid)
-    assert (run.state, run.worker, run.result, run.attempt) == (
-        RunState.SUCCEEDED, "w-b", "w-b", 1)
+    lost = [(a.attempt, a.status, a.error) for a in client.runs(job.id) if a.status == "abandoned"]
+    assert lost == [(1, "abandoned", "its worker stopped before recording the start")]
     [fenced] = [e for e in events(r, p, job_id=job.id) if e["e"] == "fenced"]
     assert (fenced["w"], fenced["f"]) == ("w-a", "0")
-    assert [e["w"] for e in events(r, p, job_id=job.id) if e["e"] == "started"] == ["w-b"]
+    if max_attempts > 1:
+        assert (run.state, run.worker, run.result, run.attempt, run.fence) == (
+            RunState.SUCCEEDED, "w-b", "w-b", 2, 1)
+        assert [e["w"] for e in events(r, p, job_id=job.id) if e["e"] == "started"] == ["w-b"]
+    else:
+        assert run.state is RunState.DEAD and client.get(job.id).status is JobStatus.DEAD
 
 
 def test_a_run_dispatched_before_its_job_was_cancelled_still_runs_and_is_recorded(

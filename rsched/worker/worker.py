@@ -233,7 +233,7 @@ class Worker:
         now = time.perf_counter()
         fls = [Inflight(self.streams[s][0], s, eid, _s(f[b"r"]), _s(f[b"j"]), 0, 0, now)
                for s, eid, f in entries]
-        await self._record_starts(fls)
+        await self._record_starts(fls, reclaimed)
         started = 0
         for fl, (s, _, f) in zip(fls, entries, strict=True):
             if fl.fence > 0 and fl.run_id not in self.inflight:
@@ -245,7 +245,7 @@ class Worker:
                 started += 1
         return started
 
-    async def _record_starts(self, fls: list[Inflight]) -> None:
+    async def _record_starts(self, fls: list[Inflight], reclaimed: bool = False) -> None:
         """One start script per partition; sets each run's fence (0: not ours to run)."""
         by_part: dict[int, list[Inflight]] = defaultdict(list)
         for fl in fls:
@@ -259,7 +259,7 @@ class Worker:
             for fl in items:
                 ks += [keys.run(p, fl.run_id), keys.job(p, fl.job_id), fl.stream,
                        keys.history(p, fl.job_id)]
-                args += [fl.run_id, fl.entry_id, int((now - fl.t0) * 1000)]
+                args += [fl.run_id, fl.entry_id, int((now - fl.t0) * 1000), int(reclaimed)]
                 fl.starting = True
             calls.append(("start", ks, args))
         try:
