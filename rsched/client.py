@@ -204,30 +204,41 @@ class ClientBase:
     # --- scheduling --------------------------------------------------------------------------
 
     def op_schedule_many(self, specs: Sequence[JobSpec]) -> Op[list[Job | RschedError]]:
-        res = yield from self.op_schedule_created(specs)
-        return [r[0] if isinstance(r, tuple) else r for r in res]
+        out, _ = yield from self._op_schedule(specs)
+        return out
 
     def op_schedule_created(
         self, specs: Sequence[JobSpec]
     ) -> Op[list[tuple[Job, bool] | RschedError]]:
         """Like schedule_many, with each job paired with True if this call created it."""
-        out: list[tuple[Job, bool] | RschedError | None] = [None] * len(specs)
+        out, created = yield from self._op_schedule(specs)
+        return [r if isinstance(r, RschedError) else (r, c)
+                for r, c in zip(out, created, strict=True)]
+
+    def _op_schedule(
+        self, specs: Sequence[JobSpec]
+    ) -> Op[tuple[list[Job | RschedError], list[bool]]]:
+        """Each spec's job or error, and whether this call created the job.
+
+        Written to leave few objects per job alive until the batch ends (parallel lists, no
+        per-job tuples): at 100,000 jobs the garbage collector, which walks every live container
+        again and again, cost as much as all the rest of the client's work."""
+        out: list[Job | RschedError | None] = [None] * len(specs)
+        created = [False] * len(specs)
         now = yield from self.op_now()
         P = yield from self.op_partitions()
-        ids = random_job_ids(len(specs), P)
-        by_part: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        parts, ids = random_job_ids(len(specs), P)
+        by_part: dict[int, list[int]] = defaultdict(list)
         for i, spec in enumerate(specs):
             key = spec.idempotency_key
-            if key is None:
-                p, job_id = ids[i]
-            else:
+            if key is not None:
                 try:
-                    p, job_id = keyed_job_id(check_idempotency_key(key), P)
+                    parts[i], ids[i] = keyed_job_id(check_idempotency_key(key), P)
                 except RschedError as e:
                     out[i] = e
                     continue
-            by_part[p].append((i, job_id))
-        layout: list[tuple[int, list[tuple[int, Prepared]]]] = []
+            by_part[parts[i]].append(i)
+        layout: list[tuple[int, list[int], list[Prepared]]] = []
 
         def calls() -> Iterator[scripts.Call]:
             """Jobs prepared one script call at a time: the sync client sends each call as it
@@ -235,75 +246,77 @@ class ClientBase:
             max_payload = self.settings.max_payload_bytes
             for p, items in by_part.items():
                 for c in range(0, len(items), SCHEDULE_CHUNK):
-                    chunk = []
-                    for i, job_id in items[c : c + SCHEDULE_CHUNK]:
+                    chunk: list[int] = []
+                    preps: list[Prepared] = []
+                    for i in items[c : c + SCHEDULE_CHUNK]:
                         try:
-                            chunk.append((i, prepare(specs[i], job_id, now, max_payload)))
+                            preps.append(prepare(specs[i], ids[i], now, max_payload))
+                            chunk.append(i)
                         except RschedError as e:
                             out[i] = e
-                    if chunk:
-                        call, ordered = self._schedule_call(p, chunk)
-                        layout.append((p, ordered))
+                    if preps:
+                        call, order = self._schedule_call(p, preps)
+                        layout.append((p, [chunk[k] for k in order], [preps[k] for k in order]))
                         yield call
 
         results = yield Scripts(calls())
         wake: set[int] = set()
-        existing: list[tuple[int, str]] = []
-        created: list[Job] = []
-        for (p, chunk), res in zip(layout, results, strict=True):
+        existing: list[int] = []
+        for (p, chunk, preps), res in zip(layout, results, strict=True):
             if isinstance(res, Exception):
                 raise res
             if res[0] == 1:
                 wake.add(p)
             created_ms = int(res[1])
-            for (i, prep), code in zip(chunk, res[2:], strict=True):
+            for i, prep, code in zip(chunk, preps, res[2:], strict=True):
                 job = prep.job
                 if code == 0:
                     job.created_ms = job.updated_ms = created_ms
-                    out[i] = (job, True)
-                    created.append(job)
+                    out[i] = job
+                    created[i] = True
                 elif code == 1:
-                    existing.append((i, job.id))
+                    existing.append(i)
                 else:
                     out[i] = Conflict(
                         "idempotencyKey", "already used for a job with a different body"
                     )
         if existing:
-            hashes = yield Commands([cmd("hgetall", keys.job(partition_of(job_id), job_id))
-                                     for _, job_id in existing])
-            for (i, _), h in zip(existing, hashes, strict=True):
-                out[i] = (Job.from_hash(h), False)
-        metrics.count_scheduled((j.type, j.queue) for j in created)
+            hashes = yield Commands([cmd("hgetall", keys.job(parts[i], ids[i]))
+                                     for i in existing])
+            for i, h in zip(existing, hashes, strict=True):
+                out[i] = Job.from_hash(h)
+        metrics.count_scheduled((j.type, j.queue) for j, c in zip(out, created, strict=True)
+                                if c and isinstance(j, Job))
         yield from self.op_wake(wake)
-        return out  # type: ignore[return-value]
+        return out, created  # type: ignore[return-value]
 
-    def _schedule_call(self, p: int, chunk: list[tuple[int, Prepared]]
-                       ) -> tuple[scripts.Call, list[tuple[int, Prepared]]]:
-        """The script call for a chunk of jobs of partition ``p``, and the chunk in the order the
-        call holds them: grouped by their SHARED_FIELDS values, each group's values sent once."""
-        groups: dict[tuple[Any, ...], list[tuple[int, Prepared]]] = {}
-        for item in chunk:
-            shared = item[1].shared
+    def _schedule_call(self, p: int, preps: list[Prepared]) -> tuple[scripts.Call, list[int]]:
+        """The script call for jobs of partition ``p``, and the order it holds them in (indexes
+        into ``preps``): grouped by their SHARED_FIELDS values, each group's values sent once."""
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for k, prep in enumerate(preps):
+            shared = prep.shared()
             group = groups.get(shared)
             if group is None:
-                groups[shared] = [item]
+                groups[shared] = [k]
             else:
-                group.append(item)
+                group.append(k)
         ks = [keys.due(p), keys.events(p), keys.queues(p)]
-        args: list[Any] = [0, self.settings.events_maxlen, len(chunk), len(SHARED_FIELDS),
+        args: list[Any] = [0, self.settings.events_maxlen, len(preps), len(SHARED_FIELDS),
                            len(OWN_FIELDS), *SHARED_FIELDS, *OWN_FIELDS]
-        ordered: list[tuple[int, Prepared]] = []
-        for shared, items in groups.items():
-            args.append(len(items))
+        order: list[int] = []
+        for shared, members in groups.items():
+            args.append(len(members))
             args += shared
             paused = shared[_STATUS_AT] == JobStatus.PAUSED.value
-            for _, prep in items:
+            for k in members:
+                prep = preps[k]
                 ks.append(keys.job(p, prep.job.id))
                 args.append(prep.body_hash)
                 args.append("" if paused else prep.score)
-                args += prep.own
-            ordered += items
-        return ("schedule", ks, args), ordered
+                args += prep.own()
+            order += members
+        return ("schedule", ks, args), order
 
     def op_update(self, job_id: str, patch: JobPatch) -> Op[Job]:
         """Change a scheduled or paused job (update.lua, compare-and-set on what was read)."""
@@ -319,7 +332,7 @@ class ClientBase:
             now = yield from self.op_now()
             prep = prepare(patch.apply(job), job_id, now, self.settings.max_payload_bytes)
             pairs: list[Any] = []
-            for k, v in zip(SHARED_FIELDS + OWN_FIELDS, prep.shared + prep.own, strict=True):
+            for k, v in zip(SHARED_FIELDS + OWN_FIELDS, prep.shared() + prep.own(), strict=True):
                 if k not in _FIXED_FIELDS and _as_bytes(h.get(k.encode())) != _as_bytes(v):
                     pairs += [k, v]
             new_next: Any = ""
