@@ -152,6 +152,26 @@ class _ByMethod:
                        headers={"Allow": self.allow})
 
 
+class _Api(Starlette):
+    """Starlette with a shortcut: a request for one of the API's fixed paths (no path
+    parameters) goes straight to its route, past the two exception middlewares and the router,
+    which cost ~20 us of the ~90 us of app CPU of a POST /jobs here.  Nothing is lost: `protect`
+    turns every error of an endpoint into problem+json, and the route is the one the router
+    would pick (API routes come first).  Other paths, a root_path, or an app given middleware
+    take the usual way."""
+
+    fixed: dict[str, Route] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not self.user_middleware and not scope.get("root_path"):
+            route = self.fixed.get(scope["path"])
+            if route is not None:
+                scope["app"] = self
+                await route.handle(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Router-level errors (no such path, wrong method) as problem+json too."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
@@ -204,8 +224,9 @@ def create_app(
     for method, path, endpoint, scope in API_ROUTES:
         by_path.setdefault(path, {})[method] = protect(endpoint, scope)
         scopes.setdefault(path, {})[method] = scope
-    table: list[BaseRoute] = [Route(path, _ByMethod(eps, scopes[path]))
-                              for path, eps in by_path.items()]
+    api_routes = {path: Route(path, _ByMethod(eps, scopes[path]))
+                  for path, eps in by_path.items()}
+    table: list[BaseRoute] = list(api_routes.values())
     table += [
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/docs", docs, methods=["GET"]),
@@ -216,8 +237,9 @@ def create_app(
     table += ui_routes()
     table += list(extra_routes)
 
-    app = Starlette(routes=table, lifespan=lifespan,
-                    exception_handlers={HTTPException: _http_error, Exception: _http_error})
+    app = _Api(routes=table, lifespan=lifespan,
+               exception_handlers={HTTPException: _http_error, Exception: _http_error})
+    app.fixed = {path: route for path, route in api_routes.items() if "{" not in path}
     app.state.auth = auth
     app.state.limits = Limits(max_body_bytes, max_batch_bytes)
     app.state.settings = settings
