@@ -227,7 +227,7 @@ class ClientBase:
         created = [False] * len(specs)
         now = yield from self.op_now()
         P = yield from self.op_partitions()
-        parts, ids = random_job_ids(len(specs), P)
+        parts, ids = random_job_ids(len(specs), P, spread=-(-len(specs) // SCHEDULE_CHUNK))
         by_part: dict[int, list[int]] = defaultdict(list)
         for i, spec in enumerate(specs):
             key = spec.idempotency_key

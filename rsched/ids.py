@@ -19,15 +19,23 @@ def partition_for_key(key: str, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
 
-def random_job_ids(n: int, partitions: int) -> tuple[list[int], list[str]]:
+def random_job_ids(n: int, partitions: int, spread: int | None = None
+                   ) -> tuple[list[int], list[str]]:
     """Partitions and ids of ``n`` new jobs, as two lists (no tuple per job for the garbage
     collector to walk): one clock reading and one urandom call per batch, since a ulid per job
-    cost more than the rest of its id.  Ids are ulids as above; the first two random bytes (hex
-    digits 12-15 of the ulid) pick the partition."""
+    cost more than the rest of its id.  Ids are ulids as above, behind their partition.
+
+    The jobs go to ``spread`` consecutive partitions (default: all) from one picked at random for
+    the batch, each job to one of them by its first two random bytes: a batch a single script
+    call holds then costs that one call instead of one per partition it would touch, and
+    batches still spread evenly over the partitions."""
+    spread = partitions if spread is None else max(1, min(spread, partitions))
     stamp = (int(time.time() * 1000)).to_bytes(6, "big").hex()
-    raw = os.urandom(8 * n)
+    raw = os.urandom(8 * n + 2)
     rand = raw.hex()
-    parts = [(raw[j] << 8 | raw[j + 1]) % partitions for j in range(0, 8 * n, 8)]
+    first = (raw[-2] << 8 | raw[-1]) % partitions if spread < partitions else 0
+    parts = [(first + (raw[j] << 8 | raw[j + 1]) % spread) % partitions
+             for j in range(0, 8 * n, 8)]
     return parts, [f"{p}-{stamp}{rand[16 * k : 16 * k + 16]}" for k, p in enumerate(parts)]
 
 

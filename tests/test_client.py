@@ -174,6 +174,21 @@ def test_a_batch_of_5000_jobs_returns_a_job_per_spec_in_order_with_errors_in_pla
     assert elapsed < 10, f"5000 jobs took {elapsed:.1f} s"
 
 
+def test_a_small_batch_lands_in_one_partition_and_batches_spread_over_all(
+    client: Client,
+) -> None:
+    """One script call per small batch (coalesced single POSTs): its jobs share a partition,
+    picked at random per batch."""
+    batches = [client.schedule_many([JobSpec("email", {"i": i}) for i in range(20)])
+               for _ in range(200)]
+    picked = []
+    for batch in batches:
+        parts = {job.partition for job in batch if not isinstance(job, Exception)}
+        assert len(parts) == 1
+        picked += parts
+    assert set(picked) == set(range(PARTITIONS))
+
+
 def vars_of(spec: JobSpec) -> dict[str, Any]:
     return {f: getattr(spec, f) for f in JobSpec.__slots__}  # type: ignore[attr-defined]
 
