@@ -59,6 +59,13 @@ def cpu_us(r: redis.Redis) -> float:
     return (float(info["used_cpu_sys"]) + float(info["used_cpu_user"])) * 1e6
 
 
+def proc_cpu_us(pid: int) -> float:
+    """User + system CPU of a process so far (Linux /proc), in microseconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1e6 / os.sysconf("SC_CLK_TCK")
+
+
 def succeeded(r: redis.Redis, partitions: int) -> int:
     p = r.pipeline(transaction=False)
     for i in range(partitions):
@@ -134,6 +141,7 @@ def main() -> None:
         due_at = client.now_ms() + 3000 + a.jobs // 4
         specs = [JobSpec("noop", None, run_at=due_at) for _ in range(a.jobs)]
         cpu0 = cpu_us(r)
+        dcpu0, wcpu0 = proc_cpu_us(procs[0].pid), proc_cpu_us(procs[1].pid)
         t0 = time.perf_counter()
         for i in range(0, a.jobs, 5000):
             for res in client.schedule_many(specs[i : i + 5000]):
@@ -146,6 +154,8 @@ def main() -> None:
         done_at = wait_for(r, a.partitions, a.jobs, 300)
         e2e_s = done_at - due_at / 1000
         cpu_burst = cpu_us(r) - cpu0
+        dcpu = proc_cpu_us(procs[0].pid) - dcpu0
+        wcpu = proc_cpu_us(procs[1].pid) - wcpu0
         burst = started_events(r, a.partitions)
         burst_lag = [t - s for _, s, t in burst]
 
@@ -175,6 +185,8 @@ def main() -> None:
             "burst_lag_p50_ms": pct(burst_lag, 0.50),
             "burst_lag_p99_ms": pct(burst_lag, 0.99),
             "redis_cpu_us_per_job": round(cpu_burst / a.jobs, 1),
+            "dispatcher_cpu_us_per_job": round(dcpu / a.jobs, 1),
+            "worker_cpu_us_per_job": round(wcpu / a.jobs, 1),
             "lost": total - distinct,
             "duplicates": len(runs) - distinct,
             "aof": a.aof,

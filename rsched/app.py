@@ -11,7 +11,7 @@ from typing import Any
 Handler = Callable[["JobContext"], Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobContext:
     """What a handler gets. ``run_id`` is stable across retries: use it as an idempotency key."""
 

@@ -103,6 +103,46 @@ def test_jobs_due_at_the_same_time_are_dispatched_by_priority_after_earlier_ones
     assert order == ["earlier-low", "high", "mid", "low"]
 
 
+def test_priority_orders_same_millisecond_jobs_across_claim_batches(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """The due score carries the priority, so Redis hands out the highest priority first even
+    when more jobs are due in one millisecond than one claim call takes."""
+    at = clock() - 1000
+    k = keys_in_partition(5, 6)
+    prios = [0, 7, -2, 3, 1000, -1000]
+    ids = {client.schedule("t", run_at=at, priority=pr, idempotency_key=key).id: pr
+           for pr, key in zip(prios, k, strict=True)}
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock, dispatcher_kw={"batch": 2}) as rig:
+            await rig.lease()
+            for _ in range(3):
+                assert (await rig.claim()).dispatched == 2
+
+    asyncio.run(scenario())
+    assert [ids[e["j"]] for e in stream_entries(r, 5)] == sorted(prios, reverse=True)
+    assert {e["s"] for e in stream_entries(r, 5)} == {str(at)}  # all ran as due at `at`
+
+
+def test_a_job_on_a_queue_the_dispatcher_has_not_seen_is_dispatched_in_the_same_round(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    k = keys_in_partition(2, 2)
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock) as rig:
+            await rig.lease()
+            client.schedule("t", run_at=clock() - 1, idempotency_key=k[0])
+            assert (await rig.claim()).dispatched == 1  # the claimer now knows queue default
+            client.schedule("t", run_at=clock() - 1, queue="mail", idempotency_key=k[1])
+            assert (await rig.claim()).dispatched == 1
+
+    asyncio.run(scenario())
+    assert [e["j"] for e in stream_entries(r, 2, "mail")] == [client.schedule(
+        "t", run_at=clock() - 1, queue="mail", idempotency_key=k[1]).id]
+
+
 def test_a_recurring_job_advances_by_compare_and_set_so_a_claim_applied_twice_dispatches_once(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
     monkeypatch: pytest.MonkeyPatch,

@@ -27,6 +27,7 @@ from ..spec import due_score, jitter_offset_ms
 log = logging.getLogger("rsched.dispatcher")
 
 JOB_FIELDS = ("status", "next_ms", "queue", "cron", "spec")
+CLAIMS_IN_FLIGHT = 2  # claim scripts queued in Redis at once
 CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra claim call)
 
 
@@ -137,13 +138,16 @@ class Claimer:
                      now_arg: int, out: ClaimResult) -> dict[int, list[tuple[str, float]]]:
         """One claim script per partition; returns the job ids handed back, with their scores.
 
-        The calls go out concurrently, each as soon as its arguments are built, on connections
-        of their own: Redis runs one partition's script while Python builds the next."""
+        The calls go out as soon as their arguments are built, CLAIMS_IN_FLIGHT at a time:
+        Redis runs one partition's script while Python builds the next, and workers' reads and
+        reports get their turn between two scripts instead of waiting behind all of them."""
         parts = list(calls_by_part)
+        slots = asyncio.Semaphore(CLAIMS_IN_FLIGHT)
 
         async def claim(p: int) -> Any:
             call = self._claim_call(p, owned[p], now_arg, calls_by_part[p])
-            return (await scripts.acall_many(self.r, [call]))[0]
+            async with slots:
+                return (await scripts.acall_many(self.r, [call]))[0]
 
         results = await asyncio.gather(*(claim(p) for p in parts))
         needs: dict[int, list[tuple[str, float]]] = {}

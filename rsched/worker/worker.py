@@ -223,7 +223,13 @@ class Worker:
         task = asyncio.create_task(self._execute(fl, f))
         fl.task = task
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+
+    async def _execute(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
+        # Leaves the task set itself: a done callback per run cost another loop turn.
+        try:
+            await self._handle(fl, f)
+        finally:
+            self.tasks.discard(fl.task)
 
     async def _start(self, entries: list[tuple[str, str, dict[bytes, bytes]]],
                      reclaimed: bool = False) -> int:
@@ -296,7 +302,7 @@ class Worker:
 
     # --- running -----------------------------------------------------------------------------
 
-    async def _execute(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
+    async def _handle(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
         jtype = f[b"t"].decode()
         sp = unpack_spec(f.get(b"x"))
         timeout_s = int(sp.get("timeout_ms") or 300_000) / 1000
