@@ -31,8 +31,11 @@ local now = now_ms(ARGV[1])
 local maxlen = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local ns, no = tonumber(ARGV[4]), tonumber(ARGV[5])
+-- The time as a string once: Redis formats a Lua number argument with snprintf on every call,
+-- twice a job here (created_ms, the event's t).
+local now_s = string.format('%d', now)
 -- HSET arguments, reused for every job: names fixed, values refilled.
-local fields = {'created_ms', now}
+local fields = {'created_ms', now_s}
 for k = 1, ns + no do fields[1 + 2 * k] = ARGV[5 + k] end
 local out = {0, now}
 local earliest = nil
@@ -78,7 +81,7 @@ while i < n do
         local s = tonumber(score)
         if not earliest or s < earliest then earliest = s end
       end
-      emit(events_key, maxlen, 'e', 'scheduled', 'j', id, 't', now, 'ty', jtype, 'q', queue)
+      emit(events_key, maxlen, 'e', 'scheduled', 'j', id, 't', now_s, 'ty', jtype, 'q', queue)
       out[i + 2] = 0
     end
   end
