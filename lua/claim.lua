@@ -83,10 +83,10 @@ for i = 1, n do
         local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 'j', job_id, 't', j[3],
                                'a', 1, 's', expected, 'x', j[5])
         used[stream_key] = true
-        redis.call('HSET', run_key, 'id', run_id, 'job_id', job_id, 'sched_ms', expected,
-                   'attempt', 1, 'state', 'dispatched', 'fence', 0, 'worker', '',
-                   'dispatched_ms', now, 'stream_id', sid, 'queue', j[4], 'type', j[3],
-                   'once', once and '1' or '0')
+        -- No fence and no worker yet (read as 0 and none); id, job id and scheduled time are
+        -- in the run id.  Each field left out saved a few percent of this script.
+        redis.call('HSET', run_key, 'attempt', 1, 'state', 'dispatched', 'dispatched_ms', now,
+                   'stream_id', sid, 'queue', j[4], 'type', j[3], 'once', once and '1' or '0')
         emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', 1, 't', now,
              's', expected, 'ty', j[3], 'q', j[4])
         dispatched = dispatched + 1
@@ -115,7 +115,8 @@ for i = 1, n do
     end
   else
     local due = redis.call('ZSCORE', retry_key, run_id)
-    local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue', 'sched_ms')
+    local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue')
+    r[4] = string.match(run_id, '@(%d+)$')
     local qi = stream_at[r[3]] or 0
     local stream_key = KEYS[qi]
     if not due or tonumber(due) > now or r[1] ~= 'retry_wait' then

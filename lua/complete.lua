@@ -42,11 +42,14 @@ for i = 1, n do
   local run_key, job_key, hist_key, stream_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   local r = redis.call('HMGET', run_key, 'state', 'worker', 'fence', 'attempt', 'job_id',
                        'stream_id', 'type', 'sched_ms', 'started_ms', 'queue', 'once')
+  -- A run the claim created has no job_id, sched_ms, fence or worker field: its id has both.
+  local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
+  r[5], r[8] = r[5] or job_id, r[8] or sched
   local start_fields = nil
   if fence == '0' and r[6] == sid then
     if r[1] == 'dispatched' then
       -- Start and finish in one go: the start event carries the handler's real start time.
-      fence = tostring(tonumber(r[3]) + 1)
+      fence = tostring(tonumber(r[3] or '0') + 1)
       local started = now - elapsed
       emit(events_key, maxlen, 'e', 'started', 'j', r[5], 'r', run_id, 'a', r[4], 't', started,
            'w', worker, 'f', fence, 'ty', r[7], 's', r[8])
@@ -123,7 +126,7 @@ for i = 1, n do
     redis.call('HINCRBY', stats_key, 'fenced', 1)
     emit(events_key, maxlen, 'e', 'fenced', 'j', r[5] or '', 'r', run_id, 'a', r[4] or '', 't', now,
          'w', worker, 'f', fence, 'ty', r[7] or '',
-         'err', 'stale report rejected: run fence is ' .. tostring(r[3]) .. ', caller had ' .. fence)
+         'err', 'stale report rejected: run fence is ' .. (r[3] or '0') .. ', caller had ' .. fence)
     out[i] = -1
   end
 end

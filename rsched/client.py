@@ -373,7 +373,7 @@ class ClientBase:
         (h,) = yield Commands([cmd("hgetall", keys.run(partition_of(job_id), run_id))])
         if not h:
             raise NotFound("run", run_id)
-        return Run.from_hash(h)
+        return Run.from_hash(h, run_id)
 
     def op_runs(self, job_id: str, limit: int = 50, offset: int = 0) -> Op[list[Attempt]]:
         """The job's in-flight run (first page only) then its finished attempts, newest first;
@@ -392,7 +392,7 @@ class ClientBase:
             for rid, h in zip(reads, hashes, strict=True):
                 if not h:
                     continue
-                run = Run.from_hash(h)
+                run = Run.from_hash(h, rid)
                 if rid == job.last_run_id and offset == 0 and run.state.value in INFLIGHT_STATES:
                     out.append(Attempt(run.id, run.attempt, run.state.value, run.worker,
                                        run.sched_ms, run.started_ms, None, None, run.error))
@@ -471,7 +471,7 @@ class ClientBase:
                          reverse=True)[:limit]
         hashes = yield Commands([cmd("hgetall", keys.run(partition_of(job_of_run(rid)), rid))
                                  for _, rid in entries])
-        return [Run.from_hash(h) for h in hashes if h]
+        return [Run.from_hash(h, rid) for (_, rid), h in zip(entries, hashes, strict=True) if h]
 
     # --- control -----------------------------------------------------------------------------
 

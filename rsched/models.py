@@ -151,15 +151,18 @@ class Run:
     result: Any
 
     @classmethod
-    def from_hash(cls, h: Mapping[Any, Any]) -> Run:
+    def from_hash(cls, h: Mapping[Any, Any], run_id: str) -> Run:
+        """``run_id`` (``<job id>@<scheduled ms>``) names the run: the claim script leaves the
+        id, job id and scheduled time out of the hash it creates."""
         g = lambda n: _get(h, n)  # noqa: E731
         res = _s(g("result"))
+        job_id, _, sched = run_id.rpartition("@")
         return cls(
-            id=_s(g("id")),
-            job_id=_s(g("job_id")),
+            id=run_id,
+            job_id=job_id,
             type=_s(g("type")),
             queue=_s(g("queue")),
-            sched_ms=_i(g("sched_ms")),
+            sched_ms=_i(sched),
             attempt=_i(g("attempt")),
             state=RunState(_s(g("state"))),
             worker=_s(g("worker")) or None,

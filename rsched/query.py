@@ -164,8 +164,8 @@ def op_dead_letter_page(core: ClientBase, limit: int = 50, cursor: str | None = 
     hashes = yield Commands([cmd("hgetall", keys.run(p, rid)) for _, rid, p in taken])
     for _, _, p in taken:
         offsets[p] += 1
-    items = [DeadLetter(Run.from_hash(h), int(score))
-             for (score, _, _), h in zip(taken, hashes, strict=True) if h]
+    items = [DeadLetter(Run.from_hash(h, rid), int(score))
+             for (score, rid, _), h in zip(taken, hashes, strict=True) if h]
     return Page(items, encode_cursor(offsets) if more and taken else None)
 
 
