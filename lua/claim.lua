@@ -37,6 +37,8 @@ Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
 local lease_key, due_key, retry_key, events_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, fence = ARGV[1], ARGV[2]
 local now = now_ms(ARGV[3])
+-- Redis 7.0 formats every Lua number passed to redis.call with snprintf: pass strings.
+local now_s = string.format('%d', now)
 local maxlen, nq, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local group = ARGV[7]
 
@@ -81,25 +83,25 @@ for i = 1, n do
       local last_run = nil
       if fire ~= '0' then
         local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 'j', job_id, 't', j[3],
-                               'a', 1, 's', expected, 'x', j[5])
+                               'a', '1', 's', expected, 'x', j[5])
         used[stream_key] = true
         -- No fence and no worker yet (read as 0 and none); id, job id and scheduled time are
         -- in the run id.  Each field left out saved a few percent of this script.
-        redis.call('HSET', run_key, 'attempt', 1, 'state', 'dispatched', 'dispatched_ms', now,
+        redis.call('HSET', run_key, 'attempt', '1', 'state', 'dispatched', 'dispatched_ms', now_s,
                    'stream_id', sid, 'queue', j[4], 'type', j[3], 'once', once and '1' or '0')
-        emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', 1, 't', now,
+        emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', '1', 't', now_s,
              's', expected, 'ty', j[3], 'q', j[4])
         dispatched = dispatched + 1
         last_run = run_id
       else
-        emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now, 's', expected,
+        emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now_s, 's', expected,
              'ty', j[3], 'q', j[4], 'err', 'misfire: skipped an occurrence missed by more than the grace period')
         skipped = skipped + 1
       end
       if once then
         redis.call('ZREM', due_key, job_id)
         -- A one-off job's own run: its final attempt is read back from the run hash.
-        redis.call('HSET', job_key, 'next_ms', 0, 'last_run_id', last_run, 'own_run', last_run)
+        redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', last_run, 'own_run', last_run)
       else
         if next_ms ~= '0' then
           redis.call('ZADD', due_key, next_score, job_id)

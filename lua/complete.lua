@@ -28,6 +28,9 @@ Returns {code_1, ..., code_n}
 local events_key, stats_key, retry_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local worker = ARGV[1]
 local now = now_ms(ARGV[2])
+-- Redis 7.0 formats every Lua number passed to redis.call with snprintf: the success path
+-- passes strings.
+local now_s = string.format('%d', now)
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local run_ttl, finished_ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
 local out = {}
@@ -37,6 +40,7 @@ for i = 1, n do
   local c = 8 + 8 * (i - 1)
   local run_id, fence, outcome = ARGV[c + 1], ARGV[c + 2], ARGV[c + 3]
   local duration, text, delay = tonumber(ARGV[c + 4]), ARGV[c + 5], tonumber(ARGV[c + 6])
+  local duration_s = ARGV[c + 4]
   local sid, elapsed = ARGV[c + 7], tonumber(ARGV[c + 8])
   local b = 4 + 4 * (i - 1)
   local run_key, job_key, hist_key, stream_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
@@ -50,7 +54,7 @@ for i = 1, n do
     if r[1] == 'dispatched' then
       -- Start and finish in one go: the start event carries the handler's real start time.
       fence = tostring(tonumber(r[3] or '0') + 1)
-      local started = now - elapsed
+      local started = string.format('%d', now - elapsed)
       emit(events_key, maxlen, 'e', 'started', 'j', r[5], 'r', run_id, 'a', r[4], 't', started,
            'w', worker, 'f', fence, 'ty', r[7], 's', r[8])
       r[1], r[2], r[3], r[9] = 'running', worker, fence, started
@@ -66,24 +70,24 @@ for i = 1, n do
                  duration_ms = duration}
     if outcome == 'succeeded' then
       if start_fields then
-        redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now, 'duration_ms', duration,
-                   'result', text, unpack(start_fields))
+        redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now_s,
+                   'duration_ms', duration_s, 'result', text, unpack(start_fields))
       else
-        redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now, 'duration_ms', duration,
-                   'result', text)
+        redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now_s,
+                   'duration_ms', duration_s, 'result', text)
       end
       rec.result = text
       -- A one-off job's run lives as long as the job; other runs expire (their record stays).
-      if run_ttl > 0 and r[11] ~= '1' then redis.call('PEXPIRE', run_key, run_ttl) end
+      if run_ttl > 0 and r[11] ~= '1' then redis.call('PEXPIRE', run_key, ARGV[7]) end
       if one_off_done(job_key) then
-        redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now)
+        redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now_s)
         if finished_ttl > 0 then
-          redis.call('PEXPIRE', job_key, finished_ttl)
-          if r[11] == '1' then redis.call('PEXPIRE', run_key, finished_ttl) end
+          redis.call('PEXPIRE', job_key, ARGV[8])
+          if r[11] == '1' then redis.call('PEXPIRE', run_key, ARGV[8]) end
         end
       end
-      emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-           'w', worker, 'd', duration, 'ty', jtype, 'q', r[10], 's', r[8], 'res', text)
+      emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', r[4], 't', now_s,
+           'w', worker, 'd', duration_s, 'ty', jtype, 'q', r[10], 's', r[8], 'res', text)
       ok_count = ok_count + 1
       out[i] = 1
     else
