@@ -67,7 +67,9 @@ def cli(ctx: click.Context, redis_url: str | None, partitions: int | None, allow
 
 @cli.command()
 @click.option("--lease-ms", default=10_000, show_default=True, help="Partition lease length.")
-@click.option("--batch", default=1000, show_default=True, help="Jobs per claim script call.")
+@click.option("--batch", default=250, show_default=True,
+              help="Jobs per claim script call (per partition); smaller calls let workers' "
+                   "reads and reports interleave.")
 @click.option("--max-sleep-ms", default=1000, show_default=True)
 @click.option("--misfire-grace-ms", default=60_000, show_default=True,
               help="Lateness after which misfire=skip jobs skip an occurrence.")

@@ -46,7 +46,7 @@ class ClaimResult:
 class Claimer:
     r: Any  # redis.asyncio.Redis
     owner: str
-    batch: int = 1000
+    batch: int = 250
     misfire_grace_ms: int = 60_000
     events_maxlen: int = 0
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME

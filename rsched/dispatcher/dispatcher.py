@@ -29,7 +29,7 @@ class Dispatcher:
         *,
         dispatcher_id: str | None = None,
         lease_ms: int = 10_000,
-        batch: int = 1000,
+        batch: int = 250,
         max_sleep_ms: int = 1000,
         misfire_grace_ms: int = 60_000,
         clock: Callable[[], int] | None = None,
