@@ -46,7 +46,8 @@ for i = 1, n do
   local run_key, job_key, hist_key, stream_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   local r = redis.call('HMGET', run_key, 'state', 'worker', 'fence', 'attempt', 'job_id',
                        'stream_id', 'type', 'sched_ms', 'started_ms', 'queue', 'once')
-  -- A run the claim created has no job_id, sched_ms, fence or worker field: its id has both.
+  -- A run the claim created has no job_id, sched_ms, fence or worker field; its id holds the
+  -- job id and the scheduled time.
   local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
   r[5], r[8] = r[5] or job_id, r[8] or sched
   local start_fields = nil

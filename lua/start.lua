@@ -36,7 +36,8 @@ for i = 1, n do
   local run_key, job_key, stream_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   local r = redis.call('HMGET', run_key, 'state', 'attempt', 'fence', 'stream_id', 'job_id',
                        'worker', 'type', 'sched_ms', 'started_ms', 'once')
-  -- A run the claim created has no job_id, sched_ms, fence or worker field: its id has both.
+  -- A run the claim created has no job_id, sched_ms, fence or worker field; its id holds the
+  -- job id and the scheduled time.
   local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
   r[6], r[8] = r[6] or '', r[8] or sched
   local state, attempt, fence = r[1], tonumber(r[2] or '0'), tonumber(r[3] or '0')
