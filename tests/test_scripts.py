@@ -415,7 +415,9 @@ def test_after_a_redis_restart_empties_the_script_cache_every_call_path_reloads_
     client = Client(settings=settings(aof_redis.url))
     probe = aof_redis.client()
     try:
-        before = client.schedule("ping", run_at=client.now_ms() - 1)
+        # Two partitions: a read takes one entry per stream, and the cycle below reads once.
+        k_before, k_after = keys_in_partition(1, 1)[0], keys_in_partition(2, 1)[0]
+        before = client.schedule("ping", run_at=client.now_ms() - 1, idempotency_key=k_before)
 
         async def before_restart() -> None:
             async with Rig(aof_redis.url, app, clock=ManualClock(redis_now_ms(probe))) as rig:
@@ -431,7 +433,8 @@ def test_after_a_redis_restart_empties_the_script_cache_every_call_path_reloads_
         assert probe.script_exists(scripts.load("lease").sha) == [True]
         aof_redis.restart()
         assert aof_redis.client().script_exists(scripts.load("lease").sha) == [False]
-        after = client.schedule("ping", run_at=client.now_ms() - 1)  # sync pipeline path
+        after = client.schedule("ping", run_at=client.now_ms() - 1,  # sync pipeline path
+                                idempotency_key=k_after)
         client.pause(after.id)  # sync single-call path
         client.resume(after.id)
         asyncio.run(after_restart())
