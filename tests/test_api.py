@@ -110,6 +110,16 @@ def test_the_same_idempotency_key_returns_200_with_the_same_job_and_another_body
         ({"type": "t", "queue": "no spaces"}, "queue"),
         ({"type": "t", "idempotencyKey": ""}, "idempotencyKey"),
         ({"type": "t", "paused": "yes"}, "paused"),
+        # what the exact-type shortcut in spec_from_json must still send to the converters
+        ({"type": "t", "maxAttempts": True}, "maxAttempts"),
+        ({"type": "t", "priority": False}, "priority"),
+        ({"type": "t", "maxAttempts": 3.0}, "maxAttempts"),
+        ({"type": "t", "paused": 1}, "paused"),
+        ({"type": "t", "queue": 7}, "queue"),
+        ({"type": "t", "runAt": True}, "runAt"),
+        ({"type": 1}, "type"),
+        ({"type": None, "payload": 1}, "type"),
+        ({"payload": None, "colour": "red", "type": "t"}, "colour"),
         ({"type": "t", "colour": "red"}, "colour"),
         ({"type": "bad type!"}, "type"),
         ({"type": "trailing.newline\n"}, "type"),
@@ -160,6 +170,25 @@ def test_a_batch_answers_one_result_per_job_in_order_with_errors_in_place(
     assert results[2]["error"]["errors"][0]["field"] == "jobs[2]"
     assert results[3]["job"]["id"] == results[4]["job"]["id"]
     assert results[5]["error"]["errors"][0]["field"] == "idempotencyKey"
+
+
+def test_a_batch_answers_each_job_as_get_does_with_its_own_seconds_and_times(
+    api: TestClient,
+) -> None:
+    jobs = [{"type": "a", "runAt": LATER, "timeoutSeconds": 1.5, "jitterSeconds": 2.0,
+             "backoff": {"baseSeconds": 0.25, "capSeconds": 60}},
+            {"type": "a", "runAt": "2031-06-01T12:30:00.125+02:00", "timeoutSeconds": 2,
+             "maxAttempts": 7, "paused": True},
+            {"type": "a", "cron": "0 3 * * *", "timeZone": "Europe/Paris", "priority": -5}]
+    results = api.post("/jobs/batch", json={"jobs": jobs}).json()["results"]
+    first, second, third = (x["job"] for x in results)
+    assert (first["timeoutSeconds"], first["jitterSeconds"], first["backoff"]) == (
+        1.5, 2, {"baseSeconds": 0.25, "capSeconds": 60})
+    assert (second["runAt"], second["timeoutSeconds"], second["status"]) == (
+        "2031-06-01T10:30:00.125Z", 2, "paused")
+    assert second["nextRunAt"] is None and third["nextRunAt"] is not None
+    for job in (first, second, third):
+        assert api.get(f"/jobs/{job['id']}").json() == job
 
 
 def test_a_batch_takes_1000_jobs_and_refuses_1001(api: TestClient, r: redis.Redis) -> None:
