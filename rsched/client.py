@@ -150,6 +150,7 @@ class JobPatch:
 
 _FIXED_FIELDS = frozenset({"id", "type", "queue", "status", "next_ms"})
 _STATUS_AT = SHARED_FIELDS.index("status")
+assert OWN_FIELDS == ("id", "next_ms", "spec")  # the order _schedule_call writes them in
 
 
 def _as_bytes(v: Any) -> bytes | None:
@@ -302,6 +303,7 @@ class ClientBase:
             else:
                 group.append(k)
         ks = [keys.due(p), keys.events(p), keys.queues(p)]
+        job_key = keys.job(p, "")
         args: list[Any] = [0, self.settings.events_maxlen, len(preps), len(SHARED_FIELDS),
                            len(OWN_FIELDS), *SHARED_FIELDS, *OWN_FIELDS]
         order: list[int] = []
@@ -309,12 +311,10 @@ class ClientBase:
             args.append(len(members))
             args += shared
             paused = shared[_STATUS_AT] == JobStatus.PAUSED.value
-            for k in members:
-                prep = preps[k]
-                ks.append(keys.job(p, prep.job.id))
-                args.append(prep.body_hash)
-                args.append("" if paused else prep.score)
-                args += prep.own()
+            for k in members:  # OWN_FIELDS values written out: a call per job cost 0.2 us
+                job, blob, body_hash, next_ms, score = preps[k]
+                ks.append(job_key + job.id)
+                args += (body_hash, "" if paused else score, job.id, next_ms, blob)
             order += members
         return ("schedule", ks, args), order
 
