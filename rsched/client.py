@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import Redis
@@ -151,6 +152,7 @@ class JobPatch:
 _FIXED_FIELDS = frozenset({"id", "type", "queue", "status", "next_ms"})
 _STATUS_AT = SHARED_FIELDS.index("status")
 assert OWN_FIELDS == ("id", "next_ms", "spec")  # the order _schedule_call writes them in
+assert SHARED_FIELDS[:2] == ("type", "queue")  # what _schedule_call reports group sizes by
 
 
 def _as_bytes(v: Any) -> bytes | None:
@@ -239,7 +241,7 @@ class ClientBase:
                     out[i] = e
                     continue
             by_part[parts[i]].append(i)
-        layout: list[tuple[int, list[int], list[Prepared]]] = []
+        layout: list[tuple[int, list[int], list[Prepared], list[tuple[Any, int]]]] = []
 
         def calls() -> Iterator[scripts.Call]:
             """Jobs prepared one script call at a time: the sync client sends each call as it
@@ -256,20 +258,28 @@ class ClientBase:
                         except RschedError as e:
                             out[i] = e
                     if preps:
-                        call, order = self._schedule_call(p, preps)
-                        layout.append((p, [chunk[k] for k in order], [preps[k] for k in order]))
+                        call, order, sizes = self._schedule_call(p, preps)
+                        layout.append((p, [chunk[k] for k in order], [preps[k] for k in order],
+                                       sizes))
                         yield call
 
         results = yield Scripts(calls())
         wake: set[int] = set()
         existing: list[int] = []
-        for (p, chunk, preps), res in zip(layout, results, strict=True):
+        tally: list[tuple[Any, int]] = []  # ((type, queue), how many such jobs were created)
+        for (p, chunk, preps, sizes), res in zip(layout, results, strict=True):
             if isinstance(res, Exception):
                 raise res
             if res[0] == 1:
                 wake.add(p)
             created_ms = int(res[1])
-            for i, prep, code in zip(chunk, preps, res[2:], strict=True):
+            codes = res[2:]
+            if any(codes):
+                tally += (((prep.job.type, prep.job.queue), 1)
+                          for prep, code in zip(preps, codes, strict=True) if code == 0)
+            else:  # the usual case, every job created: the metric counts whole groups
+                tally += sizes
+            for i, prep, code in zip(chunk, preps, codes, strict=True):
                 job = prep.job
                 if code == 0:
                     job.created_ms = job.updated_ms = created_ms
@@ -286,14 +296,16 @@ class ClientBase:
                                      for i in existing])
             for i, h in zip(existing, hashes, strict=True):
                 out[i] = Job.from_hash(h)
-        metrics.count_scheduled((j.type, j.queue) for j, c in zip(out, created, strict=True)
-                                if c and isinstance(j, Job))
+        metrics.count_scheduled(chain.from_iterable(repeat(pair, n) for pair, n in tally))
         yield from self.op_wake(wake)
         return out, created  # type: ignore[return-value]
 
-    def _schedule_call(self, p: int, preps: list[Prepared]) -> tuple[scripts.Call, list[int]]:
-        """The script call for jobs of partition ``p``, and the order it holds them in (indexes
-        into ``preps``): grouped by their SHARED_FIELDS values, each group's values sent once."""
+    def _schedule_call(
+        self, p: int, preps: list[Prepared]
+    ) -> tuple[scripts.Call, list[int], list[tuple[Any, int]]]:
+        """The script call for jobs of partition ``p``, the order it holds them in (indexes
+        into ``preps``): grouped by their SHARED_FIELDS values, each group's values sent once,
+        and ((type, queue), size) of each group."""
         groups: dict[tuple[Any, ...], list[int]] = {}
         for k, prep in enumerate(preps):
             shared = prep.shared()
@@ -316,7 +328,8 @@ class ClientBase:
                 ks.append(job_key + job.id)
                 args += (body_hash, "" if paused else score, job.id, next_ms, blob)
             order += members
-        return ("schedule", ks, args), order
+        sizes = [(shared[:2], len(members)) for shared, members in groups.items()]
+        return ("schedule", ks, args), order, sizes
 
     def op_update(self, job_id: str, patch: JobPatch) -> Op[Job]:
         """Change a scheduled or paused job (update.lua, compare-and-set on what was read)."""

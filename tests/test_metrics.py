@@ -132,6 +132,26 @@ def test_scheduling_an_existing_idempotency_key_again_counts_no_new_job(client: 
     assert sample("rsched_jobs_scheduled_total", type="idem", queue="default") - before == 1
 
 
+def test_a_batch_counts_each_type_and_queue_it_created_whole_groups_or_job_by_job(
+    client: Client,
+) -> None:
+    pairs = [("cnt_a", "default"), ("cnt_a", "q2"), ("cnt_b", "default")]
+    before = {pair: sample("rsched_jobs_scheduled_total", type=pair[0], queue=pair[1])
+              for pair in pairs}
+    later = "2099-01-01T00:00:00Z"
+    specs = [JobSpec("cnt_a", run_at=later)] * 3 + [JobSpec("cnt_a", queue="q2", run_at=later),
+                                                    JobSpec("cnt_b", run_at=later)] * 2
+    client.schedule_many(specs)  # all created: counted by groups
+    keyed = [JobSpec("cnt_a", run_at=later, idempotency_key=f"cnt-{k}") for k in range(2)]
+    client.schedule_many([keyed[0]])
+    # one existing key among new jobs: counted job by job, the existing one not at all
+    client.schedule_many([*keyed, JobSpec("cnt_a", queue="q2", run_at=later),
+                          JobSpec("cnt_b", max_attempts=7, run_at=later)])
+    assert {pair: sample("rsched_jobs_scheduled_total", type=pair[0], queue=pair[1])
+            - before[pair] for pair in pairs} == {pairs[0]: 3 + 1 + 1, pairs[1]: 2 + 1,
+                                                  pairs[2]: 2 + 1}
+
+
 def test_buckets_render_as_a_cumulative_prometheus_histogram() -> None:
     m = RunMetrics()
     for lag in (0.001, 0.02, 0.02, 7.0, 1000.0):
