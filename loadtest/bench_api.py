@@ -96,7 +96,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--users", type=int, default=64)
-    ap.add_argument("--batch-users", type=int, default=4)
+    # Enough batches in flight to keep one API process busy (4 left it waiting on round trips).
+    ap.add_argument("--batch-users", type=int, default=12)
     ap.add_argument("--classes", default="SingleJobUser,BatchUser,RunsUser")
     args = ap.parse_args()
     if shutil.which("redis-server") is None:
