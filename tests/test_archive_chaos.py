@@ -82,18 +82,24 @@ def test_sigkill_at_random_points_of_batches_loses_and_duplicates_nothing(
 
     producer = threading.Thread(target=engine)
     producer.start()
-    kills = []
+    kills: list[tuple[int, int]] = []
     try:
-        for i in range(5):
+        # At least 5 kills, and more (up to 20) until one lands inside a batch: a fast archiver
+        # (SQLite) is often idle between the producer's small appends, and a kill between
+        # batches proves nothing.
+        for i in range(20):
+            if i >= 5 and any(pending for pending, _ in kills):
+                break
             # Even rounds restart under the same id (it resumes its own pending batch); odd ones
             # use a fresh id, leaving the dead one's batch to be claimed after claim-idle-ms.
             ident = ["--id", "steady"] if i % 2 == 0 else []
+            more.extend(produce(r, 1500))  # a backlog, so the kill finds the archiver busy
             before = count(store)
             proc = spawn(redis_url, archive_url, log, "--batch", "100", "--claim-idle-ms", "500",
                          *ident)
             wait_for("the archiver to commit something",
                      lambda before=before: count(store) > before)  # type: ignore[misc]
-            time.sleep(rng.uniform(0.0, 0.4))
+            time.sleep(rng.uniform(0.0, 0.15))
             proc.kill()  # SIGKILL: wherever it is in a batch
             proc.wait()
             pending = sum(r.xpending(keys.events(p), keys.EVENTS_GROUP)["pending"]
