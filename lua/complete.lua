@@ -44,12 +44,13 @@ for i = 1, n do
   local sid, elapsed = ARGV[c + 7], tonumber(ARGV[c + 8])
   local b = 4 + 4 * (i - 1)
   local run_key, job_key, hist_key, stream_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
-  local r = redis.call('HMGET', run_key, 'state', 'worker', 'fence', 'attempt', 'job_id',
-                       'stream_id', 'type', 'sched_ms', 'started_ms', 'queue', 'once')
-  -- A run the claim created has no job_id, sched_ms, fence or worker field; its id holds the
-  -- job id and the scheduled time.
+  local r = redis.call('HMGET', run_key, 'state', 'worker', 'fence', 'attempt', 'stream_id',
+                       'type', 'started_ms', 'queue', 'once')
+  -- The run id holds the job id and the scheduled time (r[5], r[8] below); a run the claim
+  -- created has no fence or worker field until it starts.
   local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
-  r[5], r[8] = r[5] or job_id, r[8] or sched
+  table.insert(r, 5, job_id)
+  table.insert(r, 8, sched)
   local start_fields = nil
   if fence == '0' and r[6] == sid then
     if r[1] == 'dispatched' then

@@ -9,8 +9,8 @@ Returns {code, state}: 1 replayed, 0 already replayed (not dead any more), -1 no
 --!include util
 local run_key, job_key, dead_key, retry_key, events_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local run_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
-local r = redis.call('HMGET', run_key, 'state', 'job_id', 'type')
-r[2] = string.match(run_id, '^(.*)@%d+$')
+local r = redis.call('HMGET', run_key, 'state', 'type')
+table.insert(r, 2, string.match(run_id, '^(.*)@%d+$'))  -- the job id, from the run id
 if not r[1] then return {-1, ''} end
 if r[1] ~= 'dead' then return {0, r[1]} end
 local status = redis.call('HGET', job_key, 'status')

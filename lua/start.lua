@@ -34,12 +34,14 @@ for i = 1, n do
   local run_id, sid, elapsed, reclaimed = ARGV[c + 1], ARGV[c + 2], tonumber(ARGV[c + 3]), ARGV[c + 4]
   local b = 3 + 4 * (i - 1)
   local run_key, job_key, stream_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
-  local r = redis.call('HMGET', run_key, 'state', 'attempt', 'fence', 'stream_id', 'job_id',
-                       'worker', 'type', 'sched_ms', 'started_ms', 'once')
-  -- A run the claim created has no job_id, sched_ms, fence or worker field; its id holds the
-  -- job id and the scheduled time.
+  local r = redis.call('HMGET', run_key, 'state', 'attempt', 'fence', 'stream_id', 'worker',
+                       'type', 'started_ms', 'once')
+  -- The run id holds the job id and the scheduled time (r[5], r[8] below); a run the claim
+  -- created has no fence or worker field yet.
   local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
-  r[6], r[8] = r[6] or '', r[8] or sched
+  table.insert(r, 5, job_id)
+  table.insert(r, 8, sched)
+  r[6] = r[6] or ''
   local state, attempt, fence = r[1], tonumber(r[2] or '0'), tonumber(r[3] or '0')
   local fence_out, attempt_out = 0, attempt
   if not state or r[4] ~= sid or (state ~= 'dispatched' and state ~= 'running') then

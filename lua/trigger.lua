@@ -14,8 +14,9 @@ local j = redis.call('HMGET', job_key, 'status', 'type', 'queue')
 if not j[1] then return {-1, ''} end
 if j[1] == 'cancelled' then return {-2, j[1]} end
 if redis.call('EXISTS', run_key) == 1 then return {0, j[1]} end
-redis.call('HSET', run_key, 'id', run_id, 'job_id', job_id, 'sched_ms', sched, 'attempt', 0,
-           'state', 'retry_wait', 'fence', 0, 'worker', '', 'queue', j[3], 'type', j[2])
+-- The run id holds the job id and the scheduled time; no field repeats them.
+redis.call('HSET', run_key, 'attempt', 0, 'state', 'retry_wait', 'fence', 0, 'worker', '',
+           'queue', j[3], 'type', j[2])
 redis.call('ZADD', retry_key, now, run_id)
 redis.call('HSET', job_key, 'last_run_id', run_id)
 if j[1] == 'completed' or j[1] == 'dead' then

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import ManualClock, Rig, event_types, events, redis_now_ms, stats
+from helpers import ManualClock, Rig, event_types, events, redis_now_ms, snapshot, stats
 
-from rsched import App, Client, Conflict, JobContext, JobStatus, RunState, keys
+from rsched import App, Client, Conflict, JobContext, JobStatus, RunState, keys, scripts
 from rsched.retry import backoff_ceiling_ms
 
 MINUTE = 60_000
@@ -474,6 +474,42 @@ def test_a_run_reclaimed_before_its_start_was_recorded_counts_the_lost_attempt(
         assert [e["w"] for e in events(r, p, job_id=job.id) if e["e"] == "started"] == ["w-b"]
     else:
         assert run.state is RunState.DEAD and client.get(job.id).status is JobStatus.DEAD
+
+
+def test_a_report_that_also_records_the_start_is_a_no_op_when_applied_twice(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py retries a call whose reply was lost: the second apply of a complete call that
+    started the run (fence 0) must change nothing and say 'duplicate'."""
+    app = App()
+
+    @app.job("t")
+    async def handler(ctx: JobContext) -> str:
+        return "done"
+
+    job = client.schedule("t", run_at=clock() - 1)
+    calls: list[scripts.Call] = []
+    real = scripts.acall_many
+
+    async def recording(r_: Any, batch: list[scripts.Call]) -> list[Any]:
+        calls.extend(c for c in batch if c[0] == "complete")
+        return await real(r_, batch)
+
+    monkeypatch.setattr(scripts, "acall_many", recording)
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            assert (await rig.cycle())[1:] == (1, 1)
+
+    asyncio.run(scenario())
+    [(name, ks, args)] = calls
+    assert args[8 + 1] == 0  # the report carried fence 0: it recorded the start too
+    before = snapshot(r)
+    assert [int(x) for x in scripts.call(r, name, ks, args)] == [0]
+    assert snapshot(r) == before
+    assert event_types(r, job.partition, job.id) == [
+        "scheduled", "dispatched", "started", "succeeded"]
 
 
 def test_a_run_dispatched_before_its_job_was_cancelled_still_runs_and_is_recorded(
