@@ -12,7 +12,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from rsched import Client, keys
+from rsched import Client, keys, scripts
 from rsched.app import App
 from rsched.dispatcher import Dispatcher
 from rsched.dispatcher.claimer import ClaimResult
@@ -62,6 +62,20 @@ def redis_now_ms(r: redis.Redis) -> int:
 def settings(redis_url: str, **overrides: Any) -> Settings:
     """Test settings: AOF is off on the test server (a warning only), everything else default."""
     return Settings.from_env(redis_url=redis_url, **overrides)
+
+
+def record_script_calls(monkeypatch: Any, name: str) -> list[scripts.Call]:
+    """Every call of script ``name`` the asyncio paths make, to apply one again by hand (what
+    redis-py's retry after a lost reply does)."""
+    calls: list[scripts.Call] = []
+    real = scripts.acall_many
+
+    async def recording(r: Any, batch: list[scripts.Call]) -> list[Any]:
+        calls.extend(c for c in batch if c[0] == name)
+        return await real(r, batch)
+
+    monkeypatch.setattr(scripts, "acall_many", recording)
+    return calls
 
 
 def snapshot(r: redis.Redis) -> dict[bytes, bytes | None]:

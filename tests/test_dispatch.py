@@ -20,6 +20,7 @@ from helpers import (
     aredis,
     event_types,
     keys_in_partition,
+    record_script_calls,
     run_engine,
     settings,
     snapshot,
@@ -149,14 +150,7 @@ def test_a_recurring_job_advances_by_compare_and_set_so_a_claim_applied_twice_di
 ) -> None:
     job = client.schedule("tick", cron="*/5 * * * *")
     assert job.next_ms is not None
-    calls: list[scripts.Call] = []
-    real = scripts.acall_many
-
-    async def recording(r_: Any, batch: list[scripts.Call]) -> list[Any]:
-        calls.extend(c for c in batch if c[0] == "claim")
-        return await real(r_, batch)
-
-    monkeypatch.setattr(scripts, "acall_many", recording)
+    calls = record_script_calls(monkeypatch, "claim")
     clock.ms = job.next_ms + 1000
 
     async def scenario() -> None:

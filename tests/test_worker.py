@@ -16,7 +16,16 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import ManualClock, Rig, event_types, events, redis_now_ms, snapshot, stats
+from helpers import (
+    ManualClock,
+    Rig,
+    event_types,
+    events,
+    record_script_calls,
+    redis_now_ms,
+    snapshot,
+    stats,
+)
 
 from rsched import App, Client, Conflict, JobContext, JobStatus, RunState, keys, scripts
 from rsched.retry import backoff_ceiling_ms
@@ -489,14 +498,7 @@ def test_a_report_that_also_records_the_start_is_a_no_op_when_applied_twice(
         return "done"
 
     job = client.schedule("t", run_at=clock() - 1)
-    calls: list[scripts.Call] = []
-    real = scripts.acall_many
-
-    async def recording(r_: Any, batch: list[scripts.Call]) -> list[Any]:
-        calls.extend(c for c in batch if c[0] == "complete")
-        return await real(r_, batch)
-
-    monkeypatch.setattr(scripts, "acall_many", recording)
+    calls = record_script_calls(monkeypatch, "complete")
 
     async def scenario() -> None:
         async with Rig(redis_url, app, clock=clock) as rig:
