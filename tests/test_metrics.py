@@ -199,8 +199,12 @@ def test_the_cluster_view_adds_up_dead_letters_counters_and_live_workers_start_l
     seen: list[dict[str, Any]] = []
 
     def look() -> bool:
+        # Workers report a run as started when its handler starts, before its outcome is
+        # recorded: wait for the outcomes too.
         c = client.run(metrics.op_cluster(client))
-        if c["runsStarted"] >= 7:
+        done = {k: sum(pt["stats"].get(k, 0) for pt in c["partitions"])
+                for k in ("succeeded", "dead_lettered")}
+        if c["runsStarted"] >= 7 and done["succeeded"] >= 5 and done["dead_lettered"] >= 1:
             seen.append(c)
         return bool(seen)
 
