@@ -16,6 +16,10 @@ KEYS[4]        rsched:{pN}:events    STREAM history
 KEYS[5]        rsched:{pN}:stats     HASH   counters
 KEYS[5+q]      rsched:{pN}:q:<queue_q>  STREAM, q = 1..nq: every queue of the partition
 KEYS[5+nq+2i-1], KEYS[5+nq+2i]  per item: rsched:{pN}:job:<id> HASH, rsched:{pN}:run:<run id> HASH
+               (a one-off job's first occurrence, its own run, is kept in the job hash instead:
+               see run_fields in util; the run key is then left untouched)
+Queue stream entries: r run id, t job type, a attempt, x packed spec, o '1' for an own run (the
+worker then passes the job key as the run key); job id and scheduled time are in the run id.
 ARGV[1]  owner        ARGV[2] fence        ARGV[3] now_ms (0 = Redis TIME)
 ARGV[4]  events_maxlen (0 = unbounded)      ARGV[5] nq      ARGV[6] n items
 ARGV[7]  consumer group of the queue streams (acknowledged entries are trimmed)
@@ -55,6 +59,7 @@ end
 
 local dispatched, skipped = 0, 0
 local out = {0, 0, ''}
+local unindex = {}  -- job ids leaving the due set: one ZREM for the whole call
 local a = 8
 local base = 5 + nq
 for i = 1, n do
@@ -66,7 +71,8 @@ for i = 1, n do
   if kind ~= 'r' then
     -- Due by Redis's clock, and still the occurrence that was read (compare-and-set on status
     -- and next_ms): a second apply, a paused or rescheduled job all find nothing to do.
-    local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec', 'cron')
+    local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec', 'cron',
+                         'own_run')
     local once = (not j[6] or j[6] == '')
     local qi = stream_at[j[4]] or 0
     local stream_key = KEYS[qi]
@@ -75,20 +81,32 @@ for i = 1, n do
     elseif j[1] and j[1] ~= 'scheduled' then
       -- Paused, cancelled or finished: such a job has no place in the due set (the scripts that
       -- change its status remove it); a left-over entry would look due forever.
-      redis.call('ZREM', due_key, job_id)
+      unindex[#unindex + 1] = job_id
       skipped = skipped + 1
     elseif score > now + 0.5 or j[2] ~= expected or not stream_key then
       skipped = skipped + 1
+    elseif once and (not j[7] or j[7] == '') then
+      -- A one-off job's first occurrence is its own run: its fields go into the job hash (see
+      -- run_fields in util), written with the job's own change in one HSET.
+      local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5],
+                             'o', '1')
+      used[stream_key] = true
+      redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', run_id, 'own_run', run_id,
+                 'r.attempt', '1', 'r.state', 'dispatched', 'r.dispatched_ms', now_s,
+                 'r.stream_id', sid)
+      emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', '1', 't', now_s,
+           's', expected, 'ty', j[3], 'q', j[4])
+      unindex[#unindex + 1] = job_id
+      dispatched = dispatched + 1
     else
       local last_run = nil
       if fire ~= '0' then
-        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 'j', job_id, 't', j[3],
-                               'a', '1', 's', expected, 'x', j[5])
+        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5])
         used[stream_key] = true
         -- No fence and no worker yet (read as 0 and none); id, job id and scheduled time are
-        -- in the run id.  Each field left out saved a few percent of this script.
+        -- in the run id.
         redis.call('HSET', run_key, 'attempt', '1', 'state', 'dispatched', 'dispatched_ms', now_s,
-                   'stream_id', sid, 'queue', j[4], 'type', j[3], 'once', once and '1' or '0')
+                   'stream_id', sid, 'queue', j[4], 'type', j[3])
         emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', '1', 't', now_s,
              's', expected, 'ty', j[3], 'q', j[4])
         dispatched = dispatched + 1
@@ -99,14 +117,14 @@ for i = 1, n do
         skipped = skipped + 1
       end
       if once then
-        redis.call('ZREM', due_key, job_id)
-        -- A one-off job's own run: its final attempt is read back from the run hash.
-        redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', last_run, 'own_run', last_run)
+        -- A one-off job run again (its time changed after its own run): a run of its own.
+        unindex[#unindex + 1] = job_id
+        redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', last_run)
       else
         if next_ms ~= '0' then
           redis.call('ZADD', due_key, next_score, job_id)
         else
-          redis.call('ZREM', due_key, job_id)
+          unindex[#unindex + 1] = job_id
         end
         if last_run then
           redis.call('HSET', job_key, 'next_ms', next_ms, 'last_run_id', last_run)
@@ -117,36 +135,52 @@ for i = 1, n do
     end
   else
     local due = redis.call('ZSCORE', retry_key, run_id)
-    local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue')
-    r[4] = string.match(run_id, '@(%d+)$')
-    local qi = stream_at[r[3]] or 0
+    local j = redis.call('HMGET', job_key, 'status', 'type', 'spec', 'own_run', 'queue', 'r.state',
+                         'r.attempt')
+    local own = j[4] == run_id
+    local F, rkey, state, attempt_s, queue = OWN_RUN, job_key, j[6], j[7], j[5]
+    if not own then
+      local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue')
+      F, rkey, state, attempt_s, queue = PLAIN_RUN, run_key, r[1], r[2], r[3]
+    end
+    local sched = string.match(run_id, '@(%d+)$')
+    local qi = stream_at[queue] or 0
     local stream_key = KEYS[qi]
-    if not due or tonumber(due) > now or r[1] ~= 'retry_wait' then
+    if not due or tonumber(due) > now or state ~= 'retry_wait' then
       skipped = skipped + 1
     elseif not stream_key then
       out[#out + 1] = run_id
     else
       redis.call('ZREM', retry_key, run_id)
-      local j = redis.call('HMGET', job_key, 'status', 'type', 'spec')
       if not j[1] or j[1] == 'cancelled' then
-        redis.call('HSET', run_key, 'state', 'abandoned', 'ended_ms', now, 'error', 'job cancelled')
-        emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', r[2], 't', now,
-             'ty', j[2] or '', 'q', r[3], 'err', 'job cancelled before the retry ran')
+        redis.call('HSET', rkey, F.state, 'abandoned', F.ended_ms, now, F.error, 'job cancelled')
+        emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt_s,
+             't', now, 'ty', j[2] or '', 'q', queue, 'err', 'job cancelled before the retry ran')
         skipped = skipped + 1
       else
-        local attempt = tonumber(r[2]) + 1
-        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 'j', job_id, 't', j[2],
-                               'a', attempt, 's', r[4], 'x', j[3])
+        local attempt = tonumber(attempt_s) + 1
+        local sid
+        if own then
+          sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[2], 'a', attempt, 'x', j[3],
+                           'o', '1')
+          redis.call('HSET', job_key, F.attempt, attempt, F.state, 'dispatched', F.worker, '',
+                     F.dispatched_ms, now, F.stream_id, sid, 'last_run_id', run_id)
+        else
+          sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[2], 'a', attempt, 'x', j[3])
+          redis.call('HSET', run_key, F.attempt, attempt, F.state, 'dispatched', F.worker, '',
+                     F.dispatched_ms, now, F.stream_id, sid)
+          redis.call('HSET', job_key, 'last_run_id', run_id)
+        end
         used[stream_key] = true
-        redis.call('HSET', run_key, 'attempt', attempt, 'state', 'dispatched', 'worker', '',
-                   'dispatched_ms', now, 'stream_id', sid)
-        redis.call('HSET', job_key, 'last_run_id', run_id)
         emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-             's', r[4], 'ty', j[2], 'q', r[3])
+             's', sched, 'ty', j[2], 'q', queue)
         dispatched = dispatched + 1
       end
     end
   end
+end
+for k = 1, #unindex, 1000 do
+  redis.call('ZREM', due_key, unpack(unindex, k, math.min(k + 999, #unindex)))
 end
 if dispatched > 0 then redis.call('HINCRBY', stats_key, 'dispatched', dispatched) end
 

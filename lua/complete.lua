@@ -9,12 +9,14 @@ checks start.lua applies to a fresh entry: still 'dispatched', under this very s
 
 KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
 KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
-then per run 4 keys: rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH,
-                     rsched:{pN}:hist:<id> LIST, rsched:{pN}:q:<queue> STREAM
+then per run 4 keys: rsched:{pN}:run:<run id> HASH (the job key again for a one-off job's own
+                     run, whose fields live in the job hash: see run_fields in util),
+                     rsched:{pN}:job:<id> HASH, rsched:{pN}:hist:<id> LIST,
+                     rsched:{pN}:q:<queue> STREAM
 ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
-ARGV[7] run_ttl_ms: how long a finished run's hash is kept (0 = forever; dead letters and a
-        one-off job's own run are kept as long as the job)
+ARGV[7] run_ttl_ms: how long a finished run's hash is kept (0 = forever; a one-off job's own
+        run lives in the job hash, kept as long as the job)
 ARGV[8] finished_ttl_ms: how long a completed one-off job and its own run are kept (0 = forever)
 then per run 8 values (from ARGV[9]): run id, fence ('0' = start not recorded yet), outcome ('succeeded' |
   'failed' | 'timed_out'), duration_ms, text (JSON result when succeeded, error message
@@ -44,95 +46,103 @@ for i = 1, n do
   local sid, elapsed = ARGV[c + 7], tonumber(ARGV[c + 8])
   local b = 4 + 4 * (i - 1)
   local run_key, job_key, hist_key, stream_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
-  local r = redis.call('HMGET', run_key, 'state', 'worker', 'fence', 'attempt', 'stream_id',
-                       'type', 'started_ms', 'queue', 'once')
-  -- The run id holds the job id and the scheduled time (r[5], r[8] below); a run the claim
-  -- created has no fence or worker field until it starts.
+  local F = run_fields(run_key, job_key)
+  local own = F == OWN_RUN
+  -- An own run is read with the job fields that decide whether the job ends with it: one HMGET.
+  local r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
+                       F.type, F.started_ms, F.queue, 'status', 'cron', 'next_ms')
+  local state, run_worker, run_fence, attempt_s, stream_id = r[1], r[2], r[3], r[4], r[5]
+  local jtype, started_ms, queue = r[6], r[7], r[8]
+  -- The run id holds the job id and the scheduled time; a run the claim created has no fence or
+  -- worker field until it starts.
   local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
-  table.insert(r, 5, job_id)
-  table.insert(r, 8, sched)
   local start_fields = nil
-  if fence == '0' and r[6] == sid then
-    if r[1] == 'dispatched' then
+  if fence == '0' and stream_id == sid then
+    if state == 'dispatched' then
       -- Start and finish in one go: the start event carries the handler's real start time.
-      fence = tostring(tonumber(r[3] or '0') + 1)
+      fence = tostring(tonumber(run_fence or '0') + 1)
       local started = string.format('%d', now - elapsed)
-      emit(events_key, maxlen, 'e', 'started', 'j', r[5], 'r', run_id, 'a', r[4], 't', started,
-           'w', worker, 'f', fence, 'ty', r[7], 's', r[8])
-      r[1], r[2], r[3], r[9] = 'running', worker, fence, started
-      start_fields = {'worker', worker, 'fence', fence, 'started_ms', started}
-    elseif r[2] == worker then
-      fence = r[3]  -- our start landed after all (a retried call): judge by its fence
+      emit(events_key, maxlen, 'e', 'started', 'j', job_id, 'r', run_id, 'a', attempt_s, 't', started,
+           'w', worker, 'f', fence, 'ty', jtype, 's', sched)
+      state, run_worker, run_fence, started_ms = 'running', worker, fence, started
+      start_fields = {F.worker, worker, F.fence, fence, F.started_ms, started}
+    elseif run_worker == worker then
+      fence = run_fence  -- our start landed after all (a retried call): judge by its fence
     end
   end
-  if r[1] == 'running' and r[2] == worker and r[3] == fence then
-    local attempt, job_id, jtype = tonumber(r[4]), r[5], r[7]
+  if state == 'running' and run_worker == worker and run_fence == fence then
+    local attempt = tonumber(attempt_s)
     local rec = {run = run_id, attempt = attempt, status = outcome, worker = worker,
-                 sched_ms = tonumber(r[8]), started_ms = tonumber(r[9]), ended_ms = now,
+                 sched_ms = tonumber(sched), started_ms = tonumber(started_ms), ended_ms = now,
                  duration_ms = duration}
     if outcome == 'succeeded' then
+      local w = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s, F.result, text}
       if start_fields then
-        redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now_s,
-                   'duration_ms', duration_s, 'result', text, unpack(start_fields))
-      else
-        redis.call('HSET', run_key, 'state', 'succeeded', 'ended_ms', now_s,
-                   'duration_ms', duration_s, 'result', text)
+        for k = 1, #start_fields do w[#w + 1] = start_fields[k] end
       end
-      rec.result = text
-      -- A one-off job's run lives as long as the job; other runs expire (their record stays).
-      if run_ttl > 0 and r[11] ~= '1' then redis.call('PEXPIRE', run_key, ARGV[7]) end
-      if one_off_done(job_key) then
-        redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now_s)
-        if finished_ttl > 0 then
-          redis.call('PEXPIRE', job_key, ARGV[8])
-          if r[11] == '1' then redis.call('PEXPIRE', run_key, ARGV[8]) end
+      local done
+      if own then
+        -- one_off_done, from the fields read above
+        done = (r[9] == 'scheduled' or r[9] == 'paused') and (not r[10] or r[10] == '')
+          and (not r[11] or r[11] == '0')
+        if done then
+          w[#w + 1], w[#w + 2], w[#w + 3], w[#w + 4] = 'status', 'completed', 'updated_ms', now_s
         end
+        redis.call('HSET', job_key, unpack(w))
+      else
+        redis.call('HSET', run_key, unpack(w))
+        -- Other runs expire (their record stays in the job's history list).
+        if run_ttl > 0 then redis.call('PEXPIRE', run_key, ARGV[7]) end
+        done = one_off_done(job_key)
+        if done then redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now_s) end
       end
-      emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', r[4], 't', now_s,
-           'w', worker, 'd', duration_s, 'ty', jtype, 'q', r[10], 's', r[8], 'res', text)
+      if done and finished_ttl > 0 then redis.call('PEXPIRE', job_key, ARGV[8]) end
+      rec.result = text
+      emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', attempt_s, 't', now_s,
+           'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue, 's', sched, 'res', text)
       ok_count = ok_count + 1
       out[i] = 1
     else
       if start_fields then redis.call('HSET', run_key, unpack(start_fields)) end
       rec.error = text
       emit(events_key, maxlen, 'e', outcome, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-           'w', worker, 'd', duration, 'ty', jtype, 'q', r[10], 's', r[8], 'err', text)
+           'w', worker, 'd', duration, 'ty', jtype, 'q', queue, 's', sched, 'err', text)
       fail_count = fail_count + 1
       local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1')
       if attempt < max_attempts then
-        redis.call('HSET', run_key, 'state', 'retry_wait', 'ended_ms', now, 'duration_ms', duration,
-                   'error', text)
+        redis.call('HSET', run_key, F.state, 'retry_wait', F.ended_ms, now, F.duration_ms, duration,
+                   F.error, text)
         redis.call('ZADD', retry_key, now + delay, run_id)
         redis.call('HINCRBY', stats_key, 'retried', 1)
         emit(events_key, maxlen, 'e', 'retry_scheduled', 'j', job_id, 'r', run_id, 'a', attempt,
              't', now, 'at', now + delay, 'ty', jtype)
         out[i] = 2
       else
-        redis.call('HSET', run_key, 'duration_ms', duration)
-        dead_letter(run_key, job_key, dead_key, events_key, stats_key, maxlen, now, run_id, job_id,
-                    attempt, text, jtype)
+        redis.call('HSET', run_key, F.duration_ms, duration)
+        dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
+                    job_id, attempt, text, jtype)
         out[i] = 3
       end
     end
-    if r[11] ~= '1' or outcome ~= 'succeeded' then
-      -- The success of a one-off job's own run needs no record: its run hash, kept as long as
-      -- the job, holds it (Client.runs reads it back).  On the hottest path that saves a third
-      -- of this script's time.
-      remember(job_key, hist_key, hlen, r[11], r[6], rec)
+    if not own or outcome ~= 'succeeded' then
+      -- The success of a one-off job's own run needs no record: its fields in the job hash,
+      -- kept as long as the job, hold it (Client.runs reads them back).  On the hottest path
+      -- that saves a third of this script's time.
+      remember(job_key, hist_key, hlen, own, stream_id, rec)
     end
     local ids = acks[stream_key]
     if not ids then
       ids = {}
       acks[stream_key] = ids
     end
-    ids[#ids + 1] = r[6]
-  elseif r[2] == worker and r[3] == fence and r[1] ~= 'dispatched' then
+    ids[#ids + 1] = stream_id
+  elseif run_worker == worker and run_fence == fence and state ~= 'dispatched' and state then
     out[i] = 0
   else
     redis.call('HINCRBY', stats_key, 'fenced', 1)
-    emit(events_key, maxlen, 'e', 'fenced', 'j', r[5] or '', 'r', run_id, 'a', r[4] or '', 't', now,
-         'w', worker, 'f', fence, 'ty', r[7] or '',
-         'err', 'stale report rejected: run fence is ' .. (r[3] or '0') .. ', caller had ' .. fence)
+    emit(events_key, maxlen, 'e', 'fenced', 'j', job_id or '', 'r', run_id, 'a', attempt_s or '',
+         't', now, 'w', worker, 'f', fence, 'ty', jtype or '',
+         'err', 'stale report rejected: run fence is ' .. (run_fence or '0') .. ', caller had ' .. fence)
     out[i] = -1
   end
 end

@@ -12,7 +12,8 @@ acknowledged entries).
 
 KEYS[1]  rsched:{pN}:events  STREAM     KEYS[2] rsched:{pN}:stats HASH
 KEYS[3]  rsched:{pN}:dead    ZSET
-then per run 4 keys: rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH,
+then per run 4 keys: rsched:{pN}:run:<run id> HASH (the job key again for a one-off job's own
+                     run: see run_fields in util), rsched:{pN}:job:<id> HASH,
                      rsched:{pN}:q:<queue> STREAM, rsched:{pN}:hist:<id> LIST
 ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
@@ -34,54 +35,53 @@ for i = 1, n do
   local run_id, sid, elapsed, reclaimed = ARGV[c + 1], ARGV[c + 2], tonumber(ARGV[c + 3]), ARGV[c + 4]
   local b = 3 + 4 * (i - 1)
   local run_key, job_key, stream_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
-  local r = redis.call('HMGET', run_key, 'state', 'attempt', 'fence', 'stream_id', 'worker',
-                       'type', 'started_ms', 'once')
-  -- The run id holds the job id and the scheduled time (r[5], r[8] below); a run the claim
-  -- created has no fence or worker field yet.
+  local F = run_fields(run_key, job_key)
+  local r = redis.call('HMGET', run_key, F.state, F.attempt, F.fence, F.stream_id, F.worker,
+                       F.type, F.started_ms)
+  -- The run id holds the job id and the scheduled time; a run the claim created has no fence or
+  -- worker field yet.
   local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
-  table.insert(r, 5, job_id)
-  table.insert(r, 8, sched)
-  r[6] = r[6] or ''
   local state, attempt, fence = r[1], tonumber(r[2] or '0'), tonumber(r[3] or '0')
+  local run_worker, jtype = r[5] or '', r[6]
   local fence_out, attempt_out = 0, attempt
   if not state or r[4] ~= sid or (state ~= 'dispatched' and state ~= 'running') then
     redis.call('XACK', stream_key, group, sid)
-  elseif state == 'running' and r[6] == worker then
+  elseif state == 'running' and run_worker == worker then
     fence_out = fence  -- the same call applied twice (client retry): nothing new happened
   else
     if state == 'running' or reclaimed == '1' then
-      local err = 'worker ' .. r[6] .. ' stopped heartbeating'
+      local err = 'worker ' .. run_worker .. ' stopped heartbeating'
       if state == 'dispatched' then err = 'its worker stopped before recording the start' end
-      remember(job_key, hist_key, hlen, r[10], sid, {run = run_id, attempt = attempt,
-               status = 'abandoned', worker = r[6], sched_ms = tonumber(r[8]),
-               started_ms = tonumber(r[9]), ended_ms = now, error = err})
+      remember(job_key, hist_key, hlen, F == OWN_RUN, sid, {run = run_id, attempt = attempt,
+               status = 'abandoned', worker = run_worker, sched_ms = tonumber(sched),
+               started_ms = tonumber(r[7]), ended_ms = now, error = err})
       emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-           'w', r[6], 'ty', r[7], 'err', err)
+           'w', run_worker, 'ty', jtype, 'err', err)
       emit(events_key, maxlen, 'e', 'reclaimed', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-           'w', worker, 'ty', r[7])
+           'w', worker, 'ty', jtype)
       redis.call('HINCRBY', stats_key, 'reclaimed', 1)
       attempt = attempt + 1
       local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1')
       if attempt > max_attempts then
-        dead_letter(run_key, job_key, dead_key, events_key, stats_key, maxlen, now, run_id, job_id,
-                    attempt - 1, err, r[7])
+        dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
+                    job_id, attempt - 1, err, jtype)
         redis.call('XACK', stream_key, group, sid)
         state = nil
       end
     end
     if state and (r[1] == 'running' or reclaimed == '1')
         and redis.call('HGET', job_key, 'status') == 'cancelled' then
-      redis.call('HSET', run_key, 'state', 'abandoned', 'ended_ms', now, 'error', 'job cancelled')
+      redis.call('HSET', run_key, F.state, 'abandoned', F.ended_ms, now, F.error, 'job cancelled')
       emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-           'ty', r[7], 'err', 'job cancelled: its abandoned run is not started again')
+           'ty', jtype, 'err', 'job cancelled: its abandoned run is not started again')
       redis.call('XACK', stream_key, group, sid)
     elseif state then
       fence_out = fence + 1
       local started = now - elapsed
-      redis.call('HSET', run_key, 'state', 'running', 'worker', worker, 'fence', fence_out,
-                 'attempt', attempt, 'started_ms', started, 'hb_ms', now)
+      redis.call('HSET', run_key, F.state, 'running', F.worker, worker, F.fence, fence_out,
+                 F.attempt, attempt, F.started_ms, started, F.hb_ms, now)
       emit(events_key, maxlen, 'e', 'started', 'j', job_id, 'r', run_id, 'a', attempt,
-           't', started, 'w', worker, 'f', fence_out, 'ty', r[7], 's', r[8])
+           't', started, 'w', worker, 'f', fence_out, 'ty', jtype, 's', sched)
     end
     attempt_out = attempt
   end

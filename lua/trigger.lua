@@ -10,10 +10,10 @@ Returns {code, status}: 1 triggered, 0 that run already exists, -1 no such job, 
 local job_key, run_key, retry_key, events_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local job_id, run_id, sched = ARGV[1], ARGV[2], ARGV[3]
 local now, maxlen = now_ms(ARGV[4]), tonumber(ARGV[5])
-local j = redis.call('HMGET', job_key, 'status', 'type', 'queue')
+local j = redis.call('HMGET', job_key, 'status', 'type', 'queue', 'own_run')
 if not j[1] then return {-1, ''} end
 if j[1] == 'cancelled' then return {-2, j[1]} end
-if redis.call('EXISTS', run_key) == 1 then return {0, j[1]} end
+if j[4] == run_id or redis.call('EXISTS', run_key) == 1 then return {0, j[1]} end
 -- The run id holds the job id and the scheduled time; no field repeats them.
 redis.call('HSET', run_key, 'attempt', 0, 'state', 'retry_wait', 'fence', 0, 'worker', '',
            'queue', j[3], 'type', j[2])

@@ -22,7 +22,7 @@ from . import keys, metrics, scripts
 from .errors import Conflict, NotFound, RschedError, ValidationError
 from .ids import keyed_job_id, random_job_ids
 from .ids import run_id as make_run_id
-from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
+from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of, run_fields
 from .redis_setup import _stored as stored_partitions
 from .redis_setup import fast_packing
 from .settings import Settings
@@ -383,7 +383,10 @@ class ClientBase:
 
     def op_get_run(self, run_id: str) -> Op[Run]:
         job_id = job_of_run(run_id)
-        (h,) = yield Commands([cmd("hgetall", keys.run(partition_of(job_id), run_id))])
+        p = partition_of(job_id)
+        rh, jh = yield Commands([cmd("hgetall", keys.run(p, run_id)),
+                                 cmd("hgetall", keys.job(p, job_id))])
+        h = run_fields(run_id, rh, jh)
         if not h:
             raise NotFound("run", run_id)
         return Run.from_hash(h, run_id)
@@ -401,8 +404,12 @@ class ClientBase:
         own_run = jh.get(b"own_run", b"").decode()
         reads = [r for r in dict.fromkeys((job.last_run_id, own_run)) if r]
         if reads:
-            hashes = yield Commands([cmd("hgetall", keys.run(p, rid)) for rid in reads])
-            for rid, h in zip(reads, hashes, strict=True):
+            # The own run's fields are in the job hash (lua/include/util.lua): no read for it.
+            hashes = yield Commands([cmd("hgetall", keys.run(p, rid)) for rid in reads
+                                     if rid != own_run])
+            got = iter(hashes)
+            for rid in reads:
+                h = run_fields(rid, {} if rid == own_run else next(got), jh)
                 if not h:
                     continue
                 run = Run.from_hash(h, rid)
@@ -482,9 +489,15 @@ class ClientBase:
                               for p in range(P)])
         entries = sorted(((score, rid.decode()) for r in res for rid, score in r),
                          reverse=True)[:limit]
-        hashes = yield Commands([cmd("hgetall", keys.run(partition_of(job_of_run(rid)), rid))
-                                 for _, rid in entries])
-        return [Run.from_hash(h, rid) for (_, rid), h in zip(entries, hashes, strict=True) if h]
+        reads = []
+        for _, rid in entries:
+            job_id = job_of_run(rid)
+            p = partition_of(job_id)
+            reads += [cmd("hgetall", keys.run(p, rid)), cmd("hgetall", keys.job(p, job_id))]
+        hashes = yield Commands(reads)
+        found = [(rid, run_fields(rid, hashes[2 * i], hashes[2 * i + 1]))
+                 for i, (_, rid) in enumerate(entries)]
+        return [Run.from_hash(h, rid) for rid, h in found if h]
 
     # --- control -----------------------------------------------------------------------------
 

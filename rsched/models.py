@@ -176,6 +176,22 @@ class Run:
         )
 
 
+def run_fields(run_id: str, run_hash: Mapping[bytes, bytes],
+               job_hash: Mapping[bytes, bytes]) -> Mapping[bytes, bytes] | None:
+    """The fields of run ``run_id`` given its run hash and its job's hash (None: no such run).
+
+    A one-off job's own run (the job's ``own_run``) keeps its fields in the job hash, prefixed
+    ``r.`` (see lua/include/util.lua); its type and queue are the job's.  Other runs have a hash
+    of their own."""
+    if job_hash.get(b"own_run") != run_id.encode():
+        return run_hash or None
+    if b"r.state" not in job_hash:
+        return None
+    out = {k[2:]: v for k, v in job_hash.items() if k.startswith(b"r.")}
+    out[b"type"], out[b"queue"] = job_hash.get(b"type", b""), job_hash.get(b"queue", b"")
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """One finished attempt of a run, as kept in the job's bounded history list."""

@@ -28,6 +28,7 @@ from redis_server import RedisServer, _die_with_parent
 
 from rsched import Client, JobSpec, keys
 from rsched.ids import run_id as make_run_id
+from rsched.models import run_fields
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -273,8 +274,10 @@ def counts(r: redis.Redis, key: str) -> dict[str, int]:
 
 
 def run_state(r: redis.Redis, run_id: str) -> dict[str, str]:
+    """The run's fields: its own hash, or the job hash's for a one-off job's own run."""
     job_id = run_id.rsplit("@", 1)[0]
-    h = r.hgetall(keys.run(int(job_id.split("-", 1)[0]), run_id))
+    p = int(job_id.split("-", 1)[0])
+    h = run_fields(run_id, r.hgetall(keys.run(p, run_id)), r.hgetall(keys.job(p, job_id))) or {}
     return {k.decode(): v.decode() for k, v in h.items()}
 
 

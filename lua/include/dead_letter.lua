@@ -1,7 +1,8 @@
 -- Move a run whose attempts are used up to the dead letters; a one-off job dies with it.
-local function dead_letter(run_key, job_key, dead_key, events_key, stats_key, maxlen, now,
+-- F: the run's field names (run_fields).
+local function dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now,
                            run_id, job_id, attempt, err, jtype)
-  redis.call('HSET', run_key, 'state', 'dead', 'ended_ms', now, 'error', err)
+  redis.call('HSET', run_key, F.state, 'dead', F.ended_ms, now, F.error, err)
   redis.call('ZADD', dead_key, now, run_id)
   if one_off_done(job_key) then
     redis.call('HSET', job_key, 'status', 'dead', 'updated_ms', now)

@@ -16,11 +16,11 @@ local function emit(key, maxlen, ...)
   return redis.call('XADD', key, '*', ...)
 end
 
--- Record a finished attempt.  A one-off job's own run ('once' = '1', a few attempts at most)
--- keeps its records as 'h:<stream id>:<attempt>' fields of the job hash: creating a list key per
--- job cost a third of the complete script.  Other runs go to the job's bounded history list.
-local function remember(job_key, hist_key, len, once, sid, rec)
-  if once == '1' then
+-- Record a finished attempt.  A one-off job's own run (a few attempts at most) keeps its records
+-- as 'h:<stream id>:<attempt>' fields of the job hash: creating a list key per job cost a third
+-- of the complete script.  Other runs go to the job's bounded history list.
+local function remember(job_key, hist_key, len, own, sid, rec)
+  if own then
     redis.call('HSET', job_key, 'h:' .. sid .. ':' .. rec.attempt, cjson.encode(rec))
   elseif len > 0 then
     redis.call('LPUSH', hist_key, cjson.encode(rec))
@@ -34,4 +34,22 @@ local function one_off_done(job_key)
   local j = redis.call('HMGET', job_key, 'status', 'cron', 'next_ms')
   return (j[1] == 'scheduled' or j[1] == 'paused') and (not j[2] or j[2] == '')
     and (not j[3] or j[3] == '0')
+end
+
+-- Where a run's fields live.  A one-off job's own run (the job's `own_run`) keeps them in the job
+-- hash, prefixed 'r.': one key fewer to write, read and expire on the hottest path (a one-off
+-- job run once), and one HMGET/HSET instead of two.  Every other run has a hash of its own.
+-- Callers pass the job key in place of the run key for an own run; its type and queue are the
+-- job's.
+local PLAIN_RUN = {state = 'state', attempt = 'attempt', fence = 'fence', worker = 'worker',
+  stream_id = 'stream_id', dispatched_ms = 'dispatched_ms', started_ms = 'started_ms',
+  ended_ms = 'ended_ms', duration_ms = 'duration_ms', result = 'result', error = 'error',
+  hb_ms = 'hb_ms', type = 'type', queue = 'queue'}
+local OWN_RUN = {state = 'r.state', attempt = 'r.attempt', fence = 'r.fence', worker = 'r.worker',
+  stream_id = 'r.stream_id', dispatched_ms = 'r.dispatched_ms', started_ms = 'r.started_ms',
+  ended_ms = 'r.ended_ms', duration_ms = 'r.duration_ms', result = 'r.result', error = 'r.error',
+  hb_ms = 'r.hb_ms', type = 'type', queue = 'queue'}
+local function run_fields(run_key, job_key)
+  if run_key == job_key then return OWN_RUN end
+  return PLAIN_RUN
 end

@@ -66,6 +66,19 @@ class Inflight:
     timed_out: bool = False
     starting: bool = False  # a start script for it is under way
     finished: bool = False  # its handler returned; the report records the start if need be
+    run_key: str = ""  # where the run's fields live (the job hash for a one-off job's own run)
+    sched_ms: int = 0
+
+
+def _inflight(p: int, stream: str, eid: str, f: dict[bytes, bytes], attempt: int,
+              t0: float) -> Inflight:
+    """A run from its stream entry: the run id holds the job id and the scheduled time; 'o'
+    marks a one-off job's own run, whose fields live in the job hash (lua/include/util.lua)."""
+    rid = f[b"r"].decode()
+    job_id, _, sched = rid.rpartition("@")
+    run_key = keys.job(p, job_id) if b"o" in f else keys.run(p, rid)
+    return Inflight(p, stream, eid, rid, job_id, 0, attempt, t0, run_key=run_key,
+                    sched_ms=int(sched))
 
 
 @dataclass(slots=True)
@@ -205,14 +218,13 @@ class Worker:
         started: dict[tuple[str, str], int] = defaultdict(int)
         for s, eid, f in entries:
             p, queue = self.streams[s]
-            rid = f[b"r"].decode()
-            if rid in self.inflight:  # delivered again while still running here
+            if f[b"r"].decode() in self.inflight:  # delivered again while still running here
                 continue
             attempt = int(f[b"a"])
-            fl = Inflight(p, s, eid, rid, f[b"j"].decode(), 0, attempt, now)
+            fl = _inflight(p, s, eid, f, attempt, now)
             started[(f[b"t"].decode(), queue)] += 1
             if attempt == 1:  # retries wait for their backoff on purpose
-                lag.observe(queue, now_s - int(f[b"s"]) / 1000)
+                lag.observe(queue, now_s - fl.sched_ms / 1000)
             self._run(fl, f)
         for (jtype, queue), n in started.items():
             self.metrics.count("started", jtype, queue, n)
@@ -237,8 +249,7 @@ class Worker:
         if not entries:
             return 0
         now = time.perf_counter()
-        fls = [Inflight(self.streams[s][0], s, eid, _s(f[b"r"]), _s(f[b"j"]), 0, 0, now)
-               for s, eid, f in entries]
+        fls = [_inflight(self.streams[s][0], s, eid, f, 0, now) for s, eid, f in entries]
         await self._record_starts(fls, reclaimed)
         started = 0
         for fl, (s, _, f) in zip(fls, entries, strict=True):
@@ -263,8 +274,7 @@ class Worker:
             args: list[Any] = [self.id, 0, self.settings.events_maxlen, keys.GROUP, len(items),
                                self.settings.history_len]
             for fl in items:
-                ks += [keys.run(p, fl.run_id), keys.job(p, fl.job_id), fl.stream,
-                       keys.history(p, fl.job_id)]
+                ks += [fl.run_key, keys.job(p, fl.job_id), fl.stream, keys.history(p, fl.job_id)]
                 args += [fl.run_id, fl.entry_id, int((now - fl.t0) * 1000), int(reclaimed)]
                 fl.starting = True
             calls.append(("start", ks, args))
@@ -321,7 +331,7 @@ class Worker:
                     f"no handler registered for job type {jtype!r} in app {self.app.name!r} "
                     f"(registered: {', '.join(sorted(self.app.handlers)) or 'none'})"
                 )
-            ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, int(f[b"s"]),
+            ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, fl.sched_ms,
                              unpack_payload(sp.get("payload")), self.id)
             if reg.is_async:
                 result = await reg.fn(ctx)
@@ -401,8 +411,7 @@ class Worker:
                                self.settings.finished_ttl_ms]
             for o in items:
                 fl = o.fl
-                ks += [keys.run(p, fl.run_id), keys.job(p, fl.job_id),
-                       keys.history(p, fl.job_id), fl.stream]
+                ks += [fl.run_key, keys.job(p, fl.job_id), keys.history(p, fl.job_id), fl.stream]
                 args += [fl.run_id, fl.fence, o.status, o.duration_ms, o.text, o.delay_ms,
                          fl.entry_id, int((now - fl.t0) * 1000)]
             calls.append(("complete", ks, args))
@@ -457,7 +466,7 @@ class Worker:
             ks: list[str] = []
             args: list[Any] = [self.id, 0, keys.GROUP, len(items)]
             for fl in items:
-                ks += [keys.run(p, fl.run_id), fl.stream]
+                ks += [fl.run_key, keys.job(p, fl.job_id), fl.stream]
                 args += [fl.run_id, fl.fence, fl.entry_id]
             calls.append(("heartbeat", ks, args))
         lost = 0
