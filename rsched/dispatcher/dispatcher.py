@@ -12,7 +12,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from .. import keys, metrics
+from .. import aio, keys, metrics
 from ..ids import ulid
 from ..redis_setup import UNAVAILABLE, acheck_redis, aensure_partitions, connect_async
 from ..settings import Settings
@@ -145,4 +145,4 @@ def serve(settings: Settings, **options: Any) -> None:
             loop.add_signal_handler(sig, stop.set)
         await Dispatcher(settings, **options).run(stop)
 
-    asyncio.run(main())
+    aio.run(main())

@@ -29,7 +29,7 @@ import msgpack
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from .. import keys, scripts
+from .. import aio, keys, scripts
 from ..app import App, JobContext
 from ..errors import ValidationError
 from ..ids import ulid
@@ -658,7 +658,7 @@ def serve(app: App, settings: Settings, **options: Any) -> None:
             loop.add_signal_handler(sig, stop.set)
         await Worker(app, settings, **options).run(stop)
 
-    asyncio.run(main())
+    aio.run(main())
     # A sync handler still running past the grace period cannot be cancelled, and interpreter
     # exit would join its thread: leave without it (its run is reclaimed by another worker).
     if any(t.name.startswith("rsched-job") for t in threading.enumerate()):
