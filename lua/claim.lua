@@ -6,7 +6,8 @@ apply twice and a stale dispatcher (old fence) changes nothing.  A one-off job n
 from Python: the script reads it, finds its queue stream among the partition's streams (all of
 them are passed, so every key touched is declared) and dispatches it.  A recurring job needs
 its next time computed in Python: the first call hands it back in `needs`, the dispatcher
-reads it and calls again with kind 'j'.  A job whose queue stream was not passed comes back in
+reads it and calls again with kind 'j' (it remembers recurring ids, so later rounds send them
+that way at once).  A job whose queue stream was not passed comes back in
 `needs` too (the dispatcher refreshes its list of the partition's queues).
 
 KEYS[1]        rsched:{pN}:lease     HASH   owner, fence, expires_ms
@@ -15,26 +16,31 @@ KEYS[3]        rsched:{pN}:retry     ZSET   run id -> due ms
 KEYS[4]        rsched:{pN}:events    STREAM history
 KEYS[5]        rsched:{pN}:stats     HASH   counters
 KEYS[5+q]      rsched:{pN}:q:<queue_q>  STREAM, q = 1..nq: every queue of the partition
-KEYS[5+nq+2i-1], KEYS[5+nq+2i]  per item: rsched:{pN}:job:<id> HASH, rsched:{pN}:run:<run id> HASH
-               (a one-off job's first occurrence, its own run, is kept in the job hash instead:
-               see run_fields in util; the run key is then left untouched)
+KEYS[5+nq+k]   k = 1..no: rsched:{pN}:job:<id> HASH of each one-off item
+KEYS[5+nq+no+2i-1], KEYS[5+nq+no+2i]  per item: rsched:{pN}:job:<id> HASH,
+               rsched:{pN}:run:<run id> HASH (a one-off job's first occurrence, its own run, is
+               kept in the job hash instead: see run_fields in util; the run key is then unused)
 Queue stream entries: r run id, t job type, a attempt, x packed spec, o '1' for an own run (the
 worker then passes the job key as the run key); job id and scheduled time are in the run id.
 ARGV[1]  owner        ARGV[2] fence        ARGV[3] now_ms (0 = Redis TIME)
 ARGV[4]  events_maxlen (0 = unbounded)      ARGV[5] nq      ARGV[6] n items
 ARGV[7]  consumer group of the queue streams (acknowledged entries are trimmed)
+ARGV[8]  no: one-off items, then 2 values each: job id, due score as read from the due set (the
+         job's next_ms it implies, round(score), is the compare-and-set; the run id is
+         <job id>@<next_ms>).  Only a job's first occurrence is claimed this way: anything else
+         (recurring, unknown queue, gone, or a one-off job run before) is handed back.
 then per item 8 values: kind, job id, run id, score, expected, next_ms, next_score, fire
-  kind 'o' (an occurrence as read from the due set): score = its due score, expected = the
-           job's next_ms it implies (compare-and-set); the rest unused
-  kind 'j' (a recurring occurrence, next time computed): score, expected as for 'o';
+  kind 'j' (an occurrence the dispatcher read, with the next time computed for a recurring
+           job): score = its due score, expected = the job's next_ms (compare-and-set);
            next_ms/next_score = the following occurrence and its due score, '0' = none;
            fire '0' = skip this occurrence (misfire policy skip)
   kind 'r' (retry, replay or trigger of a run): score = its due ms in the retry set
 Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
   {-1} when the caller's lease or fence is stale; nothing was written
   earliest: the earliest due score left in the due or retry set ('' when both are empty)
-  needs: ids handed back: job ids for a call with kind 'j' (recurring, queue stream not
-         passed, or job hash gone), run ids of retries whose queue stream was not passed
+  needs: ids handed back: job ids of one-off items to send again with kind 'j' (recurring,
+         run before, queue stream not passed, or job hash gone), run ids of retries whose
+         queue stream was not passed
 ]]
 --!include util
 --!include trim_acked
@@ -45,6 +51,7 @@ local now = now_ms(ARGV[3])
 local now_s = string.format('%d', now)
 local maxlen, nq, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local group = ARGV[7]
+local no = tonumber(ARGV[8])
 
 local l = redis.call('HMGET', lease_key, 'owner', 'fence', 'expires_ms')
 if l[1] ~= owner or l[2] ~= fence or tonumber(l[3] or '0') <= now then
@@ -60,8 +67,46 @@ end
 local dispatched, skipped = 0, 0
 local out = {0, 0, ''}
 local unindex = {}  -- job ids leaving the due set: one ZREM for the whole call
-local a = 8
-local base = 5 + nq
+
+-- Dispatch a one-off job's first occurrence, its own run: the run's fields go into the job hash
+-- (see run_fields in util), written with the job's own change in one HSET.
+-- j: the job's status, next_ms, type, queue, spec as read.
+local function dispatch_own(job_key, stream_key, job_id, run_id, expected, j)
+  local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5],
+                         'o', '1')
+  used[stream_key] = true
+  redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', run_id, 'own_run', run_id,
+             'r.attempt', '1', 'r.state', 'dispatched', 'r.dispatched_ms', now_s,
+             'r.stream_id', sid)
+  emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', '1', 't', now_s,
+       's', expected, 'ty', j[3], 'q', j[4])
+  unindex[#unindex + 1] = job_id
+  dispatched = dispatched + 1
+end
+for i = 1, no do
+  -- A one-off job's first occurrence: two arguments and one key, nothing computed in Python.
+  local job_id, score = ARGV[7 + 2 * i], tonumber(ARGV[8 + 2 * i])
+  local job_key = KEYS[5 + nq + i]
+  local expected = string.format('%d', math.floor(score + 0.5))
+  local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec', 'cron',
+                       'own_run')
+  local qi = stream_at[j[4]] or 0
+  local stream_key = KEYS[qi]
+  if not j[1] or (j[6] and j[6] ~= '') or not stream_key or (j[7] and j[7] ~= '') then
+    out[#out + 1] = job_id  -- recurring, unknown queue, gone or run before: the dispatcher reads it
+  elseif j[1] ~= 'scheduled' then
+    -- Paused, cancelled or finished: such a job has no place in the due set (the scripts that
+    -- change its status remove it); a left-over entry would look due forever.
+    unindex[#unindex + 1] = job_id
+    skipped = skipped + 1
+  elseif score > now + 0.5 or j[2] ~= expected then
+    skipped = skipped + 1
+  else
+    dispatch_own(job_key, stream_key, job_id, job_id .. '@' .. expected, expected, j)
+  end
+end
+local a = 9 + 2 * no
+local base = 5 + nq + no
 for i = 1, n do
   local kind, job_id, run_id, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local expected, next_ms, next_score, fire = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
@@ -76,9 +121,7 @@ for i = 1, n do
     local once = (not j[6] or j[6] == '')
     local qi = stream_at[j[4]] or 0
     local stream_key = KEYS[qi]
-    if kind == 'o' and (not j[1] or not once or not stream_key) then
-      out[#out + 1] = job_id  -- recurring, unknown queue, or gone: the dispatcher reads it
-    elseif j[1] and j[1] ~= 'scheduled' then
+    if j[1] and j[1] ~= 'scheduled' then
       -- Paused, cancelled or finished: such a job has no place in the due set (the scripts that
       -- change its status remove it); a left-over entry would look due forever.
       unindex[#unindex + 1] = job_id
@@ -86,18 +129,8 @@ for i = 1, n do
     elseif score > now + 0.5 or j[2] ~= expected or not stream_key then
       skipped = skipped + 1
     elseif once and (not j[7] or j[7] == '') then
-      -- A one-off job's first occurrence is its own run: its fields go into the job hash (see
-      -- run_fields in util), written with the job's own change in one HSET.
-      local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5],
-                             'o', '1')
-      used[stream_key] = true
-      redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', run_id, 'own_run', run_id,
-                 'r.attempt', '1', 'r.state', 'dispatched', 'r.dispatched_ms', now_s,
-                 'r.stream_id', sid)
-      emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', '1', 't', now_s,
-           's', expected, 'ty', j[3], 'q', j[4])
-      unindex[#unindex + 1] = job_id
-      dispatched = dispatched + 1
+      -- A one-off job's first occurrence, handed back above for an unknown queue.
+      dispatch_own(job_key, stream_key, job_id, run_id, expected, j)
     else
       local last_run = nil
       if fire ~= '0' then

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,7 +84,8 @@ class Claimer:
         # A due score is the due ms minus priority/2048: due once it is <= now + 0.5.
         cutoff = now + 0.5
         earliest: float | None = None
-        plain: dict[int, list[list[Any]]] = {}  # claimable as read
+        plain: dict[int, list[list[Any]]] = {}  # claimable as read: retries
+        once: dict[int, list[tuple[str, float]]] = {}  # claimable as read: one-off jobs
         recurring: dict[int, list[tuple[str, float]]] = {}  # need their next time first
         i = 1
         for p in parts:
@@ -99,32 +100,33 @@ class Claimer:
                 later = [sc for _, sc in got if sc > cutoff] + [sc for _, sc in head if sc > cutoff]
                 if later:
                     earliest = min(later) if earliest is None else min(earliest, *later)
-            items: list[list[Any]] = []
+            ones: list[tuple[str, float]] = []
+            cron = self._cron
             for m, sc in due:
                 if sc > cutoff:
                     break
                 job_id = m.decode()
-                if job_id in self._cron:
+                if job_id in cron:
                     recurring.setdefault(p, []).append((job_id, sc))
                 else:
-                    expected = int(round(sc))
-                    items.append(["o", job_id, f"{job_id}@{expected}", sc, expected, 0, 0, 1])
+                    ones.append((job_id, sc))
+            if ones:
+                once[p] = ones
+            items: list[list[Any]] = []
             for m, sc in ret:
                 if sc > now:
                     break
                 rid = m.decode()
                 items.append(["r", rid.rsplit("@", 1)[0], rid, sc, 0, 0, 0, 1])
             if items:
-                if ret:
-                    items.sort(key=lambda it: it[3])
                 plain[p] = items
-        if not plain and not recurring:
+        if not plain and not once and not recurring:
             out.earliest_ms = None if earliest is None else int(round(earliest))
             return out
 
         now_arg = now if self.clock else 0
-        if plain:
-            needs = await self._claim(plain, owned, now_arg, out)
+        if plain or once:
+            needs = await self._claim(plain, owned, now_arg, out, once)
             for p, ids in needs.items():
                 recurring.setdefault(p, []).extend(ids)
         if recurring:
@@ -135,17 +137,21 @@ class Claimer:
         return out
 
     async def _claim(self, calls_by_part: dict[int, list[list[Any]]], owned: dict[int, int],
-                     now_arg: int, out: ClaimResult) -> dict[int, list[tuple[str, float]]]:
+                     now_arg: int, out: ClaimResult,
+                     once: dict[int, list[tuple[str, float]]] | None = None,
+                     ) -> dict[int, list[tuple[str, float]]]:
         """One claim script per partition; returns the job ids handed back, with their scores.
 
         The calls go out as soon as their arguments are built, CLAIMS_IN_FLIGHT at a time:
         Redis runs one partition's script while Python builds the next, and workers' reads and
         reports get their turn between two scripts instead of waiting behind all of them."""
-        parts = list(calls_by_part)
+        once = once or {}
+        parts = sorted({*calls_by_part, *once})
         slots = asyncio.Semaphore(CLAIMS_IN_FLIGHT)
 
         async def claim(p: int) -> Any:
-            call = self._claim_call(p, owned[p], now_arg, calls_by_part[p])
+            call = self._claim_call(p, owned[p], now_arg, calls_by_part.get(p, []),
+                                    once.get(p, []))
             async with slots:
                 return (await scripts.acall_many(self.r, [call]))[0]
 
@@ -165,7 +171,10 @@ class Claimer:
                 out.left.append(float(res[2]))
             if len(res) > 3:
                 handed = {_s(x) for x in res[3:]}
-                for it in calls_by_part[p]:
+                for job_id, score in once.get(p, []):
+                    if job_id in handed:
+                        needs.setdefault(p, []).append((job_id, score))
+                for it in calls_by_part.get(p, []):
                     if it[0] == "r" and it[2] in handed:
                         # A retry on a queue this claimer did not know: reload the partition's
                         # queues and go again at once.
@@ -238,12 +247,18 @@ class Claimer:
         return ["j", job_id, make_run_id(job_id, expected), score, next_ms or "0", nxt, nxt_score,
                 fire]
 
-    def _claim_call(self, p: int, fence: int, now: int, items: list[list[Any]]) -> scripts.Call:
+    def _claim_call(self, p: int, fence: int, now: int, items: list[list[Any]],
+                    once: Sequence[tuple[str, float]] = ()) -> scripts.Call:
         queues = self._queues.get(p) or []
         ks = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p), keys.stats(p)]
         ks += [keys.stream(p, q) for q in queues]
         args: list[Any] = [self.owner, fence, now, self.events_maxlen, len(queues), len(items),
-                           keys.GROUP]
+                           keys.GROUP, len(once)]
+        # One-off jobs: a key and two values each (see lua/claim.lua), built without a call.
+        prefix = keys.job(p, "")
+        for job_id, score in once:
+            ks.append(prefix + job_id)
+            args += (job_id, score)
         for it in items:
             ks += [keys.job(p, it[1]), keys.run(p, it[2])]
             args += it

@@ -45,6 +45,7 @@ MAX_RESULT_BYTES = 16 * 1024
 CONSUMER_IDLE_MS = 3_600_000  # a consumer this idle with nothing pending belonged to a dead worker
 MAX_ERROR_CHARS = 2000
 FLUSHES_IN_FLIGHT = 4
+SPEC_CACHE = 4096  # distinct packed specs kept unpacked
 
 
 class UnknownJobType(Exception):
@@ -67,6 +68,7 @@ class Inflight:
     starting: bool = False  # a start script for it is under way
     finished: bool = False  # its handler returned; the report records the start if need be
     run_key: str = ""  # where the run's fields live (the job hash for a one-off job's own run)
+    job_key: str = ""
     sched_ms: int = 0
 
 
@@ -76,9 +78,10 @@ def _inflight(p: int, stream: str, eid: str, f: dict[bytes, bytes], attempt: int
     marks a one-off job's own run, whose fields live in the job hash (lua/include/util.lua)."""
     rid = f[b"r"].decode()
     job_id, _, sched = rid.rpartition("@")
-    run_key = keys.job(p, job_id) if b"o" in f else keys.run(p, rid)
+    job_key = keys.job(p, job_id)
+    run_key = job_key if b"o" in f else keys.run(p, rid)
     return Inflight(p, stream, eid, rid, job_id, 0, attempt, t0, run_key=run_key,
-                    sched_ms=int(sched))
+                    job_key=job_key, sched_ms=int(sched))
 
 
 @dataclass(slots=True)
@@ -146,6 +149,7 @@ class Worker:
         self._finished = 0  # in-flight runs whose handler has returned (report pending)
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_at = float("inf")
+        self._specs: dict[bytes, dict[str, Any]] = {}
 
     @property
     def counts(self) -> dict[str, int]:
@@ -183,7 +187,7 @@ class Worker:
         if free <= 0:
             return 0
         # COUNT applies per stream: split the free slots so one read cannot overshoot the
-        # concurrency by more than one entry per stream (the semaphore in _execute holds those).
+        # concurrency by more than one entry per stream (the semaphore in _handle holds those).
         count = max(1, free // len(self.streams))
         resp: Any = await self.r.xreadgroup(
             keys.GROUP, self.id, {s: ">" for s in self.streams}, count=count, block=block_ms
@@ -232,16 +236,20 @@ class Worker:
 
     def _run(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
         self.inflight[fl.run_id] = fl
-        task = asyncio.create_task(self._execute(fl, f))
+        task = asyncio.create_task(self._handle(fl, f))
         fl.task = task
         self.tasks.add(task)
 
-    async def _execute(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
-        # Leaves the task set itself: a done callback per run cost another loop turn.
-        try:
-            await self._handle(fl, f)
-        finally:
-            self.tasks.discard(fl.task)
+    def _spec(self, raw: bytes | None) -> dict[str, Any]:
+        """A run's spec, unpacked once per distinct spec: jobs scheduled in a batch mostly share
+        theirs.  Shared dicts are only read; the payload inside stays packed (unpacked per run)."""
+        key = raw or b""
+        sp = self._specs.get(key)
+        if sp is None:
+            if len(self._specs) >= SPEC_CACHE:
+                self._specs.clear()
+            sp = self._specs[key] = unpack_spec(raw)
+        return sp
 
     async def _start(self, entries: list[tuple[str, str, dict[bytes, bytes]]],
                      reclaimed: bool = False) -> int:
@@ -274,7 +282,7 @@ class Worker:
             args: list[Any] = [self.id, 0, self.settings.events_maxlen, keys.GROUP, len(items),
                                self.settings.history_len]
             for fl in items:
-                ks += [fl.run_key, keys.job(p, fl.job_id), fl.stream, keys.history(p, fl.job_id)]
+                ks += [fl.run_key, fl.job_key, fl.stream, keys.history(p, fl.job_id)]
                 args += [fl.run_id, fl.entry_id, int((now - fl.t0) * 1000), int(reclaimed)]
                 fl.starting = True
             calls.append(("start", ks, args))
@@ -313,58 +321,63 @@ class Worker:
     # --- running -----------------------------------------------------------------------------
 
     async def _handle(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
-        jtype = f[b"t"].decode()
-        sp = unpack_spec(f.get(b"x"))
-        timeout_s = int(sp.get("timeout_ms") or 300_000) / 1000
-        await self._sem.acquire()
-        t0 = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        # One timer for the earliest deadline of all runs, not one per run (see _arm).
-        fl.deadline = loop.time() + timeout_s
-        if fl.deadline < self._expiry_at:
-            self._arm(fl.deadline)
-        status, text = "succeeded", "null"
+        # Leaves the task set itself (a done callback per run cost another loop turn), in the
+        # same coroutine (a wrapper coroutine per run cost a frame and a send).
         try:
-            reg = self.app.handlers.get(jtype)
-            if reg is None:
-                raise UnknownJobType(
-                    f"no handler registered for job type {jtype!r} in app {self.app.name!r} "
-                    f"(registered: {', '.join(sorted(self.app.handlers)) or 'none'})"
-                )
-            ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, fl.sched_ms,
-                             unpack_payload(sp.get("payload")), self.id)
-            if reg.is_async:
-                result = await reg.fn(ctx)
-            else:
-                # A sync handler past its timeout keeps its thread (Python cannot stop it).
-                result = await loop.run_in_executor(self.pool, reg.fn, ctx)
-            text = "null" if result is None else _encode_result(result)
-        except asyncio.CancelledError:
-            if fl.timed_out:
-                status, text = "timed_out", f"timed out after {timeout_s:g} s"
-            else:
-                self.inflight.pop(fl.run_id, None)
-                self._slot.set()
-                raise  # shutdown past the grace period: no report, the run will be reclaimed
-        except Exception as e:  # noqa: BLE001 - any handler error is a failed attempt
-            status, text = "failed", f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
+            jtype = f[b"t"].decode()
+            sp = self._spec(f.get(b"x"))
+            timeout_s = int(sp.get("timeout_ms") or 300_000) / 1000
+            await self._sem.acquire()
+            t0 = time.perf_counter()
+            loop = asyncio.get_running_loop()
+            # One timer for the earliest deadline of all runs, not one per run (see _arm).
+            fl.deadline = loop.time() + timeout_s
+            if fl.deadline < self._expiry_at:
+                self._arm(fl.deadline)
+            status, text = "succeeded", "null"
+            try:
+                reg = self.app.handlers.get(jtype)
+                if reg is None:
+                    raise UnknownJobType(
+                        f"no handler registered for job type {jtype!r} in app {self.app.name!r} "
+                        f"(registered: {', '.join(sorted(self.app.handlers)) or 'none'})"
+                    )
+                ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, fl.sched_ms,
+                                 unpack_payload(sp.get("payload")), self.id)
+                if reg.is_async:
+                    result = await reg.fn(ctx)
+                else:
+                    # A sync handler past its timeout keeps its thread (Python cannot stop it).
+                    result = await loop.run_in_executor(self.pool, reg.fn, ctx)
+                text = "null" if result is None else _encode_result(result)
+            except asyncio.CancelledError:
+                if fl.timed_out:
+                    status, text = "timed_out", f"timed out after {timeout_s:g} s"
+                else:
+                    self.inflight.pop(fl.run_id, None)
+                    self._slot.set()
+                    raise  # shutdown past the grace period: no report, the run will be reclaimed
+            except Exception as e:  # noqa: BLE001 - any handler error is a failed attempt
+                status, text = "failed", f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
+            finally:
+                self._sem.release()
+                fl.deadline = float("inf")
+            duration = int((time.perf_counter() - t0) * 1000)
+            delay = 0
+            if status != "succeeded":
+                delay = retry_delay_ms(fl.attempt, int(sp.get("backoff_base_ms", 1000)),
+                                       int(sp.get("backoff_cap_ms", 3_600_000)))
+                log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status, text,
+                            extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
+            self.metrics.duration.observe(jtype, duration / 1000)
+            self.done.append(Outcome(fl, status, duration, text, delay, jtype,
+                                     self.streams[fl.stream][1]))
+            self._finished += 1
+            fl.finished = True
+            self._done_evt.set()
+            self._slot.set()
         finally:
-            self._sem.release()
-            fl.deadline = float("inf")
-        duration = int((time.perf_counter() - t0) * 1000)
-        delay = 0
-        if status != "succeeded":
-            delay = retry_delay_ms(fl.attempt, int(sp.get("backoff_base_ms", 1000)),
-                                   int(sp.get("backoff_cap_ms", 3_600_000)))
-            log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status, text,
-                        extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
-        self.metrics.duration.observe(jtype, duration / 1000)
-        self.done.append(Outcome(fl, status, duration, text, delay, jtype,
-                                 self.streams[fl.stream][1]))
-        self._finished += 1
-        fl.finished = True
-        self._done_evt.set()
-        self._slot.set()
+            self.tasks.discard(fl.task)
 
     def _arm(self, at: float) -> None:
         if self._expiry is not None:
@@ -411,7 +424,7 @@ class Worker:
                                self.settings.finished_ttl_ms]
             for o in items:
                 fl = o.fl
-                ks += [fl.run_key, keys.job(p, fl.job_id), keys.history(p, fl.job_id), fl.stream]
+                ks += [fl.run_key, fl.job_key, keys.history(p, fl.job_id), fl.stream]
                 args += [fl.run_id, fl.fence, o.status, o.duration_ms, o.text, o.delay_ms,
                          fl.entry_id, int((now - fl.t0) * 1000)]
             calls.append(("complete", ks, args))
@@ -462,11 +475,11 @@ class Worker:
             if fl.fence > 0:
                 by_part[fl.partition].append(fl)
         calls: list[scripts.Call] = []
-        for p, items in by_part.items():
+        for items in by_part.values():
             ks: list[str] = []
             args: list[Any] = [self.id, 0, keys.GROUP, len(items)]
             for fl in items:
-                ks += [fl.run_key, keys.job(p, fl.job_id), fl.stream]
+                ks += [fl.run_key, fl.job_key, fl.stream]
                 args += [fl.run_id, fl.fence, fl.entry_id]
             calls.append(("heartbeat", ks, args))
         lost = 0
