@@ -170,7 +170,8 @@ for i = 1, n do
     local due = redis.call('ZSCORE', retry_key, run_id)
     local j = redis.call('HMGET', job_key, 'status', 'type', 'spec', 'own_run', 'queue', 'r.state',
                          'r.attempt')
-    local own = j[4] == run_id
+    -- Own run: its fields are in the job hash (a run written before they were has its own hash)
+    local own = j[4] == run_id and j[6] ~= false
     local F, rkey, state, attempt_s, queue = OWN_RUN, job_key, j[6], j[7], j[5]
     if not own then
       local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue')

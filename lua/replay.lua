@@ -13,7 +13,7 @@ local run_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
 local job_id = string.match(run_id, '^(.*)@%d+$')  -- the job id, from the run id
 local j = redis.call('HMGET', job_key, 'status', 'own_run', 'r.state', 'type')
 local F, rkey, state, jtype = OWN_RUN, job_key, j[3], j[4]
-if j[2] ~= run_id then
+if j[2] ~= run_id or not j[3] then  -- not the own run, or written before own runs moved
   local r = redis.call('HMGET', run_key, 'state', 'type')
   F, rkey, state, jtype = PLAIN_RUN, run_key, r[1], r[2]
 end

@@ -16,7 +16,7 @@ from rsched.client import Scripts
 from rsched.cron import parse_cron
 from rsched.errors import PayloadTooLarge, UnsafeRedis
 from rsched.ids import partition_for_key
-from rsched.models import partition_of
+from rsched.models import partition_of, run_fields
 
 
 def job_keys(r: redis.Redis) -> list[bytes]:
@@ -363,3 +363,17 @@ def test_a_job_scheduled_paused_is_not_due_until_resumed(client: Client, r: redi
     resumed = client.resume(job.id)
     assert resumed.status is JobStatus.SCHEDULED
     assert r.zscore(keys.due(job.partition), job.id) == job.next_ms
+
+
+def test_run_fields_finds_an_own_run_in_its_job_hash_and_any_other_run_in_its_own_hash() -> None:
+    job = {b"own_run": b"j@5", b"type": b"t", b"queue": b"q", b"status": b"scheduled",
+           b"r.state": b"running", b"r.attempt": b"2", b"h:1-0:1": b"{}"}
+    assert run_fields("j@5", {}, job) == {b"state": b"running", b"attempt": b"2", b"type": b"t",
+                                          b"queue": b"q"}
+    other = {b"state": b"succeeded", b"type": b"t"}
+    assert run_fields("j@9", other, job) == other  # a trigger's run: a hash of its own
+    assert run_fields("j@9", {}, job) is None
+    # An own run written before own runs moved into the job hash (no r.* fields) keeps its hash.
+    old = {k: v for k, v in job.items() if not k.startswith(b"r.")}
+    assert run_fields("j@5", other, old) == other
+    assert run_fields("j@5", {}, old) is None
