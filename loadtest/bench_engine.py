@@ -74,7 +74,8 @@ def succeeded(r: redis.Redis, partitions: int) -> int:
 
 
 def started_events(r: redis.Redis, partitions: int) -> list[tuple[str, int, int]]:
-    """(run id, sched ms, started ms) of every 'started' event, read from the events streams."""
+    """(run id, sched ms, started ms) of every start, read from the events streams: 'started'
+    events, and outcome events that carry their run's start ('st', lua/complete.lua)."""
     out = []
     for i in range(partitions):
         last = "-"
@@ -87,6 +88,8 @@ def started_events(r: redis.Redis, partitions: int) -> list[tuple[str, int, int]
             for _eid, f in batch:
                 if f[b"e"] == b"started":
                     out.append((f[b"r"].decode(), int(f[b"s"]), int(f[b"t"])))
+                elif b"st" in f:
+                    out.append((f[b"r"].decode(), int(f[b"s"]), int(f[b"st"])))
             last = batch[-1][0].decode()
     return out
 

@@ -6,6 +6,8 @@ since a dead worker's XACK would succeed on an entry another consumer now owns).
 finished before its worker recorded its start (fence '0': workers start fresh runs at once and
 record the start only of runs still going after a moment) is started here first, under the same
 checks start.lua applies to a fresh entry: still 'dispatched', under this very stream entry.
+Such a run has no 'started' history event: its outcome event records the start as 'st' (the
+handler's start time) and 'f' (its fence), and the archive reads the start from there.
 
 KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
 KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
@@ -59,11 +61,10 @@ for i = 1, n do
   local start_fields = nil
   if fence == '0' and stream_id == sid then
     if state == 'dispatched' then
-      -- Start and finish in one go: the start event carries the handler's real start time.
+      -- Start and finish in one go: no 'started' event of its own, the outcome event carries the
+      -- handler's real start time ('st') and the fence ('f'): one XADD per run fewer.
       fence = tostring(tonumber(run_fence or '0') + 1)
       local started = string.format('%d', now - elapsed)
-      emit(events_key, maxlen, 'e', 'started', 'j', job_id, 'r', run_id, 'a', attempt_s, 't', started,
-           'w', worker, 'f', fence, 'ty', jtype, 's', sched)
       state, run_worker, run_fence, started_ms = 'running', worker, fence, started
       start_fields = {F.worker, worker, F.fence, fence, F.started_ms, started}
     elseif run_worker == worker then
@@ -98,15 +99,28 @@ for i = 1, n do
       end
       if done and finished_ttl > 0 then redis.call('PEXPIRE', job_key, ARGV[8]) end
       rec.result = text
-      emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', attempt_s, 't', now_s,
-           'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue, 's', sched, 'res', text)
+      if start_fields then
+        emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', attempt_s,
+             't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue, 's', sched,
+             'res', text, 'st', started_ms, 'f', fence)
+      else
+        emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', attempt_s,
+             't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue, 's', sched,
+             'res', text)
+      end
       ok_count = ok_count + 1
       out[i] = 1
     else
-      if start_fields then redis.call('HSET', run_key, unpack(start_fields)) end
       rec.error = text
-      emit(events_key, maxlen, 'e', outcome, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-           'w', worker, 'd', duration, 'ty', jtype, 'q', queue, 's', sched, 'err', text)
+      if start_fields then
+        redis.call('HSET', run_key, unpack(start_fields))
+        emit(events_key, maxlen, 'e', outcome, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
+             'w', worker, 'd', duration, 'ty', jtype, 'q', queue, 's', sched, 'err', text,
+             'st', started_ms, 'f', fence)
+      else
+        emit(events_key, maxlen, 'e', outcome, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
+             'w', worker, 'd', duration, 'ty', jtype, 'q', queue, 's', sched, 'err', text)
+      end
       fail_count = fail_count + 1
       local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1')
       if attempt < max_attempts then

@@ -42,7 +42,7 @@ from rsched.archive import (
 )
 from rsched.archive.events import decode
 from rsched.archive.postgres import partition_name
-from rsched.archive.store import DAY_MS, migrations, redact, sqlite_path
+from rsched.archive.store import DAY_MS, SCHEMA_MIGRATIONS, migrations, redact, sqlite_path
 
 PARTITIONS = 4
 
@@ -151,7 +151,8 @@ def produce(r: redis.Redis, runs: int, partitions: int = PARTITIONS) -> list[tup
 def test_migrations_ship_in_the_package_for_both_dialects() -> None:
     for dialect in ("postgres", "sqlite"):
         found = migrations(dialect)
-        assert [(m.version, m.name) for m in found] == [(1, "events"), (2, "run_attempts")]
+        assert [(m.version, m.name) for m in found] == [
+            (1, "events"), (2, "run_attempts"), (3, "started_ms"), (4, "run_attempts_started")]
         assert "CREATE TABLE events" in found[0].sql and "CREATE VIEW run_attempts" in found[1].sql
     assert "PARTITION BY RANGE (sid_ms)" in migrations("postgres")[0].sql
 
@@ -161,11 +162,12 @@ def test_migrations_are_applied_on_start_once_and_recorded(archive_url: str) -> 
     second = open_store(archive_url)
     try:
         first.connect()
-        assert first.applied_migrations() == [1, 2]
+        assert first.applied_migrations() == [1, 2, 3, 4]
         second.connect()  # a second archiver starting later applies nothing again
-        assert second.applied_migrations() == [1, 2]
+        assert second.applied_migrations() == [1, 2, 3, 4]
         rows = second.fetchall("SELECT version, name FROM schema_migrations ORDER BY version")
-        assert [tuple(row) for row in rows] == [(1, "events"), (2, "run_attempts")]
+        assert [tuple(row) for row in rows] == [
+            (1, "events"), (2, "run_attempts"), (3, "started_ms"), (4, "run_attempts_started")]
         assert second.fetchall("SELECT count(*) FROM run_attempts") == [(0,)]
     finally:
         first.close()
@@ -194,10 +196,36 @@ def test_concurrent_starts_against_an_empty_postgres_migrate_once(pg_dsn: str) -
         for t in threads:
             t.join(30)
         assert errors == []
-        assert stores[0].applied_migrations() == [1, 2]
+        assert stores[0].applied_migrations() == [1, 2, 3, 4]
     finally:
         for s in stores:
             s.close()
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.mark.postgres
+def test_a_postgres_archive_at_version_2_upgrades_and_keeps_its_events(pg_dsn: str) -> None:
+    """Migrations 3-4 (outcome events that carry their run's start) on a live partitioned table."""
+    schema = f"t_{secrets.token_hex(4)}"
+    url = f"{pg_dsn}?options=-csearch_path%3D{schema}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(SCHEMA_MIGRATIONS)
+        for m in migrations("postgres")[:2]:
+            conn.execute(m.sql.encode())
+            conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, 0)", (m.version, m.name))
+        conn.execute("CREATE TABLE events_old PARTITION OF events FOR VALUES FROM (0) TO (10)")
+        conn.execute("INSERT INTO events (sid_ms, sid_seq, part, event, job_id, run_id, attempt, "
+                     "ts_ms, worker, fence) VALUES (1, 0, 0, 'started', 'j', 'j@1', 1, 5, 'w', 1)")
+    store = open_store(url)
+    try:
+        store.connect()
+        assert store.applied_migrations() == [1, 2, 3, 4]
+        assert store.fetchall("SELECT status, started_ms, fence, worker FROM run_attempts") == [
+            ("running", 5, 1, "w")]
+    finally:
+        store.close()
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
@@ -514,6 +542,10 @@ def job_story(r: redis.Redis, base: int) -> None:
     emit(r, JOB, "started", r=run(11), a=1, t=s11 + 2, w="w3", f=1, ty="email", s=s11)
     s12 = base + 12 * 60_000  # triggered, not dispatched yet: no attempt to show
     emit(r, JOB, "triggered", r=run(12), t=s12, ty="email")
+    s13 = base + 13 * 60_000  # started and finished within one report: no 'started' event
+    emit(r, JOB, "dispatched", r=run(13), a=1, t=s13, s=s13, ty="email", q="default")
+    emit(r, JOB, "succeeded", r=run(13), a=1, t=s13 + 9, w="w4", d=6, ty="email", q="default",
+         s=s13, res="13", st=s13 + 3, f=1)
 
 
 def all_events(r: redis.Redis) -> list[Any]:
@@ -548,11 +580,11 @@ def test_the_fold_reads_a_jobs_life_as_attempts(r: redis.Redis) -> None:
     job_story(r, 1_700_000_000_000)
     got = {(a.sched_ms - 1_700_000_000_000) // 60_000: a for a in expected_history(r)}
     h = expected_history(r)
-    assert len(h) == 15 and [a.key for a in h] == sorted((a.key for a in h), reverse=True)
+    assert len(h) == 16 and [a.key for a in h] == sorted((a.key for a in h), reverse=True)
     by_run = [(i, a.replays, a.attempt, a.status) for a in h
               if (i := (a.sched_ms - 1_700_000_000_000) // 60_000) >= 6]
     assert by_run == [
-        (11, 0, 1, "running"), (10, 0, 1, "failed"), (9, 0, 0, "skipped"),
+        (13, 0, 1, "succeeded"), (11, 0, 1, "running"), (10, 0, 1, "failed"), (9, 0, 0, "skipped"),
         (8, 0, 2, "succeeded"), (8, 0, 1, "abandoned"), (7, 1, 1, "succeeded"),
         (7, 0, 1, "failed"), (6, 0, 2, "succeeded"), (6, 0, 1, "failed"),
     ]
@@ -566,6 +598,8 @@ def test_the_fold_reads_a_jobs_life_as_attempts(r: redis.Redis) -> None:
     run6 = [a for a in h if a.run_id.endswith(str(1_700_000_000_000 + 6 * 60_000))]
     assert run6[1].retry_at_ms == 1_700_000_000_000 + 6 * 60_000 + 2000
     assert got[10].error == "IOError"  # failed, then abandoned on cancel: the failure shows
+    # The start carried by the outcome event of a run started and finished in one report.
+    assert (got[13].started_ms - got[13].sched_ms, got[13].fence, got[13].worker) == (3, 1, "w4")
 
 
 def test_the_run_attempts_view_folds_events_like_the_read_path(
@@ -584,7 +618,7 @@ def test_the_run_attempts_view_folds_events_like_the_read_path(
                                                                     separators=(",", ":")),
          a.retry_at_ms)
         for a in fold(store.job_events(JOB, None, None) + store.job_events("1-NOISE", None, None)))
-    assert len(view) == 21
+    assert len(view) == 22
     assert view == folded
 
 

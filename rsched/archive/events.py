@@ -16,14 +16,17 @@ from typing import NamedTuple
 COLUMNS = (
     "sid_ms", "sid_seq", "part", "event", "job_id", "run_id", "attempt", "ts_ms", "worker",
     "duration_ms", "job_type", "queue", "sched_ms", "error", "result", "fence", "retry_at_ms",
-    "extra",
+    "extra", "started_ms",
 )  # fmt: skip
 """Column order shared by the migrations, COPY, INSERT and every read query."""
 
 # Stream fields with a column (see CONTEXT: e, j, r, a, t, w, d, ty, q, s, err, res, f; 'at' is
-# the retry time of retry_scheduled).  's' (sched ms) is derived from the run id when there is one.
+# the retry time of retry_scheduled; 'st' the start time an outcome event carries when its run
+# started and finished within one report, with no 'started' event of its own).  's' (sched ms)
+# is derived from the run id when there is one.
 KNOWN = frozenset(
-    (b"e", b"j", b"r", b"a", b"t", b"w", b"d", b"ty", b"q", b"s", b"err", b"res", b"f", b"at")
+    (b"e", b"j", b"r", b"a", b"t", b"w", b"d", b"ty", b"q", b"s", b"err", b"res", b"f", b"at",
+     b"st")
 )
 _INT64 = 2**63 - 1
 
@@ -58,6 +61,7 @@ class EventRow(NamedTuple):
     fence: int | None
     retry_at_ms: int | None
     extra: str | None
+    started_ms: int | None = None  # an outcome that also records its run's start (lua/complete.lua)
 
     @property
     def sid(self) -> str:
@@ -126,7 +130,7 @@ def _fast(part: int, sid: bytes, f: dict[bytes, bytes]) -> EventRow | None:
             run_id, _n(g(b"a")), _n(g(b"t")), w.decode() if w else None, _n(g(b"d")),
             ty.decode() if ty else None, q.decode() if q else None,
             _n(g(b"s")) if sched is None else sched, err.decode() if err else None,
-            res.decode() if res else None, _n(g(b"f")), _n(g(b"at")), None,
+            res.decode() if res else None, _n(g(b"f")), _n(g(b"at")), None, _n(g(b"st")),
         )
     except (ValueError, UnicodeDecodeError):
         return None
@@ -150,6 +154,7 @@ def decode(part: int, sid: bytes | str, f: dict[bytes, bytes]) -> EventRow:
         _int(g(b"a"), b"a", bad), _int(g(b"t"), b"t", bad), _text(g(b"w")),
         _int(g(b"d"), b"d", bad), _text(g(b"ty")), _text(g(b"q")), sched, _text(g(b"err")),
         _text(g(b"res")), _int(g(b"f"), b"f", bad), _int(g(b"at"), b"at", bad), None,
+        _int(g(b"st"), b"st", bad),
     )
     unknown = f.keys() - KNOWN
     if unknown or bad:

@@ -76,6 +76,10 @@ def _max(values: Iterable[Any]) -> Any:
     return max(present) if present else None
 
 
+def _coalesce(first: Any, second: Any) -> Any:
+    return second if first is None else first
+
+
 def _min(values: Iterable[Any]) -> Any:
     present = [v for v in values if v is not None]
     return min(present) if present else None
@@ -91,8 +95,11 @@ def _result(text: str | None) -> Any:
 
 
 def _attempt(evs: list[EventRow], replays: int, attempt: int, archived: bool) -> RunAttempt:
-    """Mirror of the run_attempts view (migrations/0002_run_attempts.sql): keep them together."""
+    """Mirror of the run_attempts view (migrations/0004_run_attempts_started.sql): keep them
+    together.  A run that started and finished within one report has no 'started' event: its
+    outcome event carries the start (started_ms, fence)."""
     seen = {e.event for e in evs}
+    carried = [e for e in evs if e.started_ms is not None]
 
     def of(kinds: Iterable[str], column: str) -> list[Any]:
         wanted = set(kinds)
@@ -100,17 +107,18 @@ def _attempt(evs: list[EventRow], replays: int, attempt: int, archived: bool) ->
 
     status = next((o for o in OUTCOMES if o in seen), None) or (
         "dead" if "dead_lettered" in seen else "skipped" if "skipped" in seen
-        else "running" if "started" in seen else "dispatched")
+        else "running" if "started" in seen or carried else "dispatched")
     first = evs[0]
     return RunAttempt(
         job_id=first.job_id or "", run_id=first.run_id or "", replays=replays, attempt=attempt,
         sched_ms=_min(e.sched_ms for e in evs), status=status,
         dead_lettered="dead_lettered" in seen, job_type=_min(e.job_type for e in evs),
         queue=_min(e.queue for e in evs), dispatched_ms=_min(of(["dispatched"], "ts_ms")),
-        started_ms=_min(of(["started"], "ts_ms")), ended_ms=_min(of(_ENDS, "ts_ms")),
+        started_ms=_coalesce(_min(of(["started"], "ts_ms")), _min(e.started_ms for e in carried)),
+        ended_ms=_min(of(_ENDS, "ts_ms")),
         duration_ms=_max(e.duration_ms for e in evs),
         worker=_max(of(["started"], "worker")) or _max(of(OUTCOMES, "worker")),
-        fence=_max(of(["started"], "fence")),
+        fence=_coalesce(_max(of(["started"], "fence")), _max(e.fence for e in carried)),
         error=_max(of(["timed_out", "failed"], "error")) or _max(of(["abandoned"], "error"))
         or _max(of(["dead_lettered", "skipped"], "error")),
         result=_result(_max(of(["succeeded"], "result"))),
