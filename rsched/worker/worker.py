@@ -45,7 +45,8 @@ MAX_RESULT_BYTES = 16 * 1024
 CONSUMER_IDLE_MS = 3_600_000  # a consumer this idle with nothing pending belonged to a dead worker
 MAX_ERROR_CHARS = 2000
 FLUSHES_IN_FLIGHT = 4
-SPEC_CACHE = 4096  # distinct packed specs kept unpacked
+SPEC_CACHE = 4096  # distinct packed specs kept unpacked...
+SPEC_CACHE_BYTES = 512  # ...of at most this size (a spec holds the payload: keep memory small)
 
 
 class UnknownJobType(Exception):
@@ -246,9 +247,11 @@ class Worker:
         key = raw or b""
         sp = self._specs.get(key)
         if sp is None:
-            if len(self._specs) >= SPEC_CACHE:
-                self._specs.clear()
-            sp = self._specs[key] = unpack_spec(raw)
+            sp = unpack_spec(raw)
+            if len(key) <= SPEC_CACHE_BYTES:
+                if len(self._specs) >= SPEC_CACHE:
+                    self._specs.clear()
+                self._specs[key] = sp
         return sp
 
     async def _start(self, entries: list[tuple[str, str, dict[bytes, bytes]]],
