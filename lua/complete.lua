@@ -73,9 +73,6 @@ for i = 1, n do
   end
   if state == 'running' and run_worker == worker and run_fence == fence then
     local attempt = tonumber(attempt_s)
-    local rec = {run = run_id, attempt = attempt, status = outcome, worker = worker,
-                 sched_ms = tonumber(sched), started_ms = tonumber(started_ms), ended_ms = now,
-                 duration_ms = duration}
     if outcome == 'succeeded' then
       local w = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s, F.result, text}
       if start_fields then
@@ -98,7 +95,6 @@ for i = 1, n do
         if done then redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now_s) end
       end
       if done and finished_ttl > 0 then redis.call('PEXPIRE', job_key, ARGV[8]) end
-      rec.result = text
       if start_fields then
         emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', attempt_s,
              't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue, 's', sched,
@@ -111,7 +107,6 @@ for i = 1, n do
       ok_count = ok_count + 1
       out[i] = 1
     else
-      rec.error = text
       if start_fields then
         redis.call('HSET', run_key, unpack(start_fields))
         emit(events_key, maxlen, 'e', outcome, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
@@ -141,7 +136,11 @@ for i = 1, n do
     if not own or outcome ~= 'succeeded' then
       -- The success of a one-off job's own run needs no record: its fields in the job hash,
       -- kept as long as the job, hold it (Client.runs reads them back).  On the hottest path
-      -- that saves a third of this script's time.
+      -- that saves a third of this script's time (and the record is built only when kept).
+      local rec = {run = run_id, attempt = attempt, status = outcome, worker = worker,
+                   sched_ms = tonumber(sched), started_ms = tonumber(started_ms), ended_ms = now,
+                   duration_ms = duration}
+      if outcome == 'succeeded' then rec.result = text else rec.error = text end
       remember(job_key, hist_key, hlen, own, stream_id, rec)
     end
     local ids = acks[stream_key]
