@@ -86,10 +86,13 @@ def started_events(r: redis.Redis, partitions: int) -> list[tuple[str, int, int]
             if not batch:
                 break
             for _eid, f in batch:
+                # A run id is <job id>@<scheduled ms>.
                 if f[b"e"] == b"started":
-                    out.append((f[b"r"].decode(), int(f[b"s"]), int(f[b"t"])))
+                    rid = f[b"r"].decode()
+                    out.append((rid, int(rid.rpartition("@")[2]), int(f[b"t"])))
                 elif b"st" in f:
-                    out.append((f[b"r"].decode(), int(f[b"s"]), int(f[b"st"])))
+                    rid = f[b"r"].decode()
+                    out.append((rid, int(rid.rpartition("@")[2]), int(f[b"st"])))
             last = batch[-1][0].decode()
     return out
 

@@ -71,15 +71,15 @@ local unindex = {}  -- job ids leaving the due set: one ZREM for the whole call
 -- Dispatch a one-off job's first occurrence, its own run: the run's fields go into the job hash
 -- (see run_fields in util), written with the job's own change in one HSET.
 -- j: the job's status, next_ms, type, queue, spec as read.
-local function dispatch_own(job_key, stream_key, job_id, run_id, expected, j)
+local function dispatch_own(job_key, stream_key, job_id, run_id, j)
   local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5],
                          'o', '1')
   used[stream_key] = true
   redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', run_id, 'own_run', run_id,
              'r.attempt', '1', 'r.state', 'dispatched', 'r.dispatched_ms', now_s,
              'r.stream_id', sid)
-  emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', '1', 't', now_s,
-       's', expected, 'ty', j[3], 'q', j[4])
+  emit(events_key, maxlen, 'e', 'dispatched', 'r', run_id, 'a', '1', 't', now_s, 'ty', j[3],
+       'q', j[4])
   unindex[#unindex + 1] = job_id
   dispatched = dispatched + 1
 end
@@ -102,7 +102,7 @@ for i = 1, no do
   elseif score > now + 0.5 or j[2] ~= expected then
     skipped = skipped + 1
   else
-    dispatch_own(job_key, stream_key, job_id, job_id .. '@' .. expected, expected, j)
+    dispatch_own(job_key, stream_key, job_id, job_id .. '@' .. expected, j)
   end
 end
 local a = 9 + 2 * no
@@ -130,7 +130,7 @@ for i = 1, n do
       skipped = skipped + 1
     elseif once and (not j[7] or j[7] == '') then
       -- A one-off job's first occurrence, handed back above for an unknown queue.
-      dispatch_own(job_key, stream_key, job_id, run_id, expected, j)
+      dispatch_own(job_key, stream_key, job_id, run_id, j)
     else
       local last_run = nil
       if fire ~= '0' then
@@ -140,8 +140,8 @@ for i = 1, n do
         -- in the run id.
         redis.call('HSET', run_key, 'attempt', '1', 'state', 'dispatched', 'dispatched_ms', now_s,
                    'stream_id', sid, 'queue', j[4], 'type', j[3])
-        emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', '1', 't', now_s,
-             's', expected, 'ty', j[3], 'q', j[4])
+        emit(events_key, maxlen, 'e', 'dispatched', 'r', run_id, 'a', '1', 't', now_s,
+             'ty', j[3], 'q', j[4])
         dispatched = dispatched + 1
         last_run = run_id
       else
@@ -177,7 +177,6 @@ for i = 1, n do
       local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue')
       F, rkey, state, attempt_s, queue = PLAIN_RUN, run_key, r[1], r[2], r[3]
     end
-    local sched = string.match(run_id, '@(%d+)$')
     local qi = stream_at[queue] or 0
     local stream_key = KEYS[qi]
     if not due or tonumber(due) > now or state ~= 'retry_wait' then
@@ -206,8 +205,8 @@ for i = 1, n do
           redis.call('HSET', job_key, 'last_run_id', run_id)
         end
         used[stream_key] = true
-        emit(events_key, maxlen, 'e', 'dispatched', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-             's', sched, 'ty', j[2], 'q', queue)
+        emit(events_key, maxlen, 'e', 'dispatched', 'r', run_id, 'a', attempt, 't', now,
+             'ty', j[2], 'q', queue)
         dispatched = dispatched + 1
       end
     end

@@ -96,12 +96,12 @@ for i = 1, n do
       end
       if done and finished_ttl > 0 then redis.call('PEXPIRE', job_key, ARGV[8]) end
       if start_fields then
-        emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', attempt_s,
-             't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue, 's', sched,
+        emit(events_key, maxlen, 'e', 'succeeded', 'r', run_id, 'a', attempt_s,
+             't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue,
              'res', text, 'st', started_ms, 'f', fence)
       else
-        emit(events_key, maxlen, 'e', 'succeeded', 'j', job_id, 'r', run_id, 'a', attempt_s,
-             't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue, 's', sched,
+        emit(events_key, maxlen, 'e', 'succeeded', 'r', run_id, 'a', attempt_s,
+             't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue,
              'res', text)
       end
       ok_count = ok_count + 1
@@ -109,12 +109,12 @@ for i = 1, n do
     else
       if start_fields then
         redis.call('HSET', run_key, unpack(start_fields))
-        emit(events_key, maxlen, 'e', outcome, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-             'w', worker, 'd', duration, 'ty', jtype, 'q', queue, 's', sched, 'err', text,
+        emit(events_key, maxlen, 'e', outcome, 'r', run_id, 'a', attempt, 't', now,
+             'w', worker, 'd', duration, 'ty', jtype, 'q', queue, 'err', text,
              'st', started_ms, 'f', fence)
       else
-        emit(events_key, maxlen, 'e', outcome, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-             'w', worker, 'd', duration, 'ty', jtype, 'q', queue, 's', sched, 'err', text)
+        emit(events_key, maxlen, 'e', outcome, 'r', run_id, 'a', attempt, 't', now,
+             'w', worker, 'd', duration, 'ty', jtype, 'q', queue, 'err', text)
       end
       fail_count = fail_count + 1
       local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1')

@@ -80,8 +80,8 @@ for i = 1, n do
       local started = now - elapsed
       redis.call('HSET', run_key, F.state, 'running', F.worker, worker, F.fence, fence_out,
                  F.attempt, attempt, F.started_ms, started, F.hb_ms, now)
-      emit(events_key, maxlen, 'e', 'started', 'j', job_id, 'r', run_id, 'a', attempt,
-           't', started, 'w', worker, 'f', fence_out, 'ty', jtype, 's', sched)
+      emit(events_key, maxlen, 'e', 'started', 'r', run_id, 'a', attempt,
+           't', started, 'w', worker, 'f', fence_out, 'ty', jtype)
     end
     attempt_out = attempt
   end

@@ -87,11 +87,22 @@ def snapshot(r: redis.Redis) -> dict[bytes, bytes | None]:
     return dict(zip(names, pipe.execute(), strict=True))
 
 
+def with_run_fields(e: dict[str, str]) -> dict[str, str]:
+    """A decoded history event with the job id 'j' and scheduled time 's' that run events leave
+    to their run id 'r' (``<job id>@<scheduled ms>``)."""
+    if "r" in e:
+        job_id, _, sched = e["r"].rpartition("@")
+        e.setdefault("j", job_id)
+        e.setdefault("s", sched)
+    return e
+
+
 def events(r: redis.Redis, p: int, *, job_id: str | None = None) -> list[dict[str, str]]:
-    """The partition's history events, oldest first, decoded; optionally one job's only."""
+    """The partition's history events, oldest first, decoded (see with_run_fields); optionally
+    one job's only."""
     out = []
     for _, fields in r.xrange(keys.events(p)):
-        e = {k.decode(): v.decode() for k, v in fields.items()}
+        e = with_run_fields({k.decode(): v.decode() for k, v in fields.items()})
         if job_id is None or e.get("j") == job_id:
             out.append(e)
     return out

@@ -272,6 +272,10 @@ TRICKY: list[dict[bytes, bytes]] = [
     {b"e": b"started", b"j": b"0-F", b"a": b"99999999999999999999", b"r": b"0-F@x1"},
     {b"e": b"started", b"j": b"0-G", b"new_field": b"kept in extra", b"s": b"5"},
     {b"j": b"0-H"},  # no event name at all
+    # As the engine writes run events: job id and scheduled time only in the run id, and the
+    # start carried by the outcome of a run started and finished in one report.
+    {b"e": b"succeeded", b"r": b"0-I@1700000000000", b"a": b"1", b"t": b"20", b"w": b"w-1",
+     b"st": b"15", b"f": b"1", b"res": b"null"},
 ]
 
 
@@ -291,6 +295,10 @@ def test_every_kind_of_field_value_is_stored_exactly_as_decoded(
     assert fast_line(b"0", entries[1][1], entries[1][2]) is not None  # UTF-8 is plain too
     assert all(fast_line(b"0", e[1], e[2]) is None for e in entries[2:7])
     assert fast_line(b"0", entries[7][1], entries[7][2]) == row_line(decode_flat(*entries[7]))
+    run_event = decode_flat(*entries[8])
+    assert fast_line(b"0", entries[8][1], entries[8][2]) == row_line(run_event)
+    assert (run_event.job_id, run_event.sched_ms, run_event.started_ms, run_event.fence) == (
+        "0-I", 1_700_000_000_000, 15, 1)
     drain(archiver(r, store))
     got = [tuple(row) for row in store.fetchall(
         "SELECT * FROM events ORDER BY sid_ms, sid_seq, part")]

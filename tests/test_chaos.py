@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 from chaos_app import FINISHES, STARTS
+from helpers import with_run_fields
 from redis_server import RedisServer, _die_with_parent
 
 from rsched import Client, JobSpec, keys
@@ -258,7 +259,7 @@ def events(r: redis.Redis) -> list[dict[str, str]]:
     for p in range(PARTITIONS):
         pipe.xrange(keys.events(p))
     return [
-        {k.decode(): v.decode() for k, v in fields.items()}
+        with_run_fields({k.decode(): v.decode() for k, v in fields.items()})
         for res in pipe.execute()
         for _, fields in res
     ]

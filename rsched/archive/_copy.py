@@ -36,17 +36,20 @@ def fast_line(part: bytes, sid: bytes, flat: list[bytes]) -> bytes | None:
     g = f.get
     r, a, t, d, s, fe, at, st = (g(b"r"), g(b"a"), g(b"t"), g(b"d"), g(b"s"), g(b"f"), g(b"at"),
                                  g(b"st"))
+    j = g(b"j")
     if r:
-        _, at_sign, tail = r.rpartition(b"@")
+        head, at_sign, tail = r.rpartition(b"@")
         if at_sign and tail.isdigit() and len(tail) < 19:
             s = tail  # every event of a run carries the run's time (see events.decode)
+        if not j and at_sign:
+            j = head  # run events leave the job id to the run id (events.job_of_event_run)
     ints = (a or _E, t or _E, d or _E, s or _E, fe or _E, at or _E, st or _E)
     digits = _E.join(ints)
     if digits and (not digits.isdigit() or max(map(len, ints)) > 18):
         return None  # signed, huge or not a number: decode keeps it in `extra`
     ms, _, seq = sid.partition(b"-")
     return b"\t".join((
-        ms, seq or b"0", part, g(b"e") or _E, g(b"j") or _NULL, r or _NULL, a or _NULL,
+        ms, seq or b"0", part, g(b"e") or _E, j or _NULL, r or _NULL, a or _NULL,
         t or _NULL, g(b"w") or _NULL, d or _NULL, g(b"ty") or _NULL, g(b"q") or _NULL,
         s or _NULL, g(b"err") or _NULL, g(b"res") or _NULL, fe or _NULL, at or _NULL, _NULL,
         st or _NULL,

@@ -105,6 +105,14 @@ def sched_of_run(run_id: str) -> int | None:
     return int(tail) if sep and tail.isdigit() and len(tail) < 19 else None
 
 
+def job_of_event_run(run_id: str | None) -> str | None:
+    """Run events leave out the job id ('j') and scheduled time ('s'): both are in the run id."""
+    if not run_id:
+        return None
+    job_id, sep, _ = run_id.rpartition("@")
+    return job_id if sep else None
+
+
 def _n(raw: bytes | None) -> int | None:
     """A stream integer; ValueError for anything that is not one, or beyond 18 digits."""
     return int(raw if len(raw) < 19 else b"?") if raw else None
@@ -125,8 +133,9 @@ def _fast(part: int, sid: bytes, f: dict[bytes, bytes]) -> EventRow | None:
                                        g(b"err"), g(b"res"))
         run_id = r.decode() if r else None
         sched = sched_of_run(run_id) if run_id else None
+        job_id = j.decode() if j else job_of_event_run(run_id)
         return EventRow(
-            int(ms), int(seq or b"0"), part, e.decode() if e else "", j.decode() if j else None,
+            int(ms), int(seq or b"0"), part, e.decode() if e else "", job_id,
             run_id, _n(g(b"a")), _n(g(b"t")), w.decode() if w else None, _n(g(b"d")),
             ty.decode() if ty else None, q.decode() if q else None,
             _n(g(b"s")) if sched is None else sched, err.decode() if err else None,
@@ -150,7 +159,8 @@ def decode(part: int, sid: bytes | str, f: dict[bytes, bytes]) -> EventRow:
     if sched is None:
         sched = _int(g(b"s"), b"s", bad)
     row = EventRow(
-        sid_ms, sid_seq, part, _text(g(b"e")) or "", _text(g(b"j")), run_id,
+        sid_ms, sid_seq, part, _text(g(b"e")) or "", _text(g(b"j")) or job_of_event_run(run_id),
+        run_id,
         _int(g(b"a"), b"a", bad), _int(g(b"t"), b"t", bad), _text(g(b"w")),
         _int(g(b"d"), b"d", bad), _text(g(b"ty")), _text(g(b"q")), sched, _text(g(b"err")),
         _text(g(b"res")), _int(g(b"f"), b"f", bad), _int(g(b"at"), b"at", bad), None,
@@ -170,4 +180,4 @@ def decode_flat(part: int, sid: bytes, flat: list[bytes]) -> EventRow:
 
 
 __all__ = ["COLUMNS", "Entry", "EventRow", "FAILURES", "KNOWN", "OUTCOMES", "RUN_MARKERS",
-           "decode", "decode_flat", "parse_sid", "sched_of_run"]
+           "decode", "decode_flat", "job_of_event_run", "parse_sid", "sched_of_run"]

@@ -185,7 +185,9 @@ def scan_recent(job_id: str, max_scan: int = DEFAULT_MAX_SCAN) -> Scan:
         chunk = cast(list[tuple[bytes, dict[bytes, bytes]]], (yield keys.events(p), top, count))
         scanned += len(chunk)
         for sid, f in chunk:
-            if f.get(b"j") == wanted and f.get(b"r"):
+            r = f.get(b"r")
+            # Run events leave the job id to the run id (events.job_of_event_run).
+            if r and (f.get(b"j") or r.rpartition(b"@")[0]) == wanted:
                 out.append(decode(p, sid, f))
         if len(chunk) < count:
             return out, False
