@@ -86,13 +86,10 @@ def started_events(r: redis.Redis, partitions: int) -> list[tuple[str, int, int]
             if not batch:
                 break
             for _eid, f in batch:
-                # A run id is <job id>@<scheduled ms>.
-                if f[b"e"] == b"started":
-                    rid = f[b"r"].decode()
-                    out.append((rid, int(rid.rpartition("@")[2]), int(f[b"t"])))
-                elif b"st" in f:
-                    rid = f[b"r"].decode()
-                    out.append((rid, int(rid.rpartition("@")[2]), int(f[b"st"])))
+                started = f[b"t"] if f[b"e"] == b"started" else f.get(b"st")
+                if started is not None:
+                    rid = f[b"r"].decode()  # <job id>@<scheduled ms>
+                    out.append((rid, int(rid.rpartition("@")[2]), int(started)))
             last = batch[-1][0].decode()
     return out
 

@@ -170,12 +170,12 @@ for i = 1, n do
     local due = redis.call('ZSCORE', retry_key, run_id)
     local j = redis.call('HMGET', job_key, 'status', 'type', 'spec', 'own_run', 'queue', 'r.state',
                          'r.attempt')
-    -- Own run: its fields are in the job hash (a run written before they were has its own hash)
-    local own = j[4] == run_id and j[6] ~= false
-    local F, rkey, state, attempt_s, queue = OWN_RUN, job_key, j[6], j[7], j[5]
+    local rkey, F = run_home(run_id, run_key, job_key, j[4], j[6])
+    local own = F == OWN_RUN
+    local state, attempt_s, queue = j[6], j[7], j[5]
     if not own then
       local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue')
-      F, rkey, state, attempt_s, queue = PLAIN_RUN, run_key, r[1], r[2], r[3]
+      state, attempt_s, queue = r[1], r[2], r[3]
     end
     local qi = stream_at[queue] or 0
     local stream_key = KEYS[qi]

@@ -12,10 +12,11 @@ local run_key, job_key, dead_key, retry_key, events_key = KEYS[1], KEYS[2], KEYS
 local run_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
 local job_id = string.match(run_id, '^(.*)@%d+$')  -- the job id, from the run id
 local j = redis.call('HMGET', job_key, 'status', 'own_run', 'r.state', 'type')
-local F, rkey, state, jtype = OWN_RUN, job_key, j[3], j[4]
-if j[2] ~= run_id or not j[3] then  -- not the own run, or written before own runs moved
+local rkey, F = run_home(run_id, run_key, job_key, j[2], j[3])
+local state, jtype = j[3], j[4]
+if F == PLAIN_RUN then
   local r = redis.call('HMGET', run_key, 'state', 'type')
-  F, rkey, state, jtype = PLAIN_RUN, run_key, r[1], r[2]
+  state, jtype = r[1], r[2]
 end
 if not state then return {-1, ''} end
 if state ~= 'dead' then return {0, state} end

@@ -381,15 +381,26 @@ class ClientBase:
             raise NotFound("job", job_id)
         return Job.from_hash(h)
 
+    def op_read_runs(self, run_ids: Sequence[str]) -> Op[list[Run | None]]:
+        """Runs by id, in one round trip (None: no such run).  A run's fields are in its own
+        hash or, for a one-off job's own run, in the job hash (models.run_fields): both are read."""
+        reads = []
+        for rid in run_ids:
+            job_id = job_of_run(rid)
+            p = partition_of(job_id)
+            reads += [cmd("hgetall", keys.run(p, rid)), cmd("hgetall", keys.job(p, job_id))]
+        hashes = yield Commands(reads)
+        out: list[Run | None] = []
+        for i, rid in enumerate(run_ids):
+            h = run_fields(rid, hashes[2 * i], hashes[2 * i + 1])
+            out.append(Run.from_hash(h, rid) if h else None)
+        return out
+
     def op_get_run(self, run_id: str) -> Op[Run]:
-        job_id = job_of_run(run_id)
-        p = partition_of(job_id)
-        rh, jh = yield Commands([cmd("hgetall", keys.run(p, run_id)),
-                                 cmd("hgetall", keys.job(p, job_id))])
-        h = run_fields(run_id, rh, jh)
-        if not h:
+        (run,) = yield from self.op_read_runs([run_id])
+        if run is None:
             raise NotFound("run", run_id)
-        return Run.from_hash(h, run_id)
+        return run
 
     def op_runs(self, job_id: str, limit: int = 50, offset: int = 0) -> Op[list[Attempt]]:
         """The job's in-flight run (first page only) then its finished attempts, newest first;
@@ -492,15 +503,8 @@ class ClientBase:
                               for p in range(P)])
         entries = sorted(((score, rid.decode()) for r in res for rid, score in r),
                          reverse=True)[:limit]
-        reads = []
-        for _, rid in entries:
-            job_id = job_of_run(rid)
-            p = partition_of(job_id)
-            reads += [cmd("hgetall", keys.run(p, rid)), cmd("hgetall", keys.job(p, job_id))]
-        hashes = yield Commands(reads)
-        found = [(rid, run_fields(rid, hashes[2 * i], hashes[2 * i + 1]))
-                 for i, (_, rid) in enumerate(entries)]
-        return [Run.from_hash(h, rid) for rid, h in found if h]
+        runs = yield from self.op_read_runs([rid for _, rid in entries])
+        return [run for run in runs if run is not None]
 
     # --- control -----------------------------------------------------------------------------
 

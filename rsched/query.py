@@ -24,7 +24,7 @@ from . import keys
 from .client import INFLIGHT_STATES, ClientBase, Commands, Op, cmd
 from .cron import parse_cron, validate_zone
 from .errors import NotFound, ScheduleError, ValidationError
-from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of, run_fields
+from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
 from .redis_setup import SAFE_POLICIES
 from .spec import ms_to_iso
 
@@ -161,15 +161,11 @@ def op_dead_letter_page(core: ClientBase, limit: int = 50, cursor: str | None = 
                      key=lambda e: (-e[0], e[1]))
     taken = entries[:limit]
     more = len(entries) > len(taken) or any(len(r) == limit for r in res)
-    reads = []
-    for _, rid, p in taken:
-        reads += [cmd("hgetall", keys.run(p, rid)), cmd("hgetall", keys.job(p, job_of_run(rid)))]
-    hashes = yield Commands(reads)
+    runs = yield from core.op_read_runs([rid for _, rid, _ in taken])
     for _, _, p in taken:
         offsets[p] += 1
-    found = [(score, rid, run_fields(rid, hashes[2 * i], hashes[2 * i + 1]))
-             for i, (score, rid, _) in enumerate(taken)]
-    items = [DeadLetter(Run.from_hash(h, rid), int(score)) for score, rid, h in found if h]
+    items = [DeadLetter(run, int(score)) for (score, _, _), run in zip(taken, runs, strict=True)
+             if run is not None]
     return Page(items, encode_cursor(offsets) if more and taken else None)
 
 

@@ -117,14 +117,10 @@ def stats(r: redis.Redis, p: int) -> dict[str, int]:
 
 
 def stream_entries(r: redis.Redis, p: int, queue: str = "default") -> list[dict[str, str]]:
-    """A queue stream's entries as dicts, with the job id 'j' and scheduled time 's' that the
-    entries leave to their run id 'r' (``<job id>@<scheduled ms>``)."""
-    out = []
-    for _, f in r.xrange(keys.stream(p, queue)):
-        e = {k.decode(): v.decode(errors="replace") for k, v in f.items()}
-        e["j"], _, e["s"] = e["r"].rpartition("@")
-        out.append(e)
-    return out
+    """A queue stream's entries as dicts, with the job id and scheduled time their run id holds
+    (see with_run_fields)."""
+    return [with_run_fields({k.decode(): v.decode(errors="replace") for k, v in f.items()})
+            for _, f in r.xrange(keys.stream(p, queue))]
 
 
 class Rig:

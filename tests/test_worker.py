@@ -529,6 +529,34 @@ def test_an_own_run_written_before_own_runs_moved_into_the_job_hash_is_still_rea
     assert client.get(job.id).status is JobStatus.COMPLETED
 
 
+def test_a_trigger_whose_run_id_is_the_own_runs_creates_no_second_run(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """A trigger in the very millisecond of a one-off job's own run: same run id, and the own run
+    has no hash of its own for the trigger to find, so the script checks the job's own_run."""
+    app = App()
+
+    @app.job("t")
+    async def t(ctx: JobContext) -> None:
+        return None
+
+    job = client.schedule("t", run_at=clock() - 1)
+    rid = f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            assert (await rig.cycle())[1:] == (1, 1)
+
+    asyncio.run(scenario())
+    p = job.partition
+    before = snapshot(r)
+    code, status = scripts.call(
+        r, "trigger", [keys.job(p, job.id), keys.run(p, rid), keys.retry(p), keys.events(p)],
+        [job.id, rid, job.next_ms, clock(), 0])
+    assert (int(code), status) == (0, b"completed")
+    assert snapshot(r) == before
+
+
 def test_a_report_that_also_records_the_start_is_a_no_op_when_applied_twice(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
     monkeypatch: pytest.MonkeyPatch,
