@@ -29,6 +29,7 @@ from rsched import (  # noqa: E402
     JobSpec,
     keys,  # noqa: E402
 )
+from rsched.archive.events import expand  # noqa: E402
 from rsched.settings import Settings  # noqa: E402
 
 
@@ -85,11 +86,12 @@ def started_events(r: redis.Redis, partitions: int) -> list[tuple[str, int, int]
                 batch = batch[1:]
             if not batch:
                 break
-            for _eid, f in batch:
-                started = f[b"t"] if f[b"e"] == b"started" else f.get(b"st")
-                if started is not None:
-                    rid = f[b"r"].decode()  # <job id>@<scheduled ms>
-                    out.append((rid, int(rid.rpartition("@")[2]), int(started)))
+            for eid, entry in batch:
+                for _sid, f in expand(eid, entry):  # a script call's events share an entry
+                    started = f[b"t"] if f[b"e"] == b"started" else f.get(b"st")
+                    if started is not None:
+                        rid = f[b"r"].decode()  # <job id>@<scheduled ms>
+                        out.append((rid, int(rid.rpartition("@")[2]), int(started)))
             last = batch[-1][0].decode()
     return out
 

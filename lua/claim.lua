@@ -22,6 +22,7 @@ KEYS[5+nq+no+2i-1], KEYS[5+nq+no+2i]  per item: rsched:{pN}:job:<id> HASH,
                kept in the job hash instead: see run_fields in util; the run key is then unused)
 Queue stream entries: r run id, t job type, a attempt, x packed spec, o '1' for an own run (the
 worker then passes the job key as the run key); job id and scheduled time are in the run id.
+The call's 'dispatched' events share one events-stream entry (batch_flush in util).
 ARGV[1]  owner        ARGV[2] fence        ARGV[3] now_ms (0 = Redis TIME)
 ARGV[4]  events_maxlen (0 = unbounded)      ARGV[5] nq      ARGV[6] n items
 ARGV[7]  consumer group of the queue streams (acknowledged entries are trimmed)
@@ -67,6 +68,13 @@ end
 local dispatched, skipped = 0, 0
 local out = {0, 0, ''}
 local unindex = {}  -- job ids leaving the due set: one ZREM for the whole call
+-- Every 'dispatched' event of the call goes into one stream entry (batch_new in util).
+local dispatched_events = batch_new({'r', 'a', 'ty', 'q'})
+local function dispatch_event(run_id, attempt, jtype, queue)
+  local b = dispatched_events
+  local k = b.n + 1
+  b.n, b[1][k], b[2][k], b[3][k], b[4][k] = k, run_id, attempt, jtype, queue
+end
 
 -- Dispatch a one-off job's first occurrence, its own run: the run's fields go into the job hash
 -- (see run_fields in util), written with the job's own change in one HSET.
@@ -78,8 +86,7 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, j)
   redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', run_id, 'own_run', run_id,
              'r.attempt', '1', 'r.state', 'dispatched', 'r.dispatched_ms', now_s,
              'r.stream_id', sid)
-  emit(events_key, maxlen, 'e', 'dispatched', 'r', run_id, 'a', '1', 't', now_s, 'ty', j[3],
-       'q', j[4])
+  dispatch_event(run_id, '1', j[3], j[4])
   unindex[#unindex + 1] = job_id
   dispatched = dispatched + 1
 end
@@ -140,8 +147,7 @@ for i = 1, n do
         -- in the run id.
         redis.call('HSET', run_key, 'attempt', '1', 'state', 'dispatched', 'dispatched_ms', now_s,
                    'stream_id', sid, 'queue', j[4], 'type', j[3])
-        emit(events_key, maxlen, 'e', 'dispatched', 'r', run_id, 'a', '1', 't', now_s,
-             'ty', j[3], 'q', j[4])
+        dispatch_event(run_id, '1', j[3], j[4])
         dispatched = dispatched + 1
         last_run = run_id
       else
@@ -205,8 +211,7 @@ for i = 1, n do
           redis.call('HSET', job_key, 'last_run_id', run_id)
         end
         used[stream_key] = true
-        emit(events_key, maxlen, 'e', 'dispatched', 'r', run_id, 'a', attempt, 't', now,
-             'ty', j[2], 'q', queue)
+        dispatch_event(run_id, string.format('%d', attempt), j[2], queue)
         dispatched = dispatched + 1
       end
     end
@@ -216,6 +221,7 @@ for k = 1, #unindex, 1000 do
   redis.call('ZREM', due_key, unpack(unindex, k, math.min(k + 999, #unindex)))
 end
 if dispatched > 0 then redis.call('HINCRBY', stats_key, 'dispatched', dispatched) end
+batch_flush(events_key, maxlen, dispatched_events, {'e', 'dispatched', 't', now_s})
 
 -- Drop entries every worker has acknowledged: everything before the oldest pending entry, or
 -- up to the last delivered one when nothing is pending.  Cheaper than an XDEL per run.

@@ -7,7 +7,8 @@ finished before its worker recorded its start (fence '0': workers start fresh ru
 record the start only of runs still going after a moment) is started here first, under the same
 checks start.lua applies to a fresh entry: still 'dispatched', under this very stream entry.
 Such a run has no 'started' history event: its outcome event records the start as 'st' (the
-handler's start time) and 'f' (its fence), and the archive reads the start from there.
+handler's start time) and 'f' (its fence), and the archive reads the start from there.  The
+call's 'succeeded' events share one events-stream entry (batch_flush in util).
 
 KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
 KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
@@ -37,9 +38,13 @@ local now = now_ms(ARGV[2])
 local now_s = string.format('%d', now)
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local run_ttl, finished_ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
+-- The run id holds the job id and the scheduled time (read only off the hot path).
+local function job_of(run_id) return string.match(run_id, '^(.*)@%d+$') end
 local out = {}
 local acks = {}  -- stream key -> entry ids, acknowledged with one XACK per stream at the end
 local ok_count, fail_count = 0, 0
+-- Every 'succeeded' event of the call goes into one stream entry (batch_new in util).
+local succeeded_events = batch_new({'r', 'a', 'd', 'ty', 'q', 'res', 'st', 'f'})
 for i = 1, n do
   local c = 8 + 8 * (i - 1)
   local run_id, fence, outcome = ARGV[c + 1], ARGV[c + 2], ARGV[c + 3]
@@ -56,9 +61,7 @@ for i = 1, n do
                        F.type, F.started_ms, F.queue, 'status', 'cron', 'next_ms', 'once')
   local state, run_worker, run_fence, attempt_s, stream_id = r[1], r[2], r[3], r[4], r[5]
   local jtype, started_ms, queue = r[6], r[7], r[8]
-  -- The run id holds the job id and the scheduled time; a run the claim created has no fence or
-  -- worker field until it starts.
-  local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
+  -- A run the claim created has no fence or worker field until it starts.
   local start_fields = nil
   if fence == '0' and stream_id == sid then
     if state == 'dispatched' then
@@ -96,14 +99,27 @@ for i = 1, n do
         if done then redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now_s) end
       end
       if done and finished_ttl > 0 then redis.call('PEXPIRE', job_key, ARGV[8]) end
-      if start_fields then
-        emit(events_key, maxlen, 'e', 'succeeded', 'r', run_id, 'a', attempt_s,
-             't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue,
-             'res', text, 'st', started_ms, 'f', fence)
+      if string.find(text, '\n', 1, true) then
+        -- Not JSON as workers send it: an event of its own, since batches join values by '\n'.
+        if start_fields then
+          emit(events_key, maxlen, 'e', 'succeeded', 'r', run_id, 'a', attempt_s,
+               't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue,
+               'res', text, 'st', started_ms, 'f', fence)
+        else
+          emit(events_key, maxlen, 'e', 'succeeded', 'r', run_id, 'a', attempt_s,
+               't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue,
+               'res', text)
+        end
       else
-        emit(events_key, maxlen, 'e', 'succeeded', 'r', run_id, 'a', attempt_s,
-             't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue,
-             'res', text)
+        local b = succeeded_events
+        local k = b.n + 1
+        b.n, b[1][k], b[2][k], b[3][k], b[4][k], b[5][k], b[6][k] =
+          k, run_id, attempt_s, duration_s, jtype, queue, text
+        if start_fields then
+          b[7][k], b[8][k] = started_ms, fence
+        else
+          b[7][k], b[8][k] = '', ''
+        end
       end
       ok_count = ok_count + 1
       out[i] = 1
@@ -118,6 +134,7 @@ for i = 1, n do
              'w', worker, 'd', duration, 'ty', jtype, 'q', queue, 'err', text)
       end
       fail_count = fail_count + 1
+      local job_id = job_of(run_id)
       local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1')
       if attempt < max_attempts then
         redis.call('HSET', run_key, F.state, 'retry_wait', F.ended_ms, now, F.duration_ms, duration,
@@ -140,7 +157,7 @@ for i = 1, n do
       -- (Client.runs reads them back).  On the hottest path that saves a third of this script's
       -- time (and the record is built only when kept).
       local rec = {run = run_id, attempt = attempt, status = outcome, worker = worker,
-                   sched_ms = tonumber(sched), started_ms = tonumber(started_ms), ended_ms = now,
+                   sched_ms = tonumber(string.match(run_id, '@(%d+)$')), started_ms = tonumber(started_ms), ended_ms = now,
                    duration_ms = duration}
       if outcome == 'succeeded' then rec.result = text else rec.error = text end
       remember(job_key, hist_key, hlen, own, stream_id, rec)
@@ -155,7 +172,7 @@ for i = 1, n do
     out[i] = 0
   else
     redis.call('HINCRBY', stats_key, 'fenced', 1)
-    emit(events_key, maxlen, 'e', 'fenced', 'j', job_id or '', 'r', run_id, 'a', attempt_s or '',
+    emit(events_key, maxlen, 'e', 'fenced', 'j', job_of(run_id) or '', 'r', run_id, 'a', attempt_s or '',
          't', now, 'w', worker, 'f', fence, 'ty', jtype or '',
          'err', 'stale report rejected: run fence is ' .. (run_fence or '0') .. ', caller had ' .. fence)
     out[i] = -1
@@ -167,5 +184,6 @@ for stream_key, ids in pairs(acks) do
   end
 end
 if ok_count > 0 then redis.call('HINCRBY', stats_key, 'succeeded', ok_count) end
+batch_flush(events_key, maxlen, succeeded_events, {'e', 'succeeded', 't', now_s, 'w', worker})
 if fail_count > 0 then redis.call('HINCRBY', stats_key, 'failed', fail_count) end
 return out

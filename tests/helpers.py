@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from rsched import Client, keys, scripts
 from rsched.app import App
+from rsched.archive.events import expand
 from rsched.dispatcher import Dispatcher
 from rsched.dispatcher.claimer import ClaimResult
 from rsched.settings import Settings
@@ -101,10 +102,11 @@ def events(r: redis.Redis, p: int, *, job_id: str | None = None) -> list[dict[st
     """The partition's history events, oldest first, decoded (see with_run_fields); optionally
     one job's only."""
     out = []
-    for _, fields in r.xrange(keys.events(p)):
-        e = with_run_fields({k.decode(): v.decode() for k, v in fields.items()})
-        if job_id is None or e.get("j") == job_id:
-            out.append(e)
+    for sid, entry in r.xrange(keys.events(p)):
+        for _, fields in expand(sid, entry):  # a script's events of one kind share an entry
+            e = with_run_fields({k.decode(): v.decode() for k, v in fields.items()})
+            if job_id is None or e.get("j") == job_id:
+                out.append(e)
     return out
 
 

@@ -25,7 +25,7 @@ import redis
 from helpers import ManualClock, Rig, redis_now_ms, settings
 from redis.asyncio import Redis as AsyncRedis
 
-from rsched import App, Client, JobContext, ValidationError, keys
+from rsched import App, Client, JobContext, JobSpec, ValidationError, keys
 from rsched.archive import (
     Archiver,
     ArchiverConfig,
@@ -40,7 +40,7 @@ from rsched.archive import (
     open_store,
     runs_page,
 )
-from rsched.archive.events import decode
+from rsched.archive.events import EventRow, decode, expand, expand_flat
 from rsched.archive.postgres import partition_name
 from rsched.archive.store import DAY_MS, SCHEMA_MIGRATIONS, migrations, redact, sqlite_path
 
@@ -115,12 +115,13 @@ def stored(store: Store) -> list[tuple[int, int, int]]:
         "SELECT sid_ms, sid_seq, part FROM events ORDER BY sid_ms, sid_seq, part")]
 
 
-def redis_ids(r: redis.Redis) -> list[tuple[int, int, int]]:
+def redis_ids(r: redis.Redis, partitions: int = PARTITIONS) -> list[tuple[int, int, int]]:
     out = []
-    for p in range(PARTITIONS):
-        for sid, _ in r.xrange(keys.events(p)):
-            ms, seq = sid.decode().split("-")
-            out.append((int(ms), int(seq), p))
+    for p in range(partitions):
+        for entry_id, f in r.xrange(keys.events(p)):
+            for sid, _ in expand(entry_id, f):  # several events per entry: ids of their own
+                ms, seq = sid.decode().split("-")
+                out.append((int(ms), int(seq), p))
     return sorted(out)
 
 
@@ -556,8 +557,9 @@ def job_story(r: redis.Redis, base: int) -> None:
          s=s13, res="13", st=s13 + 3, f=1)
 
 
-def all_events(r: redis.Redis) -> list[Any]:
-    return [decode(p, sid, f) for p in range(PARTITIONS) for sid, f in r.xrange(keys.events(p))]
+def all_events(r: redis.Redis, partitions: int = PARTITIONS) -> list[Any]:
+    return [decode(p, sid, f) for p in range(partitions) for eid, entry in r.xrange(keys.events(p))
+            for sid, f in expand(eid, entry)]
 
 
 def expected_history(r: redis.Redis) -> list[RunAttempt]:
@@ -812,6 +814,88 @@ def test_the_engines_own_events_are_archived_and_read_back_as_one_history(
         assert all(r.xlen(keys.events(p)) == 0 for p in range(partitions))
     finally:
         client.close()
+
+
+def test_a_script_calls_events_share_an_entry_and_each_is_archived_as_a_row_of_its_own(
+    redis_url: str, r: redis.Redis, store: Store
+) -> None:
+    """One claim and one report of many runs write one 'dispatched' and one 'succeeded' entry per
+    partition; every run still gets its own archived rows, under ids no later entry takes."""
+    app = App()
+
+    @app.job("echo")
+    async def echo(ctx: JobContext) -> dict[str, Any]:
+        return {"n": ctx.payload["n"], "text": "line\nbreak\ttab"}  # JSON escapes both
+
+    client = Client(settings=settings(redis_url))
+    clock = ManualClock(redis_now_ms(r))
+    jobs = client.schedule_many([JobSpec("echo", {"n": i}, run_at=clock() - 1,
+                                         queue="default" if i % 3 else "other")
+                                 for i in range(40)])
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock,
+                       worker_kw={"queues": ["default", "other"], "concurrency": 4000}) as rig:
+            claimed, started, reported = await rig.cycle()
+            assert (claimed.dispatched, started, reported) == (40, 40, 40)
+
+    try:
+        asyncio.run(scenario())
+        entries = [f for p in range(client.partitions) for _, f in r.xrange(keys.events(p))]
+        batched = [f for f in entries if b"n" in f]
+        assert batched and sum(int(f[b"n"]) for f in batched) > len(batched)
+        # A later event, even within the same millisecond, gets an id above every id the batches
+        # reserved (XADD <ms>-* takes the next sequence number of that millisecond).
+        tops = [(x, r.xrevrange(keys.events(x), count=1)) for x in range(client.partitions)]
+        p, top = next((x, t[0]) for x, t in tops if t and b"n" in t[0][1])
+        last_ms = top[0].split(b"-")[0].decode()
+        later = emit(r, f"{p}-x", "note", sid=f"{last_ms}-*")
+        parts = client.partitions
+        ids = redis_ids(r, parts)
+        assert len(set(ids)) == len(ids)
+        assert max(x for x in ids if x[2] == p)[:2] == tuple(map(int, later.split("-")))
+        a = Archiver(r, store, parts, ArchiverConfig(poll_ms=10))
+        a.setup()
+        drain(a)
+        assert stored(store) == ids
+        rows = {(e.event, e.run_id): e for e in (EventRow(*x) for x in store.fetchall(
+            "SELECT * FROM events"))}
+        assert len([k for k in rows if k[0] in ("dispatched", "succeeded")]) == 2 * 40
+        for i, job in enumerate(jobs):
+            rid = f"{job.id}@{job.next_ms}"  # type: ignore[union-attr]
+            queue = "default" if i % 3 else "other"
+            d, ok = rows[("dispatched", rid)], rows[("succeeded", rid)]
+            assert (d.job_id, d.attempt, d.job_type, d.queue) == (job.id, 1, "echo", queue)  # type: ignore[union-attr]
+            assert (ok.job_id, ok.worker, ok.queue, ok.fence) == (job.id, "w-test", queue, 1)  # type: ignore[union-attr]
+            assert json.loads(ok.result or "") == {"n": i, "text": "line\nbreak\ttab"}
+            assert ok.started_ms is not None and ok.extra is None
+            got = job_runs(store, r, job.id).items  # type: ignore[union-attr]
+            assert [(x.run_id, x.status, x.result) for x in got] == [
+                (rid, "succeeded", {"n": i, "text": "line\nbreak\ttab"})]
+    finally:
+        client.close()
+
+
+def test_expand_reads_columns_and_shared_fields_and_keeps_a_malformed_batch_whole() -> None:
+    entry = {b"e": b"succeeded", b"t": b"5", b"n": b"3", b"r": b"0-a@1\n0-b@2\n0-c@3",
+             b"st": b"\n4\n", b"a": b"1", b"res": b"{}\n[]\nnull"}
+    got = expand(b"100-7", entry)
+    assert [sid for sid, _ in got] == [b"100-7", b"100-8", b"100-9"]
+    assert [f.get(b"st") for _, f in got] == [None, b"4", None]
+    assert [f[b"res"] for _, f in got] == [b"{}", b"[]", b"null"]
+    assert all(f[b"a"] == b"1" and f[b"e"] == b"succeeded" and b"n" not in f for _, f in got)
+    rows = [decode(0, sid, f) for sid, f in got]
+    assert [(x.job_id, x.sched_ms, x.sid_seq) for x in rows] == [("0-a", 1, 7), ("0-b", 2, 8),
+                                                                  ("0-c", 3, 9)]
+    for bad in (b"x", b"0", b"1", b"-2"):
+        assert expand(b"100-7", {**entry, b"n": bad}) == [(b"100-7", {**entry, b"n": bad})]
+    assert json.loads(decode(0, b"100-7", {**entry, b"n": b"x"}).extra or "")["n"] == "x"
+    # A column with the wrong number of values is read as shared: still one row per event.
+    odd = expand(b"100-7", {**entry, b"r": b"0-a@1\n0-b@2"})
+    assert len(odd) == 3 and odd[0][1][b"r"] == b"0-a@1\n0-b@2"
+    flat = [x for kv in entry.items() for x in kv]
+    assert [(sid, dict(zip(f[::2], f[1::2], strict=True))) for sid, f in expand_flat(b"100-7", flat)
+            ] == got
 
 
 # --- configuration -----------------------------------------------------------------------------

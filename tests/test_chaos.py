@@ -28,6 +28,7 @@ from helpers import with_run_fields
 from redis_server import RedisServer, _die_with_parent
 
 from rsched import Client, JobSpec, keys
+from rsched.archive.events import expand
 from rsched.ids import run_id as make_run_id
 from rsched.models import run_fields
 
@@ -261,7 +262,8 @@ def events(r: redis.Redis) -> list[dict[str, str]]:
     return [
         with_run_fields({k.decode(): v.decode() for k, v in fields.items()})
         for res in pipe.execute()
-        for _, fields in res
+        for sid, entry in res
+        for _, fields in expand(sid, entry)
     ]
 
 

@@ -16,6 +16,47 @@ local function emit(key, maxlen, ...)
   return redis.call('XADD', key, '*', ...)
 end
 
+-- Events of one kind from one script call, appended as one stream entry (an XADD per run cost
+-- about a tenth of Redis's time per run).  The entry holds 'n' (how many events, when more
+-- than one: a single event is a plain entry), the fields
+-- every event shares once, and one field per column whose values differ: the events' values
+-- joined by '\n', '' for an event without one.  Event k (1..n) of entry <ms>-<seq> is event
+-- <ms>-<seq+k-1>: XSETID reserves those ids, so later entries never reuse them and the archive
+-- keys every event by an id of its own (rsched.archive.events.expand reads the entry back).
+-- Callers put in a batch only values that cannot hold '\n' (ids, names, numbers, JSON).
+local function batch_new(columns)
+  local b = {n = 0, names = columns}
+  for c = 1, #columns do b[c] = {} end
+  return b
+end
+
+-- Append the batch's entry (nothing when empty); `common` holds the shared field/value pairs.
+local function batch_flush(key, maxlen, b, common)
+  local n = b.n
+  if n == 0 then return end
+  local args = common
+  if n > 1 then args[#args + 1], args[#args + 2] = 'n', tostring(n) end
+  for c = 1, #b.names do
+    local col, first, same = b[c], b[c][1], true
+    for k = 2, n do
+      if col[k] ~= first then
+        same = false
+        break
+      end
+    end
+    if not same then
+      args[#args + 1], args[#args + 2] = b.names[c], table.concat(col, '\n', 1, n)
+    elseif first ~= '' then
+      args[#args + 1], args[#args + 2] = b.names[c], first
+    end
+  end
+  local sid = emit(key, maxlen, unpack(args))
+  if n > 1 then
+    local ms, seq = string.match(sid, '^(%d+)-(%d+)$')
+    redis.call('XSETID', key, ms .. '-' .. string.format('%d', tonumber(seq) + n - 1))
+  end
+end
+
 -- Record a finished attempt.  A one-off job's own run (a few attempts at most) keeps its records
 -- as 'h:<stream id>:<attempt>' fields of the job hash: creating a list key per job cost a third
 -- of the complete script.  Other runs go to the job's bounded history list.

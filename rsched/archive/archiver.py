@@ -32,7 +32,7 @@ from .. import keys
 from ..ids import ulid
 from ..settings import Settings
 from .config import ArchiverConfig, Backoff
-from .events import Entry, parse_sid
+from .events import Entry, expand, expand_flat, parse_sid
 from .lag import Lag, archive_lag, trim_point
 from .store import DAY_MS, Prepared, Store, StoreUnavailable
 
@@ -66,7 +66,8 @@ class Batch:
     def add(self, part: int, sid: bytes, fields_: dict[bytes, bytes] | None) -> None:
         self.ids[part].append(sid)
         if fields_:  # None: the entry was deleted from the stream while pending; just ack it
-            self.entries.append((part, sid, [x for kv in fields_.items() for x in kv]))
+            self.entries += [(part, esid, [x for kv in ev.items() for x in kv])
+                             for esid, ev in expand(sid, fields_)]
 
     def oldest_ms(self) -> int:
         """Entry ids ascend within a partition's part of a batch: the oldest is a first one."""
@@ -227,7 +228,10 @@ class Archiver:
                 for sid, flat in entries:
                     ids.append(sid)
                     if flat:  # None: deleted from the stream while pending; just ack it
-                        keep.append((p, sid, flat))
+                        if b"n" in flat[::2]:  # several events in one entry
+                            keep += [(p, esid, ev) for esid, ev in expand_flat(sid, flat)]
+                        else:
+                            keep.append((p, sid, flat))
             todo = again
         return batch
 

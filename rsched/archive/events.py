@@ -174,10 +174,58 @@ def decode(part: int, sid: bytes | str, f: dict[bytes, bytes]) -> EventRow:
     return row
 
 
+def _expanded(sid: bytes, f: dict[bytes, bytes]) -> list[tuple[bytes, dict[bytes, bytes]]] | None:
+    raw_n = f.get(b"n")
+    ms, dash, seq = sid.partition(b"-")
+    try:
+        n, first = int(raw_n or b""), int(seq)
+    except ValueError:
+        return None
+    if not 1 < n <= 1_000_000 or not dash:
+        return None
+    sep = n - 1
+    common = {k: v for k, v in f.items() if k != b"n" and v.count(b"\n") != sep}
+    columns = [(k, v.split(b"\n")) for k, v in f.items() if k != b"n" and k not in common]
+    out = []
+    for i in range(n):
+        ev = dict(common)
+        for k, values in columns:
+            if values[i]:
+                ev[k] = values[i]
+        out.append((b"%s-%d" % (ms, first + i), ev))
+    return out
+
+
+def expand(sid: bytes, f: dict[bytes, bytes]) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """The events of one stream entry, each with its own id: (event id, fields).
+
+    Scripts append the events of one kind from one call as one entry (``batch_flush`` in
+    lua/include/util.lua): 'n' events, shared fields once, and the differing values of a field
+    joined by newlines (no such value holds a newline; an empty one is a missing field).  Event
+    k (0-based) of entry ``<ms>-<seq>`` is ``<ms>-<seq + k>``: the script reserved those ids with
+    XSETID, so the archive's key (the event id) stays unique.  Any other entry is one event.  A
+    malformed batch comes back as one event (decode keeps its fields in ``extra``).
+    """
+    if b"n" not in f:
+        return [(sid, f)]
+    return _expanded(sid, f) or [(sid, f)]
+
+
+def expand_flat(sid: bytes, flat: list[bytes]) -> list[tuple[bytes, list[bytes]]]:
+    """Same, from the field/value list of a raw (unparsed) stream reply."""
+    if b"n" not in flat[::2]:
+        return [(sid, flat)]
+    events = _expanded(sid, dict(zip(flat[::2], flat[1::2], strict=False)))
+    if events is None:
+        return [(sid, flat)]
+    return [(esid, [x for kv in ev.items() for x in kv]) for esid, ev in events]
+
+
 def decode_flat(part: int, sid: bytes, flat: list[bytes]) -> EventRow:
     """Same, from the field/value list of a raw (unparsed) stream reply."""
     return decode(part, sid, dict(zip(flat[::2], flat[1::2], strict=True)))
 
 
 __all__ = ["COLUMNS", "Entry", "EventRow", "FAILURES", "KNOWN", "OUTCOMES", "RUN_MARKERS",
-           "decode", "decode_flat", "job_of_event_run", "parse_sid", "sched_of_run"]
+           "decode", "decode_flat", "expand", "expand_flat", "job_of_event_run", "parse_sid",
+           "sched_of_run"]

@@ -25,7 +25,7 @@ from redis.asyncio import Redis as AsyncRedis
 from .. import keys
 from ..models import partition_of
 from ._paging import check_limit, decode_cursor, encode_cursor
-from .events import OUTCOMES, RUN_MARKERS, EventRow, decode
+from .events import OUTCOMES, RUN_MARKERS, EventRow, decode, expand
 from .store import ENV_URL, Store
 
 SCAN_CHUNK = 1000
@@ -184,11 +184,14 @@ def scan_recent(job_id: str, max_scan: int = DEFAULT_MAX_SCAN) -> Scan:
             return out, bool((yield keys.events(p), top, 1))
         chunk = cast(list[tuple[bytes, dict[bytes, bytes]]], (yield keys.events(p), top, count))
         scanned += len(chunk)
-        for sid, f in chunk:
-            r = f.get(b"r")
-            # Run events leave the job id to the run id (events.job_of_event_run).
-            if r and (f.get(b"j") or r.rpartition(b"@")[0]) == wanted:
-                out.append(decode(p, sid, f))
+        for sid, entry in chunk:
+            if b"n" in entry and wanted not in entry.get(b"r", b""):
+                continue  # several runs' events in one entry (events.expand), none of this job
+            for esid, f in reversed(expand(sid, entry)):
+                r = f.get(b"r")
+                # Run events leave the job id to the run id (events.job_of_event_run).
+                if r and (f.get(b"j") or r.rpartition(b"@")[0]) == wanted:
+                    out.append(decode(p, esid, f))
         if len(chunk) < count:
             return out, False
         top = "(" + chunk[-1][0].decode()

@@ -19,8 +19,8 @@ from .events import parse_sid
 @dataclass(frozen=True, slots=True)
 class Lag:
     entries: int
-    """Events in Redis not yet archived: never delivered to an archiver, or delivered and not
-    yet acknowledged."""
+    """Events-stream entries in Redis not yet archived: never delivered to an archiver, or
+    delivered and not yet acknowledged (one entry may hold several events, see events.expand)."""
     seconds: float
     """Age of the oldest of them by Redis's clock (0 when none waits)."""
     pending: int = 0
