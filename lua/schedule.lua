@@ -18,7 +18,8 @@ ARGV[6..5+ns+no]  the shared field names, then the own field names
 then groups until n jobs are read; a group: count, its ns shared values, then count jobs, each:
   body_hash ('' = none: a job with a random id, which only a replay of this very call can find
   existing), score (due score; '' = not indexed, e.g. created paused), its no own values
-Stores per job: the ns + no fields, created_ms, and body_hash unless ''.
+Stores per job: the ns + no fields, created_ms, and body_hash unless ''.  The call's 'scheduled'
+events share one events-stream entry (batch_flush in util).
 Returns {head, now_ms, code_1, ..., code_n}
   head    1 if a job created here is now the partition's earliest due job (wake a dispatcher)
   now_ms  the time the script stamped on created jobs
@@ -46,6 +47,8 @@ local function flush_due()
   if #due > 0 then redis.call('ZADD', due_key, unpack(due)) end
   due = {}
 end
+-- The call's 'scheduled' events share one events-stream entry (batch_new in util).
+local scheduled = batch_new({'j', 'ty', 'q'})
 local a = 6 + ns + no
 local i = 0
 while i < n do
@@ -81,12 +84,14 @@ while i < n do
         local s = tonumber(score)
         if not earliest or s < earliest then earliest = s end
       end
-      emit(events_key, maxlen, 'e', 'scheduled', 'j', id, 't', now_s, 'ty', jtype, 'q', queue)
+      local k = scheduled.n + 1
+      scheduled.n, scheduled[1][k], scheduled[2][k], scheduled[3][k] = k, id, jtype, queue
       out[i + 2] = 0
     end
   end
 end
 flush_due()
+batch_flush(events_key, maxlen, scheduled, {'e', 'scheduled', 't', now_s})
 if earliest then
   local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
   if head[2] and tonumber(head[2]) >= earliest then out[1] = 1 end

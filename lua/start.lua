@@ -22,6 +22,7 @@ then per run 4 values: run id, stream entry id, elapsed_ms (how long its handler
   then lost an attempt whose worker stopped before recording its start, and that attempt
   counts, so a job that kills its workers at once still ends in the dead letters)
 Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this entry
+The call's 'started' events share one events-stream entry (batch_flush in util).
 ]]
 --!include util
 --!include dead_letter
@@ -30,6 +31,8 @@ local worker = ARGV[1]
 local now = now_ms(ARGV[2])
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local out = {}
+-- The call's 'started' events share one events-stream entry (batch_new in util).
+local started_events = batch_new({'r', 'a', 't', 'f', 'ty'})
 for i = 1, n do
   local c = 6 + 4 * (i - 1)
   local run_id, sid, elapsed, reclaimed = ARGV[c + 1], ARGV[c + 2], tonumber(ARGV[c + 3]), ARGV[c + 4]
@@ -80,12 +83,16 @@ for i = 1, n do
       local started = now - elapsed
       redis.call('HSET', run_key, F.state, 'running', F.worker, worker, F.fence, fence_out,
                  F.attempt, attempt, F.started_ms, started, F.hb_ms, now)
-      emit(events_key, maxlen, 'e', 'started', 'r', run_id, 'a', attempt,
-           't', started, 'w', worker, 'f', fence_out, 'ty', jtype)
+      local k = started_events.n + 1
+      local b = started_events
+      b.n, b[1][k], b[2][k], b[3][k], b[4][k], b[5][k] = k, run_id,
+        string.format('%d', attempt), string.format('%d', started),
+        string.format('%d', fence_out), jtype or ''
     end
     attempt_out = attempt
   end
   out[2 * i - 1] = fence_out
   out[2 * i] = attempt_out
 end
+batch_flush(events_key, maxlen, started_events, {'e', 'started', 'w', worker})
 return out

@@ -196,7 +196,8 @@ class _ArchiveLag:
             lag = archive_lag(self.r, int(self.r.hget(keys.config(), "partitions") or 0))
         except RedisError:
             return  # Redis is away: the scrape still answers with the process's own metrics
-        fam = GaugeMetricFamily("rsched_archiver_lag_events", "Events not archived yet",
+        fam = GaugeMetricFamily("rsched_archiver_lag_events", "Events-stream entries not "
+                                "archived yet (an entry holds one event or a script call's events)",
                                 labels=["partition"])
         for p, n in sorted(lag.by_partition.items()):
             fam.add_metric([str(p)], n)
@@ -301,7 +302,8 @@ def cluster_families(c: dict[str, Any]) -> Iterator[Metric]:
                 "oldestDueAgeMs", 0.001)
     yield gauge("rsched_dead_letters", "Dead-lettered runs", "deadLetters")
     yield gauge("rsched_lease_fence", "Fencing token of the partition's lease", "fence")
-    yield gauge("rsched_archiver_lag_events", "Events the archiver has not read yet",
+    yield gauge("rsched_archiver_lag_events", "Events-stream entries the archiver has not read "
+                "yet (an entry holds one event or a script call's events)",
                 "archiverLag")
     yield gauge("rsched_archiver_pending_events", "Events read by an archiver, not yet committed",
                 "archiverPending")
