@@ -144,6 +144,75 @@ def test_a_job_on_a_queue_the_dispatcher_has_not_seen_is_dispatched_in_the_same_
         "t", run_at=clock() - 1, queue="mail", idempotency_key=k[1]).id]
 
 
+def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothing(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """skip_idle (the dispatcher's loop): a partition whose earliest entry is later than the
+    horizon is not read; a wake message naming it, or the periodic full read, brings it back."""
+    from rsched.dispatcher import claimer as claimer_mod
+
+    read: list[int] = []
+
+    class Keys:  # the real key builders, recording which partitions' due sets a round reads
+        def __getattr__(self, name: str) -> Any:
+            return getattr(keys, name)
+
+        def due(self, p: int) -> str:
+            read.append(p)
+            return keys.due(p)
+
+    monkeypatch.setattr(claimer_mod, "keys", Keys())
+    monkeypatch.setattr(claimer_mod, "FULL_READ_S", 3600.0)
+    [k1], [k2], [k3] = (keys_in_partition(p, 1, f"skip{p}") for p in (1, 2, 3))
+    a = client.schedule("t", run_at=clock() + MINUTE, idempotency_key=k1)
+    client.schedule("t", run_at=clock() + 2 * MINUTE, idempotency_key=k2)
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock) as rig:
+            await rig.lease()
+            claimer = rig.dispatcher.claimer
+            assert claimer is not None
+            first = await rig.dispatcher.claim_once(skip_idle=True)  # nothing known yet: all
+            assert sorted(set(read)) == list(range(PARTITIONS)) and first.dispatched == 0
+            assert first.earliest_ms == a.next_ms
+            read.clear()
+            idle = await rig.dispatcher.claim_once(skip_idle=True)
+            assert (read, idle.earliest_ms) == ([], a.next_ms)  # nothing due: no command at all
+            clock.ms += MINUTE
+            await rig.lease()  # the clock jumped past the lease: take it again
+            read.clear()
+            due = await rig.dispatcher.claim_once(skip_idle=True)
+            assert (set(read), due.dispatched) == ({1}, 1)
+            # A job due now in partition 3, which the claimer last saw empty: not read...
+            c = client.schedule("t", run_at=clock() - 1, idempotency_key=k3)
+            read.clear()
+            assert (await rig.dispatcher.claim_once(skip_idle=True)).dispatched == 0
+            assert read == []
+            # ...until the wake message for partition 3 (the dispatcher's listener calls this).
+            claimer.forget(3)
+            assert (await rig.dispatcher.claim_once(skip_idle=True)).dispatched == 1
+            assert set(read) == {3}
+            assert client.get(c.id).last_run_id is not None
+            # What changes unannounced (a worker's retry) is found by the periodic full read.
+            p = a.partition
+            client.r.zadd(keys.retry(p), {f"{a.id}@{clock() - 5}": clock() - 5})
+            read.clear()
+            await rig.dispatcher.claim_once(skip_idle=True)
+            assert p not in read
+            monkeypatch.setattr(claimer_mod, "FULL_READ_S", 0.0)
+            read.clear()
+            await rig.dispatcher.claim_once(skip_idle=True)
+            assert sorted(set(read)) == list(range(PARTITIONS))
+            # Rounds without skip_idle (tests, Rig) read every partition, as before.
+            monkeypatch.setattr(claimer_mod, "FULL_READ_S", 3600.0)
+            read.clear()
+            await rig.dispatcher.claim_once()
+            assert sorted(set(read)) == list(range(PARTITIONS))
+
+    asyncio.run(scenario())
+
+
 def test_a_recurring_job_advances_by_compare_and_set_so_a_claim_applied_twice_dispatches_once(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
     monkeypatch: pytest.MonkeyPatch,
@@ -367,8 +436,13 @@ def test_jitter_spreads_occurrences_within_plus_minus_n_seconds_deterministicall
 
 
 def test_a_job_due_in_200_ms_starts_within_tens_of_ms_though_the_dispatcher_may_sleep_1_s(
-    redis_url: str, client: Client, r: redis.Redis
+    redis_url: str, client: Client, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from rsched.dispatcher import claimer as claimer_mod
+
+    # No periodic full read: only the wake message naming a job's partition makes the loop
+    # (which skips partitions it saw idle) read it again.
+    monkeypatch.setattr(claimer_mod, "FULL_READ_S", 3600.0)
     app = App("wake")
 
     @app.job("ping")

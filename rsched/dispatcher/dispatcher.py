@@ -54,10 +54,11 @@ class Dispatcher:
         self.claimer = Claimer(self.r, self.id, self.batch, self.misfire_grace_ms,
                                self.settings.events_maxlen, self.clock)
 
-    async def claim_once(self) -> ClaimResult:
+    async def claim_once(self, *, skip_idle: bool = False) -> ClaimResult:
+        """One claim round (see Claimer.run_once; the loop below skips idle partitions)."""
         assert self.leases and self.claimer
         t0 = time.perf_counter()
-        res = await self.claimer.run_once(self.leases.owned)
+        res = await self.claimer.run_once(self.leases.owned, skip_idle=skip_idle)
         metrics.CLAIM_ROUND.observe(time.perf_counter() - t0)
         if res.dispatched:
             metrics.DISPATCHED.inc(res.dispatched)
@@ -75,6 +76,13 @@ class Dispatcher:
                 await ps.subscribe(keys.wake_channel())
                 async for msg in ps.listen():
                     if msg and msg.get("type") == "message":
+                        if self.claimer is not None:
+                            # The message names the partition (Client.op_wake).
+                            data = msg.get("data")
+                            try:
+                                self.claimer.forget(int(data))
+                            except (TypeError, ValueError):
+                                self.claimer.forget()
                         self._wake.set()
             except asyncio.CancelledError:
                 raise
@@ -97,7 +105,7 @@ class Dispatcher:
                         next_renew = time.monotonic() + renew_every
                     self._wake.clear()
                     t0 = time.monotonic()
-                    res = await self.claim_once()
+                    res = await self.claim_once(skip_idle=True)
                 except UNAVAILABLE as e:
                     log.warning("redis unavailable: %s", e)
                     await asyncio.sleep(0.5)
