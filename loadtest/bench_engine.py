@@ -3,7 +3,8 @@
 One dispatcher and one worker process against a private redis-server.  Phase 1 (burst): N jobs
 (default 100,000) due at one instant a few seconds ahead; measures batch scheduling and
 end-to-end throughput.  Phase 2 (light): 1,000 jobs/s spread evenly for a few seconds; measures
-start lag (started - scheduled, both by Redis's clock).  Prints a last line of JSON.
+start lag (started - scheduled, both by Redis's clock), while cpu_probe.py measures how much the
+machine itself stalls meanwhile.  Prints a last line of JSON.
 """
 
 from __future__ import annotations
@@ -177,7 +178,13 @@ def main() -> None:
         specs = [JobSpec("noop", None, run_at=int(start + i * step)) for i in range(n_light)]
         for i in range(0, n_light, 5000):
             client.schedule_many(specs[i : i + 5000])
+        # The machine's own stalls during the light phase (cpu_probe.py): on a VM whose host
+        # holds back its CPU every second or two, they, not rsched, set the lag's tail.
+        probe = subprocess.Popen(
+            [sys.executable, str(ROOT / "loadtest" / "cpu_probe.py"), str(a.light_seconds + 1)],
+            stdout=subprocess.PIPE, text=True)
         wait_for(r, a.partitions, a.jobs + n_light, 60 + a.light_seconds)
+        stalls = json.loads(probe.communicate(timeout=60 + a.light_seconds)[0])
         time.sleep(0.5)
         events = started_events(r, a.partitions)
         burst_ids = {rid for rid, _, _ in burst}
@@ -198,6 +205,9 @@ def main() -> None:
             "redis_cpu_us_per_job": round(cpu_burst / a.jobs, 1),
             "dispatcher_cpu_us_per_job": round(dcpu / a.jobs, 1),
             "worker_cpu_us_per_job": round(wcpu / a.jobs, 1),
+            "probe_slice_median_ms": stalls["slice_median_ms"],
+            "probe_slice_max_ms": stalls["slice_max_ms"],
+            "probe_slices_over_3x": stalls["slices_over_3x"],
             "lost": total - distinct,
             "duplicates": len(runs) - distinct,
             "aof": a.aof,
