@@ -45,6 +45,7 @@ local acks = {}  -- stream key -> entry ids, acknowledged with one XACK per stre
 local ok_count, fail_count = 0, 0
 -- Every 'succeeded' event of the call goes into one stream entry (batch_new in util).
 local succeeded_events = batch_new({'r', 'a', 'd', 'ty', 'q', 'res', 'st', 'f'})
+local succeeded_common = {'e', 'succeeded', 't', now_s, 'w', worker}
 for i = 1, n do
   local c = 8 + 8 * (i - 1)
   local run_id, fence, outcome = ARGV[c + 1], ARGV[c + 2], ARGV[c + 3]
@@ -120,6 +121,7 @@ for i = 1, n do
         else
           b[7][k], b[8][k] = '', ''
         end
+        if k >= BATCH_MAX then batch_flush(events_key, maxlen, b, succeeded_common) end
       end
       ok_count = ok_count + 1
       out[i] = 1
@@ -184,6 +186,6 @@ for stream_key, ids in pairs(acks) do
   end
 end
 if ok_count > 0 then redis.call('HINCRBY', stats_key, 'succeeded', ok_count) end
-batch_flush(events_key, maxlen, succeeded_events, {'e', 'succeeded', 't', now_s, 'w', worker})
+batch_flush(events_key, maxlen, succeeded_events, succeeded_common)
 if fail_count > 0 then redis.call('HINCRBY', stats_key, 'failed', fail_count) end
 return out

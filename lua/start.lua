@@ -33,6 +33,7 @@ local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), to
 local out = {}
 -- The call's 'started' events share one events-stream entry (batch_new in util).
 local started_events = batch_new({'r', 'a', 't', 'f', 'ty'})
+local started_common = {'e', 'started', 'w', worker}
 for i = 1, n do
   local c = 6 + 4 * (i - 1)
   local run_id, sid, elapsed, reclaimed = ARGV[c + 1], ARGV[c + 2], tonumber(ARGV[c + 3]), ARGV[c + 4]
@@ -88,11 +89,12 @@ for i = 1, n do
       b.n, b[1][k], b[2][k], b[3][k], b[4][k], b[5][k] = k, run_id,
         string.format('%d', attempt), string.format('%d', started),
         string.format('%d', fence_out), jtype or ''
+      if k >= BATCH_MAX then batch_flush(events_key, maxlen, b, started_common) end
     end
     attempt_out = attempt
   end
   out[2 * i - 1] = fence_out
   out[2 * i] = attempt_out
 end
-batch_flush(events_key, maxlen, started_events, {'e', 'started', 'w', worker})
+batch_flush(events_key, maxlen, started_events, started_common)
 return out

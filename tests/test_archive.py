@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 import redis
-from helpers import ManualClock, Rig, redis_now_ms, settings
+from helpers import ManualClock, Rig, keys_in_partition, redis_now_ms, settings
 from redis.asyncio import Redis as AsyncRedis
 
 from rsched import App, Client, JobContext, JobSpec, ValidationError, keys
@@ -872,6 +872,36 @@ def test_a_script_calls_events_share_an_entry_and_each_is_archived_as_a_row_of_i
             got = job_runs(store, r, job.id).items  # type: ignore[union-attr]
             assert [(x.run_id, x.status, x.result) for x in got] == [
                 (rid, "succeeded", {"n": i, "text": "line\nbreak\ttab"})]
+    finally:
+        client.close()
+
+
+def test_an_entry_holds_at_most_100_events_and_the_archiver_reads_packed_entries_in_fewer(
+    redis_url: str, r: redis.Redis, store: Store
+) -> None:
+    """Scripts flush a batch of events at EVENTS_PER_ENTRY_MAX; once a partition's reads show
+    such entries, the archiver asks for fewer entries, so a read stays near `batch` events."""
+    client = Client(settings=settings(redis_url))
+    wanted = iter(keys_in_partition(2, 1000, "cap"))  # one partition: reads are deterministic
+
+    def schedule(n: int) -> None:
+        client.schedule_many([JobSpec("t", run_at="2099-01-01T00:00:00Z",
+                                      idempotency_key=next(wanted)) for _ in range(n)])
+
+    try:
+        parts = client.partitions
+        schedule(250)
+        sizes = [int(f.get(b"n", b"1")) for _, f in r.xrange(keys.events(2))]
+        assert sizes == [100, 100, 50]
+        a = Archiver(r, store, parts, ArchiverConfig(batch=100))
+        a.setup()
+        assert a.run_once().inserted == 250  # nothing seen yet: up to 100 entries a read
+        schedule(250)
+        # Entries of 100 events seen: one entry a read now.
+        # (run_once reads ahead while it commits: some calls commit an empty read.)
+        inserted = [n for n in (a.run_once().inserted for _ in range(8)) if n]
+        assert inserted == [100, 100, 50]
+        assert len(stored(store)) == 500
     finally:
         client.close()
 

@@ -23,18 +23,23 @@ end
 -- joined by '\n', '' for an event without one.  Event k (1..n) of entry <ms>-<seq> is event
 -- <ms>-<seq+k-1>: XSETID reserves those ids, so later entries never reuse them and the archive
 -- keys every event by an id of its own (rsched.archive.events.expand reads the entry back).
--- Callers put in a batch only values that cannot hold '\n' (ids, names, numbers, JSON).
+-- Callers put in a batch only values that cannot hold '\n' (ids, names, numbers, JSON), and
+-- flush it when it holds BATCH_MAX events: an entry never holds more, which bounds what one
+-- archiver read holds (rsched.archive.events.EVENTS_PER_ENTRY_MAX).
+local BATCH_MAX = 100
 local function batch_new(columns)
   local b = {n = 0, names = columns}
   for c = 1, #columns do b[c] = {} end
   return b
 end
 
--- Append the batch's entry (nothing when empty); `common` holds the shared field/value pairs.
+-- Append the batch's entry (nothing when empty) and empty the batch; `common` holds the shared
+-- field/value pairs.
 local function batch_flush(key, maxlen, b, common)
   local n = b.n
   if n == 0 then return end
-  local args = common
+  b.n = 0
+  local args = {unpack(common)}
   if n > 1 then args[#args + 1], args[#args + 2] = 'n', tostring(n) end
   for c = 1, #b.names do
     local col, first, same = b[c], b[c][1], true

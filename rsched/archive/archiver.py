@@ -113,6 +113,7 @@ class Archiver:
         # A restart under the same id reads its own pending entries back first; a fresh random
         # id has none (a dead archiver's entries are claimed after claim_idle_ms instead).
         self._own_pending = set(range(partitions)) if consumer else set()
+        self._per_entry: dict[int, int] = {}  # partition -> events per entry, as last read
         self._claim_cursor: dict[int, str] = {}
         self.totals: dict[str, int] = defaultdict(int)
         self.last_lag: Lag | None = None
@@ -212,8 +213,11 @@ class Archiver:
             pipe = self._raw.pipeline(transaction=False)
             for p in todo:
                 start = "0" if p in self._own_pending else ">"
+                # Entries may hold up to EVENTS_PER_ENTRY_MAX events: once a partition's reads
+                # show such entries, ask for as many as keep the batch near `batch` events.
+                per = self._per_entry.get(p, 1)
                 pipe.xreadgroup(keys.EVENTS_GROUP, self.consumer, {keys.events(p): start},
-                                count=self.config.batch)
+                                count=max(1, self.config.batch // per))
             again = []
             for p, res in zip(todo, pipe.execute(raise_on_error=False), strict=True):
                 if isinstance(res, Exception):
@@ -225,13 +229,19 @@ class Archiver:
                 if not entries:
                     continue
                 ids, keep = batch.ids[p], batch.entries  # inline: once per event
+                most = 1
                 for sid, flat in entries:
                     ids.append(sid)
                     if flat:  # None: deleted from the stream while pending; just ack it
                         if b"n" in flat[::2]:  # several events in one entry
-                            keep += [(p, esid, ev) for esid, ev in expand_flat(sid, flat)]
+                            events = expand_flat(sid, flat)
+                            most = max(most, len(events))
+                            keep += [(p, esid, ev) for esid, ev in events]
                         else:
                             keep.append((p, sid, flat))
+                # The largest entry of this read, or half the last estimate: a stream of single
+                # events is soon read `batch` entries at a time again.
+                self._per_entry[p] = max(most, self._per_entry.get(p, 1) // 2)
             todo = again
         return batch
 
@@ -274,7 +284,7 @@ class Archiver:
         for p in range(self.partitions):
             pipe.execute_command("XAUTOCLAIM", keys.events(p), keys.EVENTS_GROUP, self.consumer,
                                  self.config.claim_idle_ms, self._claim_cursor.get(p, "0-0"),
-                                 "COUNT", self.config.batch)
+                                 "COUNT", max(1, self.config.batch // self._per_entry.get(p, 1)))
         for p, res in enumerate(pipe.execute(raise_on_error=False)):
             if isinstance(res, Exception):
                 continue  # no group yet: setup() runs again on NOGROUP errors from reads

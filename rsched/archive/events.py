@@ -174,6 +174,10 @@ def decode(part: int, sid: bytes | str, f: dict[bytes, bytes]) -> EventRow:
     return row
 
 
+EVENTS_PER_ENTRY_MAX = 100
+"""Events one stream entry holds at most (BATCH_MAX in lua/include/util.lua)."""
+
+
 def _expanded(sid: bytes, f: dict[bytes, bytes]) -> list[tuple[bytes, dict[bytes, bytes]]] | None:
     raw_n = f.get(b"n")
     ms, dash, seq = sid.partition(b"-")
@@ -226,6 +230,7 @@ def decode_flat(part: int, sid: bytes, flat: list[bytes]) -> EventRow:
     return decode(part, sid, dict(zip(flat[::2], flat[1::2], strict=True)))
 
 
-__all__ = ["COLUMNS", "Entry", "EventRow", "FAILURES", "KNOWN", "OUTCOMES", "RUN_MARKERS",
+__all__ = ["COLUMNS", "EVENTS_PER_ENTRY_MAX", "Entry", "EventRow", "FAILURES", "KNOWN", "OUTCOMES",
+           "RUN_MARKERS",
            "decode", "decode_flat", "expand", "expand_flat", "job_of_event_run", "parse_sid",
            "sched_of_run"]
