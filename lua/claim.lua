@@ -187,7 +187,12 @@ for i = 1, n do
     end
     local qi = stream_at[queue] or 0
     local stream_key = KEYS[qi]
-    if not due or tonumber(due) > now or state ~= 'retry_wait' then
+    if not due or tonumber(due) > now then
+      skipped = skipped + 1
+    elseif state ~= 'retry_wait' then
+      -- Due, but its run no longer waits for a retry (its hash is gone, or it moved on): a
+      -- left-over entry would look due forever and keep the dispatcher from sleeping.
+      redis.call('ZREM', retry_key, run_id)
       skipped = skipped + 1
     elseif not stream_key then
       out[#out + 1] = run_id

@@ -245,6 +245,25 @@ def test_a_recurring_job_advances_by_compare_and_set_so_a_claim_applied_twice_di
     assert [e["r"] for e in stream_entries(r, job.partition)] == [f"{job.id}@{job.next_ms}"]
 
 
+def test_a_due_retry_entry_whose_run_is_gone_is_dropped_so_the_loop_can_sleep(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    job = client.schedule("t", run_at=clock() + MINUTE)
+    p = job.partition
+    stale = f"{job.id}@{clock() - 10}"  # no run hash: deleted, or expired meanwhile
+    r.zadd(keys.retry(p), {stale: clock() - 10})
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock) as rig:
+            await rig.lease()
+            res = await rig.claim()
+            assert (res.dispatched, res.skipped) == (0, 1)
+            assert res.earliest_ms == job.next_ms  # not the stale entry's time
+
+    asyncio.run(scenario())
+    assert r.zscore(keys.retry(p), stale) is None
+
+
 def test_a_claim_with_a_stale_fence_changes_nothing_in_the_keyspace(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
