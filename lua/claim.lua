@@ -69,13 +69,12 @@ local dispatched, skipped = 0, 0
 local out = {0, 0, ''}
 local unindex = {}  -- job ids leaving the due set: one ZREM for the whole call
 -- Every 'dispatched' event of the call goes into one stream entry (batch_new in util).
-local dispatched_events = batch_new({'r', 'a', 'ty', 'q'})
-local dispatched_common = {'e', 'dispatched', 't', now_s}
+local dispatched_events = batch_new(events_key, maxlen, {'e', 'dispatched', 't', now_s},
+                                    {'r', 'a', 'ty', 'q'})
 local function dispatch_event(run_id, attempt, jtype, queue)
   local b = dispatched_events
-  local k = b.n + 1
-  b.n, b[1][k], b[2][k], b[3][k], b[4][k] = k, run_id, attempt, jtype, queue
-  if k >= BATCH_MAX then batch_flush(events_key, maxlen, b, dispatched_common) end
+  local k = batch_slot(b)
+  b[1][k], b[2][k], b[3][k], b[4][k] = run_id, attempt, jtype, queue
 end
 
 -- Dispatch a one-off job's first occurrence, its own run: the run's fields go into the job hash
@@ -228,7 +227,7 @@ for k = 1, #unindex, 1000 do
   redis.call('ZREM', due_key, unpack(unindex, k, math.min(k + 999, #unindex)))
 end
 if dispatched > 0 then redis.call('HINCRBY', stats_key, 'dispatched', dispatched) end
-batch_flush(events_key, maxlen, dispatched_events, dispatched_common)
+batch_flush(dispatched_events)
 
 -- Drop entries every worker has acknowledged: everything before the oldest pending entry, or
 -- up to the last delivered one when nothing is pending.  Cheaper than an XDEL per run.

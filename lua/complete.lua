@@ -44,8 +44,21 @@ local out = {}
 local acks = {}  -- stream key -> entry ids, acknowledged with one XACK per stream at the end
 local ok_count, fail_count = 0, 0
 -- Every 'succeeded' event of the call goes into one stream entry (batch_new in util).
-local succeeded_events = batch_new({'r', 'a', 'd', 'ty', 'q', 'res', 'st', 'f'})
-local succeeded_common = {'e', 'succeeded', 't', now_s, 'w', worker}
+local succeeded_events = batch_new(events_key, maxlen,
+                                   {'e', 'succeeded', 't', now_s, 'w', worker},
+                                   {'r', 'a', 'd', 'ty', 'q', 'res', 'st', 'f'})
+-- An outcome event of its own (a failure, or a result a batch cannot hold); `started` = {start
+-- ms, fence} when the run starts and ends in this call (no 'started' event of its own).
+local function outcome_event(outcome, run_id, attempt_s, duration_s, jtype, queue, field, text,
+                             started)
+  if started then
+    emit(events_key, maxlen, 'e', outcome, 'r', run_id, 'a', attempt_s, 't', now_s, 'w', worker,
+         'd', duration_s, 'ty', jtype, 'q', queue, field, text, 'st', started[1], 'f', started[2])
+  else
+    emit(events_key, maxlen, 'e', outcome, 'r', run_id, 'a', attempt_s, 't', now_s, 'w', worker,
+         'd', duration_s, 'ty', jtype, 'q', queue, field, text)
+  end
+end
 for i = 1, n do
   local c = 8 + 8 * (i - 1)
   local run_id, fence, outcome = ARGV[c + 1], ARGV[c + 2], ARGV[c + 3]
@@ -102,39 +115,25 @@ for i = 1, n do
       if done and finished_ttl > 0 then redis.call('PEXPIRE', job_key, ARGV[8]) end
       if string.find(text, '\n', 1, true) then
         -- Not JSON as workers send it: an event of its own, since batches join values by '\n'.
-        if start_fields then
-          emit(events_key, maxlen, 'e', 'succeeded', 'r', run_id, 'a', attempt_s,
-               't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue,
-               'res', text, 'st', started_ms, 'f', fence)
-        else
-          emit(events_key, maxlen, 'e', 'succeeded', 'r', run_id, 'a', attempt_s,
-               't', now_s, 'w', worker, 'd', duration_s, 'ty', jtype, 'q', queue,
-               'res', text)
-        end
+        outcome_event('succeeded', run_id, attempt_s, duration_s, jtype, queue, 'res', text,
+                      start_fields and {started_ms, fence})
       else
         local b = succeeded_events
-        local k = b.n + 1
-        b.n, b[1][k], b[2][k], b[3][k], b[4][k], b[5][k], b[6][k] =
-          k, run_id, attempt_s, duration_s, jtype, queue, text
+        local k = batch_slot(b)
+        b[1][k], b[2][k], b[3][k], b[4][k], b[5][k], b[6][k] =
+          run_id, attempt_s, duration_s, jtype, queue, text
         if start_fields then
           b[7][k], b[8][k] = started_ms, fence
         else
           b[7][k], b[8][k] = '', ''
         end
-        if k >= BATCH_MAX then batch_flush(events_key, maxlen, b, succeeded_common) end
       end
       ok_count = ok_count + 1
       out[i] = 1
     else
-      if start_fields then
-        redis.call('HSET', run_key, unpack(start_fields))
-        emit(events_key, maxlen, 'e', outcome, 'r', run_id, 'a', attempt, 't', now,
-             'w', worker, 'd', duration, 'ty', jtype, 'q', queue, 'err', text,
-             'st', started_ms, 'f', fence)
-      else
-        emit(events_key, maxlen, 'e', outcome, 'r', run_id, 'a', attempt, 't', now,
-             'w', worker, 'd', duration, 'ty', jtype, 'q', queue, 'err', text)
-      end
+      if start_fields then redis.call('HSET', run_key, unpack(start_fields)) end
+      outcome_event(outcome, run_id, attempt_s, duration_s, jtype, queue, 'err', text,
+                    start_fields and {started_ms, fence})
       fail_count = fail_count + 1
       local job_id = job_of(run_id)
       local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1')
@@ -159,8 +158,8 @@ for i = 1, n do
       -- (Client.runs reads them back).  On the hottest path that saves a third of this script's
       -- time (and the record is built only when kept).
       local rec = {run = run_id, attempt = attempt, status = outcome, worker = worker,
-                   sched_ms = tonumber(string.match(run_id, '@(%d+)$')), started_ms = tonumber(started_ms), ended_ms = now,
-                   duration_ms = duration}
+                   sched_ms = tonumber(string.match(run_id, '@(%d+)$')),
+                   started_ms = tonumber(started_ms), ended_ms = now, duration_ms = duration}
       if outcome == 'succeeded' then rec.result = text else rec.error = text end
       remember(job_key, hist_key, hlen, own, stream_id, rec)
     end
@@ -174,8 +173,8 @@ for i = 1, n do
     out[i] = 0
   else
     redis.call('HINCRBY', stats_key, 'fenced', 1)
-    emit(events_key, maxlen, 'e', 'fenced', 'j', job_of(run_id) or '', 'r', run_id, 'a', attempt_s or '',
-         't', now, 'w', worker, 'f', fence, 'ty', jtype or '',
+    emit(events_key, maxlen, 'e', 'fenced', 'j', job_of(run_id) or '', 'r', run_id,
+         'a', attempt_s or '', 't', now, 'w', worker, 'f', fence, 'ty', jtype or '',
          'err', 'stale report rejected: run fence is ' .. (run_fence or '0') .. ', caller had ' .. fence)
     out[i] = -1
   end
@@ -186,6 +185,6 @@ for stream_key, ids in pairs(acks) do
   end
 end
 if ok_count > 0 then redis.call('HINCRBY', stats_key, 'succeeded', ok_count) end
-batch_flush(events_key, maxlen, succeeded_events, succeeded_common)
+batch_flush(succeeded_events)
 if fail_count > 0 then redis.call('HINCRBY', stats_key, 'failed', fail_count) end
 return out

@@ -48,8 +48,7 @@ local function flush_due()
   due = {}
 end
 -- The call's 'scheduled' events share one events-stream entry (batch_new in util).
-local scheduled = batch_new({'j', 'ty', 'q'})
-local scheduled_common = {'e', 'scheduled', 't', now_s}
+local scheduled = batch_new(events_key, maxlen, {'e', 'scheduled', 't', now_s}, {'j', 'ty', 'q'})
 local a = 6 + ns + no
 local i = 0
 while i < n do
@@ -85,15 +84,14 @@ while i < n do
         local s = tonumber(score)
         if not earliest or s < earliest then earliest = s end
       end
-      local k = scheduled.n + 1
-      scheduled.n, scheduled[1][k], scheduled[2][k], scheduled[3][k] = k, id, jtype, queue
-      if k >= BATCH_MAX then batch_flush(events_key, maxlen, scheduled, scheduled_common) end
+      local k = batch_slot(scheduled)
+      scheduled[1][k], scheduled[2][k], scheduled[3][k] = id, jtype, queue
       out[i + 2] = 0
     end
   end
 end
 flush_due()
-batch_flush(events_key, maxlen, scheduled, scheduled_common)
+batch_flush(scheduled)
 if earliest then
   local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
   if head[2] and tonumber(head[2]) >= earliest then out[1] = 1 end

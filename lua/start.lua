@@ -32,8 +32,8 @@ local now = now_ms(ARGV[2])
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local out = {}
 -- The call's 'started' events share one events-stream entry (batch_new in util).
-local started_events = batch_new({'r', 'a', 't', 'f', 'ty'})
-local started_common = {'e', 'started', 'w', worker}
+local started_events = batch_new(events_key, maxlen, {'e', 'started', 'w', worker},
+                                 {'r', 'a', 't', 'f', 'ty'})
 for i = 1, n do
   local c = 6 + 4 * (i - 1)
   local run_id, sid, elapsed, reclaimed = ARGV[c + 1], ARGV[c + 2], tonumber(ARGV[c + 3]), ARGV[c + 4]
@@ -84,17 +84,15 @@ for i = 1, n do
       local started = now - elapsed
       redis.call('HSET', run_key, F.state, 'running', F.worker, worker, F.fence, fence_out,
                  F.attempt, attempt, F.started_ms, started, F.hb_ms, now)
-      local k = started_events.n + 1
       local b = started_events
-      b.n, b[1][k], b[2][k], b[3][k], b[4][k], b[5][k] = k, run_id,
-        string.format('%d', attempt), string.format('%d', started),
-        string.format('%d', fence_out), jtype or ''
-      if k >= BATCH_MAX then batch_flush(events_key, maxlen, b, started_common) end
+      local k = batch_slot(b)
+      b[1][k], b[2][k], b[3][k], b[4][k], b[5][k] = run_id, string.format('%d', attempt),
+        string.format('%d', started), string.format('%d', fence_out), jtype or ''
     end
     attempt_out = attempt
   end
   out[2 * i - 1] = fence_out
   out[2 * i] = attempt_out
 end
-batch_flush(events_key, maxlen, started_events, started_common)
+batch_flush(started_events)
 return out

@@ -194,6 +194,39 @@ def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothi
             assert (await rig.dispatcher.claim_once(skip_idle=True)).dispatched == 1
             assert set(read) == {3}
             assert client.get(c.id).last_run_id is not None
+            # A wake during a round that had already read the partition is not lost: the round
+            # cannot overwrite it with what it read before the change.
+            [k4] = keys_in_partition(3, 1, "skip-race")
+            real = claimer.r
+            woken: list[str] = []
+
+            class WakeAfterRead:  # the client's change and wake land while the round runs
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(real, name)
+
+                def pipeline(self, *args: Any, **kw: Any) -> Any:
+                    pipe = real.pipeline(*args, **kw)
+                    execute = pipe.execute
+
+                    async def execute_then_wake(*a: Any, **k: Any) -> Any:
+                        res = await execute(*a, **k)
+                        if not woken:
+                            woken.append(client.schedule("t", run_at=clock() - 1,
+                                                         idempotency_key=k4).id)
+                            claimer.forget(3)
+                        return res
+
+                    pipe.execute = execute_then_wake
+                    return pipe
+
+            monkeypatch.setattr(claimer_mod, "FULL_READ_S", 0.0)  # this round reads partition 3
+            claimer.r = WakeAfterRead()
+            await rig.dispatcher.claim_once(skip_idle=True)
+            claimer.r = real
+            monkeypatch.setattr(claimer_mod, "FULL_READ_S", 3600.0)
+            read.clear()
+            assert (await rig.dispatcher.claim_once(skip_idle=True)).dispatched == 1
+            assert set(read) == {3} and client.get(woken[0]).last_run_id is not None
             # What changes unannounced (a worker's retry) is found by the periodic full read.
             p = a.partition
             client.r.zadd(keys.retry(p), {f"{a.id}@{clock() - 5}": clock() - 5})

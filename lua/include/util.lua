@@ -23,23 +23,24 @@ end
 -- joined by '\n', '' for an event without one.  Event k (1..n) of entry <ms>-<seq> is event
 -- <ms>-<seq+k-1>: XSETID reserves those ids, so later entries never reuse them and the archive
 -- keys every event by an id of its own (rsched.archive.events.expand reads the entry back).
--- Callers put in a batch only values that cannot hold '\n' (ids, names, numbers, JSON), and
--- flush it when it holds BATCH_MAX events: an entry never holds more, which bounds what one
--- archiver read holds (rsched.archive.events.EVENTS_PER_ENTRY_MAX).
+-- Callers put in a batch only values that cannot hold '\n' (ids, names, numbers, JSON).  An
+-- entry holds at most BATCH_MAX events, which bounds what one archiver read holds
+-- (rsched.archive.events.EVENTS_PER_ENTRY_MAX).
+-- key, maxlen: the events stream (see emit); common: the field/value pairs every event shares;
+-- columns: the names of the fields whose values are per event, set as b[c][k] (see batch_slot).
 local BATCH_MAX = 100
-local function batch_new(columns)
-  local b = {n = 0, names = columns}
+local function batch_new(key, maxlen, common, columns)
+  local b = {n = 0, key = key, maxlen = maxlen, common = common, names = columns}
   for c = 1, #columns do b[c] = {} end
   return b
 end
 
--- Append the batch's entry (nothing when empty) and empty the batch; `common` holds the shared
--- field/value pairs.
-local function batch_flush(key, maxlen, b, common)
+-- Append the batch's entry (nothing when empty) and empty the batch.
+local function batch_flush(b)
   local n = b.n
   if n == 0 then return end
   b.n = 0
-  local args = {unpack(common)}
+  local args = {unpack(b.common)}
   if n > 1 then args[#args + 1], args[#args + 2] = 'n', tostring(n) end
   for c = 1, #b.names do
     local col, first, same = b[c], b[c][1], true
@@ -55,11 +56,21 @@ local function batch_flush(key, maxlen, b, common)
       args[#args + 1], args[#args + 2] = b.names[c], first
     end
   end
-  local sid = emit(key, maxlen, unpack(args))
+  local key = b.key  -- the events stream the caller passed in KEYS
+  local sid = emit(key, b.maxlen, unpack(args))
   if n > 1 then
     local ms, seq = string.match(sid, '^(%d+)-(%d+)$')
     redis.call('XSETID', key, ms .. '-' .. string.format('%d', tonumber(seq) + n - 1))
   end
+end
+
+-- The index k of one more event (the caller then sets b[c][k] for every column c); appends the
+-- batch's entry first when it is full.
+local function batch_slot(b)
+  if b.n >= BATCH_MAX then batch_flush(b) end
+  local k = b.n + 1
+  b.n = k
+  return k
 end
 
 -- Record a finished attempt.  A one-off job's own run (a few attempts at most) keeps its records
