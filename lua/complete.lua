@@ -6,6 +6,10 @@ since a dead worker's XACK would succeed on an entry another consumer now owns).
 finished before its worker recorded its start (fence '0': workers start fresh runs at once and
 record the start only of runs still going after a moment) is started here first, under the same
 checks start.lua applies to a fresh entry: still 'dispatched', under this very stream entry.
+It does not ask whether the entry is still delivered to the caller (start.lua does): a run still
+'dispatched' has no attempt recorded under anyone, so the first write wins, and a reclaimer whose
+start lands later finds the run finished, acknowledges it and runs nothing.  Asking would cost an
+XPENDING per run on the hottest path (about 2 us of Redis time).
 Such a run has no 'started' history event: its outcome event records the start as 'st' (the
 handler's start time) and 'f' (its fence), and the archive reads the start from there.  The
 call's 'succeeded' events share one events-stream entry (batch_flush in util).

@@ -1,30 +1,49 @@
 --[[ heartbeat: a worker proves it still runs these runs.
 
 Resets each stream entry's idle time (XCLAIM to itself, JUSTID) so XAUTOCLAIM in other workers
-leaves it alone, but only while the run is still the caller's under the caller's fence: a
-worker that was already reclaimed cannot take its entry back.
+leaves it alone, but only while the run is still the caller's under the caller's fence and the
+entry is still delivered to the caller: a worker that was reclaimed (its entry moved to another
+consumer by XAUTOCLAIM, whether or not the reclaimer has started the run yet) cannot take its
+entry back.  Such a heartbeat is fenced: counted ('fenced' in stats) and logged as an event.
 
-KEYS[3i-2], KEYS[3i-1], KEYS[3i]  per run: rsched:{pN}:run:<run id> HASH (the job key again
-        for a one-off job's own run: see run_fields in util), rsched:{pN}:job:<id> HASH,
-        rsched:{pN}:q:<queue> STREAM
+KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
+then per run 3 keys: rsched:{pN}:run:<run id> HASH (the job key again for a one-off job's own
+        run: see run_fields in util), rsched:{pN}:job:<id> HASH, rsched:{pN}:q:<queue> STREAM
 ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] group   ARGV[4] n
-then per run: run id, fence, stream entry id
-Returns {ok_1, ..., ok_n}: 1 still ours, 0 lost (reclaimed, cancelled or finished)
+ARGV[5] events_maxlen
+then per run 3 values: run id, fence, stream entry id
+Returns {code_1, ..., code_n}: 1 still ours, 0 finished or gone (nothing to fence),
+  -1 fenced: the run is live under another worker or fence, or its entry is delivered to
+  another consumer
 ]]
 --!include util
+--!include delivery
+local events_key, stats_key = KEYS[1], KEYS[2]
 local worker = ARGV[1]
 local now = now_ms(ARGV[2])
-local group, n = ARGV[3], tonumber(ARGV[4])
+local group, n, maxlen = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {}
 for i = 1, n do
-  local run_key, job_key, stream_key = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local fence, sid = ARGV[4 + 3 * i - 1], ARGV[4 + 3 * i]
+  local run_key, job_key, stream_key = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
+  local run_id, fence, sid = ARGV[5 + 3 * i - 2], ARGV[5 + 3 * i - 1], ARGV[5 + 3 * i]
   local F = run_fields(run_key, job_key)
-  local r = redis.call('HMGET', run_key, F.state, F.worker, F.fence)
-  if r[1] == 'running' and r[2] == worker and r[3] == fence then
+  local r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.stream_id, F.attempt,
+                       F.type)
+  local state = r[1]
+  local owner = nil
+  if state == 'running' and r[4] == sid then owner = delivered_to(stream_key, group, sid) end
+  if state == 'running' and r[2] == worker and r[3] == fence and owner == worker then
     redis.call('HSET', run_key, F.hb_ms, now)
     redis.call('XCLAIM', stream_key, group, worker, 0, sid, 'JUSTID')
     out[i] = 1
+  elseif (state == 'running' or state == 'dispatched') and r[4] == sid then
+    redis.call('HINCRBY', stats_key, 'fenced', 1)
+    emit(events_key, maxlen, 'e', 'fenced', 'j', string.match(run_id, '^(.*)@%d+$') or '',
+         'r', run_id, 'a', r[5] or '', 't', now, 'w', worker, 'f', fence, 'ty', r[6] or '',
+         'err', 'stale heartbeat rejected: the run is ' .. state .. ' under worker '
+                .. (r[2] or '') .. ', fence ' .. (r[3] or '0') .. ', delivered to '
+                .. (owner or delivered_to(stream_key, group, sid) or 'nobody'))
+    out[i] = -1
   else
     out[i] = 0
   end

@@ -2,7 +2,11 @@
 their handler runs, fresh entries (XREADGROUP) once their handler has run a while.
 
 Each start gives the run a new fencing token; the worker must present it to heartbeat and
-complete.  A run still 'running' under another worker was abandoned by it (the stream entry
+complete.  Only the entry's current delivery may start it: the caller must own the entry in the
+group's pending list.  A worker that stalled while XAUTOCLAIM moved its entry to another consumer
+still knows the entry id, but its start is rejected (fence -1), counted ('fenced' in stats) and
+logged as a 'fenced' event, whatever state the run is in.  A run still 'running' under another
+worker when its owner (the reclaimer) starts it was abandoned by that worker (the stream entry
 went idle because its heartbeats stopped): that attempt is recorded as abandoned and a new one
 starts, or the run is dead-lettered when its attempts are used up; a cancelled job's abandoned
 run is not started again.  A fresh run ('dispatched') starts even if its job was cancelled
@@ -21,11 +25,14 @@ then per run 4 values: run id, stream entry id, elapsed_ms (how long its handler
   reclaimed ('1' = taken over from another consumer by XAUTOCLAIM: a run still 'dispatched'
   then lost an attempt whose worker stopped before recording its start, and that attempt
   counts, so a job that kills its workers at once still ends in the dead letters)
-Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this entry
+Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this entry (finished,
+  gone or cancelled: acknowledged), fence -1 = fenced: the entry is delivered to another consumer
+  now (not acknowledged: it is theirs)
 The call's 'started' events share one events-stream entry (batch_flush in util).
 ]]
 --!include util
 --!include dead_letter
+--!include delivery
 local events_key, stats_key, dead_key = KEYS[1], KEYS[2], KEYS[3]
 local worker = ARGV[1]
 local now = now_ms(ARGV[2])
@@ -48,8 +55,17 @@ for i = 1, n do
   local state, attempt, fence = r[1], tonumber(r[2] or '0'), tonumber(r[3] or '0')
   local run_worker, jtype = r[5] or '', r[6]
   local fence_out, attempt_out = 0, attempt
-  if not state or r[4] ~= sid or (state ~= 'dispatched' and state ~= 'running') then
+  local live = state and r[4] == sid and (state == 'dispatched' or state == 'running')
+  local owner = live and delivered_to(stream_key, group, sid)
+  if not live then
     redis.call('XACK', stream_key, group, sid)
+  elseif owner ~= worker then
+    fence_out = -1
+    redis.call('HINCRBY', stats_key, 'fenced', 1)
+    emit(events_key, maxlen, 'e', 'fenced', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
+         'w', worker, 'f', fence, 'ty', jtype or '',
+         'err', 'stale start rejected: the stream entry is delivered to '
+                .. (owner or 'nobody') .. ' now')
   elseif state == 'running' and run_worker == worker then
     fence_out = fence  -- the same call applied twice (client retry): nothing new happened
   else

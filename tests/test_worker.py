@@ -366,6 +366,8 @@ def test_heartbeats_keep_a_long_run_alive_then_a_reclaim_starts_a_new_attempt_wi
             assert (run.state, run.worker, run.fence, run.attempt) == (
                 RunState.RUNNING, "w-b", 2, 2)
             assert await rig.worker.heartbeat_once() == 1  # w-a learns it lost the run
+            assert rig.worker.counts["fenced"] == 1
+            assert await rig.worker.heartbeat_once() == 0  # and stops heartbeating it
             gates["w-b"].set()
             await rig.finish(worker=b)
 
@@ -373,7 +375,7 @@ def test_heartbeats_keep_a_long_run_alive_then_a_reclaim_starts_a_new_attempt_wi
     run = client.get_run(rid)
     assert run.state is RunState.SUCCEEDED and run.result == "w-b" and run.attempt == 2
     types = event_types(r, p, job.id)
-    assert types[-4:] == ["abandoned", "reclaimed", "started", "succeeded"]
+    assert types[-5:] == ["abandoned", "reclaimed", "started", "fenced", "succeeded"]
     assert [(a.attempt, a.status, a.worker) for a in client.runs(job.id)] == [
         (2, "succeeded", "w-b"), (1, "abandoned", "w-a")]
     assert stats(r, p)["reclaimed"] == 1
@@ -486,6 +488,92 @@ def test_a_run_reclaimed_before_its_start_was_recorded_counts_the_lost_attempt(
         assert [e["w"] for e in events(r, p, job_id=job.id) if e["e"] == "started"] == ["w-b"]
     else:
         assert run.state is RunState.DEAD and client.get(job.id).status is JobStatus.DEAD
+
+
+@pytest.mark.parametrize("path", ["start loop", "heartbeat"])
+def test_a_stale_start_after_a_reclaim_is_fenced_and_the_live_attempt_is_the_one_recorded(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, path: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """w-a runs a fresh entry and stalls before recording its start; w-b reclaims it and runs
+    attempt 2.  When w-a wakes, its start (from its start loop, or the one its heartbeat makes
+    first) must not take the run back: before the fix it got fence 2 and attempt 3, recorded
+    w-b's live attempt as abandoned and, with max_attempts=2, dead-lettered the occurrence."""
+    app, gates = gated_app()
+    job = client.schedule("long", run_at=clock() - 1, max_attempts=2)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
+                       worker_kw=fast_reclaim(100)) as rig:
+            b = await rig.add_worker("w-b", **fast_reclaim(100))
+            await rig.claim()
+            await rig.fetch()
+            await asyncio.sleep(0.2)  # w-a stalls: no start, no heartbeat
+            assert await b.reclaim_once() == 1
+            live = client.get_run(rid)
+            assert (live.state, live.worker, live.attempt) == (RunState.RUNNING, "w-b", 2)
+
+            if path == "start loop":
+                assert await rig.worker.start_once(min_age_ms=0) == 1
+            else:
+                assert await rig.worker.heartbeat_once() == 0
+            assert rig.worker.counts["fenced"] == 1
+            run = client.get_run(rid)
+            assert (run.state, run.worker, run.attempt, run.fence) == (
+                RunState.RUNNING, "w-b", 2, live.fence)
+            [entry] = pending(r, p)
+            assert entry["consumer"] == b"w-b"
+            assert await b.heartbeat_once() == 0  # the live owner keeps its run
+
+            gates["w-a"].set()  # the stale handler ends: its outcome is dropped, not sent
+            await rig.finish()
+            gates["w-b"].set()
+            assert await rig.finish(worker=b) == 1
+
+    with caplog.at_level(logging.WARNING, logger="rsched.worker"):
+        asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert (run.state, run.worker, run.result, run.attempt) == (
+        RunState.SUCCEEDED, "w-b", "w-b", 2)
+    assert [(a.attempt, a.status, a.worker) for a in client.runs(job.id)] == [
+        (2, "succeeded", "w-b"), (1, "abandoned", "")]
+    assert r.zcard(keys.dead(p)) == 0
+    [fenced] = [e for e in events(r, p, job_id=job.id) if e["e"] == "fenced"]
+    assert fenced["w"] == "w-a" and "delivered to w-b" in fenced["err"]
+    assert stats(r, p)["fenced"] == 1
+    assert any("start rejected" in m and rid in m for m in caplog.messages)
+    assert pending(r, p) == []
+
+
+def test_a_heartbeat_cannot_take_back_an_entry_another_worker_reclaimed_before_starting_it(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """XAUTOCLAIM moved w-a's entry to w-b, whose start has not landed yet: w-a's heartbeat
+    (XCLAIM to itself) used to move the entry back and then see w-b's start abandon it."""
+    app, gates = gated_app()
+    job = client.schedule("long", run_at=clock() - 1, max_attempts=3)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
+                       worker_kw=fast_reclaim(100)) as rig:
+            await rig.claim()
+            await rig.fetch()
+            await rig.worker.start_once(min_age_ms=0)
+            await asyncio.sleep(0.15)
+            r.xautoclaim(keys.stream(p, "default"), keys.GROUP, "w-b", 100, "0-0", justid=True)
+            assert await rig.worker.heartbeat_once() == 1  # lost
+            assert rig.worker.counts["fenced"] == 1
+            [entry] = pending(r, p)
+            assert entry["consumer"] == b"w-b"
+            gates["w-a"].set()
+            await rig.finish()
+
+    asyncio.run(scenario())
+    [fenced] = [e for e in events(r, p, job_id=job.id) if e["e"] == "fenced"]
+    assert fenced["w"] == "w-a" and "heartbeat rejected" in fenced["err"]
+    assert client.get_run(rid).state is RunState.RUNNING  # w-b's to start (or reclaim again)
 
 
 def test_an_own_run_written_before_own_runs_moved_into_the_job_hash_is_still_read_and_retried(

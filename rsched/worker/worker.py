@@ -60,7 +60,7 @@ class Inflight:
     entry_id: str
     run_id: str
     job_id: str
-    fence: int  # 0 until its start is recorded
+    fence: int  # 0 until its start is recorded; NOT_OURS once Redis said it is not ours to run
     attempt: int
     t0: float = 0.0  # perf_counter when the run was taken
     deadline: float = float("inf")  # loop time its handler times out
@@ -71,9 +71,14 @@ class Inflight:
     run_key: str = ""  # where the run's fields live (the job hash for a one-off job's own run)
     job_key: str = ""
     sched_ms: int = 0
+    type: str = ""
+    queue: str = ""
 
 
-def _inflight(p: int, stream: str, eid: str, f: dict[bytes, bytes], attempt: int,
+NOT_OURS = -1  # Inflight.fence of a run Redis refused to us: never started, heartbeated, reported
+
+
+def _inflight(p: int, stream: str, queue: str, eid: str, f: dict[bytes, bytes], attempt: int,
               t0: float) -> Inflight:
     """A run from its stream entry: the run id holds the job id and the scheduled time; 'o'
     marks a one-off job's own run, whose fields live in the job hash (lua/include/util.lua)."""
@@ -82,7 +87,7 @@ def _inflight(p: int, stream: str, eid: str, f: dict[bytes, bytes], attempt: int
     job_key = keys.job(p, job_id)
     run_key = job_key if b"o" in f else keys.run(p, rid)
     return Inflight(p, stream, eid, rid, job_id, 0, attempt, t0, run_key=run_key,
-                    job_key=job_key, sched_ms=int(sched))
+                    job_key=job_key, sched_ms=int(sched), type=f[b"t"].decode(), queue=queue)
 
 
 @dataclass(slots=True)
@@ -226,8 +231,8 @@ class Worker:
             if f[b"r"].decode() in self.inflight:  # delivered again while still running here
                 continue
             attempt = int(f[b"a"])
-            fl = _inflight(p, s, eid, f, attempt, now)
-            started[(f[b"t"].decode(), queue)] += 1
+            fl = _inflight(p, s, queue, eid, f, attempt, now)
+            started[(fl.type, queue)] += 1
             if attempt == 1:  # retries wait for their backoff on purpose
                 lag.observe(queue, now_s - fl.sched_ms / 1000)
             self._run(fl, f)
@@ -260,7 +265,10 @@ class Worker:
         if not entries:
             return 0
         now = time.perf_counter()
-        fls = [_inflight(self.streams[s][0], s, eid, f, 0, now) for s, eid, f in entries]
+        fls = []
+        for s, eid, f in entries:
+            p, queue = self.streams[s]
+            fls.append(_inflight(p, s, queue, eid, f, 0, now))
         await self._record_starts(fls, reclaimed)
         started = 0
         for fl, (s, _, f) in zip(fls, entries, strict=True):
@@ -300,8 +308,14 @@ class Worker:
                 continue
             for i, fl in enumerate(items):
                 fence, attempt = int(res[2 * i]), int(res[2 * i + 1])
-                fl.fence = fence if fence > 0 else -1  # -1: not ours, never ask again
+                fl.fence = fence if fence > 0 else NOT_OURS  # never ask again
                 fl.attempt = attempt or fl.attempt
+                if fence < 0:
+                    self._fenced(fl, "start")
+                elif fence == 0 and not reclaimed:
+                    log.warning("run %s is not this worker's to run (cancelled, finished or "
+                                "re-dispatched meanwhile); its outcome will not be recorded",
+                                fl.run_id, extra={"job_id": fl.job_id, "run_id": fl.run_id})
         if self.done:
             self._done_evt.set()  # outcomes held back while their start was under way
 
@@ -314,12 +328,16 @@ class Worker:
                if not fl.fence and not fl.starting and not fl.finished and fl.t0 <= cutoff]
         if due:
             await self._record_starts(due)
-            for fl in due:
-                if fl.fence < 0:
-                    log.warning("run %s is not this worker's to run (cancelled, finished or "
-                                "reclaimed meanwhile); its outcome will not be recorded",
-                                fl.run_id, extra={"job_id": fl.job_id, "run_id": fl.run_id})
         return len(due)
+
+    def _fenced(self, fl: Inflight, what: str) -> None:
+        """Redis rejected our start or heartbeat of a run another worker holds now (we stalled
+        past the visibility timeout and were reclaimed): count it, say so, never write again."""
+        fl.fence = NOT_OURS
+        self.metrics.count("fenced", fl.type, fl.queue)
+        log.warning("run %s: %s rejected, its stream entry is delivered to another worker now "
+                    "(reclaimed while this worker stalled); its outcome will not be recorded",
+                    fl.run_id, what, extra={"job_id": fl.job_id, "run_id": fl.run_id})
 
     # --- running -----------------------------------------------------------------------------
 
@@ -413,6 +431,8 @@ class Worker:
             self.done = []
         else:
             self.done = [o for o in self.done if o.fl.starting]
+        if any(o.fl.fence == NOT_OURS for o in batch):
+            batch = self._drop_not_ours(batch)
         if not batch:
             return 0
         by_part: dict[int, list[Outcome]] = defaultdict(list)
@@ -468,6 +488,16 @@ class Worker:
         self._slot.set()
         return len(batch) - len(retry_later)
 
+    def _drop_not_ours(self, batch: list[Outcome]) -> list[Outcome]:
+        """Forget outcomes of runs Redis refused to us (said and counted when it refused)."""
+        keep = []
+        for o in batch:
+            if o.fl.fence != NOT_OURS:
+                keep.append(o)
+            elif self.inflight.pop(o.fl.run_id, None) is not None:
+                self._finished -= 1
+        return keep
+
     async def heartbeat_once(self) -> int:
         """Refresh every in-flight run's entry; returns how many runs were found lost.
 
@@ -478,9 +508,9 @@ class Worker:
             if fl.fence > 0:
                 by_part[fl.partition].append(fl)
         calls: list[scripts.Call] = []
-        for items in by_part.values():
-            ks: list[str] = []
-            args: list[Any] = [self.id, 0, keys.GROUP, len(items)]
+        for p, items in by_part.items():
+            ks: list[str] = [keys.events(p), keys.stats(p)]
+            args: list[Any] = [self.id, 0, keys.GROUP, len(items), self.settings.events_maxlen]
             for fl in items:
                 ks += [fl.run_key, fl.job_key, fl.stream]
                 args += [fl.run_id, fl.fence, fl.entry_id]
@@ -490,8 +520,10 @@ class Worker:
         for items, res in zip(by_part.values(), results, strict=True):
             if isinstance(res, Exception):
                 continue
-            for fl, ok in zip(items, res, strict=False):
-                if not int(ok) and fl.run_id in self.inflight:
+            for fl, code in zip(items, res, strict=False):
+                if int(code) < 0 and fl.fence > 0:
+                    self._fenced(fl, "heartbeat")
+                if int(code) <= 0 and fl.run_id in self.inflight:
                     lost += 1
         await self.r.hset(keys.workers(), self.id, msgpack.packb({
             "queues": self.queues, "inflight": len(self.inflight), "pid": os.getpid(),
