@@ -28,7 +28,8 @@ def config() -> str:
 
 
 def dispatchers() -> str:
-    """ZSET: dispatcher id -> registration expiry (ms); the live set drives rebalancing."""
+    """ZSET: dispatcher id -> membership expiry (ms, two renewals after its last round); only
+    members in it are planned partitions or offered any."""
     return f"{PREFIX}:dispatchers"
 
 
@@ -66,7 +67,8 @@ def dead(p: int) -> str:
 
 
 def lease(p: int) -> str:
-    """HASH: owner, expires_ms, fence (monotonic; never deleted)."""
+    """HASH: owner, expires_ms (of a free one: when it became free), fence (monotonic; never
+    deleted), offer (the member its owner hands it over to once that member takes it)."""
     return _pk(p, "lease")
 
 

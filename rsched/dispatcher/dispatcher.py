@@ -94,7 +94,7 @@ class Dispatcher:
         await self.setup()
         assert self.leases
         listener = asyncio.create_task(self._listen())
-        renew_every = self.lease_ms / 3000
+        renew_every = self.leases.renew_every_ms / 1000
         next_renew = 0.0
         log.info("dispatcher %s started", self.id)
         try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,10 +12,65 @@ from .. import keys, metrics, scripts
 log = logging.getLogger("rsched.dispatcher")
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """One partition's lease as a round reads it."""
+
+    owner: str  # '' when free (released or expired)
+    offer: str = ""  # the member its owner offers it to
+    free_since_ms: int = 0  # when a free lease expired or was released (0: never leased)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one dispatcher does with the leases in one round."""
+
+    keep: dict[int, str]  # partition it holds -> member to offer it to ('' = keep it)
+    take: list[int]  # free partitions and partitions offered to it, to acquire
+
+
+def plan_round(me: str, live: Collection[str], leases: Sequence[LeaseView],
+               mine: Collection[int], now_ms: int, free_grace_ms: int) -> Plan:
+    """Share the partitions out evenly among the live members, moving as few as possible.
+
+    Each member keeps what it holds up to its target (P // n, one more for the P % n members
+    holding most). Free partitions go to the members short of their target, in name order;
+    what they cannot fill, nor the partitions of members no longer live (free once their lease
+    runs out), members over their target offer. An offer goes to a live member only and moves
+    nothing until that member takes it over; the owner renews until then, so rebalancing leaves
+    no partition unowned. Every member computes the same plan from the same leases, and a
+    partition free for `free_grace_ms` is anybody's (its planned taker did not come)."""
+    members = sorted({*live, me})
+    held: dict[str, list[int]] = {m: [] for m in members}
+    free: list[int] = []
+    gone = 0  # held by members no longer live
+    for p, lease in enumerate(leases):
+        owner = me if p in mine and lease.owner == "" else lease.owner  # expired, renewable
+        if owner == "":
+            free.append(p)
+        elif owner in held:
+            held[owner].append(p)
+        else:
+            gone += 1
+    base, extra = divmod(len(leases), len(members))
+    ranked = sorted(members, key=lambda m: (-len(held[m]), m))
+    target = {m: base + (i < extra) for i, m in enumerate(ranked)}
+    short = [m for m in members for _ in range(target[m] - len(held[m]))]  # a slot per lack
+    take = [p for p, m in zip(free, short, strict=False) if m == me]
+    take += [p for p in free if 0 < leases[p].free_since_ms <= now_ms - free_grace_ms]
+    unfilled = short[len(free):]  # slots left for the leases of gone members, then offers
+    take += [p for p, lease in enumerate(leases) if lease.offer == me][:unfilled.count(me)]
+    take += [p for p in held[me] if p not in mine]  # ours by the lease, unknown to us
+    excess = [p for m in members for p in held[m][target[m]:]]
+    offers = dict(zip(excess, unfilled[gone:], strict=False))
+    return Plan({p: offers.get(p, "") for p in held[me] if p in mine}, sorted(set(take)))
+
+
 @dataclass
 class LeaseKeeper:
-    """Partition p's preferred owner is live_dispatchers_sorted[p % n]: an even split that every
-    dispatcher computes alike, so ownership moves only when the live set changes."""
+    """Renews every `lease_ms` / 3; a member is live while it has registered within two
+    renewals, so a dead one drops out before its leases expire and whoever takes them over
+    sees the right share."""
 
     r: Any  # redis.asyncio.Redis
     owner: str
@@ -23,6 +78,15 @@ class LeaseKeeper:
     lease_ms: int = 10_000
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
     owned: dict[int, int] = field(default_factory=dict)  # partition -> fence
+    offered: dict[int, str] = field(default_factory=dict)  # partition -> member offered to
+
+    @property
+    def renew_every_ms(self) -> int:
+        return self.lease_ms // 3
+
+    @property
+    def member_ttl_ms(self) -> int:
+        return 2 * self.renew_every_ms
 
     async def _now(self) -> int:
         if self.clock:
@@ -30,53 +94,77 @@ class LeaseKeeper:
         sec, usec = await self.r.time()
         return int(sec) * 1000 + int(usec) // 1000
 
-    async def run_once(self) -> dict[int, int]:
-        """One round: register, compute the share, release extras, acquire or renew the share."""
-        now = await self._now()
+    async def read(self, now: int) -> tuple[list[str], list[LeaseView]]:
+        """The live members and every partition's lease."""
         pipe = self.r.pipeline(transaction=False)
-        pipe.zadd(keys.dispatchers(), {self.owner: now + self.lease_ms})
         pipe.zremrangebyscore(keys.dispatchers(), "-inf", now)
         pipe.zrange(keys.dispatchers(), 0, -1)
-        live = sorted(m.decode() for m in (await pipe.execute())[2])
-        idx, n = live.index(self.owner), len(live)
-        share = {p for p in range(self.partitions) if p % n == idx}
+        for p in range(self.partitions):
+            pipe.hmget(keys.lease(p), "owner", "expires_ms", "offer")
+        res = await pipe.execute()
+        views = []
+        for owner, expires, offer in res[2:]:
+            expires_ms = int(expires or 0)
+            held = bool(owner) and expires_ms > now
+            views.append(LeaseView(owner.decode() if held else "",
+                                   offer.decode() if held and offer else "",
+                                   0 if held else expires_ms))
+        return [m.decode() for m in res[1]], views
+
+    async def run_once(self) -> dict[int, int]:
+        """One round: plan, renew (offering the excess), take what the plan gives, register.
+
+        Registering last, with the round's start time, keeps a member's entry from outliving
+        the leases it renewed: a member that dies mid-round has registered no later."""
+        now = await self._now()
+        live, views = await self.read(now)
+        plan = plan_round(self.owner, live, views, self.owned, now, self.renew_every_ms)
         now_arg = now if self.clock else 0
         calls: list[scripts.Call] = []
-        plan: list[tuple[int, str]] = []
-        for p in sorted(set(self.owned) - share):
-            calls.append(self._call(p, "release", self.owned[p], now_arg))
-            plan.append((p, "release"))
-        for p in sorted(share):
-            mode = "renew" if p in self.owned else "acquire"
-            calls.append(self._call(p, mode, self.owned.get(p, 0), now_arg))
-            plan.append((p, mode))
-        for (p, mode), res in zip(plan, await scripts.acall_many(self.r, calls), strict=False):
+        plan_ps: list[tuple[int, str]] = []
+        for p in sorted(self.owned):
+            to = plan.keep.get(p, "")
+            calls.append(self._call(p, "renew", self.owned[p], now_arg, to))
+            plan_ps.append((p, to))
+        for p in plan.take:
+            calls.append(self._call(p, "acquire", 0, now_arg))
+            plan_ps.append((p, ""))
+        for (p, to), res in zip(plan_ps, await scripts.acall_many(self.r, calls), strict=True):
             if isinstance(res, Exception):
-                log.warning("lease %s on partition %d failed: %s", mode, p, res)
+                log.warning("lease on partition %d failed: %s", p, res)
                 continue
             code, fence = int(res[0]), int(res[1])
-            if mode == "release" or code != 1:
+            if code != 1:
                 if p in self.owned:
-                    log.info("partition %d released or lost (fence %d)", p, fence)
-                    metrics.LEASE_CHANGES.labels("released" if mode == "release" else "lost").inc()
-                self.owned.pop(p, None)
-            else:
-                if p not in self.owned:
-                    log.info("partition %d acquired with fence %d", p, fence)
-                    metrics.LEASE_CHANGES.labels("acquired").inc()
-                self.owned[p] = fence
+                    self.lost(p, quiet=True)
+                continue
+            if p not in self.owned:
+                log.info("partition %d acquired with fence %d", p, fence)
+                metrics.LEASE_CHANGES.labels("acquired").inc()
+            self.owned[p] = fence
+            if to and self.offered.get(p) != to:
+                log.info("partition %d offered to %s", p, to)
+            self.offered[p] = to
+        await self.r.zadd(keys.dispatchers(), {self.owner: now + self.member_ttl_ms})
         metrics.PARTITIONS_OWNED.set(len(self.owned))
         return dict(self.owned)
 
-    def _call(self, p: int, mode: str, fence: int, now: int) -> scripts.Call:
+    def _call(self, p: int, mode: str, fence: int, now: int, offer_to: str = "") -> scripts.Call:
         return ("lease", [keys.lease(p), keys.stats(p)],
-                [self.owner, self.lease_ms, now, mode, fence])
+                [self.owner, self.lease_ms, now, mode, fence, offer_to])
 
-    def lost(self, p: int) -> None:
-        """The claim script said our fence is stale: stop using the partition at once."""
-        if self.owned.pop(p, None) is not None:
+    def lost(self, p: int, *, quiet: bool = False) -> None:
+        """Our fence is stale (claim or renewal refused): stop using the partition at once."""
+        if self.owned.pop(p, None) is None:
+            return
+        to = self.offered.pop(p, "")
+        if to:
+            metrics.LEASE_CHANGES.labels("handed_over").inc()
+            log.info("partition %d: handed over (offered to %s)", p, to)
+        else:
             metrics.LEASE_CHANGES.labels("lost").inc()
-            log.warning("partition %d: lease lost (stale fence), stopping its dispatch", p)
+            (log.info if quiet else log.warning)(
+                "partition %d: lease lost (stale fence), stopping its dispatch", p)
 
     async def release_all(self) -> None:
         now_arg = (await self._now()) if self.clock else 0
@@ -84,3 +172,4 @@ class LeaseKeeper:
         await scripts.acall_many(self.r, calls)
         await self.r.zrem(keys.dispatchers(), self.owner)
         self.owned.clear()
+        self.offered.clear()
