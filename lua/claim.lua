@@ -177,7 +177,7 @@ for i = 1, n do
     local due = redis.call('ZSCORE', retry_key, run_id)
     local j = redis.call('HMGET', job_key, 'status', 'type', 'spec', 'own_run', 'queue', 'r.state',
                          'r.attempt')
-    local rkey, F = run_home(run_id, run_key, job_key, j[4], j[6])
+    local rkey, F = run_home(run_id, run_key, job_key, j[4])
     local own = F == OWN_RUN
     local state, attempt_s, queue = j[6], j[7], j[5]
     if not own then

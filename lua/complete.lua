@@ -74,9 +74,8 @@ for i = 1, n do
   local F = run_fields(run_key, job_key)
   local own = F == OWN_RUN
   -- An own run is read with the job fields that decide whether the job ends with it: one HMGET.
-  -- ('once' = '1': an own run written before own runs moved into the job hash, see below.)
   local r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
-                       F.type, F.started_ms, F.queue, 'status', 'cron', 'next_ms', 'once')
+                       F.type, F.started_ms, F.queue, 'status', 'cron', 'next_ms')
   local state, run_worker, run_fence, attempt_s, stream_id = r[1], r[2], r[3], r[4], r[5]
   local jtype, started_ms, queue = r[6], r[7], r[8]
   -- A run the claim created has no fence or worker field until it starts.
@@ -156,9 +155,9 @@ for i = 1, n do
         out[i] = 3
       end
     end
-    if not (own or r[12] == '1') or outcome ~= 'succeeded' then
-      -- The success of a one-off job's own run needs no record: its fields in the job hash
-      -- (or its run hash, 'once', in the previous layout), kept as long as the job, hold it
+    if not own or outcome ~= 'succeeded' then
+      -- The success of a one-off job's own run needs no record: its fields in the job hash,
+      -- kept as long as the job, hold it
       -- (Client.runs reads them back).  On the hottest path that saves a third of this script's
       -- time (and the record is built only when kept).
       local rec = {run = run_id, attempt = attempt, status = outcome, worker = worker,

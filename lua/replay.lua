@@ -12,7 +12,7 @@ local run_key, job_key, dead_key, retry_key, events_key = KEYS[1], KEYS[2], KEYS
 local run_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
 local job_id = string.match(run_id, '^(.*)@%d+$')  -- the job id, from the run id
 local j = redis.call('HMGET', job_key, 'status', 'own_run', 'r.state', 'type')
-local rkey, F = run_home(run_id, run_key, job_key, j[2], j[3])
+local rkey, F = run_home(run_id, run_key, job_key, j[2])
 local state, jtype = j[3], j[4]
 if F == PLAIN_RUN then
   local r = redis.call('HMGET', run_key, 'state', 'type')

@@ -415,22 +415,19 @@ class ClientBase:
         own_run = jh.get(b"own_run", b"").decode()
         reads = [r for r in dict.fromkeys((job.last_run_id, own_run)) if r]
         if reads:
-            # The own run's fields are in the job hash (lua/include/util.lua): no read for it,
-            # unless it was written before they moved there.
-            in_job = own_run if b"r.state" in jh else None
+            # The own run's fields are in the job hash (lua/include/util.lua): no read for it.
             hashes = yield Commands([cmd("hgetall", keys.run(p, rid)) for rid in reads
-                                     if rid != in_job])
+                                     if rid != own_run])
             got = iter(hashes)
             for rid in reads:
-                h = run_fields(rid, {} if rid == in_job else next(got), jh)
+                h = run_fields(rid, {} if rid == own_run else next(got), jh)
                 if not h:
                     continue
                 run = Run.from_hash(h, rid)
                 if rid == job.last_run_id and offset == 0 and run.state.value in INFLIGHT_STATES:
                     out.append(Attempt(run.id, run.attempt, run.state.value, run.worker,
                                        run.sched_ms, run.started_ms, None, None, run.error))
-                if rid == own_run and run.state.value == "succeeded" and (
-                        rid == in_job or h.get(b"once") == b"1"):
+                if rid == own_run and run.state.value == "succeeded":
                     # lua/complete.lua keeps no separate record of this attempt: the run is it.
                     own.append(Attempt(run.id, run.attempt, "succeeded", run.worker, run.sched_ms,
                                        run.started_ms, run.ended_ms, run.duration_ms, None,

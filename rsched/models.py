@@ -183,8 +183,8 @@ def run_fields(run_id: str, run_hash: Mapping[bytes, bytes],
     A one-off job's own run (the job's ``own_run``) keeps its fields in the job hash, prefixed
     ``r.`` (see lua/include/util.lua); its type and queue are the job's.  Other runs have a hash
     of their own."""
-    if job_hash.get(b"own_run") != run_id.encode() or b"r.state" not in job_hash:
-        return run_hash or None  # (an own run written before own runs moved has its own hash)
+    if job_hash.get(b"own_run") != run_id.encode():
+        return run_hash or None
     out = {k[2:]: v for k, v in job_hash.items() if k.startswith(b"r.")}
     out[b"type"], out[b"queue"] = job_hash.get(b"type", b""), job_hash.get(b"queue", b"")
     return out

@@ -373,7 +373,3 @@ def test_run_fields_finds_an_own_run_in_its_job_hash_and_any_other_run_in_its_ow
     other = {b"state": b"succeeded", b"type": b"t"}
     assert run_fields("j@9", other, job) == other  # a trigger's run: a hash of its own
     assert run_fields("j@9", {}, job) is None
-    # An own run written before own runs moved into the job hash (no r.* fields) keeps its hash.
-    old = {k: v for k, v in job.items() if not k.startswith(b"r.")}
-    assert run_fields("j@5", other, old) == other
-    assert run_fields("j@5", {}, old) is None

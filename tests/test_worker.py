@@ -576,47 +576,6 @@ def test_a_heartbeat_cannot_take_back_an_entry_another_worker_reclaimed_before_s
     assert client.get_run(rid).state is RunState.RUNNING  # w-b's to start (or reclaim again)
 
 
-def test_an_own_run_written_before_own_runs_moved_into_the_job_hash_is_still_read_and_retried(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
-) -> None:
-    """The previous layout: the run in a hash of its own, the job's own_run naming it."""
-    app = App()
-    calls = []
-
-    @app.job("flaky")
-    async def flaky(ctx: JobContext) -> str:
-        calls.append(ctx.attempt)
-        if ctx.attempt == 1:
-            raise RuntimeError("first attempt fails")
-        return "ok"
-
-    job = client.schedule("flaky", run_at=clock() - 1, max_attempts=2, backoff_base_ms=1000)
-    rid = f"{job.id}@{job.next_ms}"
-
-    def move_to_old_layout() -> None:
-        jkey, rkey = keys.job(job.partition, job.id), keys.run(job.partition, rid)
-        h = r.hgetall(jkey)
-        own = {k[2:]: v for k, v in h.items() if k.startswith(b"r.")}
-        assert own[b"state"] == b"retry_wait"
-        r.hset(rkey, mapping={**own, b"type": h[b"type"], b"queue": h[b"queue"], b"once": b"1"})
-        r.hdel(jkey, *[k for k in h if k.startswith(b"r.")])
-
-    async def scenario() -> None:
-        async with Rig(redis_url, app, clock=clock) as rig:
-            await rig.cycle()  # attempt 1 fails: retry_wait
-            move_to_old_layout()
-            assert client.get_run(rid).state is RunState.RETRY_WAIT
-            clock.advance(3_600_000)
-            await rig.cycle()  # the retry is claimed from the run's own hash and succeeds
-
-    asyncio.run(scenario())
-    assert calls == [1, 2]
-    assert client.get_run(rid).state is RunState.SUCCEEDED
-    assert [(a.attempt, a.status) for a in client.runs(job.id)] == [(2, "succeeded"),
-                                                                    (1, "failed")]
-    assert client.get(job.id).status is JobStatus.COMPLETED
-
-
 def test_a_trigger_whose_run_id_is_the_own_runs_creates_no_second_run(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:

@@ -112,9 +112,8 @@ local function run_fields(run_key, job_key)
 end
 
 -- Where run `run_id` lives when the caller cannot tell (retry, replay): given the job's own_run
--- and r.state as read, the key and field names to use.  An own run written before own runs moved
--- into the job hash (no r.state) keeps its own hash.  Same rule as models.run_fields in Python.
-local function run_home(run_id, run_key, job_key, own_run, own_state)
-  if own_run == run_id and own_state then return job_key, OWN_RUN end
+-- as read, the key and field names to use.  Same rule as models.run_fields in Python.
+local function run_home(run_id, run_key, job_key, own_run)
+  if own_run == run_id then return job_key, OWN_RUN end
   return run_key, PLAIN_RUN
 end
