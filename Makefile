@@ -35,7 +35,7 @@ define need
 }
 endef
 
-.PHONY: venv redis chromium test bench demo lint clean
+.PHONY: venv redis chromium test bench demo lint clean chaos
 
 venv: $(STAMP)
 
@@ -62,9 +62,21 @@ bench: venv redis
 demo: venv redis
 	$(VENV)/bin/rsched dev
 
+# The long fault-checker run (README "Fault checker"): CHAOS_SEEDS one after another, each
+# CHAOS_DURATION seconds of load and faults, then draining and analysis (4 x 150 s: ~12 min).
+# JSON report on stdout and in tests/artifacts/chaos-report.json, each run's logs beside it;
+# exits non-zero on any failure.  A 45-second run with a fixed seed is part of `make test`.
+CHAOS_SEEDS ?= 1,2,3,4
+CHAOS_DURATION ?= 150
+chaos: venv redis
+	mkdir -p tests/artifacts
+	set -o pipefail; $(VPY) -m chaos suite --seeds $(CHAOS_SEEDS) --duration $(CHAOS_DURATION) \
+		--out tests/artifacts/chaos | tee tests/artifacts/chaos-report.json
+
 lint: venv
-	$(VENV)/bin/ruff check rsched tests loadtest
+	$(VENV)/bin/ruff check rsched tests loadtest chaos
 	$(VENV)/bin/mypy rsched
+	MYPYPATH=tests $(VENV)/bin/mypy chaos
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/artifacts

@@ -1,0 +1,271 @@
+"""The analyzer: what was acknowledged, what ran (the sink), what Redis says; one JSON report.
+
+Definitions (README "Fault checker" says the same):
+
+* lost: an acknowledged one-off job that never ran to success and is not dead-lettered.  Lost
+  inside the AOF window: a lost job that Redis no longer knows, acknowledged after the
+  simulated last fsync of a machine loss and before its kill (at most `aof_window_s` earlier).
+* duplicate: an execution of a run after an earlier one that did not fail (a failed attempt is
+  followed by its retry, by design).  Explained when a fault (chaos.faults) disturbed the earlier
+  execution's process, or Redis, between its start and its end (or the later start) + 1.5 s,
+  and began before the later execution started; or when a fault disturbed the later
+  execution's process between the earlier start - visibility timeout and the later start (it
+  held a delivery of the run through the fault, and ran it when it woke: a worker runs a fresh
+  entry before recording its start).
+* stale writes accepted: chaos.history, plus `final_state_without_execution`: the run's recorded
+  outcome names a worker and attempt that the sink shows no matching execution for, or one
+  that an execution with a newer attempt had started before it ended (machine losses excepted:
+  they reissue attempt numbers).
+* cron: occurrences from each job's first until 3 s before it was paused; missing ones that the
+  misfire rule explains (the previous occurrence was dispatched at or after it) are coalesced.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rsched import Client, NotFound
+from rsched.cron import parse_cron
+
+from .faults import Faults
+from .history import History, stale_writes
+from .load import Ack
+from .sink import Execution
+
+EXAMPLES = 5
+SLACK_MS = 1500
+
+
+def _pct(values: list[int]) -> dict[str, int]:
+    if not values:
+        return {}
+    v = sorted(values)
+    return {"p50": v[len(v) // 2], "p99": v[len(v) * 99 // 100], "max": v[-1]}
+
+
+def _sched(run_id: str) -> int:
+    return int(run_id.rsplit("@", 1)[1])
+
+
+class Analyzer:
+    def __init__(self, *, acks: list[Ack], executions: dict[str, list[Execution]],
+                 history: History, faults: Faults, client: Client, crons: list[dict[str, Any]],
+                 visibility_ms: int, heartbeat_ms: int, agreement_sample: int | None) -> None:
+        self.acks = acks
+        self.x = executions
+        self.h = history
+        self.faults = faults
+        self.client = client
+        self.crons = crons
+        self.visibility_ms = visibility_ms
+        self.heartbeat_ms = heartbeat_ms
+        self.sample = agreement_sample
+
+    def ok_run(self, rid: str) -> bool:
+        return any(x.ok for x in self.x.get(rid, ()))
+
+    # --- lost ----------------------------------------------------------------------------
+
+    def lost(self) -> dict[str, Any]:
+        missing = [a for a in self.acks if not self.ok_run(a.run_id)]
+        runs = self.client.run(self.client.op_read_runs([a.run_id for a in missing]))
+        lost, in_window, dead = [], [], 0
+        for a, run in zip(missing, runs, strict=True):
+            if run is not None and run.state.value == "dead":
+                dead += 1
+                continue
+            loss = next((f for f in self.faults.log if f["op"] == "redis_lose"
+                         and f["fsynced_ms"] <= a.ack_ms <= f["t0"]), None)
+            row = {"job": a.job_id, "type": a.type, "ack_ms": a.ack_ms,
+                   "in_redis": run is not None, "state": run.state.value if run else None}
+            if loss is not None and run is None:
+                in_window.append({**row, "before_kill_ms": loss["t0"] - a.ack_ms})
+            else:
+                row["last_fault_before"] = next(
+                    (f.label() for f in reversed(self.faults.all) if f.lo_ms <= a.ack_ms), None)
+                lost.append(row)
+        return {"lost": {"count": len(lost), "examples": lost[:EXAMPLES]},
+                "lost_in_aof_window": {
+                    "count": len(in_window),
+                    "max_before_kill_ms": max((r["before_kill_ms"] for r in in_window),
+                                              default=None),
+                    "examples": in_window[:EXAMPLES]},
+                "dead_lettered": dead}
+
+    # --- duplicates ----------------------------------------------------------------------
+
+    def duplicates(self) -> dict[str, Any]:
+        explained: Counter[str] = Counter()
+        unexplained = []
+        runs = 0
+        for rid, xs in self.x.items():
+            dups = 0
+            for prev, nxt in zip(xs, xs[1:], strict=False):
+                if prev.ok is False:
+                    continue  # a failed attempt, then its retry
+                dups += 1
+                hi = (prev.ended_ms or nxt.started_ms) + SLACK_MS
+                f = self.faults.hit(prev.worker, prev.started_ms - SLACK_MS, hi, nxt.started_ms)
+                if f is None:  # the later one ran a delivery its process held through a fault
+                    lo = prev.started_ms - self.visibility_ms - SLACK_MS
+                    f = self.faults.hit(nxt.worker, lo, nxt.started_ms, nxt.started_ms)
+                if f is not None:
+                    explained[f.op] += 1
+                else:
+                    unexplained.append({"run": rid, "earlier": _row(prev), "later": _row(nxt),
+                                        "events": self.h.runs.get(rid, [])})
+            runs += dups > 0
+        return {"count": sum(explained.values()) + len(unexplained), "runs": runs,
+                "explained": sum(explained.values()), "explained_by": dict(explained),
+                "unexplained": len(unexplained), "unexplained_examples": unexplained[:EXAMPLES]}
+
+    # --- stale writes and agreement ------------------------------------------------------
+
+    def stale(self) -> list[dict[str, Any]]:
+        return stale_writes(self.h, self.faults, self.x, self.visibility_ms, self.heartbeat_ms)
+
+    def _accepted_ok(self, rid: str, worker: str | None, attempt: int) -> str | None:
+        """None when the recorded success matches the sink; else what is wrong."""
+        xs = self.x.get(rid, [])
+        match = [x for x in xs if x.worker == worker and x.attempt == attempt and x.ok]
+        if not match:
+            return "no ok execution by the recorded worker and attempt"
+        end = match[-1].ended_ms or 0
+        newer = [x for x in xs if x.attempt > attempt and x.started_ms < end]
+        if newer:
+            return f"attempt {newer[0].attempt} by {newer[0].worker} had started before it ended"
+        return None
+
+    def agreement(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Client.get / runs and the runs' recorded outcomes against the sink."""
+        acks = self.acks
+        if self.sample is not None and len(acks) > self.sample:
+            step = len(acks) / self.sample
+            acks = [acks[int(i * step)] for i in range(self.sample)]
+        c = self.client
+        wrong: list[dict[str, Any]] = []
+        stale: list[dict[str, Any]] = []
+        excused = 0
+        cron_runs = [rid for j in self.crons for rid in self.x if rid.startswith(j["id"] + "@")]
+        rids = [a.run_id for a in acks] + cron_runs
+        runs = dict(zip(rids, c.run(c.op_read_runs(rids)), strict=True))
+        for a in acks:
+            problem = self._check_job(a, runs.get(a.run_id))
+            if problem:
+                xs = self.x.get(a.run_id, [])
+                lo = min((x.started_ms for x in xs), default=a.ack_ms)
+                hi = max((x.ended_ms or x.started_ms for x in xs), default=a.ack_ms)
+                if self.faults.rolled_back(min(lo, a.ack_ms), hi + SLACK_MS):
+                    excused += 1
+                    continue
+                row = {"job": a.job_id, "run": a.run_id, "problem": problem,
+                       "executions": [_row(x) for x in xs],
+                       "events": self.h.runs.get(a.run_id, [])}
+                (stale if problem.startswith("accepted:") else wrong).append(row)
+        for rid in cron_runs:
+            run = runs[rid]
+            if run is None or run.state.value != "succeeded":
+                continue
+            why = self._accepted_ok(rid, run.worker, run.attempt)
+            xs = self.x[rid]
+            if why and not self.faults.rolled_back(xs[0].started_ms, (xs[-1].ended_ms or 0)
+                                                   + SLACK_MS):
+                stale.append({"run": rid, "problem": "accepted: " + why,
+                              "executions": [_row(x) for x in xs],
+                              "events": self.h.runs.get(rid, [])})
+        checked = {"jobs": len(acks), "cron_runs": len(cron_runs),
+                   "disagreements": len(wrong), "explained_by_redis_loss": excused,
+                   "examples": wrong[:EXAMPLES]}
+        for s in stale:
+            s["kind"] = "final_state_without_execution"
+        return checked, stale
+
+    def _check_job(self, a: Ack, run: Any) -> str | None:
+        ok = self.ok_run(a.run_id)
+        try:
+            job = self.client.get(a.job_id)
+        except NotFound:
+            return "job unknown to Client.get" if ok else None  # lost: counted there
+        if job.status.value == "dead":
+            return None
+        if ok != (job.status.value == "completed"):
+            return f"Client.get status {job.status.value}, sink ok {ok}"
+        if run is None or not ok:
+            return None
+        if run.state.value != "succeeded":
+            return f"run state {run.state.value} though the sink shows a success"
+        why = self._accepted_ok(a.run_id, run.worker, run.attempt)
+        if why:
+            return "accepted: " + why
+        attempts = self.client.runs(a.job_id)
+        top = attempts[0] if attempts else None
+        if top is None or (top.status, top.worker, top.attempt) != ("succeeded", run.worker,
+                                                                    run.attempt):
+            return f"Client.runs newest {top} differs from the run's recorded outcome"
+        fails = {(x.worker, x.attempt) for x in self.x.get(a.run_id, []) if x.ok is False}
+        for att in attempts[1:]:
+            if att.status == "failed" and (att.worker, att.attempt) not in fails:
+                return f"Client.runs shows attempt {att.attempt} failed on {att.worker}, " \
+                       "the sink has no such failure"
+        return None
+
+    # --- cron ----------------------------------------------------------------------------
+
+    def cron(self) -> dict[str, Any]:
+        expected = once = twice = 0
+        missing, coalesced = [], 0
+        for j in self.crons:
+            sched = parse_cron(j["cron"], j["tz"])
+            s, end = j["first_ms"], j["paused_ms"] - 3000
+            prev: int | None = None
+            while s <= end:
+                expected += 1
+                rid = f"{j['id']}@{s}"
+                n = len(self.x.get(rid, []))
+                if n:
+                    once += n == 1
+                    twice += n > 1
+                    prev = s
+                else:
+                    prid = f"{j['id']}@{prev}" if prev is not None else ""
+                    d = self.h.dispatched_ms.get(prid)
+                    if d is None and prid in self.x:
+                        d = self.x[prid][0].started_ms  # its events were rolled back
+                    if d is not None and d >= s:
+                        coalesced += 1
+                    else:
+                        missing.append({"job": j["id"], "tz": j["tz"], "occurrence_ms": s,
+                                        "previous_dispatched_ms": d})
+                s = sched.next_after(s)
+        return {"jobs": len(self.crons), "expected": expected, "once": once,
+                "more_than_once": twice, "coalesced": coalesced, "missing": len(missing),
+                "missing_examples": missing[:EXAMPLES]}
+
+    # --- timing --------------------------------------------------------------------------
+
+    def lags(self) -> dict[str, int]:
+        return _pct([self.x[a.run_id][0].started_ms - _sched(a.run_id)
+                     for a in self.acks if a.run_id in self.x])
+
+    def recoveries(self) -> list[dict[str, Any]]:
+        out = []
+        starts = sorted(x.started_ms for xs in self.x.values() for x in xs)
+        for f in self.faults.log:
+            if not f["op"].startswith("redis_"):
+                continue
+            ready = f["t1"]
+            first = next((t for t in starts if t >= ready), None)
+            backlog = [xs[0].started_ms for rid, xs in self.x.items()
+                       if f["t0"] <= _sched(rid) <= ready]
+            out.append({"op": f["op"], "down_s": round((ready - f["t0"]) / 1000, 2),
+                        "aof_load_s": f.get("load_s"), "window_ms": f.get("window_ms"),
+                        "first_execution_s": round((first - ready) / 1000, 2) if first else None,
+                        "outage_backlog_started_s":
+                            round((max(backlog) - ready) / 1000, 2) if backlog else None})
+        return out
+
+
+def _row(x: Execution) -> dict[str, Any]:
+    return {"worker": x.worker, "attempt": x.attempt, "start_ms": x.started_ms,
+            "end_ms": x.ended_ms, "ok": x.ok}

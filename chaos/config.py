@@ -1,0 +1,39 @@
+"""The timings and sizes of one checker run, in one place (units in the names)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Every cron job fires every 2 or 3 seconds (6 fields, seconds first), in zones with whole-hour,
+# half-hour and 45-minute offsets, and with and without DST.
+CRON_ZONES = (
+    "UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Adelaide",
+    "Asia/Kathmandu", "America/Sao_Paulo", "Pacific/Auckland", "Africa/Cairo", "Asia/Tokyo",
+)  # fmt: skip
+CRON_EXPRS = ("*/2 * * * * *", "*/3 * * * * *")
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    seed: int = 1
+    duration_s: float = 45.0  # load and faults; draining and analysis come after
+    rate_per_s: int = 150  # one-off jobs the load generator schedules per second
+    cron_jobs: int = 20
+    dispatchers: int = 2
+    workers: int = 3
+    partitions: int = 16
+    lease_ms: int = 1500
+    visibility_ms: int = 2000
+    heartbeat_ms: int = 400
+    concurrency: int = 64
+    slow_s: tuple[float, float] = (2.5, 3.5)  # longer than the visibility timeout
+    max_attempts: int = 10  # flaky jobs fail up to 2 attempts; faults cost attempts too
+    drain_s: float = 30.0  # after the faults: how long everything acknowledged may take
+    fault_gap_s: tuple[float, float] = (0.5, 2.0)  # quiet time between two faults
+    redis_fault_every_s: float = 12.0  # at least this long between two Redis faults
+    aof_window_s: float = 1.0  # appendfsync everysec: the unsynced tail a machine loss drops
+    faults: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,102 @@
+"""The load generator, a process of its own: `python -m chaos.load ...` until SIGTERM.
+
+Every 100 ms it schedules a batch of one-off jobs (quick, slow, flaky) due 0.2-1.5 s later, and
+appends one line per job the client acknowledged to the ack log, flushed per batch:
+``<job id> <run id> <type> <sent ms> <ack ms>``.  A batch that raised (Redis away) is not
+acknowledged; its jobs may exist or not, and the analyzer counts only acknowledged ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from rsched import Client, JobSpec, RschedError
+from rsched.ids import run_id as make_run_id
+
+TICK_S = 0.1
+MIX = (("quick", 80), ("slow", 5), ("flaky", 15))
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    job_id: str
+    run_id: str
+    type: str
+    sent_ms: int
+    ack_ms: int
+
+
+def read_acks(path: Path) -> list[Ack]:
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split(" ")
+        if len(parts) == 5:  # a line cut short cannot happen (written whole), but be strict
+            out.append(Ack(parts[0], parts[1], parts[2], int(parts[3]), int(parts[4])))
+    return out
+
+
+def _spec(rng: random.Random, now_ms: int, args: argparse.Namespace) -> JobSpec:
+    kind = rng.choices([k for k, _ in MIX], [w for _, w in MIX])[0]
+    payload: dict[str, float | int] = {}
+    if kind == "slow":
+        payload["s"] = round(rng.uniform(args.slow_lo, args.slow_hi), 2)
+    elif kind == "flaky":
+        payload["fail"] = rng.randint(1, 2)
+    return JobSpec(type=kind, payload=payload, run_at=now_ms + rng.randint(200, 1500),
+                   max_attempts=args.max_attempts, backoff_base_ms=200, backoff_cap_ms=1000)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m chaos.load")
+    p.add_argument("--redis-url", required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--rate", type=int, default=150)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--slow-lo", type=float, default=2.5)
+    p.add_argument("--slow-hi", type=float, default=3.5)
+    p.add_argument("--max-attempts", type=int, default=10)
+    args = p.parse_args(argv)
+    stop = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    rng = random.Random(args.seed)
+    client = Client(redis=redis.Redis.from_url(args.redis_url, socket_timeout=5))
+    per_tick = max(1, round(args.rate * TICK_S))
+    errors = 0
+    with open(args.out, "a") as out:
+        nxt = time.monotonic()
+        while not stop:
+            sent_ms = int(time.time() * 1000)
+            specs = [_spec(rng, sent_ms, args) for _ in range(per_tick)]
+            try:
+                jobs = client.schedule_many(specs)
+            except (redis.RedisError, RschedError, OSError) as e:
+                errors += 1
+                if errors % 20 == 1:
+                    print(f"schedule failed ({errors} so far): {e}", file=sys.stderr, flush=True)
+                jobs = []
+            ack_ms = int(time.time() * 1000)
+            lines = [f"{j.id} {make_run_id(j.id, j.next_ms or 0)} {s.type} {sent_ms} {ack_ms}\n"
+                     for j, s in zip(jobs, specs, strict=False) if not isinstance(j, Exception)]
+            out.write("".join(lines))
+            out.flush()
+            nxt += TICK_S
+            time.sleep(max(0.0, nxt - time.monotonic()))
+    client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
