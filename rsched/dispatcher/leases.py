@@ -34,12 +34,12 @@ def plan_round(me: str, live: Collection[str], leases: Sequence[LeaseView],
     """Share the partitions out evenly among the live members, moving as few as possible.
 
     Each member keeps what it holds up to its target (P // n, one more for the P % n members
-    holding most). Free partitions go to the members short of their target, in name order;
-    what they cannot fill, nor the partitions of members no longer live (free once their lease
-    runs out), members over their target offer. An offer goes to a live member only and moves
-    nothing until that member takes it over; the owner renews until then, so rebalancing leaves
-    no partition unowned. Every member computes the same plan from the same leases, and a
-    partition free for `free_grace_ms` is anybody's (its planned taker did not come)."""
+    holding most). Free partitions go to the members short of their target, in name order. The
+    shortfall left after them and after the leases of members no longer live (free once those
+    run out) is covered by offers from members over their target. An offer goes to a live member
+    only and moves nothing until that member takes it over; the owner renews until then, so
+    rebalancing leaves no partition unowned. Every member computes the same plan from the same
+    leases, and a partition free for `free_grace_ms` is anybody's (its planned taker died)."""
     members = sorted({*live, me})
     held: dict[str, list[int]] = {m: [] for m in members}
     free: list[int] = []
