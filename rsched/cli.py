@@ -155,17 +155,18 @@ def api(ctx: click.Context, host: str, port: int, no_auth: bool, max_body_bytes:
     """Serve the HTTP API (uvicorn)."""
     import uvicorn
     from redis import Redis
-    from redis.exceptions import ConnectionError as RedisConnectionError
 
     from .api.app import NO_AUTH_WARNING, create_app
-    from .redis_setup import check_redis
+    from .redis_setup import check_redis, is_unavailable
 
     settings = _settings(ctx)
     try:  # refuse an evicting Redis here, with one line, before uvicorn starts
-        with Redis.from_url(settings.redis_url) as r:
+        with Redis.from_url(settings.redis_url, socket_connect_timeout=2) as r:
             check_redis(r, settings.allow_unsafe_redis)
-    except RedisConnectionError as e:
-        logging.getLogger("rsched.api").warning("Redis unreachable (%s); serving anyway", e)
+    except Exception as e:
+        if not is_unavailable(e):
+            raise
+        # Serve anyway: /readyz says 503 and the app's lifespan logs its retries.
     if no_auth:
         click.secho(f"WARNING: {NO_AUTH_WARNING}", fg="red", bold=True, err=True)
     app = create_app(settings, auth=not no_auth, max_body_bytes=max_body_bytes,
@@ -231,19 +232,18 @@ def dev(port: int, host: str, data_dir: str, dev_redis_url: str | None, fresh: b
 
 def main() -> None:
     """Entry point: errors become one line on stderr and a non-zero exit, never a traceback."""
-    from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import RedisError
+
+    from .redis_setup import is_unavailable
 
     try:
         cli(standalone_mode=True)
     except RschedError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
-    except RedisConnectionError as e:
-        click.echo(f"error: cannot reach Redis: {e}", err=True)
-        sys.exit(1)
-    except RedisError as e:
-        click.echo(f"error: Redis: {e}", err=True)
+    except RedisError as e:  # a wrong password too is a ConnectionError for redis-py
+        click.echo(f"error: {'cannot reach Redis' if is_unavailable(e) else 'Redis'}: {e}",
+                   err=True)
         sys.exit(1)
     except Exception as e:  # noqa: BLE001 - one line, no traceback (RSCHED_DEBUG=1 shows it)
         if os.environ.get("RSCHED_DEBUG"):

@@ -1,21 +1,123 @@
-"""Start-up checks: refuse a Redis that could silently lose jobs, and pin the partition count."""
+"""Start-up checks: refuse a Redis that could silently lose jobs, and pin the partition count;
+what counts as Redis being away, and the daemons' wait for it at start."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
+from redis.exceptions import AuthenticationError, DataError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import DataError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import keys
 from .errors import UnsafeRedis
+from .retry import backoff_ceiling_ms
 
 log = logging.getLogger("rsched")
 
-# Redis is away (restart, failover, network): redis-py's errors are not the builtin ones.
+# Redis is away (restart, failover, network): redis-py's errors are not the builtin ones.  For
+# `except` clauses; is_unavailable() is the judgement (it also knows uvloop's closed transport).
 UNAVAILABLE = (ConnectionError, OSError, TimeoutError, RedisConnectionError, RedisTimeoutError)
+
+# A daemon started before Redis tries again after 0.1 s, doubling up to 5 s between tries.
+STARTUP_RETRY_BASE_MS = 100
+STARTUP_RETRY_CAP_MS = 5000
+
+
+def closed_transport(exc: BaseException) -> bool:
+    """uvloop's error for a write to a connection that Redis or the network dropped:
+    ``RuntimeError: unable to perform operation on <TCPTransport closed=True ...>; the handler
+    is closed``.  redis-py passes it through as it is, not as a connection error."""
+    return type(exc) is RuntimeError and "unable to perform operation on" in str(exc)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Redis cannot be reached right now (wait and retry), as opposed to a refusal that retrying
+    cannot fix: a wrong password is a ConnectionError subclass for redis-py, not an outage."""
+    if isinstance(exc, AuthenticationError):
+        return False
+    return isinstance(exc, UNAVAILABLE) or closed_transport(exc)
+
+
+def redis_address(url: str) -> str:
+    """host:port (or the socket path) of a Redis URL, without credentials, for log lines."""
+    u = urlsplit(url)
+    if u.scheme == "unix":
+        return u.path
+    try:
+        port = u.port or 6379
+    except ValueError:
+        return u.hostname or url
+    return f"{u.hostname or 'localhost'}:{port}"
+
+
+class StartupRetry:
+    """A daemon's start-up against a Redis that is not up yet: the wait before each new try
+    (capped exponential backoff) and one log line per wait.  Only unavailability is retried."""
+
+    def __init__(self, url: str, base_ms: int = STARTUP_RETRY_BASE_MS,
+                 cap_ms: int = STARTUP_RETRY_CAP_MS) -> None:
+        self.address = redis_address(url)
+        self.base_ms, self.cap_ms, self.failures = base_ms, cap_ms, 0
+
+    def delay_s(self, exc: BaseException) -> float | None:
+        """Seconds to wait after ``exc`` before trying again; None: not an outage, give up."""
+        if not is_unavailable(exc):
+            return None
+        delay_s = backoff_ceiling_ms(self.failures, self.base_ms, self.cap_ms) / 1000
+        self.failures += 1
+        log.warning("Redis at %s unreachable (%s); retrying in %g s", self.address, exc, delay_s)
+        return delay_s
+
+
+async def wait_for_redis(setup: Callable[[], Awaitable[object]], url: str,
+                         stop: asyncio.Event) -> bool:
+    """Run a daemon's ``setup`` (checks, partitions, groups) until Redis answers it: True once it
+    succeeded, False if ``stop`` came first (also while a connection attempt hangs).  Any other
+    error (an unsafe Redis, a wrong password) is raised at once."""
+    retry = StartupRetry(url)
+    stopped = asyncio.ensure_future(stop.wait())
+    attempt: asyncio.Future[object] | None = None
+    try:
+        while True:
+            attempt = asyncio.ensure_future(setup())
+            await asyncio.wait([attempt, stopped], return_when=asyncio.FIRST_COMPLETED)
+            if not attempt.done():
+                return False
+            exc = attempt.exception()
+            if exc is None:
+                return True
+            delay_s = retry.delay_s(exc)
+            if delay_s is None:
+                raise exc
+            await asyncio.wait([stopped], timeout=delay_s)
+            if stop.is_set():
+                return False
+    finally:
+        stopped.cancel()
+        if attempt is not None and not attempt.done():
+            attempt.cancel()  # stopped while it connects
+            await asyncio.wait([attempt])
+
+
+def wait_for_redis_sync(setup: Callable[[], object], url: str, stop: threading.Event) -> bool:
+    """wait_for_redis for a thread (the archiver); ``stop`` is checked between tries."""
+    retry = StartupRetry(url)
+    while not stop.is_set():
+        try:
+            setup()
+            return True
+        except Exception as e:  # noqa: BLE001 - judged by StartupRetry, raised unless an outage
+            delay_s = retry.delay_s(e)
+            if delay_s is None:
+                raise
+        stop.wait(delay_s)
+    return False
 
 SAFE_POLICIES = {"noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}
 
@@ -106,13 +208,34 @@ def fast_packing(r: Any) -> Any:
     from redis.asyncio.connection import AbstractConnection as AsyncConnection
 
     pool = getattr(r, "connection_pool", None)
-    if pool is None:
+    if pool is None or _hiredis_pack is None:
         return r
-    cls = pool.connection_class
-    mixin = _HiredisPack if issubclass(cls, AsyncConnection) else _HiredisSyncPack
-    if _hiredis_pack is not None and not issubclass(cls, mixin):
-        pool.connection_class = type(f"Hiredis{cls.__name__}", (mixin, cls), {})
+    async_ = issubclass(pool.connection_class, AsyncConnection)
+    return _mix_in(r, "Hiredis", _HiredisPack if async_ else _HiredisSyncPack)
+
+
+def _mix_in(r: Any, prefix: str, mixin: type) -> Any:
+    """Build the client's future connections from a subclass with ``mixin`` first."""
+    pool = getattr(r, "connection_pool", None)
+    if pool is not None and not issubclass(pool.connection_class, mixin):
+        cls = pool.connection_class
+        pool.connection_class = type(f"{prefix}{cls.__name__}", (mixin, cls), {})
     return r
+
+
+class _ClosedTransportIsUnavailable:
+    """Mixin for asyncio connections: a write to a dropped connection under uvloop raises a
+    RuntimeError (see closed_transport), which neither redis-py's retries nor rsched's loops
+    took for a connection error (the dispatcher logged it as a bug).  As a ConnectionError the
+    command is retried on a new connection (redis-py has closed this one already)."""
+
+    async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            await super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
+        except RuntimeError as e:
+            if not closed_transport(e):
+                raise
+            raise RedisConnectionError(f"connection closed: {e}") from e
 
 
 _CONFIG_UNREADABLE = "cannot read Redis config ({}); make sure maxmemory-policy is noeviction"
@@ -156,5 +279,6 @@ def connect_async(url: str, **options: Any) -> Any:
     from redis.backoff import ExponentialBackoff
 
     retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
-    return fast_packing(Redis.from_url(
-        url, retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError], **options))
+    r = Redis.from_url(
+        url, retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError], **options)
+    return fast_packing(_mix_in(r, "Reconnecting", _ClosedTransportIsUnavailable))

@@ -7,6 +7,7 @@ problem+json, so no request can produce a bare 500 page or a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Route
 
 from .. import auth
 from ..aclient import AsyncClient
-from ..redis_setup import acheck_redis
+from ..redis_setup import acheck_redis, is_unavailable, wait_for_redis
 from ..settings import Settings
 from . import routes
 from .docs import DOCS_HTML
@@ -180,6 +180,16 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return problem(status, detail, headers=headers)
 
 
+async def _check_redis_when_up(client: AsyncClient, settings: Settings,
+                               stopping: asyncio.Event) -> None:
+    """The start-up checks, once Redis answers (retried as the daemons do)."""
+    try:
+        await wait_for_redis(lambda: acheck_redis(client.r, settings.allow_unsafe_redis),
+                             settings.redis_url, stopping)
+    except Exception as e:  # noqa: BLE001 - an unsafe Redis: /readyz says so too
+        log.error("Redis start-up check failed: %s", e)
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -204,13 +214,21 @@ def create_app(
         app.state.keys = KeyCache(client, key_cache_s)
         if not auth:
             log.warning(NO_AUTH_WARNING)
+        stopping = asyncio.Event()
+        checker = None
         try:
             await acheck_redis(client.r, settings.allow_unsafe_redis)
-        except (RedisConnectionError, OSError) as e:
-            log.warning("Redis is unreachable at start (%s); /readyz reports it until it is up", e)
+        except Exception as e:
+            if not is_unavailable(e):
+                raise
+            # Serve anyway: /readyz answers 503 until Redis is up (and safe).
+            checker = asyncio.create_task(_check_redis_when_up(client, settings, stopping))
         try:
             yield
         finally:
+            stopping.set()
+            if checker is not None:
+                await asyncio.wait([checker])
             await client.close()
 
     async def openapi_json(request: Request) -> Response:

@@ -24,12 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import keys
 from ..ids import ulid
+from ..redis_setup import UNAVAILABLE, check_redis, ensure_partitions, wait_for_redis_sync
 from ..settings import Settings
 from .config import ArchiverConfig, Backoff
 from .events import Entry, expand, expand_flat, parse_sid
@@ -382,7 +381,7 @@ class Archiver:
             except StoreUnavailable as e:
                 self._store_down(stop, e)
                 continue
-            except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+            except UNAVAILABLE as e:
                 log.warning("redis unavailable: %s; retrying", e)
                 stop.wait(1.0)
                 continue
@@ -417,7 +416,6 @@ def serve(settings: Settings, config: ArchiverConfig, *, archiver_id: str | None
     """Run an archiver until SIGINT/SIGTERM."""
     import signal
 
-    from ..redis_setup import check_redis, ensure_partitions
     from .store import open_store, redact
 
     # A batch keeps tens of thousands of small lists alive, and none of them forms a cycle:
@@ -425,14 +423,21 @@ def serve(settings: Settings, config: ArchiverConfig, *, archiver_id: str | None
     # measured at a quarter of the archiver's CPU.
     gc.set_threshold(50_000, 20, 100)
     r = Redis.from_url(settings.redis_url, socket_timeout=30, socket_connect_timeout=5)
-    check_redis(r, settings.allow_unsafe_redis)
-    partitions = ensure_partitions(r, settings.partitions or 16, bool(settings.partitions))
-    store = open_store(config.url)
-    log.info("archiving to %s", redact(config.url))
+    store = open_store(config.url)  # connects later: a bad URL fails here, Redis or not
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    partitions = 0
+
+    def setup() -> None:
+        nonlocal partitions
+        check_redis(r, settings.allow_unsafe_redis)
+        partitions = ensure_partitions(r, settings.partitions or 16, bool(settings.partitions))
+
     try:
+        if not wait_for_redis_sync(setup, settings.redis_url, stop):
+            return  # stopped before Redis came up
+        log.info("archiving to %s", redact(config.url))
         Archiver(r, store, partitions, config, consumer=archiver_id).run(stop)
     finally:
         store.close()

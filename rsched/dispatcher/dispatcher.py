@@ -14,7 +14,13 @@ from redis.asyncio import Redis
 
 from .. import aio, keys, metrics
 from ..ids import ulid
-from ..redis_setup import UNAVAILABLE, acheck_redis, aensure_partitions, connect_async
+from ..redis_setup import (
+    acheck_redis,
+    aensure_partitions,
+    connect_async,
+    is_unavailable,
+    wait_for_redis,
+)
 from ..settings import Settings
 from .claimer import Claimer, ClaimResult
 from .leases import LeaseKeeper
@@ -91,7 +97,9 @@ class Dispatcher:
                 await asyncio.sleep(0.5)
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.setup()
+        if not await wait_for_redis(self.setup, self.settings.redis_url, stop):
+            await self.r.aclose()  # stopped before Redis came up
+            return
         assert self.leases
         listener = asyncio.create_task(self._listen())
         renew_every = self.leases.renew_every_ms / 1000
@@ -106,14 +114,13 @@ class Dispatcher:
                     self._wake.clear()
                     t0 = time.monotonic()
                     res = await self.claim_once(skip_idle=True)
-                except UNAVAILABLE as e:
-                    log.warning("redis unavailable: %s", e)
-                    await asyncio.sleep(0.5)
-                    continue
-                except Exception as e:  # redis errors: keep the process alive, log loudly
+                except Exception as e:  # noqa: BLE001 - keep the process alive
                     if stop.is_set():
                         break
-                    log.exception("dispatch round failed: %s", e)
+                    if is_unavailable(e):
+                        log.warning("redis unavailable: %s", e)
+                    else:
+                        log.exception("dispatch round failed: %s", e)  # a bug: log loudly
                     await asyncio.sleep(0.5)
                     continue
                 if res.full:
