@@ -35,7 +35,14 @@ from ..errors import ValidationError
 from ..ids import ulid
 from ..metrics import RunMetrics
 from ..models import unpack_payload, unpack_spec
-from ..redis_setup import UNAVAILABLE, acheck_redis, aensure_partitions, connect_async
+from ..redis_setup import (
+    UNAVAILABLE,
+    acheck_redis,
+    aensure_partitions,
+    connect_async,
+    is_unavailable,
+    wait_for_redis,
+)
 from ..retry import retry_delay_ms
 from ..settings import Settings
 
@@ -576,7 +583,9 @@ class Worker:
             await asyncio.wait(reports)
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.setup()
+        if not await wait_for_redis(self.setup, self.settings.redis_url, stop):
+            await self.r.aclose()  # stopped before Redis came up
+            return
         log.info("worker %s started: queues %s, concurrency %d", self.id,
                  ",".join(self.queues), self.concurrency)
         flusher = asyncio.create_task(self._flusher(stop))
@@ -604,13 +613,15 @@ class Worker:
                     continue
                 try:
                     await self.fetch_once(block_ms=500)
-                except UNAVAILABLE as e:
-                    log.warning("fetch: %s", e)
-                    await asyncio.sleep(0.5)
                 except ResponseError as e:
                     log.warning("fetch: %s", e)
                     if "NOGROUP" in str(e):
                         await self.setup()
+                    await asyncio.sleep(0.5)
+                except Exception as e:
+                    if not is_unavailable(e):
+                        raise
+                    log.warning("fetch: %s", e)
                     await asyncio.sleep(0.5)
         finally:
             rc.cancel()
