@@ -80,5 +80,7 @@ def test_killing_one_of_two_dispatchers_and_restarting_it_leaves_the_other_parti
            killed_partitions_start_lag_ms=figures(theirs))
     assert len(ours) + len(theirs) == len(runs)
     assert ours[-1] < 1000, figures(ours)  # the survivor's partitions were never left unowned
-    assert figures(ours)["p99"] < 100, figures(ours)  # and kept their normal start lag
+    # ...and kept their normal start lag: 12-25 ms p99 on a quiet machine, 110 ms seen with a
+    # second test run beside this one on the 2 cores; before the fix 1,033-2,524 ms.
+    assert figures(ours)["p99"] < 250, figures(ours)
     assert theirs[-1] <= LEASE_MS + RENEW_MS + 1000, figures(theirs)
