@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Any
 
 from rsched import Client, NotFound
-from rsched.cron import parse_cron
+from rsched.core.cron import parse_cron
 
 from .faults import Faults
 from .history import History, stale_writes

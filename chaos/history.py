@@ -24,8 +24,8 @@ from typing import Any
 
 import redis
 
-from rsched import keys
 from rsched.archive.events import expand
+from rsched.rdb import keys
 
 from .faults import Faults
 from .sink import Execution

@@ -19,7 +19,7 @@ from pathlib import Path
 import redis
 
 from rsched import Client, JobSpec, RschedError
-from rsched.ids import run_id as make_run_id
+from rsched.core.ids import run_id as make_run_id
 
 TICK_S = 0.1
 MIX = (("quick", 80), ("slow", 5), ("flaky", 15))

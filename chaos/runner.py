@@ -14,7 +14,8 @@ from typing import Any
 
 import redis
 
-from rsched import Client, JobSpec, keys
+from rsched import Client, JobSpec
+from rsched.rdb import keys
 
 from .analyzer import Analyzer
 from .config import CRON_EXPRS, CRON_ZONES, RunConfig

@@ -29,9 +29,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from redis_server import RedisServer, free_port  # noqa: E402
 
-from rsched import Client, JobSpec, keys  # noqa: E402
-from rsched.auth import op_create_key  # noqa: E402
-from rsched.settings import Settings  # noqa: E402
+from rsched import Client, JobSpec  # noqa: E402
+from rsched.core.settings import Settings  # noqa: E402
+from rsched.rdb import keys  # noqa: E402
+from rsched.service.apikeys import op_create_key  # noqa: E402
 
 LOCUST = str(Path(sys.executable).parent / "locust")
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from redis_server import RedisServer  # noqa: E402
 
-from rsched import keys  # noqa: E402
 from rsched.archive.lag import archive_lag  # noqa: E402
+from rsched.rdb import keys  # noqa: E402
 
 PARTITIONS = 16
 # The engine writes its events from Lua scripts (dispatched by claim, started by start, the

@@ -25,13 +25,10 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rsched import (  # noqa: E402
-    Client,
-    JobSpec,
-    keys,  # noqa: E402
-)
+from rsched import Client, JobSpec  # noqa: E402
 from rsched.archive.events import expand  # noqa: E402
-from rsched.settings import Settings  # noqa: E402
+from rsched.core.settings import Settings  # noqa: E402
+from rsched.rdb import keys  # noqa: E402
 
 
 def free_port() -> int:

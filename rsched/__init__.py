@@ -1,10 +1,10 @@
 """rsched: durable one-off and cron jobs on Redis, with fenced claims and at-least-once runs."""
 
-from .app import App, JobContext
-from .client import Client
-from .errors import Conflict, NotFound, RschedError, ScheduleError, ValidationError
-from .models import Attempt, Job, JobStatus, Run, RunState
-from .spec import JobSpec
+from rsched.client import Client
+from rsched.core.app import App, JobContext
+from rsched.core.errors import Conflict, NotFound, RschedError, ScheduleError, ValidationError
+from rsched.core.models import Attempt, Job, JobStatus, Run, RunState
+from rsched.core.spec import JobSpec
 
 __version__ = "0.1.0"
 

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio import Redis
 
-from . import scripts
-from .client import Blocking, ClientBase, Commands, JobPatch, Op, Scripts, Work, fill_pipeline
-from .errors import RschedError
-from .models import Attempt, Job, Run
-from .redis_setup import connect_async, fast_packing
-from .settings import Settings
-from .spec import JobSpec
+from rsched.client import Blocking, ClientBase, Commands, JobPatch, Op, Scripts, Work, fill_pipeline
+from rsched.core.errors import RschedError
+from rsched.core.models import Attempt, Job, Run
+from rsched.core.settings import Settings
+from rsched.core.spec import JobSpec
+from rsched.rdb import scripts
+from rsched.rdb.setup import connect_async, fast_packing
 
 if TYPE_CHECKING:
-    from .archive.history import RunAttempt, RunsPage
+    from rsched.archive.history import RunAttempt, RunsPage
 
 T = TypeVar("T")
 

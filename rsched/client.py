@@ -18,15 +18,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import Redis
 
-from . import keys, metrics, scripts
-from .errors import Conflict, NotFound, RschedError, ValidationError
-from .ids import keyed_job_id, random_job_ids
-from .ids import run_id as make_run_id
-from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of, run_fields
-from .redis_setup import _stored as stored_partitions
-from .redis_setup import fast_packing
-from .settings import Settings
-from .spec import (
+from rsched.core.errors import Conflict, NotFound, RschedError, ValidationError
+from rsched.core.ids import keyed_job_id, random_job_ids
+from rsched.core.ids import run_id as make_run_id
+from rsched.core.models import Attempt, Job, JobStatus, Run, job_of_run, partition_of, run_fields
+from rsched.core.settings import Settings
+from rsched.core.spec import (
     OWN_FIELDS,
     SHARED_FIELDS,
     JobSpec,
@@ -37,10 +34,14 @@ from .spec import (
     next_occurrence,
     prepare,
 )
+from rsched.obs import metrics
+from rsched.rdb import keys, scripts
+from rsched.rdb.setup import _stored as stored_partitions
+from rsched.rdb.setup import fast_packing
 
 if TYPE_CHECKING:
-    from .archive.history import RunAttempt, RunsPage
-    from .archive.store import Store
+    from rsched.archive.history import RunAttempt, RunsPage
+    from rsched.archive.store import Store
 
 DEFAULT_PARTITIONS = 16
 SCHEDULE_CHUNK = 250  # jobs per script call: bounded argument lists, short Redis pauses
@@ -168,7 +169,7 @@ class ClientBase:
     """Every operation of the service layer, free of I/O; subclasses execute the work."""
 
     def __init__(self, settings: Settings, archive_url: str | None = None) -> None:
-        from .archive.history import configured_url
+        from rsched.archive.history import configured_url
 
         self.settings = settings
         self.archive_url = configured_url(archive_url)
@@ -448,7 +449,7 @@ class ClientBase:
     def archive(self) -> Store | None:
         """The archive store, opened on first use (it connects on its first query)."""
         if self._archive is None and self.archive_url:
-            from .archive.store import open_store
+            from rsched.archive.store import open_store
 
             self._archive = open_store(self.archive_url)
         return self._archive
@@ -458,7 +459,7 @@ class ClientBase:
         """A page of the job's attempts, newest first: the archive's and those whose events are
         still only in Redis's stream, each once (rsched.archive.history).  NotFound when neither
         knows the job and Redis has no such job."""
-        from .archive import history
+        from rsched.archive import history
 
         history.check_page(limit, cursor)
         scan = history.scan_recent(job_id, max_scan or history.DEFAULT_MAX_SCAN)
@@ -480,7 +481,7 @@ class ClientBase:
         """Client.runs: the archive's full history when one is configured, else op_runs."""
         if not self.archive_url:
             return (yield from self.op_runs(job_id, limit, offset))
-        from .archive._paging import MAX_LIMIT
+        from rsched.archive._paging import MAX_LIMIT
 
         out: list[RunAttempt] = []
         cursor = None

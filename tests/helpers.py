@@ -12,13 +12,14 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from rsched import Client, keys, scripts
-from rsched.app import App
+from rsched import Client
 from rsched.archive.events import expand
-from rsched.dispatcher import Dispatcher
-from rsched.dispatcher.claimer import ClaimResult
-from rsched.settings import Settings
-from rsched.worker.worker import Worker
+from rsched.core.app import App
+from rsched.core.settings import Settings
+from rsched.engine.dispatcher import Dispatcher
+from rsched.engine.dispatcher.claimer import ClaimResult
+from rsched.engine.worker.worker import Worker
+from rsched.rdb import keys, scripts
 
 PARTITIONS = 16
 
@@ -252,7 +253,7 @@ async def run_engine(
 
 def keys_in_partition(p: int, n: int, prefix: str = "k") -> list[str]:
     """``n`` idempotency keys whose jobs land in partition ``p`` (to test one partition's order)."""
-    from rsched.ids import partition_for_key
+    from rsched.core.ids import partition_for_key
 
     out, i = [], 0
     while len(out) < n:

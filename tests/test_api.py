@@ -15,12 +15,13 @@ from helpers import settings as _settings
 from openapi_spec_validator import validate
 from starlette.testclient import TestClient
 
-from rsched import App, Client, JobContext, keys
+from rsched import App, Client, JobContext
 from rsched.api.app import API_ROUTES, create_app, openapi_paths
 from rsched.api.openapi import document
-from rsched.auth import op_create_key, op_revoke_key
 from rsched.client import Scripts
-from rsched.models import partition_of
+from rsched.core.models import partition_of
+from rsched.rdb import keys
+from rsched.service.apikeys import op_create_key, op_revoke_key
 
 PROBLEM = "application/problem+json"
 LATER = "2030-01-01T00:00:00Z"

@@ -20,8 +20,8 @@ import redis
 from redis_server import RedisServer, free_port
 
 from rsched import Client
-from rsched.auth import op_create_key
-from rsched.settings import Settings
+from rsched.core.settings import Settings
+from rsched.service.apikeys import op_create_key
 
 APP = textwrap.dedent('''
     from rsched import App

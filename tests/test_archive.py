@@ -25,7 +25,7 @@ import redis
 from helpers import ManualClock, Rig, keys_in_partition, redis_now_ms, settings
 from redis.asyncio import Redis as AsyncRedis
 
-from rsched import App, Client, JobContext, JobSpec, ValidationError, keys
+from rsched import App, Client, JobContext, JobSpec, ValidationError
 from rsched.archive import (
     Archiver,
     ArchiverConfig,
@@ -43,6 +43,7 @@ from rsched.archive import (
 from rsched.archive.events import EventRow, decode, expand, expand_flat
 from rsched.archive.postgres import partition_name
 from rsched.archive.store import DAY_MS, SCHEMA_MIGRATIONS, migrations, redact, sqlite_path
+from rsched.rdb import keys
 
 PARTITIONS = 4
 

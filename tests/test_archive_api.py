@@ -26,12 +26,13 @@ from starlette.testclient import TestClient
 from test_archive import archive_url, store  # noqa: F401 - the two-store fixtures
 from test_schemathesis import MAX_EXAMPLES, LiveAPI
 
-from rsched import App, Client, JobContext, keys
+from rsched import App, Client, JobContext
 from rsched.api.app import create_app
 from rsched.api.openapi import document
 from rsched.archive import Archiver, ArchiverConfig, Store, open_store
-from rsched.auth import op_create_key
-from rsched.cli import cli
+from rsched.cli.main import cli
+from rsched.rdb import keys
+from rsched.service.apikeys import op_create_key
 
 HISTORY_LEN = 2  # Redis keeps two finished attempts per job: the archive must keep the rest
 PROBLEM = "application/problem+json"

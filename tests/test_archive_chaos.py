@@ -24,8 +24,9 @@ import redis
 from redis_server import free_port
 from test_archive import PARTITIONS, archive_url, produce, redis_ids, store, stored  # noqa: F401
 
-from rsched import Client, keys
+from rsched import Client
 from rsched.archive import Store, archive_lag, open_store
+from rsched.rdb import keys
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,10 +27,11 @@ from chaos_app import FINISHES, STARTS
 from helpers import with_run_fields
 from redis_server import RedisServer, _die_with_parent
 
-from rsched import Client, JobSpec, keys
+from rsched import Client, JobSpec
 from rsched.archive.events import expand
-from rsched.ids import run_id as make_run_id
-from rsched.models import run_fields
+from rsched.core.ids import run_id as make_run_id
+from rsched.core.models import run_fields
+from rsched.rdb import keys
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 

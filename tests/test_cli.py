@@ -15,9 +15,10 @@ import redis
 from click.testing import CliRunner, Result
 from helpers import Rig
 
-from rsched import App, Client, JobContext, keys
-from rsched.cli import cli
-from rsched.settings import Settings
+from rsched import App, Client, JobContext
+from rsched.cli.main import cli
+from rsched.core.settings import Settings
+from rsched.rdb import keys
 
 
 def rsched(redis_url: str, *args: str) -> Result:

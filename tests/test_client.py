@@ -11,12 +11,13 @@ import pytest
 import redis
 from helpers import PARTITIONS, event_types, redis_now_ms, settings
 
-from rsched import Client, Conflict, JobSpec, JobStatus, NotFound, ValidationError, keys
+from rsched import Client, Conflict, JobSpec, JobStatus, NotFound, ValidationError
 from rsched.client import Scripts
-from rsched.cron import parse_cron
-from rsched.errors import PayloadTooLarge, UnsafeRedis
-from rsched.ids import partition_for_key
-from rsched.models import partition_of, run_fields
+from rsched.core.cron import parse_cron
+from rsched.core.errors import PayloadTooLarge, UnsafeRedis
+from rsched.core.ids import partition_for_key
+from rsched.core.models import partition_of, run_fields
+from rsched.rdb import keys
 
 
 def job_keys(r: redis.Redis) -> list[bytes]:

@@ -23,8 +23,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
-from rsched.cron import CronSchedule, parse_cron, validate_zone
-from rsched.errors import ScheduleError, ValidationError
+from rsched.core.cron import CronSchedule, parse_cron, validate_zone
+from rsched.core.errors import ScheduleError, ValidationError
 
 NY, BERLIN, LORD_HOWE = "America/New_York", "Europe/Berlin", "Australia/Lord_Howe"
 HOURLY, QUARTER = "0 * * * *", "*/15 * * * *"

@@ -19,8 +19,8 @@ from redis_server import RedisServer, free_port
 from test_api_e2e import Proc, wait_for
 
 from rsched import Client, JobSpec
-from rsched.auth import op_create_key
-from rsched.settings import Settings
+from rsched.core.settings import Settings
+from rsched.service.apikeys import op_create_key
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

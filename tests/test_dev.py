@@ -20,7 +20,7 @@ from redis_server import RedisServer, free_port
 from test_api_e2e import Proc, wait_for
 
 from rsched import Client
-from rsched.settings import Settings
+from rsched.core.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("redis_available")]
 

@@ -27,12 +27,13 @@ from helpers import (
     stream_entries,
 )
 
-from rsched import App, Client, JobContext, JobStatus, RunState, keys, scripts
-from rsched.cron import parse_cron
-from rsched.dispatcher import Dispatcher, LeaseKeeper
-from rsched.errors import UnsafeRedis
-from rsched.spec import jitter_offset_ms
-from rsched.worker.worker import Worker
+from rsched import App, Client, JobContext, JobStatus, RunState
+from rsched.core.cron import parse_cron
+from rsched.core.errors import UnsafeRedis
+from rsched.core.spec import jitter_offset_ms
+from rsched.engine.dispatcher import Dispatcher, LeaseKeeper
+from rsched.engine.worker.worker import Worker
+from rsched.rdb import keys, scripts
 
 LEASE_MS = 10_000
 MINUTE = 60_000
@@ -150,7 +151,7 @@ def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothi
 ) -> None:
     """skip_idle (the dispatcher's loop): a partition whose earliest entry is later than the
     horizon is not read; a wake message naming it, or the periodic full read, brings it back."""
-    from rsched.dispatcher import claimer as claimer_mod
+    from rsched.engine.dispatcher import claimer as claimer_mod
 
     read: list[int] = []
 
@@ -490,7 +491,7 @@ def test_jitter_spreads_occurrences_within_plus_minus_n_seconds_deterministicall
 def test_a_job_due_in_200_ms_starts_within_tens_of_ms_though_the_dispatcher_may_sleep_1_s(
     redis_url: str, client: Client, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rsched.dispatcher import claimer as claimer_mod
+    from rsched.engine.dispatcher import claimer as claimer_mod
 
     # No periodic full read: only the wake message naming a job's partition makes the loop
     # (which skips partitions it saw idle) read it again.

@@ -17,7 +17,7 @@ from chaos_app import FINISHES, STARTS
 from test_chaos import Fleet, balanced, counts, events, leases, report, schedule, started, wait_for
 
 from rsched import Client, JobSpec
-from rsched.ids import run_id as make_run_id
+from rsched.core.ids import run_id as make_run_id
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 

@@ -16,9 +16,9 @@ import redis
 import redis.asyncio as aioredis
 from helpers import PARTITIONS, ManualClock, aredis
 
-from rsched import keys
-from rsched.dispatcher import LeaseKeeper
-from rsched.dispatcher.leases import LeaseView, Plan, plan_round
+from rsched.engine.dispatcher import LeaseKeeper
+from rsched.engine.dispatcher.leases import LeaseView, Plan, plan_round
+from rsched.rdb import keys
 
 LEASE_MS = 10_000
 RENEW_MS = LEASE_MS // 3

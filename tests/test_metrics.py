@@ -25,12 +25,14 @@ from redis_server import free_port
 from starlette.testclient import TestClient
 from test_api_e2e import Proc, wait_for
 
-from rsched import App, Client, JobContext, JobSpec, keys, logs, metrics
+from rsched import App, Client, JobContext, JobSpec
 from rsched.api.app import create_app
-from rsched.auth import op_create_key
-from rsched.cli import cli
-from rsched.errors import ValidationError
-from rsched.metrics import LAG_BUCKETS_S, Buckets, RunMetrics
+from rsched.cli.main import cli
+from rsched.core.errors import ValidationError
+from rsched.obs import logs, metrics
+from rsched.obs.metrics import LAG_BUCKETS_S, Buckets, RunMetrics
+from rsched.rdb import keys
+from rsched.service.apikeys import op_create_key
 
 TESTS = Path(__file__).resolve().parent
 

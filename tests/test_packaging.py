@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rsched import scripts
+from rsched.rdb import scripts
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,8 @@ def test_the_installed_wheel_loads_its_scripts_and_schedules_a_job_outside_the_s
 ) -> None:
     probe = f"""
 import json, re, rsched
-from rsched import Client, scripts
+from rsched import Client
+from rsched.rdb import scripts
 loaded = {{name: scripts.load(name) for name in scripts.NAMES}}
 client = Client({redis_url!r})
 job = client.schedule("packaging.probe", {{"ok": True}}, run_at="2099-01-01T00:00:00Z")

@@ -25,8 +25,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from rsched import Client
 from rsched.api.app import create_app
 from rsched.api.openapi import document
-from rsched.auth import op_create_key
-from rsched.settings import Settings
+from rsched.core.settings import Settings
+from rsched.service.apikeys import op_create_key
 
 MAX_EXAMPLES = 15  # per operation: the suite stays fast, every route is still fuzzed
 

@@ -30,12 +30,13 @@ from helpers import (
 from redis.exceptions import ResponseError
 from redis_server import RedisCluster, RedisServer
 
-from rsched import App, Client, JobContext, JobSpec, JobStatus, RunState, keys, scripts
+from rsched import App, Client, JobContext, JobSpec, JobStatus, RunState
 from rsched.client import JobPatch
-from rsched.dispatcher import LeaseKeeper
-from rsched.dispatcher.claimer import Claimer
-from rsched.settings import Settings
-from rsched.worker.worker import Worker
+from rsched.core.settings import Settings
+from rsched.engine.dispatcher import LeaseKeeper
+from rsched.engine.dispatcher.claimer import Claimer
+from rsched.engine.worker.worker import Worker
+from rsched.rdb import keys, scripts
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 SOURCES = sorted(LUA.glob("*.lua")) + sorted((LUA / "include").glob("*.lua"))

@@ -24,8 +24,9 @@ from chaos_app import FINISHES, STARTS
 from tcp_proxy import TcpProxy
 from test_chaos import Fleet, Proc, counts, events, run_state, started, wait_for
 
-from rsched import Client, keys
-from rsched.ids import run_id as make_run_id
+from rsched import Client
+from rsched.core.ids import run_id as make_run_id
+from rsched.rdb import keys
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 fleets, closing = test_chaos.fleets, test_chaos.closing  # fixtures, used by name

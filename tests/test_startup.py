@@ -29,17 +29,19 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis_server import RedisServer, free_port
 from test_api_e2e import Proc, wait_for
 
-from rsched import Client, aio, keys
+from rsched import Client
 from rsched.archive.lag import archive_lag
-from rsched.errors import UnsafeRedis
-from rsched.redis_setup import (
+from rsched.core.errors import UnsafeRedis
+from rsched.core.settings import Settings
+from rsched.engine import aio
+from rsched.rdb import keys
+from rsched.rdb.setup import (
     StartupRetry,
     acheck_redis,
     connect_async,
     is_unavailable,
     wait_for_redis,
 )
-from rsched.settings import Settings
 
 TESTS = Path(__file__).resolve().parent
 PARTITIONS = 4

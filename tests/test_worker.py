@@ -27,8 +27,9 @@ from helpers import (
     stats,
 )
 
-from rsched import App, Client, Conflict, JobContext, JobStatus, RunState, keys, scripts
-from rsched.retry import backoff_ceiling_ms
+from rsched import App, Client, Conflict, JobContext, JobStatus, RunState
+from rsched.core.retry import backoff_ceiling_ms
+from rsched.rdb import keys, scripts
 
 MINUTE = 60_000
 

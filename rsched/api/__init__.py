@@ -11,7 +11,7 @@ __all__ = ["create_app", "protect"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from . import app
+        from rsched.api import app
 
         return getattr(app, name)
     raise AttributeError(name)

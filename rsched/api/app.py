@@ -22,14 +22,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .. import auth
-from ..aclient import AsyncClient
-from ..redis_setup import acheck_redis, is_unavailable, wait_for_redis
-from ..settings import Settings
-from . import routes
-from .docs import DOCS_HTML
-from .openapi import document
-from .problems import JSON, error_response, problem
+from rsched.aclient import AsyncClient
+from rsched.api import routes
+from rsched.api.docs import DOCS_HTML
+from rsched.api.openapi import document
+from rsched.api.problems import JSON, error_response, problem
+from rsched.core.settings import Settings
+from rsched.rdb.setup import acheck_redis, is_unavailable, wait_for_redis
+from rsched.service import apikeys as auth
 
 log = logging.getLogger("rsched.api")
 
@@ -250,7 +250,7 @@ def create_app(
         Route("/docs", docs, methods=["GET"]),
     ]
     # --- extension point: the dashboard (/ui, /metrics) and later faces add routes here --------
-    from .ui import routes as ui_routes
+    from rsched.api.ui import routes as ui_routes
 
     table += ui_routes()
     table += list(extra_routes)

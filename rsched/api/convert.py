@@ -11,14 +11,14 @@ import time
 from functools import lru_cache
 from typing import Any
 
-from ..archive.history import RunsPage
-from ..archive.stats import DurationStats, FailuresPage
-from ..auth import ApiKey
-from ..client import UNSET, JobPatch
-from ..errors import ValidationError
-from ..models import Attempt, Job, JobStatus, Misfire, Run
-from ..query import DeadLetter
-from ..spec import JobSpec, to_ms
+from rsched.archive.history import RunsPage
+from rsched.archive.stats import DurationStats, FailuresPage
+from rsched.client import UNSET, JobPatch
+from rsched.core.errors import ValidationError
+from rsched.core.models import Attempt, Job, JobStatus, Misfire, Run
+from rsched.core.spec import JobSpec, to_ms
+from rsched.service.apikeys import ApiKey
+from rsched.service.reads import DeadLetter
 
 JOB_FIELDS = ("type", "payload", "runAt", "cron", "timeZone", "queue", "maxAttempts",
               "idempotencyKey", "priority", "timeoutSeconds", "backoff", "misfire",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..models import JobStatus
+from rsched.core.models import JobStatus
 
 REF = "#/components/schemas/"
 

@@ -15,7 +15,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import Conflict, NotFound, PayloadTooLarge, RschedError, UnsafeRedis, ValidationError
+from rsched.core.errors import (
+    Conflict,
+    NotFound,
+    PayloadTooLarge,
+    RschedError,
+    UnsafeRedis,
+    ValidationError,
+)
 
 log = logging.getLogger("rsched.api")
 

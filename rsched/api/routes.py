@@ -13,14 +13,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import auth, query
-from ..aclient import AsyncClient
-from ..archive.history import check_page
-from ..archive.stats import duration_stats, failures
-from ..archive.store import Store, StoreUnavailable
-from ..errors import ValidationError
-from ..spec import to_ms
-from .convert import (
+from rsched.aclient import AsyncClient
+from rsched.api.convert import (
     MAX_TIME_MS,
     as_object,
     attempt_json,
@@ -36,7 +30,14 @@ from .convert import (
     run_json,
     spec_from_json,
 )
-from .problems import JSON, Problem, classify, problem, problem_body, read_json
+from rsched.api.problems import JSON, Problem, classify, problem, problem_body, read_json
+from rsched.archive.history import check_page
+from rsched.archive.stats import duration_stats, failures
+from rsched.archive.store import Store, StoreUnavailable
+from rsched.core.errors import ValidationError
+from rsched.core.spec import to_ms
+from rsched.service import apikeys as auth
+from rsched.service import reads as query
 
 MAX_BATCH = 1000
 _INT = re.compile(r"-?[0-9]{1,18}")

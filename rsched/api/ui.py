@@ -13,9 +13,9 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import metrics
-from .app import protect
-from .problems import JSON, problem
+from rsched.api.app import protect
+from rsched.api.problems import JSON, problem
+from rsched.obs import metrics
 
 
 async def session(request: Request) -> Response:

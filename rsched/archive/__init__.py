@@ -4,13 +4,21 @@
 default).  ``history`` reads it back, merged with the events Redis still holds.
 """
 
-from .archiver import Archiver, BatchResult, serve
-from .config import ArchiverConfig
-from .events import EventRow, decode
-from .history import RunAttempt, RunsPage, arecent_events, fold, job_runs, recent_events, runs_page
-from .lag import Lag, archive_lag
-from .stats import DurationStats, Failure, FailuresPage, duration_stats, failures
-from .store import DEFAULT_URL, ENV_URL, Store, StoreUnavailable, open_store
+from rsched.archive.archiver import Archiver, BatchResult, serve
+from rsched.archive.config import ArchiverConfig
+from rsched.archive.events import EventRow, decode
+from rsched.archive.history import (
+    RunAttempt,
+    RunsPage,
+    arecent_events,
+    fold,
+    job_runs,
+    recent_events,
+    runs_page,
+)
+from rsched.archive.lag import Lag, archive_lag
+from rsched.archive.stats import DurationStats, Failure, FailuresPage, duration_stats, failures
+from rsched.archive.store import DEFAULT_URL, ENV_URL, Store, StoreUnavailable, open_store
 
 __all__ = [
     "Archiver", "ArchiverConfig", "BatchResult", "DEFAULT_URL", "DurationStats", "ENV_URL",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .events import KNOWN, Entry, EventRow, decode_flat
+from rsched.archive.events import KNOWN, Entry, EventRow, decode_flat
 
 _NULL = b"\\N"
 _E = b""

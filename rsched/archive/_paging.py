@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..errors import ValidationError
+from rsched.core.errors import ValidationError
 
 MAX_LIMIT = 1000
 # Three integers that fit a bigint (ASCII digits only: str.isdigit accepts "²", int() does not).

@@ -26,14 +26,14 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from .. import keys
-from ..ids import ulid
-from ..redis_setup import UNAVAILABLE, check_redis, ensure_partitions, wait_for_redis_sync
-from ..settings import Settings
-from .config import ArchiverConfig, Backoff
-from .events import Entry, expand, expand_flat, parse_sid
-from .lag import Lag, archive_lag, trim_point
-from .store import DAY_MS, Prepared, Store, StoreUnavailable
+from rsched.archive.config import ArchiverConfig, Backoff
+from rsched.archive.events import Entry, expand, expand_flat, parse_sid
+from rsched.archive.lag import Lag, archive_lag, trim_point
+from rsched.archive.store import DAY_MS, Prepared, Store, StoreUnavailable
+from rsched.core.ids import ulid
+from rsched.core.settings import Settings
+from rsched.rdb import keys
+from rsched.rdb.setup import UNAVAILABLE, check_redis, ensure_partitions, wait_for_redis_sync
 
 log = logging.getLogger("rsched.archive")
 
@@ -416,7 +416,7 @@ def serve(settings: Settings, config: ArchiverConfig, *, archiver_id: str | None
     """Run an archiver until SIGINT/SIGTERM."""
     import signal
 
-    from .store import open_store, redact
+    from rsched.archive.store import open_store, redact
 
     # A batch keeps tens of thousands of small lists alive, and none of them forms a cycle:
     # with the default thresholds the collector rescans them several times per batch, which

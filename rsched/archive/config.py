@@ -7,8 +7,8 @@ import random
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..errors import ValidationError
-from .store import archive_url
+from rsched.archive.store import archive_url
+from rsched.core.errors import ValidationError
 
 
 @dataclass(frozen=True, slots=True)

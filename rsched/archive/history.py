@@ -22,11 +22,11 @@ from typing import Any, cast
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from .. import keys
-from ..models import partition_of
-from ._paging import check_limit, decode_cursor, encode_cursor
-from .events import OUTCOMES, RUN_MARKERS, EventRow, decode, expand
-from .store import ENV_URL, Store
+from rsched.archive._paging import check_limit, decode_cursor, encode_cursor
+from rsched.archive.events import OUTCOMES, RUN_MARKERS, EventRow, decode, expand
+from rsched.archive.store import ENV_URL, Store
+from rsched.core.models import partition_of
+from rsched.rdb import keys
 
 SCAN_CHUNK = 1000
 DEFAULT_MAX_SCAN = 100_000

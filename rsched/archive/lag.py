@@ -12,8 +12,8 @@ from typing import Any
 
 from redis import Redis
 
-from .. import keys
-from .events import parse_sid
+from rsched.archive.events import parse_sid
+from rsched.rdb import keys
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from ._copy import copy_text
-from .events import COLUMNS, Entry, parse_sid
-from .store import (
+from rsched.archive._copy import copy_text
+from rsched.archive.events import COLUMNS, Entry, parse_sid
+from rsched.archive.store import (
     DAY_MS,
     SCHEMA_MIGRATIONS,
     Prepared,

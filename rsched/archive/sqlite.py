@@ -13,8 +13,14 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .events import COLUMNS, Entry, decode_flat
-from .store import SCHEMA_MIGRATIONS, Prepared, Store, StoreUnavailable, pending_migrations
+from rsched.archive.events import COLUMNS, Entry, decode_flat
+from rsched.archive.store import (
+    SCHEMA_MIGRATIONS,
+    Prepared,
+    Store,
+    StoreUnavailable,
+    pending_migrations,
+)
 
 BUSY_TIMEOUT_S = 30.0
 DELETE_CHUNK = 20_000  # rows per retention transaction: writers wait at most one chunk

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import ValidationError
-from ._paging import check_limit, decode_cursor, encode_cursor
-from .store import Store
+from rsched.archive._paging import check_limit, decode_cursor, encode_cursor
+from rsched.archive.store import Store
+from rsched.core.errors import ValidationError
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,8 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import RschedError, ValidationError
-from .events import COLUMNS, FAILURES, Entry, EventRow
+from rsched.archive.events import COLUMNS, FAILURES, Entry, EventRow
+from rsched.core.errors import RschedError, ValidationError
 
 ENV_URL = "RSCHED_ARCHIVE_URL"
 DEFAULT_URL = "sqlite:rsched-archive.db"
@@ -93,11 +93,11 @@ def open_store(url: str | None = None) -> Store:
     url = archive_url(url)
     scheme = url.partition(":")[0].lower()
     if scheme in ("postgresql", "postgres"):
-        from .postgres import PostgresStore
+        from rsched.archive.postgres import PostgresStore
 
         return PostgresStore(url)
     if scheme == "sqlite":
-        from .sqlite import SqliteStore
+        from rsched.archive.sqlite import SqliteStore
 
         return SqliteStore(sqlite_path(url))
     raise ValidationError(

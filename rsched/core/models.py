@@ -236,7 +236,7 @@ def partition_of(job_id: str) -> int:
     """Job ids start with their partition number (``7-01J...``): no lookup needed."""
     head, sep, _ = job_id.partition("-")
     if not sep or not head.isdigit():
-        from .errors import ValidationError
+        from rsched.core.errors import ValidationError
 
         raise ValidationError("id", f"not an rsched job id: {job_id!r}")
     return int(head)

@@ -1,5 +1,5 @@
 """Workers: read the queue streams, run handlers, heartbeat, reclaim runs of dead workers."""
 
-from .worker import Worker
+from rsched.engine.worker.worker import Worker
 
 __all__ = ["Worker"]

@@ -20,13 +20,13 @@ from typing import Any
 
 import msgpack
 
-from . import keys
-from .client import INFLIGHT_STATES, ClientBase, Commands, Op, cmd
-from .cron import parse_cron, validate_zone
-from .errors import NotFound, ScheduleError, ValidationError
-from .models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
-from .redis_setup import SAFE_POLICIES
-from .spec import ms_to_iso
+from rsched.client import INFLIGHT_STATES, ClientBase, Commands, Op, cmd
+from rsched.core.cron import parse_cron, validate_zone
+from rsched.core.errors import NotFound, ScheduleError, ValidationError
+from rsched.core.models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
+from rsched.core.spec import ms_to_iso
+from rsched.rdb import keys
+from rsched.rdb.setup import SAFE_POLICIES
 
 LIST_SCAN_COUNT = 500
 LIST_MAX_SCANS = 20

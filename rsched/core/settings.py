@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .errors import ValidationError
+from rsched.core.errors import ValidationError
 
 
 def _int_env(name: str, default: int) -> int:

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from .errors import ValidationError
+from rsched.core.errors import ValidationError
 
 ENV_FORMAT = "RSCHED_LOG_FORMAT"
 FORMATS = ("text", "json")

@@ -43,7 +43,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from cronsim.cronsim import Field
 
-from rsched.errors import ScheduleError
+from rsched.core.errors import ScheduleError
 
 __all__ = ["CronSchedule", "parse_cron", "validate_zone"]
 

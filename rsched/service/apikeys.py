@@ -18,9 +18,9 @@ from typing import Any
 
 import msgpack
 
-from . import keys
-from .client import Commands, Op, cmd
-from .errors import Conflict, NotFound, ValidationError
+from rsched.client import Commands, Op, cmd
+from rsched.core.errors import Conflict, NotFound, ValidationError
+from rsched.rdb import keys
 
 SCOPES = ("read", "write", "admin")
 _RANK = {s: i for i, s in enumerate(SCOPES)}

@@ -15,8 +15,7 @@ from typing import Any
 
 import click
 
-from . import auth, query
-from .api.convert import (
+from rsched.api.convert import (
     attempt_json,
     dead_letter_json,
     durations_json,
@@ -26,15 +25,17 @@ from .api.convert import (
     key_json,
     spec_from_json,
 )
-from .client import Client
-from .errors import ValidationError
-from .spec import to_ms
+from rsched.client import Client
+from rsched.core.errors import ValidationError
+from rsched.core.spec import to_ms
+from rsched.service import apikeys as auth
+from rsched.service import reads as query
 
 JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
 def _client(ctx: click.Context) -> Client:
-    from .cli import _settings
+    from rsched.cli.main import _settings
 
     obj = ctx.find_root().obj
     if "client" not in obj:
@@ -382,7 +383,7 @@ def _stats_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def stats_failures(ctx: click.Context, job_type: str | None, start: str | None,
                    end: str | None, limit: int, cursor: str | None, as_json: bool) -> None:
     """Failed, timed-out and abandoned attempts in a time range, newest first."""
-    from .archive.stats import failures
+    from rsched.archive.stats import failures
 
     lo, hi = _range(start, end)
     body = failures_json(failures(_archive(ctx), job_type, lo, hi, limit, cursor))
@@ -402,7 +403,7 @@ def stats_failures(ctx: click.Context, job_type: str | None, start: str | None,
 def stats_durations(ctx: click.Context, job_type: str | None, start: str | None,
                     end: str | None, as_json: bool) -> None:
     """Duration percentiles (nearest rank, ms) per job type in a time range."""
-    from .archive.stats import duration_stats
+    from rsched.archive.stats import duration_stats
 
     lo, hi = _range(start, end)
     rows = durations_json(duration_stats(_archive(ctx), lo, hi, job_type))

@@ -7,7 +7,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import keys, metrics, scripts
+from rsched.obs import metrics
+from rsched.rdb import keys, scripts
 
 log = logging.getLogger("rsched.dispatcher")
 

@@ -14,9 +14,9 @@ from redis.exceptions import AuthenticationError, DataError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import keys
-from .errors import UnsafeRedis
-from .retry import backoff_ceiling_ms
+from rsched.core.errors import UnsafeRedis
+from rsched.core.retry import backoff_ceiling_ms
+from rsched.rdb import keys
 
 log = logging.getLogger("rsched")
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
-from .app import App
-from .errors import RschedError
-from .settings import Settings
+from rsched.core.app import App
+from rsched.core.errors import RschedError
+from rsched.core.settings import Settings
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -54,12 +54,12 @@ def load_app(spec: str) -> App:
 def cli(ctx: click.Context, redis_url: str | None, partitions: int | None, allow_unsafe: bool,
         log_level: str, log_format: str = "text", metrics_port: str | None = None) -> None:
     """rsched: durable cron and one-off jobs on Redis."""
-    from . import logs
+    from rsched.obs import logs
 
     logs.setup(log_level, log_format)
     ctx.obj = {"redis_url": redis_url, "partitions": partitions, "allow_unsafe": allow_unsafe}
     if metrics_port and ctx.invoked_subcommand in ("dispatcher", "worker", "archiver"):
-        from . import metrics
+        from rsched.obs import metrics
 
         url = _settings(ctx).redis_url if ctx.invoked_subcommand == "archiver" else None
         metrics.serve(metrics_port, archive_redis_url=url)
@@ -78,7 +78,7 @@ def cli(ctx: click.Context, redis_url: str | None, partitions: int | None, allow
 def dispatcher(ctx: click.Context, lease_ms: int, batch: int, max_sleep_ms: int,
                misfire_grace_ms: int, dispatcher_id: str | None) -> None:
     """Run a dispatcher: lease partitions and move due jobs onto the queues."""
-    from .dispatcher.dispatcher import serve
+    from rsched.engine.dispatcher.dispatcher import serve
 
     serve(_settings(ctx), dispatcher_id=dispatcher_id, lease_ms=lease_ms, batch=batch,
           max_sleep_ms=max_sleep_ms, misfire_grace_ms=misfire_grace_ms)
@@ -100,7 +100,7 @@ def dispatcher(ctx: click.Context, lease_ms: int, batch: int, max_sleep_ms: int,
 def worker(ctx: click.Context, app_spec: str, queues: str, concurrency: int, visibility_ms: int,
            heartbeat_ms: int, grace: float, start_after_ms: int, worker_id: str | None) -> None:
     """Run a worker for the handlers of APP."""
-    from .worker.worker import serve
+    from rsched.engine.worker.worker import serve
 
     sys.path.insert(0, ".")
     app = load_app(app_spec)
@@ -132,7 +132,7 @@ def archiver(ctx: click.Context, archive_url: str | None, batch: int | None,
              poll_ms: int | None, claim_idle_ms: int | None, retention_days: int | None,
              backlog_warn: int | None, archiver_id: str | None) -> None:
     """Run an archiver: move the events streams into the run-history store, exactly once."""
-    from .archive.archiver import ArchiverConfig, serve
+    from rsched.archive.archiver import ArchiverConfig, serve
 
     config = ArchiverConfig.from_env(url=archive_url, batch=batch, poll_ms=poll_ms,
                                      claim_idle_ms=claim_idle_ms, retention_days=retention_days,
@@ -156,8 +156,8 @@ def api(ctx: click.Context, host: str, port: int, no_auth: bool, max_body_bytes:
     import uvicorn
     from redis import Redis
 
-    from .api.app import NO_AUTH_WARNING, create_app
-    from .redis_setup import check_redis, is_unavailable
+    from rsched.api.app import NO_AUTH_WARNING, create_app
+    from rsched.rdb.setup import check_redis, is_unavailable
 
     settings = _settings(ctx)
     try:  # refuse an evicting Redis here, with one line, before uvicorn starts
@@ -194,7 +194,7 @@ def _tune_gc_for_serving() -> None:
 
 
 def _add_operator_commands() -> None:
-    from .commands import COMMANDS
+    from rsched.cli.commands import COMMANDS
 
     for command in COMMANDS:
         cli.add_command(command)
@@ -223,7 +223,7 @@ def dev(port: int, host: str, data_dir: str, dev_redis_url: str | None, fresh: b
     """
     from pathlib import Path
 
-    from .dev import DevOptions, run
+    from rsched.cli.dev import DevOptions, run
 
     sys.exit(run(DevOptions(host=host, port=port, redis_url=dev_redis_url,
                             data_dir=Path(data_dir), fresh=fresh, verbose=verbose,
@@ -234,7 +234,7 @@ def main() -> None:
     """Entry point: errors become one line on stderr and a non-zero exit, never a traceback."""
     from redis.exceptions import RedisError
 
-    from .redis_setup import is_unavailable
+    from rsched.rdb.setup import is_unavailable
 
     try:
         cli(standalone_mode=True)

@@ -1,6 +1,6 @@
 """Dispatchers: hold partition leases and move due occurrences onto the queue streams."""
 
-from .dispatcher import Dispatcher
-from .leases import LeaseKeeper
+from rsched.engine.dispatcher.dispatcher import Dispatcher
+from rsched.engine.dispatcher.leases import LeaseKeeper
 
 __all__ = ["Dispatcher", "LeaseKeeper"]

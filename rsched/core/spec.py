@@ -15,9 +15,9 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from .cron import parse_cron, validate_zone
-from .errors import PayloadTooLarge, ValidationError
-from .models import Job, JobStatus, Misfire
+from rsched.core.cron import parse_cron, validate_zone
+from rsched.core.errors import PayloadTooLarge, ValidationError
+from rsched.core.models import Job, JobStatus, Misfire
 
 
 class _Packer(threading.local):

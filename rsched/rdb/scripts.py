@@ -33,7 +33,7 @@ def _lua_dir() -> Any:
     try:
         return resources.files("rsched.lua")
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "lua"
+        return Path(__file__).resolve().parents[2] / "lua"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,18 +12,20 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from .. import aio, keys, metrics
-from ..ids import ulid
-from ..redis_setup import (
+from rsched.core.ids import ulid
+from rsched.core.settings import Settings
+from rsched.engine import aio
+from rsched.engine.dispatcher.claimer import Claimer, ClaimResult
+from rsched.engine.dispatcher.leases import LeaseKeeper
+from rsched.obs import metrics
+from rsched.rdb import keys
+from rsched.rdb.setup import (
     acheck_redis,
     aensure_partitions,
     connect_async,
     is_unavailable,
     wait_for_redis,
 )
-from ..settings import Settings
-from .claimer import Claimer, ClaimResult
-from .leases import LeaseKeeper
 
 log = logging.getLogger("rsched.dispatcher")
 

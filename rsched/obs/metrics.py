@@ -36,11 +36,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from . import keys
-from .errors import ValidationError
+from rsched.core.errors import ValidationError
+from rsched.rdb import keys
 
 if TYPE_CHECKING:  # rsched.client counts scheduled jobs here: import it lazily
-    from .client import ClientBase, Op
+    from rsched.client import ClientBase, Op
 
 # Scheduled time -> start, in seconds: a healthy cluster starts runs in milliseconds.
 LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -190,7 +190,7 @@ class _ArchiveLag:
     def collect(self) -> Iterator[Metric]:
         from redis.exceptions import RedisError
 
-        from .archive.lag import archive_lag
+        from rsched.archive.lag import archive_lag
 
         try:
             lag = archive_lag(self.r, int(self.r.hget(keys.config(), "partitions") or 0))
@@ -246,8 +246,8 @@ def _group(info: Any, name: str) -> dict[str, Any] | None:
 def op_cluster(core: ClientBase) -> Op[dict[str, Any]]:
     """GET /status's view plus what only metrics show: each partition's counters, the
     archiver's lag, and the run counts and start-lag buckets live workers report."""
-    from .client import Commands, cmd
-    from .query import op_status
+    from rsched.client import Commands, cmd
+    from rsched.service.reads import op_status
 
     status = yield from op_status(core)
     parts = status["partitions"]

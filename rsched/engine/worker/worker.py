@@ -29,13 +29,16 @@ import msgpack
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from .. import aio, keys, scripts
-from ..app import App, JobContext
-from ..errors import ValidationError
-from ..ids import ulid
-from ..metrics import RunMetrics
-from ..models import unpack_payload, unpack_spec
-from ..redis_setup import (
+from rsched.core.app import App, JobContext
+from rsched.core.errors import ValidationError
+from rsched.core.ids import ulid
+from rsched.core.models import unpack_payload, unpack_spec
+from rsched.core.retry import retry_delay_ms
+from rsched.core.settings import Settings
+from rsched.engine import aio
+from rsched.obs.metrics import RunMetrics
+from rsched.rdb import keys, scripts
+from rsched.rdb.setup import (
     UNAVAILABLE,
     acheck_redis,
     aensure_partitions,
@@ -43,8 +46,6 @@ from ..redis_setup import (
     is_unavailable,
     wait_for_redis,
 )
-from ..retry import retry_delay_ms
-from ..settings import Settings
 
 log = logging.getLogger("rsched.worker")
 

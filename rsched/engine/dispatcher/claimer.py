@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import keys, scripts
-from ..cron import parse_cron
-from ..ids import run_id as make_run_id
-from ..models import unpack_spec
-from ..spec import due_score, jitter_offset_ms
+from rsched.core.cron import parse_cron
+from rsched.core.ids import run_id as make_run_id
+from rsched.core.models import unpack_spec
+from rsched.core.spec import due_score, jitter_offset_ms
+from rsched.rdb import keys, scripts
 
 log = logging.getLogger("rsched.dispatcher")
 

@@ -1,0 +1,1 @@
+"""The engine's long-running loops: dispatchers (leases, claims) and workers."""
