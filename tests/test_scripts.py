@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Iterator
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from redis_server import RedisCluster, RedisServer
 
 from rsched import App, Client, JobContext, JobSpec, JobStatus, RunState
 from rsched.client import JobPatch
+from rsched.core import codes
 from rsched.core.settings import Settings
 from rsched.engine.dispatcher import LeaseKeeper
 from rsched.engine.dispatcher.claimer import Claimer
@@ -94,6 +96,29 @@ def test_every_script_header_documents_its_keys_arguments_and_returns(path: Path
     used = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", code_of(path))}
     documented = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", header)}
     assert used <= documented, f"{path.name}: KEYS{sorted(used - documented)} undocumented"
+
+
+SCRIPT_CODES: dict[str, type[IntEnum]] = {
+    "schedule": codes.ScheduleCode, "claim": codes.ClaimCode, "lease": codes.LeaseCode,
+    "start": codes.StartFence, "heartbeat": codes.HeartbeatCode, "complete": codes.CompleteCode,
+    "pause": codes.ControlCode, "resume": codes.ControlCode, "cancel": codes.ControlCode,
+    "trigger": codes.ControlCode, "replay": codes.ControlCode, "update": codes.ControlCode,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPT_CODES))
+def test_every_return_code_a_header_documents_is_mirrored_by_its_intenum(name: str) -> None:
+    """Each code in the header's Returns section is a member of the script's IntEnum, and each
+    negative member (a refusal a caller must handle) is documented by every script it covers."""
+    header = (LUA / f"{name}.lua").read_text().split("]]", 1)[0]
+    returns = header.split("Returns", 1)[1]
+    documented = {int(n) for n in re.findall(r"(?<![\w.\[])-?\d+(?![\w.\]])", returns)}
+    members = {int(m) for m in SCRIPT_CODES[name]}
+    assert {n for n in documented if n < 0} <= members, name
+    negatives = {m for m in members if m < 0}
+    if name != "update":
+        negatives.discard(int(codes.ControlCode.CHANGED))
+    assert negatives <= documented, name
 
 
 def test_every_script_file_is_known_to_the_loader() -> None:

@@ -1,0 +1,63 @@
+"""The return codes of the Lua scripts, one IntEnum per script, mirroring each script's header
+(tests/test_scripts.py holds every enum against the header it mirrors)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ScheduleCode(IntEnum):
+    """schedule.lua, per job."""
+
+    CREATED = 0
+    SAME = 1  # already exists with the same body (an idempotent replay)
+    CONFLICT = 2  # exists with another body
+
+
+class ClaimCode(IntEnum):
+    """claim.lua's first value when nothing was written."""
+
+    STALE_LEASE = -1
+
+
+class LeaseCode(IntEnum):
+    """lease.lua."""
+
+    HELD = 1  # the caller holds the lease
+    OTHER = 0  # someone else holds it
+    STALE = -1  # renew or release refused: the caller's fence is stale
+
+
+class StartFence(IntEnum):
+    """start.lua's per-run fence, when it is not a token (> 0)."""
+
+    NOT_TO_RUN = 0  # finished, gone or cancelled: acknowledged
+    FENCED = -1  # the entry is delivered to another consumer now
+
+
+class HeartbeatCode(IntEnum):
+    """heartbeat.lua, per run."""
+
+    OURS = 1
+    GONE = 0  # finished or gone
+    FENCED = -1  # live under another worker or fence, or delivered to another consumer
+
+
+class CompleteCode(IntEnum):
+    """complete.lua, per run."""
+
+    SUCCEEDED = 1
+    RETRY = 2
+    DEAD = 3
+    DUPLICATE = 0  # a repeated report of an outcome already recorded
+    FENCED = -1
+
+
+class ControlCode(IntEnum):
+    """pause, resume, cancel, trigger, replay and update: {code, status}."""
+
+    DONE = 1
+    ALREADY = 0  # already as requested
+    NOT_FOUND = -1
+    REFUSED = -2  # not allowed in the current status (the status says why)
+    CHANGED = -3  # update.lua only: changed since it was read
