@@ -432,7 +432,7 @@ def serve(settings: Settings, config: ArchiverConfig, *, archiver_id: str | None
     def setup() -> None:
         nonlocal partitions
         check_redis(r, settings.allow_unsafe_redis)
-        partitions = ensure_partitions(r, settings.partitions or 16, bool(settings.partitions))
+        partitions = ensure_partitions(r, settings.initial_partitions, settings.strict_partitions)
 
     try:
         if not wait_for_redis_sync(setup, settings.redis_url, stop):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from rsched.core import wire
+
 COLUMNS = (
     "sid_ms", "sid_seq", "part", "event", "job_id", "run_id", "attempt", "ts_ms", "worker",
     "duration_ms", "job_type", "queue", "sched_ms", "error", "result", "fence", "retry_at_ms",
@@ -24,10 +26,7 @@ COLUMNS = (
 # the retry time of retry_scheduled; 'st' the start time an outcome event carries when its run
 # started and finished within one report, with no 'started' event of its own).  's' (sched ms)
 # is derived from the run id when there is one.
-KNOWN = frozenset(
-    (b"e", b"j", b"r", b"a", b"t", b"w", b"d", b"ty", b"q", b"s", b"err", b"res", b"f", b"at",
-     b"st")
-)
+KNOWN = frozenset(wire.EV_FIELDS)
 _INT64 = 2**63 - 1
 
 # Outcome events of an attempt, strongest first: an attempt that failed and whose run was later

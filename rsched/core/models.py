@@ -14,6 +14,9 @@ from typing import Any
 
 import msgpack
 
+from rsched.core import defaults
+from rsched.core.errors import ValidationError
+
 
 class JobStatus(str, enum.Enum):
     SCHEDULED = "scheduled"
@@ -108,21 +111,21 @@ class Job:
         return cls(
             id=_s(g("id")),
             type=_s(g("type")),
-            queue=_s(g("queue"), "default"),
+            queue=_s(g("queue"), defaults.QUEUE),
             payload=unpack_payload(sp.get("payload")),
             status=JobStatus(_s(g("status"))),
             run_at_ms=sp.get("run_at_ms") or None,
             cron=_s(g("cron")) or None,
-            tz=sp.get("tz") or "UTC",
+            tz=sp.get("tz") or defaults.TZ,
             next_ms=_i(g("next_ms")) or None,
             max_attempts=_i(g("max_attempts"), 1),
-            backoff_base_ms=sp.get("backoff_base_ms", 1000),
-            backoff_cap_ms=sp.get("backoff_cap_ms", 3_600_000),
-            priority=sp.get("priority", 0),
-            timeout_ms=sp.get("timeout_ms", 300_000),
+            backoff_base_ms=sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS),
+            backoff_cap_ms=sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS),
+            priority=sp.get("priority", defaults.PRIORITY),
+            timeout_ms=sp.get("timeout_ms", defaults.TIMEOUT_MS),
             idempotency_key=sp.get("idem_key") or None,
             misfire=Misfire(sp.get("misfire") or "run_once"),
-            jitter_ms=sp.get("jitter_ms", 0),
+            jitter_ms=sp.get("jitter_ms", defaults.JITTER_MS),
             created_ms=_i(g("created_ms")),
             # lua/schedule.lua stores no updated_ms: until a change, it is created_ms.
             updated_ms=_i(g("updated_ms")) or _i(g("created_ms")),
@@ -236,8 +239,6 @@ def partition_of(job_id: str) -> int:
     """Job ids start with their partition number (``7-01J...``): no lookup needed."""
     head, sep, _ = job_id.partition("-")
     if not sep or not head.isdigit():
-        from rsched.core.errors import ValidationError
-
         raise ValidationError("id", f"not an rsched job id: {job_id!r}")
     return int(head)
 

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from rsched.core import defaults
 from rsched.core.errors import ValidationError
 
 
@@ -23,8 +24,8 @@ def _int_env(name: str, default: int) -> int:
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Number of partitions; fixed at first start and stored in Redis, since a job's partition is
-    # derived from its id.  0 = use the stored count (16 at first start): only a process given
-    # an explicit count refuses to run when it differs from the stored one.
+    # derived from its id.  0 = use the stored count (defaults.PARTITIONS at first start): only
+    # a process given an explicit count refuses to run when it differs from the stored one.
     partitions: int = 0
     # Upper bound on a msgpack payload; big payloads belong in object storage, not in Redis.
     max_payload_bytes: int = 64 * 1024
@@ -42,6 +43,16 @@ class Settings:
     events_maxlen: int = 0
     # Allow a Redis that may evict keys or has AOF off: tests and throwaway setups only.
     allow_unsafe_redis: bool = False
+
+    @property
+    def initial_partitions(self) -> int:
+        """The count to create at first start: the explicit one, else the default."""
+        return self.partitions or defaults.PARTITIONS
+
+    @property
+    def strict_partitions(self) -> bool:
+        """Only an explicit count must match the stored one."""
+        return bool(self.partitions)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:

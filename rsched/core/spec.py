@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from rsched.core import defaults
 from rsched.core.cron import parse_cron, validate_zone
 from rsched.core.errors import PayloadTooLarge, ValidationError
 from rsched.core.models import Job, JobStatus, Misfire
@@ -112,15 +113,15 @@ class JobSpec:
     run_at: Any = None
     cron: str | None = None
     tz: str | None = None
-    queue: str = "default"
-    max_attempts: int = 3
-    backoff_base_ms: int = 1000
-    backoff_cap_ms: int = 3_600_000
-    priority: int = 0
-    timeout_ms: int = 300_000
+    queue: str = defaults.QUEUE
+    max_attempts: int = defaults.MAX_ATTEMPTS
+    backoff_base_ms: int = defaults.BACKOFF_BASE_MS
+    backoff_cap_ms: int = defaults.BACKOFF_CAP_MS
+    priority: int = defaults.PRIORITY
+    timeout_ms: int = defaults.TIMEOUT_MS
     idempotency_key: str | None = None
     misfire: str = Misfire.RUN_ONCE.value
-    jitter_ms: int = 0
+    jitter_ms: int = defaults.JITTER_MS
     paused: bool = False
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rsched.core import defaults
 from rsched.core.cron import parse_cron
 from rsched.core.ids import run_id as make_run_id
 from rsched.core.models import unpack_spec
@@ -48,11 +49,11 @@ class ClaimResult:
 class Claimer:
     r: Any  # redis.asyncio.Redis
     owner: str
-    batch: int = 250
-    misfire_grace_ms: int = 60_000
+    batch: int = defaults.CLAIM_BATCH
+    misfire_grace_ms: int = defaults.MISFIRE_GRACE_MS
     events_maxlen: int = 0
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
-    catchup_ms: int = 1000  # lateness tolerated before missed occurrences collapse into one
+    catchup_ms: int = defaults.CATCHUP_MS  # lateness before missed occurrences collapse into one
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
     _queues: dict[int, list[str]] = field(default_factory=dict)  # each partition's queues

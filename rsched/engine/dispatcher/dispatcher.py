@@ -12,6 +12,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from rsched.core import defaults
 from rsched.core.ids import ulid
 from rsched.core.settings import Settings
 from rsched.engine import aio
@@ -36,10 +37,10 @@ class Dispatcher:
         settings: Settings,
         *,
         dispatcher_id: str | None = None,
-        lease_ms: int = 10_000,
-        batch: int = 250,
-        max_sleep_ms: int = 1000,
-        misfire_grace_ms: int = 60_000,
+        lease_ms: int = defaults.LEASE_MS,
+        batch: int = defaults.CLAIM_BATCH,
+        max_sleep_ms: int = defaults.MAX_SLEEP_MS,
+        misfire_grace_ms: int = defaults.MISFIRE_GRACE_MS,
         clock: Callable[[], int] | None = None,
     ) -> None:
         self.settings = settings
@@ -56,8 +57,8 @@ class Dispatcher:
 
     async def setup(self) -> None:
         await acheck_redis(self.r, self.settings.allow_unsafe_redis)
-        p = await aensure_partitions(self.r, self.settings.partitions or 16,
-                                     bool(self.settings.partitions))
+        p = await aensure_partitions(self.r, self.settings.initial_partitions,
+                                     self.settings.strict_partitions)
         self.leases = LeaseKeeper(self.r, self.id, p, self.lease_ms, self.clock)
         self.claimer = Claimer(self.r, self.id, self.batch, self.misfire_grace_ms,
                                self.settings.events_maxlen, self.clock)

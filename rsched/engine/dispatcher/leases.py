@@ -7,6 +7,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rsched.core import defaults
 from rsched.obs import metrics
 from rsched.rdb import keys, scripts
 
@@ -76,7 +77,7 @@ class LeaseKeeper:
     r: Any  # redis.asyncio.Redis
     owner: str
     partitions: int
-    lease_ms: int = 10_000
+    lease_ms: int = defaults.LEASE_MS
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
     owned: dict[int, int] = field(default_factory=dict)  # partition -> fence
     offered: dict[int, str] = field(default_factory=dict)  # partition -> member offered to

@@ -1,0 +1,41 @@
+"""Field names of what the Lua scripts write to streams, as Python reads them (bytes, as Redis
+returns them), named once.
+
+Queue stream entries are written by lua/claim.lua (its header lists them); events-stream entries
+by every script through ``emit`` and ``batch_flush`` in lua/include/util.lua.
+tests/test_wire.py holds these names against the scripts.
+"""
+
+from __future__ import annotations
+
+# Queue stream entry (rsched:{pN}:q:<queue>), see lua/claim.lua's header.  The job id and the
+# scheduled time are in the run id.
+ENTRY_RUN = b"r"  # run id, <job id>@<scheduled ms>
+ENTRY_TYPE = b"t"  # job type
+ENTRY_ATTEMPT = b"a"  # attempt number
+ENTRY_SPEC = b"x"  # the job's packed spec (models.SPEC_ORDER)
+ENTRY_OWN = b"o"  # present ('1') for a one-off job's own run: its run key is the job key
+ENTRY_FIELDS = (ENTRY_RUN, ENTRY_TYPE, ENTRY_ATTEMPT, ENTRY_SPEC, ENTRY_OWN)
+
+# Events stream entry (rsched:{pN}:events).
+EV_EVENT = b"e"  # event name: scheduled, dispatched, started, succeeded, ...
+EV_JOB = b"j"  # job id
+EV_RUN = b"r"  # run id
+EV_ATTEMPT = b"a"  # attempt number
+EV_TIME = b"t"  # when, ms (note: 't' is the job type in a queue entry)
+EV_WORKER = b"w"  # worker id
+EV_DURATION = b"d"  # duration_ms of a finished attempt
+EV_TYPE = b"ty"  # job type
+EV_QUEUE = b"q"  # queue
+EV_SCHED = b"s"  # scheduled ms (derived from the run id when there is one)
+EV_ERROR = b"err"  # error text of a failed attempt
+EV_RESULT = b"res"  # JSON result of a succeeded attempt
+EV_FENCE = b"f"  # the fence of a fenced report
+EV_RETRY_AT = b"at"  # retry_scheduled: when the retry is due, ms
+EV_STARTED = b"st"  # an outcome that also records its run's start: the start ms
+EV_COUNT = b"n"  # a batched entry (batch_flush): how many events it holds
+EV_FIELDS = (EV_EVENT, EV_JOB, EV_RUN, EV_ATTEMPT, EV_TIME, EV_WORKER, EV_DURATION, EV_TYPE,
+             EV_QUEUE, EV_SCHED, EV_ERROR, EV_RESULT, EV_FENCE, EV_RETRY_AT, EV_STARTED)
+"""Event fields with an archive column (EV_COUNT is the batch's, not an event's)."""
+
+__all__ = [n for n in dir() if n.startswith(("ENTRY_", "EV_"))]

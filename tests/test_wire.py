@@ -1,0 +1,74 @@
+"""The stream-entry field names Python reads (rsched.core.wire), held against the scripts that
+write them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rsched.core import wire
+
+LUA = Path(__file__).resolve().parent.parent / "lua"
+SCRIPTS = sorted(LUA.glob("*.lua")) + sorted((LUA / "include").glob("*.lua"))
+
+
+def _split(text: str) -> list[str]:
+    """A Lua argument list split at its top-level commas (not inside strings or brackets)."""
+    args, depth, quote, cur = [], 0, "", ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+            continue
+        cur += ch
+    return [*args, cur.strip()]
+
+
+def _names(text: str) -> list[bytes]:
+    """Field names of a flat field/value argument list: the arguments at even offsets."""
+    names = _split(text)[::2]  # a name given as a variable (complete.lua's outcome_event's
+    # err or res field) is checked where it is passed
+    return [n.strip("'").encode() for n in names if re.fullmatch(r"'\w+'", n)]
+
+
+def test_the_queue_entry_fields_are_those_claims_header_lists() -> None:
+    header = (LUA / "claim.lua").read_text().split("]]", 1)[0]
+    listed = re.search(r"Queue stream entries: (.*?);", header, re.S)
+    assert listed, "claim.lua's header no longer lists the queue stream entry fields"
+    names = [part.split()[0].encode() for part in listed.group(1).split(",")]
+    assert names == list(wire.ENTRY_FIELDS)
+
+
+def test_claim_writes_queue_entries_with_exactly_those_fields() -> None:
+    source = (LUA / "claim.lua").read_text().split("]]", 1)[1]
+    calls = re.findall(r"redis\.call\('XADD', stream_key, '\*', (.*?)\)\n", source, re.S)
+    assert calls, "claim.lua writes no queue entry"
+    for call in calls:
+        names = _names(call)
+        assert set(names) <= set(wire.ENTRY_FIELDS)
+        assert names[:4] == [wire.ENTRY_RUN, wire.ENTRY_TYPE, wire.ENTRY_ATTEMPT, wire.ENTRY_SPEC]
+
+
+def test_every_event_field_a_script_writes_is_named_in_wire_and_every_name_is_written() -> None:
+    written: set[bytes] = set()
+    for path in SCRIPTS:
+        source = path.read_text()
+        for args in re.findall(r"emit\(events_key, maxlen, (.*?)\)\n", source, re.S):
+            written.update(_names(args))
+        # outcome_event(outcome, run_id, attempt, duration, type, queue, field name, text, ...)
+        written.update(m.encode() for m in re.findall(r"outcome_event\([^)]*?, '(\w+)',", source))
+        for common, columns in re.findall(
+                r"batch_new\(events_key, maxlen,\s*\{(.*?)\},\s*\{(.*?)\}\)", source, re.S):
+            written.update(_names(common))
+            written.update(c.strip().strip("'").encode() for c in columns.split(","))
+    assert written, "found no event written"
+    assert written <= {*wire.EV_FIELDS, wire.EV_COUNT}
+    assert set(wire.EV_FIELDS) - written == set(), "a name in wire that no script writes"
