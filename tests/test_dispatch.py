@@ -32,6 +32,7 @@ from rsched.core.cron import parse_cron
 from rsched.core.errors import UnsafeRedis
 from rsched.core.spec import jitter_offset_ms
 from rsched.engine.dispatcher import Dispatcher, LeaseKeeper
+from rsched.engine.dispatcher.claimer import retry_item, retry_item_plain
 from rsched.engine.worker.worker import Worker
 from rsched.rdb import keys, scripts
 
@@ -566,3 +567,10 @@ def test_a_process_started_with_another_partition_count_refuses_to_run(
     with pytest.raises(UnsafeRedis, match="16 partitions, not 8"):
         asyncio.run(set_up(kind, redis_url, partitions=8))
     asyncio.run(set_up(kind, redis_url, partitions=16))
+
+
+@pytest.mark.parametrize("run_id, due", [("3-01J@1700000000000", 1700000000000),
+                                         ("0-a@b@17", 17.5), ("12-x@0", 0)])
+def test_the_fast_retry_item_equals_the_plain_one(run_id: str, due: float) -> None:
+    fast, plain = retry_item(run_id, due), retry_item_plain(run_id, due)
+    assert fast == plain and type(fast) is type(plain) and fast.job_id == plain.job_id

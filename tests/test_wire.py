@@ -72,3 +72,25 @@ def test_every_event_field_a_script_writes_is_named_in_wire_and_every_name_is_wr
     assert written, "found no event written"
     assert written <= {*wire.EV_FIELDS, wire.EV_COUNT}
     assert set(wire.EV_FIELDS) - written == set(), "a name in wire that no script writes"
+
+
+def test_a_claim_item_has_the_per_item_values_claims_header_lists_in_order() -> None:
+    header = (LUA / "claim.lua").read_text().split("]]", 1)[0]
+    listed = re.search(r"then per item (\d+) values: (.*?)\n", header)
+    assert listed, "claim.lua's header no longer lists the per-item values"
+    names = [n.strip().replace(" ", "_") for n in listed.group(2).split(",")]
+    assert int(listed.group(1)) == len(names)
+    assert tuple(names) == wire.ClaimItem._fields
+    kinds = re.findall(r"^  kind '(\w)' \(", header, re.M)
+    assert kinds == [wire.CLAIM_JOB, wire.CLAIM_RETRY]
+    # The script unpacks an item by offset from `a`: the same names, in the same order.
+    source = (LUA / "claim.lua").read_text()
+    unpacked = re.findall(r"local ([\w, ]+) = (ARGV\[a(?: \+ \d)?\].*)\n", source)
+    names_at = {}
+    for names_, values in unpacked:
+        for name, value in zip(names_.split(", "), values.split(", "), strict=True):
+            offset = re.search(r"ARGV\[a(?: \+ (\d))?\]", value)
+            assert offset, value
+            names_at[int(offset.group(1) or 0)] = name
+    assert [names_at[k] for k in sorted(names_at)] == list(wire.ClaimItem._fields)
+    assert f"a = a + {len(wire.ClaimItem._fields)}\n" in source

@@ -1,5 +1,5 @@
-"""Field names of what the Lua scripts write to streams, as Python reads them (bytes, as Redis
-returns them), named once.
+"""Wire layouts named once: the fields the Lua scripts write to streams, as Python reads them
+(bytes, as Redis returns them), and the claim script's per-item arguments.
 
 Queue stream entries are written by lua/claim.lua (its header lists them); events-stream entries
 by every script through ``emit`` and ``batch_flush`` in lua/include/util.lua.
@@ -7,6 +7,8 @@ tests/test_wire.py holds these names against the scripts.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 # Queue stream entry (rsched:{pN}:q:<queue>), see lua/claim.lua's header.  The job id and the
 # scheduled time are in the run id.
@@ -38,4 +40,20 @@ EV_FIELDS = (EV_EVENT, EV_JOB, EV_RUN, EV_ATTEMPT, EV_TIME, EV_WORKER, EV_DURATI
              EV_QUEUE, EV_SCHED, EV_ERROR, EV_RESULT, EV_FENCE, EV_RETRY_AT, EV_STARTED)
 """Event fields with an archive column (EV_COUNT is the batch's, not an event's)."""
 
-__all__ = [n for n in dir() if n.startswith(("ENTRY_", "EV_"))]
+
+
+class ClaimItem(NamedTuple):
+    """One per-item argument group of lua/claim.lua (its header: "then per item 8 values")."""
+
+    kind: str  # CLAIM_JOB or CLAIM_RETRY
+    job_id: str
+    run_id: str
+    score: float | int  # due score as read (a retry: its due ms in the retry set)
+    expected: int | str  # a job's next_ms, the compare-and-set ('0' / 0 for a retry)
+    next_ms: int  # the following occurrence ('0' / 0 = none)
+    next_score: float | int  # its due score
+    fire: int  # 0 = skip this occurrence (misfire policy skip)
+
+
+CLAIM_JOB = "j"  # an occurrence the dispatcher read, with its next time computed
+CLAIM_RETRY = "r"  # a retry, replay or trigger of a run

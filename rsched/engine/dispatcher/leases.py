@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsched.core import defaults
+from rsched.core.codes import LeaseCode
 from rsched.obs import metrics
 from rsched.rdb import keys, scripts
 
@@ -136,7 +137,7 @@ class LeaseKeeper:
                 log.warning("lease on partition %d failed: %s", p, res)
                 continue
             code, fence = int(res[0]), int(res[1])
-            if code != 1:
+            if code != LeaseCode.HELD:
                 if p in self.owned:
                     self.lost(p, quiet=True)
                 continue
