@@ -22,7 +22,7 @@ from typing import Any, cast
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from rsched.archive._paging import check_limit, decode_cursor, encode_cursor
+from rsched.archive._paging import check_limit, decode_key, encode_key
 from rsched.archive.events import OUTCOMES, RUN_MARKERS, EventRow, decode, expand
 from rsched.archive.store import ENV_URL, Store
 from rsched.core.models import partition_of
@@ -168,7 +168,7 @@ def check_page(limit: int, cursor: str | None) -> None:
     """ValidationError naming ``limit`` or ``cursor``, before any I/O."""
     check_limit(limit)
     if cursor:
-        decode_cursor(cursor)
+        decode_key(cursor)
 
 
 def scan_recent(job_id: str, max_scan: int = DEFAULT_MAX_SCAN) -> Scan:
@@ -233,7 +233,7 @@ def runs_page(store: Store | None, job_id: str, recent: list[EventRow], partial:
     asyncio caller runs it in a thread.
     """
     check_limit(limit)
-    before = decode_cursor(cursor) if cursor else None
+    before = decode_key(cursor) if cursor else None
     hi = before[0] if before else None
     recent = [e for e in recent if e.sched_ms is not None and (hi is None or e.sched_ms <= hi)]
     want = limit + 2
@@ -260,7 +260,7 @@ def runs_page(store: Store | None, job_id: str, recent: list[EventRow], partial:
     attempts.sort(key=lambda a: a.key, reverse=True)
     page = attempts[:limit]
     more = len(attempts) > limit
-    return RunsPage(page, encode_cursor(page[-1].key) if more else None, partial)
+    return RunsPage(page, encode_key(page[-1].key) if more else None, partial)
 
 
 def job_runs(store: Store | None, r: Redis, job_id: str, limit: int = 50,

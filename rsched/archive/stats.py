@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rsched.archive._paging import check_limit, decode_cursor, encode_cursor
+from rsched.archive._paging import check_limit, decode_key, encode_key
 from rsched.archive.store import Store
 from rsched.core.errors import ValidationError
 
@@ -45,12 +45,12 @@ def failures(store: Store, job_type: str | None = None, since_ms: int | None = N
     """Failed, timed-out and abandoned attempts (of a type) with since <= time < until."""
     check_limit(limit)
     lo, hi = _range(since_ms, until_ms)
-    before = decode_cursor(cursor) if cursor else None
+    before = decode_key(cursor) if cursor else None
     rows = store.failures(job_type, lo, hi, before, limit + 1)
     items = [Failure(e.job_id, e.run_id, e.attempt, e.event, e.ts_ms, e.sched_ms, e.job_type,
                      e.queue, e.worker, e.duration_ms, e.error) for e in rows[:limit]]
     last = rows[limit - 1] if len(rows) > limit else None
-    return FailuresPage(items, encode_cursor((last.ts_ms or 0, last.sid_ms, last.sid_seq))
+    return FailuresPage(items, encode_key((last.ts_ms or 0, last.sid_ms, last.sid_seq))
                         if last else None)
 
 
