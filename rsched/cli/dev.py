@@ -177,7 +177,7 @@ def redis_config(data_dir: Path, port: int) -> str:
 
 def examples_root() -> Path:
     """The folder holding ``examples/``: the source checkout rsched runs from, else the cwd."""
-    here = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parents[2]
     for root in (here, Path.cwd()):
         if (root / "examples" / "handlers.py").is_file():
             return root
