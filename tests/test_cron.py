@@ -25,6 +25,7 @@ from cronsim import CronSim
 
 from rsched.core.cron import CronSchedule, parse_cron, validate_zone
 from rsched.core.errors import ScheduleError, ValidationError
+from rsched.core.times import ms_to_iso, ms_to_iso_fast, to_ms
 
 NY, BERLIN, LORD_HOWE = "America/New_York", "Europe/Berlin", "Australia/Lord_Howe"
 HOURLY, QUARTER = "0 * * * *", "*/15 * * * *"
@@ -409,3 +410,11 @@ def test_unknown_time_zones_name_the_time_zone_field(tz: str, reason: str) -> No
 
 def test_validate_zone_returns_the_zone() -> None:
     assert validate_zone(LORD_HOWE) == ZoneInfo(LORD_HOWE)
+
+
+@pytest.mark.parametrize("ms", [None, 0, 1, 999, 1000, 1_700_000_000_123, 951_782_400_000,
+                                253_402_300_799_999, 86_399_999])
+def test_the_fast_iso_formatter_writes_what_the_plain_one_writes(ms: int | None) -> None:
+    assert ms_to_iso_fast(ms) == ms_to_iso(ms)
+    if ms is not None:
+        assert to_ms(ms_to_iso(ms), "t") == ms

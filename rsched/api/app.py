@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -25,15 +24,14 @@ from starlette.routing import BaseRoute, Route
 from rsched.aclient import AsyncClient
 from rsched.api import routes
 from rsched.api.docs import DOCS_HTML
+from rsched.api.guard import Endpoint, KeyCache, protect
 from rsched.api.openapi import document
-from rsched.api.problems import JSON, error_response, problem
+from rsched.api.problems import JSON, problem
+from rsched.api.ui import routes as ui_routes
 from rsched.core.settings import Settings
 from rsched.rdb.setup import acheck_redis, is_unavailable, wait_for_redis
-from rsched.service import apikeys as auth
 
 log = logging.getLogger("rsched.api")
-
-Endpoint = Callable[[Request], Awaitable[Response]]
 
 NO_AUTH_WARNING = (
     "AUTHENTICATION IS OFF (--no-auth): anyone who can reach this port can schedule, change "
@@ -71,61 +69,6 @@ API_ROUTES: list[tuple[str, str, Endpoint, str | None]] = [
 class Limits:
     max_body_bytes: int  # any single-object request body
     max_batch_bytes: int  # POST /jobs/batch
-
-
-class KeyCache:
-    """Bearer secret -> ApiKey (or None), remembered for ``ttl_s``: a revoked key stops working
-    within that time, and a burst of requests costs one Redis lookup per key."""
-
-    def __init__(self, client: AsyncClient, ttl_s: float, max_entries: int = 10_000) -> None:
-        self.client = client
-        self.ttl_s = ttl_s
-        self.max_entries = max_entries
-        self._seen: dict[str, tuple[float, auth.ApiKey | None]] = {}
-
-    async def lookup(self, secret: str) -> auth.ApiKey | None:
-        now = time.monotonic()
-        hit = self._seen.get(secret)
-        if hit is not None and hit[0] > now:
-            return hit[1]
-        key = await self.client.run(auth.op_lookup(secret))
-        if len(self._seen) >= self.max_entries:
-            self._seen.clear()
-        self._seen[secret] = (now + self.ttl_s, key)
-        return key
-
-
-async def _check_key(request: Request, scope: str) -> Response | None:
-    """None when the request's key may use ``scope``, else the 401/403 answer."""
-    header = request.headers.get("authorization", "")
-    kind, _, secret = header.partition(" ")
-    secret = secret.strip()
-    challenge = {"WWW-Authenticate": 'Bearer realm="rsched"'}
-    if kind.lower() != "bearer" or not secret:
-        return problem(401, "missing API key: send Authorization: Bearer <key>", headers=challenge)
-    key = await request.app.state.keys.lookup(secret)
-    if key is None:
-        return problem(401, "unknown or revoked API key", headers=challenge)
-    if not key.allows(scope):
-        return problem(403, f"API key {key.id!r} has scope {key.scope!r}; this needs {scope!r}")
-    return None
-
-
-def protect(endpoint: Endpoint, scope: str | None) -> Endpoint:
-    """Wrap an endpoint: check the key's scope (when auth is on), map every error to a problem."""
-
-    async def guarded(request: Request) -> Response:
-        try:
-            if scope is not None and request.app.state.auth:
-                denied = await _check_key(request, scope)
-                if denied is not None:
-                    return denied
-            return await endpoint(request)
-        except Exception as exc:  # noqa: BLE001 - every error becomes problem+json
-            return error_response(exc)
-
-    guarded.__name__ = getattr(endpoint, "__name__", "endpoint")
-    return guarded
 
 
 class _ByMethod:
@@ -250,7 +193,6 @@ def create_app(
         Route("/docs", docs, methods=["GET"]),
     ]
     # --- extension point: the dashboard (/ui, /metrics) and later faces add routes here --------
-    from rsched.api.ui import routes as ui_routes
 
     table += ui_routes()
     table += list(extra_routes)

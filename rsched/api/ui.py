@@ -13,7 +13,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from rsched.api.app import protect
+from rsched.api.guard import protect
 from rsched.api.problems import JSON, problem
 from rsched.obs import metrics
 

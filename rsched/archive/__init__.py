@@ -18,7 +18,8 @@ from rsched.archive.history import (
 )
 from rsched.archive.lag import Lag, archive_lag
 from rsched.archive.stats import DurationStats, Failure, FailuresPage, duration_stats, failures
-from rsched.archive.store import DEFAULT_URL, ENV_URL, Store, StoreUnavailable, open_store
+from rsched.archive.store import DEFAULT_URL, ENV_URL, Store, StoreUnavailable
+from rsched.archive.stores import open_store
 
 __all__ = [
     "Archiver", "ArchiverConfig", "BatchResult", "DEFAULT_URL", "DurationStats", "ENV_URL",

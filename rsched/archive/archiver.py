@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -29,7 +30,8 @@ from redis.exceptions import RedisError, ResponseError
 from rsched.archive.config import ArchiverConfig, Backoff
 from rsched.archive.events import Entry, expand, expand_flat, parse_sid
 from rsched.archive.lag import Lag, archive_lag, trim_point
-from rsched.archive.store import DAY_MS, Prepared, Store, StoreUnavailable
+from rsched.archive.store import DAY_MS, Prepared, Store, StoreUnavailable, redact
+from rsched.archive.stores import open_store
 from rsched.core.ids import ulid
 from rsched.core.settings import Settings
 from rsched.rdb import keys
@@ -414,10 +416,6 @@ class Archiver:
 
 def serve(settings: Settings, config: ArchiverConfig, *, archiver_id: str | None = None) -> None:
     """Run an archiver until SIGINT/SIGTERM."""
-    import signal
-
-    from rsched.archive.store import open_store, redact
-
     # A batch keeps tens of thousands of small lists alive, and none of them forms a cycle:
     # with the default thresholds the collector rescans them several times per batch, which
     # measured at a quarter of the archiver's CPU.

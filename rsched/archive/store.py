@@ -89,20 +89,11 @@ def archive_url(url: str | None = None) -> str:
 
 
 def open_store(url: str | None = None) -> Store:
-    """A store for ``postgresql://...`` or ``sqlite:///path``; connects lazily (see connect())."""
-    url = archive_url(url)
-    scheme = url.partition(":")[0].lower()
-    if scheme in ("postgresql", "postgres"):
-        from rsched.archive.postgres import PostgresStore
+    """Temporary forward to rsched.archive.stores.open_store, for rsched.service.context and
+    rsched.client until they import that (it ends the store <-> dialect cycle)."""
+    from rsched.archive.stores import open_store as open_
 
-        return PostgresStore(url)
-    if scheme == "sqlite":
-        from rsched.archive.sqlite import SqliteStore
-
-        return SqliteStore(sqlite_path(url))
-    raise ValidationError(
-        ENV_URL, f"expected postgresql://... or sqlite:///path, got {redact(url)!r}"
-    )
+    return open_(url)
 
 
 _SELECT = ", ".join(COLUMNS)

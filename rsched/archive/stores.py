@@ -1,0 +1,21 @@
+"""Opening an archive store by URL: the one place that knows every dialect."""
+
+from __future__ import annotations
+
+from rsched.archive.postgres import PostgresStore
+from rsched.archive.sqlite import SqliteStore
+from rsched.archive.store import ENV_URL, Store, archive_url, redact, sqlite_path
+from rsched.core.errors import ValidationError
+
+
+def open_store(url: str | None = None) -> Store:
+    """A store for ``postgresql://...`` or ``sqlite:///path``; connects lazily (see connect())."""
+    url = archive_url(url)
+    scheme = url.partition(":")[0].lower()
+    if scheme in ("postgresql", "postgres"):
+        return PostgresStore(url)
+    if scheme == "sqlite":
+        return SqliteStore(sqlite_path(url))
+    raise ValidationError(
+        ENV_URL, f"expected postgresql://... or sqlite:///path, got {redact(url)!r}"
+    )
