@@ -1,0 +1,111 @@
+"""The layering rules, checked from the AST of every module under rsched/.
+
+core is pure; rdb is the only layer that sends commands; service holds the operations every
+face uses; engine and archive stand on core, rdb and obs; faces (api, cli) never import each
+other; and no function hides an import of an rsched module (a hidden import is a cycle).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "rsched"
+STDLIB = set(sys.stdlib_module_names)
+
+# layer -> (rsched layers it may import, third-party top-level modules it may import)
+RULES: dict[str, tuple[set[str], set[str]]] = {
+    "core": ({"core"}, {"msgpack", "cronsim"}),
+    "rdb": ({"core", "rdb"}, {"redis", "hiredis"}),
+    "service": ({"core", "rdb", "service"}, {"redis", "msgpack"}),
+    "client": ({"core", "rdb", "service"}, {"redis", "msgpack"}),
+    "engine": ({"core", "rdb", "obs", "engine"}, {"redis", "uvloop", "msgpack"}),
+    "archive": ({"core", "rdb", "obs", "archive"}, {"redis", "psycopg"}),
+    "obs": ({"core", "obs"}, {"prometheus_client"}),
+}
+FACES = {"api", "cli"}
+
+# Violations other engineers are fixing now; each mark goes when their change lands.
+IN_PROGRESS = {
+    "client": "rsched/client.py, rsched/aclient.py import rsched.archive.history; aclient imports "
+              "client (client work)",
+    "service": "rsched/service/**: imports rsched.obs (scheduling.py, status.py), being reworked "
+               "(service work)",
+    "archive": "rsched/archive/store.py keeps a forwarding open_store until rsched/service/"
+               "context.py and rsched/client.py import rsched.archive.open_store (their work)",
+    "api": "rsched/api/__init__.py's lazy __getattr__ import, kept for the CLI's use of "
+           "rsched.api.convert (cli and api work)",
+    "cli": "rsched/cli/**: function-level imports of rsched modules, imports of rsched.api "
+           "(cli work)",
+}
+
+
+def _modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG)
+        yield ".".join(("rsched", *rel.with_suffix("").parts)), path
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "root"
+    return "client" if parts[1] in ("client", "aclient") else parts[1]
+
+
+def _imports(path: Path) -> Iterator[tuple[str, bool, int]]:
+    """(module imported, whether inside a function, line) for every import of the file."""
+    tree = ast.parse(path.read_text())
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            inside.update(id(n) for n in ast.walk(node) if n is not node)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, id(node) in inside, node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, id(node) in inside, node.lineno
+
+
+def _violations(layer: str) -> list[str]:
+    bad = []
+    for module, path in _modules():
+        if _layer(module) != layer:
+            continue
+        for name, nested, line in _imports(path):
+            top = name.split(".")[0]
+            where = f"{path.relative_to(PKG.parent)}:{line} imports {name}"
+            if top == "rsched":
+                target = _layer(name)
+                if nested:
+                    bad.append(where + " inside a function")
+                if layer in RULES and target not in RULES[layer][0]:
+                    bad.append(where)
+                if layer in FACES and target in FACES - {layer}:
+                    bad.append(where + " (faces never import each other)")
+            elif layer in RULES and top not in STDLIB and top not in RULES[layer][1]:
+                bad.append(where + " (third-party)")
+    return bad
+
+
+def _param(layer: str) -> object:
+    reason = IN_PROGRESS.get(layer)
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(layer, id=layer, marks=marks)
+
+
+@pytest.mark.parametrize("layer", [_param(layer) for layer in [*RULES, *sorted(FACES)]])
+def test_each_layer_imports_only_what_it_may(layer: str) -> None:
+    assert _violations(layer) == []
+
+
+def test_the_check_sees_a_hidden_import_and_a_layer_breach(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("import os\nfrom rsched.rdb import keys\ndef f():\n    import rsched.api\n")
+    got = list(_imports(src))
+    assert sorted(got) == [("os", False, 1), ("rsched.api", True, 4), ("rsched.rdb", False, 2)]
