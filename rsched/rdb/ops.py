@@ -1,0 +1,109 @@
+"""The Op protocol: an operation is a generator that yields the Redis work it needs and gets
+the results sent back, and two drivers execute it, one on redis-py and one on redis.asyncio.
+
+Writing each operation once, free of I/O, keeps validation, script arguments and result
+parsing in one place for the sync and async clients; the drivers here are the only code that
+turns an operation's work into commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from rsched.rdb import scripts
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Scripts:
+    """Run these script calls in one round trip; results (or exceptions) come back in order.
+    The calls may be built lazily, while they are sent (see scripts.stream_many)."""
+
+    calls: Iterable[scripts.Call]
+
+
+@dataclass(frozen=True, slots=True)
+class Commands:
+    """Run these commands, each ``(method, args, kwargs)`` of redis-py, in one pipeline."""
+
+    cmds: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]
+    raise_on_error: bool = True
+
+
+def cmd(method: str, *args: Any, **kwargs: Any) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    """One command of a `Commands` step, spelled like the redis-py call."""
+    return (method, args, kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Blocking:
+    """Call ``fn`` (an archive query) and send back its value; the asyncio driver runs it in a
+    thread so the event loop never waits on the database."""
+
+    fn: Callable[[], Any]
+
+
+Work = Scripts | Commands | Blocking
+Op = Generator[Work, Any, T]
+
+
+def one(results: list[Any]) -> Any:
+    """The only result of a one-call `Scripts`, raised if it is an error."""
+    if isinstance(results[0], Exception):
+        raise results[0]
+    return results[0]
+
+
+def fill_pipeline(pipe: Any, work: Commands) -> Any:
+    """Queue a `Commands` step on a pipeline of either redis-py flavour."""
+    for method, args, kwargs in work.cmds:
+        getattr(pipe, method)(*args, **kwargs)
+    return pipe
+
+
+def execute(r: Any, work: Work) -> Any:
+    """One step on a sync redis-py client, one pipeline (or script stream) per step."""
+    if isinstance(work, Blocking):
+        return work.fn()
+    if isinstance(work, Scripts):
+        return scripts.stream_many(r, work.calls)
+    pipe = fill_pipeline(r.pipeline(transaction=False), work)
+    return list(pipe.execute(raise_on_error=work.raise_on_error))
+
+
+async def aexecute(r: Any, work: Work) -> Any:
+    """One step on a redis.asyncio client; blocking archive reads go to a thread."""
+    if isinstance(work, Blocking):
+        return await asyncio.to_thread(work.fn)
+    if isinstance(work, Scripts):
+        return await scripts.acall_many(r, work.calls)
+    pipe = fill_pipeline(r.pipeline(transaction=False), work)
+    return list(await pipe.execute(raise_on_error=work.raise_on_error))
+
+
+def run(r: Any, op: Op[T]) -> T:
+    """Drive an operation to its value on a sync client."""
+    try:
+        work = next(op)
+        while True:
+            work = op.send(execute(r, work))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def arun(r: Any, op: Op[T]) -> T:
+    """Drive an operation to its value on an asyncio client."""
+    try:
+        work = next(op)
+        while True:
+            work = op.send(await aexecute(r, work))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+__all__ = ["Blocking", "Commands", "Op", "Scripts", "Work", "arun", "cmd", "fill_pipeline",
+           "one", "run"]
