@@ -11,24 +11,27 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from rsched.client import Blocking, ClientBase, Commands, JobPatch, Op, Scripts, Work, fill_pipeline
+from rsched.archive.history import RunAttempt, RunsPage
+from rsched.client import ClientBase
 from rsched.core.errors import RschedError
 from rsched.core.models import Attempt, Job, Run
 from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
-from rsched.rdb import scripts
+from rsched.rdb import ops
+from rsched.rdb.ops import Op
 from rsched.rdb.setup import connect_async, fast_packing
-
-if TYPE_CHECKING:
-    from rsched.archive.history import RunAttempt, RunsPage
+from rsched.service import jobs, scheduling
+from rsched.service.history import op_history
+from rsched.service.patch import JobPatch
 
 T = TypeVar("T")
 
 COALESCE_MAX = 1000  # single schedules sent in one batch at most
+
 
 class AsyncClient(ClientBase):
     """One per event loop; every method is a coroutine twin of `Client`'s."""
@@ -43,20 +46,7 @@ class AsyncClient(ClientBase):
 
     async def run(self, op: Op[T]) -> T:
         """Execute an operation's Redis work on this client, one pipeline per step."""
-        try:
-            work = next(op)
-            while True:
-                work = op.send(await self._execute(work))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-
-    async def _execute(self, work: Work) -> Any:
-        if isinstance(work, Blocking):
-            return await asyncio.to_thread(work.fn)
-        if isinstance(work, Scripts):
-            return await scripts.acall_many(self.r, work.calls)
-        pipe = fill_pipeline(self.r.pipeline(transaction=False), work)
-        return list(await pipe.execute(raise_on_error=work.raise_on_error))
+        return await ops.arun(self.r, op)
 
     # --- scheduling --------------------------------------------------------------------------
 
@@ -75,7 +65,8 @@ class AsyncClient(ClientBase):
                 del self._queued[:COALESCE_MAX]
                 results: list[Any]
                 try:
-                    results = await self.run(self.op_schedule_created([s for s, _ in batch]))
+                    results = await self.run(scheduling.op_schedule_created(
+                        self, [s for s, _ in batch]))
                 except Exception as e:  # noqa: BLE001 - every waiter gets the batch's error
                     results = [e] * len(batch)
                 for (_, fut), res in zip(batch, results, strict=True):
@@ -92,25 +83,25 @@ class AsyncClient(ClientBase):
         self, specs: Sequence[JobSpec]
     ) -> list[tuple[Job, bool] | RschedError]:
         """Schedule a batch; each spec gets (job, created) or its own error, in order."""
-        return await self.run(self.op_schedule_created(specs))
+        return await self.run(scheduling.op_schedule_created(self, specs))
 
     async def update(self, job_id: str, patch: JobPatch) -> Job:
-        return await self.run(self.op_update(job_id, patch))
+        return await self.run(scheduling.op_update(self, job_id, patch))
 
     # --- reading -----------------------------------------------------------------------------
 
     async def get(self, job_id: str) -> Job:
-        return await self.run(self.op_get(job_id))
+        return await self.run(jobs.op_get(job_id))
 
     async def get_run(self, run_id: str) -> Run:
-        return await self.run(self.op_get_run(run_id))
+        return await self.run(jobs.op_get_run(run_id))
 
     async def runs(self, job_id: str, limit: int = 50, offset: int = 0
                    ) -> list[Attempt] | list[RunAttempt]:
-        return await self.run(self.op_attempts(job_id, limit, offset))
+        return await self.run(self.runs_source.op_attempts(job_id, limit, offset))
 
     async def history(self, job_id: str, limit: int = 50, cursor: str | None = None) -> RunsPage:
-        return await self.run(self.op_history(job_id, limit, cursor))
+        return await self.run(op_history(self, job_id, limit, cursor))
 
     async def now_ms(self) -> int:
         return await self.run(self.op_now())
@@ -121,19 +112,19 @@ class AsyncClient(ClientBase):
     # --- control -----------------------------------------------------------------------------
 
     async def pause(self, job_id: str) -> Job:
-        return await self.run(self.op_control("pause", job_id))
+        return await self.run(jobs.op_pause(self, job_id))
 
     async def cancel(self, job_id: str) -> Job:
-        return await self.run(self.op_control("cancel", job_id))
+        return await self.run(jobs.op_cancel(self, job_id))
 
     async def resume(self, job_id: str) -> Job:
-        return await self.run(self.op_resume(job_id))
+        return await self.run(jobs.op_resume(self, job_id))
 
     async def trigger(self, job_id: str) -> str:
-        return await self.run(self.op_trigger(job_id))
+        return await self.run(jobs.op_trigger(self, job_id))
 
     async def replay(self, run_id: str) -> Run:
-        return await self.run(self.op_replay(run_id))
+        return await self.run(jobs.op_replay(self, run_id))
 
     async def close(self) -> None:
         if self._sender is not None:
@@ -143,4 +134,4 @@ class AsyncClient(ClientBase):
         await self.r.aclose()
 
 
-__all__ = ["AsyncClient", "Commands", "JobPatch", "Scripts"]
+__all__ = ["AsyncClient", "JobPatch"]

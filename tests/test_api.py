@@ -18,9 +18,9 @@ from starlette.testclient import TestClient
 from rsched import App, Client, JobContext
 from rsched.api.app import API_ROUTES, create_app, openapi_paths
 from rsched.api.openapi import document
-from rsched.client import Scripts
 from rsched.core.models import partition_of
 from rsched.rdb import keys
+from rsched.rdb.ops import Scripts
 from rsched.service.apikeys import op_create_key, op_revoke_key
 
 PROBLEM = "application/problem+json"

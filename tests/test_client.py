@@ -12,12 +12,12 @@ import redis
 from helpers import PARTITIONS, event_types, redis_now_ms, settings
 
 from rsched import Client, Conflict, JobSpec, JobStatus, NotFound, ValidationError
-from rsched.client import Scripts
 from rsched.core.cron import parse_cron
 from rsched.core.errors import PayloadTooLarge, UnsafeRedis
 from rsched.core.ids import partition_for_key
 from rsched.core.models import partition_of, run_fields
-from rsched.rdb import keys
+from rsched.rdb import keys, ops
+from rsched.rdb.ops import Scripts
 
 
 def job_keys(r: redis.Redis) -> list[bytes]:
@@ -107,16 +107,16 @@ def test_a_schedule_pipeline_sent_twice_creates_each_job_once(
     op = client.op_schedule_created(specs)
     work = next(op)
     while not isinstance(work, Scripts):
-        work = op.send(client._execute(work))
+        work = op.send(ops.execute(client.r, work))
     work = Scripts(list(work.calls))  # built lazily: keep them to send twice
-    first = client._execute(work)
-    again = client._execute(work)
+    first = ops.execute(client.r, work)
+    again = ops.execute(client.r, work)
     assert [code for res in first for code in res[2:]] == [0] * len(specs)
     assert [code for res in again for code in res[2:]] == [1] * len(specs)
     try:
         while True:
             work = op.send(again)
-            again = client._execute(work)
+            again = ops.execute(client.r, work)
     except StopIteration as done:
         out = done.value
     assert [(job.payload, created) for job, created in out] == [(s.payload, False) for s in specs]

@@ -29,10 +29,12 @@ from rsched import App, Client, JobContext, JobSpec
 from rsched.api.app import create_app
 from rsched.cli.main import cli
 from rsched.core.errors import ValidationError
+from rsched.core.views import Cluster
 from rsched.obs import logs, metrics
 from rsched.obs.metrics import LAG_BUCKETS_S, Buckets, RunMetrics
 from rsched.rdb import keys
 from rsched.service.apikeys import op_create_key
+from rsched.service.status import archive_lag_reader, op_cluster
 
 TESTS = Path(__file__).resolve().parent
 
@@ -182,7 +184,7 @@ def test_buckets_put_a_value_on_a_bound_in_that_bound_s_bucket() -> None:
 def test_the_cluster_view_shows_backlog_and_a_partition_without_owner(client: Client) -> None:
     past = "2020-01-01T00:00:00Z"
     jobs = client.schedule_many([JobSpec(type="late", run_at=past) for _ in range(4)])
-    cluster = client.run(metrics.op_cluster(client))
+    cluster = client.run(op_cluster(client))
     fam = families(metrics.render(cluster).decode())
     backlog = values(fam["rsched_due_backlog"])
     assert sum(backlog.values()) == 4
@@ -202,15 +204,15 @@ def test_the_cluster_view_shows_backlog_and_a_partition_without_owner(client: Cl
 def test_the_cluster_view_adds_up_dead_letters_counters_and_live_workers_start_lag(
     redis_url: str, client: Client
 ) -> None:
-    seen: list[dict[str, Any]] = []
+    seen: list[Cluster] = []
 
     def look() -> bool:
         # Workers report a run as started when its handler starts, before its outcome is
         # recorded: wait for the outcomes too.
-        c = client.run(metrics.op_cluster(client))
-        done = {k: sum(pt["stats"].get(k, 0) for pt in c["partitions"])
+        c = client.run(op_cluster(client))
+        done = {k: sum(pc.stats.get(k, 0) for pc in c.counters)
                 for k in ("succeeded", "dead_lettered")}
-        if c["runsStarted"] >= 7 and done["succeeded"] >= 5 and done["dead_lettered"] >= 1:
+        if c.runs_started >= 7 and done["succeeded"] >= 5 and done["dead_lettered"] >= 1:
             seen.append(c)
         return bool(seen)
 
@@ -378,7 +380,8 @@ def test_text_logs_end_with_the_run_fields_and_a_bad_format_is_refused(
 
 
 def test_an_unreachable_redis_leaves_an_archiver_scrape_with_its_own_metrics() -> None:
-    collector = metrics._ArchiveLag(f"redis://127.0.0.1:{free_port()}/0")
+    collector = metrics.ArchiveLagCollector(
+        archive_lag_reader(f"redis://127.0.0.1:{free_port()}/0"))
     assert list(collector.collect()) == []
 
 
@@ -391,8 +394,9 @@ def exported_names(redis_url: str, client: Client) -> set[str]:
     """Every metric name a scrape of the API, a worker, a dispatcher or an archiver can show."""
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"),
                 "gauge": ("",)}
-    text = metrics.render(client.run(metrics.op_cluster(client))).decode()
-    fams = [*text_string_to_metric_families(text), *metrics._ArchiveLag(redis_url).collect()]
+    text = metrics.render(client.run(op_cluster(client))).decode()
+    lag = metrics.ArchiveLagCollector(archive_lag_reader(redis_url))
+    fams = [*text_string_to_metric_families(text), *lag.collect()]
     return {f.name + s for f in fams for s in suffixes.get(f.type, ("",))}
 
 

@@ -14,30 +14,34 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from rsched.aclient import AsyncClient
-from rsched.api.convert import (
-    MAX_TIME_MS,
-    as_object,
-    attempt_json,
-    dead_letter_json,
-    durations_json,
-    failures_json,
-    history_json,
-    iso,
-    job_json,
-    key_json,
-    patch_from_json,
-    reject_unknown,
-    run_json,
-    spec_from_json,
-)
 from rsched.api.problems import JSON, Problem, classify, problem, problem_body, read_json
 from rsched.archive.history import check_page
 from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store, StoreUnavailable
 from rsched.core.errors import ValidationError
-from rsched.core.spec import to_ms
+from rsched.core.times import to_ms
 from rsched.service import apikeys as auth
 from rsched.service import reads as query
+from rsched.service.inputs import (
+    MAX_TIME_MS,
+    as_object,
+    patch_from_json,
+    reject_unknown,
+    spec_from_json,
+)
+from rsched.service.shapes import (
+    dead_letter_json,
+    durations_json,
+    failures_json,
+    finding_json,
+    iso,
+    job_json,
+    key_json,
+    run_json,
+    runs_json,
+    status_json,
+)
+from rsched.service.status import op_status
 
 MAX_BATCH = 1000
 _INT = re.compile(r"-?[0-9]{1,18}")
@@ -111,7 +115,7 @@ def _item_error(exc: Exception) -> dict[str, Any]:
 async def list_jobs(request: Request) -> Response:
     q = request.query_params
     page = await _client(request).run(query.op_list_jobs(
-        _client(request), status=q.get("status"), type=q.get("type"), queue=q.get("queue"),
+        status=q.get("status"), type=q.get("type"), queue=q.get("queue"),
         limit=int_param(request, "limit", 50), cursor=q.get("cursor"),
     ))
     return JSON({"jobs": [job_json(j) for j in page.items], "nextCursor": page.next_cursor})
@@ -146,18 +150,15 @@ async def trigger_job(request: Request) -> Response:
 
 
 async def job_runs(request: Request) -> Response:
-    """From the archive merged with Redis's events when one is configured, else from Redis's
-    bounded history; the two share the JSON shape, the archive's adds fields and ``partial``."""
+    """From the client's history source (rsched.service.history): the archive merged with
+    Redis's events when one is configured, else Redis's bounded history."""
     c = _client(request)
     job_id, limit = _job_id(request), int_param(request, "limit", 50)
     cursor = request.query_params.get("cursor")
-    if c.archive_url:
-        try:
-            return JSON(history_json(await c.history(job_id, limit, cursor)))
-        except StoreUnavailable as e:
-            return _archive_down(e)
-    page = await c.run(query.op_runs_page(c, job_id, limit, cursor))
-    return JSON({"runs": [attempt_json(a) for a in page.items], "nextCursor": page.next_cursor})
+    try:
+        return JSON(runs_json(await c.run(c.runs_source.op_page(job_id, limit, cursor))))
+    except StoreUnavailable as e:
+        return _archive_down(e)
 
 
 # --- run statistics (the archive) ----------------------------------------------------------------
@@ -236,7 +237,7 @@ async def preview(request: Request) -> Response:
 
 async def status(request: Request) -> Response:
     c = _client(request)
-    return JSON(await c.run(query.op_status(c)))
+    return JSON(status_json(await c.run(op_status(c))))
 
 
 async def healthz(request: Request) -> Response:
@@ -247,12 +248,12 @@ async def readyz(request: Request) -> Response:
     c = _client(request)
     try:
         await c.r.ping()
-        facts = await c.run(query.op_redis_facts(c))
+        facts = await c.run(query.op_redis_facts())
     except Exception as e:  # noqa: BLE001 - any failure to reach Redis means not ready
         body = problem_body(503, f"Redis is unreachable: {e}")
         return Problem(dict(body, checks=[]), 503)
     findings = query.doctor(facts, c.settings.partitions)
-    checks = [{"check": f.check, "level": f.level, "message": f.message} for f in findings]
+    checks = [finding_json(f) for f in findings]
     failed = [f for f in findings if f.level == "fail"]
     if failed:
         body = problem_body(503, "; ".join(f"{f.check}: {f.message}" for f in failed))

@@ -1,8 +1,8 @@
 """Operator commands of the `rsched` CLI: status, preview, doctor, jobs, dlq, keys.
 
-They talk to Redis through the same service layer as the HTTP API (rsched.client, rsched.query,
-rsched.auth).  Read commands print tables, or JSON with ``--json``; errors reach `rsched.cli.main`,
-which prints one line to stderr and exits non-zero.
+They talk to Redis through the same service layer as the HTTP API (rsched.service), and print
+the same JSON shapes with ``--json`` (rsched.service.shapes), tables otherwise; they never import
+rsched.api.  Errors reach `rsched.cli.main`, which prints one line to stderr and exits non-zero.
 """
 
 from __future__ import annotations
@@ -15,33 +15,31 @@ from typing import Any
 
 import click
 
-from rsched.api.convert import (
-    attempt_json,
+from rsched.archive.stats import duration_stats, failures
+from rsched.archive.store import Store
+from rsched.cli.context import client_of
+from rsched.core.errors import ValidationError
+from rsched.core.times import ms_to_iso, to_ms
+from rsched.core.views import Status
+from rsched.service import apikeys as auth
+from rsched.service import reads as query
+from rsched.service.inputs import spec_from_json
+from rsched.service.shapes import (
     dead_letter_json,
     durations_json,
     failures_json,
-    history_json,
+    finding_json,
     job_json,
     key_json,
-    spec_from_json,
+    runs_json,
+    status_json,
 )
-from rsched.client import Client
-from rsched.core.errors import ValidationError
-from rsched.core.spec import to_ms
-from rsched.service import apikeys as auth
-from rsched.service import reads as query
+from rsched.service.status import op_status
 
 JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
-def _client(ctx: click.Context) -> Client:
-    from rsched.cli.main import _settings
-
-    obj = ctx.find_root().obj
-    if "client" not in obj:
-        obj["client"] = Client(settings=_settings(ctx.find_root()))
-        ctx.call_on_close(obj["client"].close)
-    return obj["client"]  # type: ignore[no-any-return]
+_client = client_of
 
 
 def _print_json(value: Any) -> None:
@@ -78,25 +76,29 @@ def _show(value: Any, as_json: bool, render: Callable[[Any], str]) -> None:
 def status(ctx: click.Context, as_json: bool) -> None:
     """Partitions, dispatchers, workers, queue depths and dead letters."""
     c = _client(ctx)
-    _show(c.run(query.op_status(c)), as_json, _render_status)
+    s = c.run(op_status(c))
+    if as_json:
+        _print_json(status_json(s))
+    else:
+        click.echo(_render_status(s))
 
 
-def _render_status(s: dict[str, Any]) -> str:
+def _render_status(s: Status) -> str:
     parts = table(["partition", "owner", "lease until", "fence", "due", "retry", "oldest due ms",
                    "dead"],
-                  [[p["partition"], p["owner"], p["leaseExpiresAt"], p["fence"], p["dueBacklog"],
-                    p["retryBacklog"], p["oldestDueAgeMs"], p["deadLetters"]]
-                   for p in s["partitions"]])
+                  [[p.partition, p.owner, ms_to_iso(p.lease_expires_ms), p.fence, p.due_backlog,
+                    p.retry_backlog, p.oldest_due_age_ms, p.dead_letters]
+                   for p in s.partitions])
     disp = table(["dispatcher", "expires", "partitions"],
-                 [[d["id"], d["expiresAt"], ",".join(map(str, d["partitions"]))]
-                  for d in s["dispatchers"]])
+                 [[d.id, ms_to_iso(d.expires_ms), ",".join(map(str, d.partitions))]
+                  for d in s.dispatchers])
     work = table(["worker", "queues", "inflight", "last heartbeat", "alive"],
-                 [[w["id"], ",".join(w["queues"]), w["inflight"], w["lastHeartbeatAt"],
-                   "yes" if w["alive"] else "NO"] for w in s["workers"]])
+                 [[w.id, ",".join(w.queues), w.inflight, ms_to_iso(w.last_heartbeat_ms),
+                   "yes" if w.alive else "NO"] for w in s.workers])
     queues = table(["queue", "length", "pending"],
-                   [[q["queue"], q["length"], q["pending"]] for q in s["queues"]])
-    head = (f"{s['now']}  due backlog {s['dueBacklog']}  dead letters {s['deadLetters']}  "
-            f"dispatchers {len(s['dispatchers'])}  workers {len(s['workers'])}")
+                   [[q.queue, q.length, q.pending] for q in s.queues])
+    head = (f"{ms_to_iso(s.now_ms)}  due backlog {s.due_backlog}  dead letters "
+            f"{s.dead_letters}  dispatchers {len(s.dispatchers)}  workers {len(s.workers)}")
     return "\n\n".join([head, parts, disp, work, queues])
 
 
@@ -119,8 +121,8 @@ def preview(cron: str, tz: str, start: str | None, count: int, as_json: bool) ->
 def doctor(ctx: click.Context, as_json: bool) -> None:
     """Check Redis: version, eviction policy, AOF and fsync, partition count."""
     c = _client(ctx)
-    findings = query.doctor(c.run(query.op_redis_facts(c)), c.settings.partitions)
-    rows = [{"check": f.check, "level": f.level, "message": f.message} for f in findings]
+    findings = query.doctor(c.run(query.op_redis_facts()), c.settings.partitions)
+    rows = [finding_json(f) for f in findings]
     _show(rows, as_json, lambda rs: table(["check", "level", "message"],
                                           [[r["check"], r["level"].upper(), r["message"]]
                                            for r in rs]))
@@ -194,7 +196,7 @@ def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queu
               limit: int, cursor: str | None, as_json: bool) -> None:
     """List jobs (SCAN-based: see rsched.query for the cost)."""
     c = _client(ctx)
-    page = c.run(query.op_list_jobs(c, status=status, type=job_type, queue=queue, limit=limit,
+    page = c.run(query.op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
                                     cursor=cursor))
     items = [job_json(j) for j in page.items]
     if as_json:
@@ -217,11 +219,7 @@ def jobs_runs(ctx: click.Context, job_id: str, limit: int, cursor: str | None,
               as_json: bool) -> None:
     """A job's attempts, newest first (with RSCHED_ARCHIVE_URL: its whole archived history)."""
     c = _client(ctx)
-    if c.archive_url:
-        body = history_json(c.history(job_id, limit, cursor))
-    else:
-        page = c.run(query.op_runs_page(c, job_id, limit, cursor))
-        body = {"runs": [attempt_json(a) for a in page.items], "nextCursor": page.next_cursor}
+    body = runs_json(c.run(c.runs_source.op_page(job_id, limit, cursor)))
     items = body["runs"]
     if as_json:
         _print_json(body)
@@ -353,7 +351,7 @@ def _range(start: str | None, end: str | None) -> tuple[int, int | None]:
     return lo, hi
 
 
-def _archive(ctx: click.Context) -> Any:
+def _archive(ctx: click.Context) -> Store:
     store = _client(ctx).archive
     if store is None:
         raise ValidationError("RSCHED_ARCHIVE_URL", "not set: the stats read the run-history "
@@ -383,8 +381,6 @@ def _stats_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def stats_failures(ctx: click.Context, job_type: str | None, start: str | None,
                    end: str | None, limit: int, cursor: str | None, as_json: bool) -> None:
     """Failed, timed-out and abandoned attempts in a time range, newest first."""
-    from rsched.archive.stats import failures
-
     lo, hi = _range(start, end)
     body = failures_json(failures(_archive(ctx), job_type, lo, hi, limit, cursor))
     if as_json:
@@ -403,8 +399,6 @@ def stats_failures(ctx: click.Context, job_type: str | None, start: str | None,
 def stats_durations(ctx: click.Context, job_type: str | None, start: str | None,
                     end: str | None, as_json: bool) -> None:
     """Duration percentiles (nearest rank, ms) per job type in a time range."""
-    from rsched.archive.stats import duration_stats
-
     lo, hi = _range(start, end)
     rows = durations_json(duration_stats(_archive(ctx), lo, hi, job_type))
     _show(rows, as_json, lambda rs: table(

@@ -29,7 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from redis import Redis
+
+from rsched.client import Client
 from rsched.core.errors import RschedError
+from rsched.service import apikeys as auth
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
@@ -186,11 +190,6 @@ def examples_root() -> Path:
 
 def admin_key(redis_url: str, key_file: Path) -> str:
     """The admin key kept in ``key_file`` if Redis still knows it, else a new one."""
-    from redis import Redis
-
-    from rsched.client import Client
-    from rsched.service import apikeys as auth
-
     client = Client(redis=Redis.from_url(redis_url))
     try:
         if key_file.is_file():
@@ -208,8 +207,6 @@ def admin_key(redis_url: str, key_file: Path) -> str:
 
 def schedule_samples(redis_url: str) -> tuple[int, int, list[str]]:
     """Schedule examples/sample_jobs.py: (created, already there, problems)."""
-    from rsched.client import Client
-
     root = str(examples_root())
     if root not in sys.path:
         sys.path.insert(0, root)

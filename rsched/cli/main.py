@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
 import sys
-from typing import Any
+from pathlib import Path
 
 import click
+import uvicorn
+from redis import Redis
+from redis.exceptions import RedisError
 
+from rsched.archive.archiver import ArchiverConfig
+from rsched.archive.archiver import serve as serve_archiver
+from rsched.cli.commands import COMMANDS
+from rsched.cli.context import settings_of
+from rsched.cli.dev import DevOptions
+from rsched.cli.dev import run as run_dev
 from rsched.core.app import App
 from rsched.core.errors import RschedError
-from rsched.core.settings import Settings
-
-
-def _settings(ctx: click.Context) -> Settings:
-    obj: dict[str, Any] = ctx.obj or {}
-    return Settings.from_env(redis_url=obj.get("redis_url"), partitions=obj.get("partitions"),
-                             allow_unsafe_redis=obj.get("allow_unsafe") or None)
+from rsched.engine.dispatcher.dispatcher import serve as serve_dispatcher
+from rsched.engine.worker.worker import serve as serve_worker
+from rsched.obs import logs, metrics
+from rsched.rdb.setup import check_redis, is_unavailable
+from rsched.service.status import archive_lag_reader
 
 
 def load_app(spec: str) -> App:
@@ -54,15 +62,14 @@ def load_app(spec: str) -> App:
 def cli(ctx: click.Context, redis_url: str | None, partitions: int | None, allow_unsafe: bool,
         log_level: str, log_format: str = "text", metrics_port: str | None = None) -> None:
     """rsched: durable cron and one-off jobs on Redis."""
-    from rsched.obs import logs
-
     logs.setup(log_level, log_format)
     ctx.obj = {"redis_url": redis_url, "partitions": partitions, "allow_unsafe": allow_unsafe}
     if metrics_port and ctx.invoked_subcommand in ("dispatcher", "worker", "archiver"):
-        from rsched.obs import metrics
-
-        url = _settings(ctx).redis_url if ctx.invoked_subcommand == "archiver" else None
-        metrics.serve(metrics_port, archive_redis_url=url)
+        collectors = []
+        if ctx.invoked_subcommand == "archiver":
+            read = archive_lag_reader(settings_of(ctx).redis_url)
+            collectors.append(metrics.ArchiveLagCollector(read))
+        metrics.serve(metrics_port, collectors)
 
 
 @cli.command()
@@ -78,9 +85,7 @@ def cli(ctx: click.Context, redis_url: str | None, partitions: int | None, allow
 def dispatcher(ctx: click.Context, lease_ms: int, batch: int, max_sleep_ms: int,
                misfire_grace_ms: int, dispatcher_id: str | None) -> None:
     """Run a dispatcher: lease partitions and move due jobs onto the queues."""
-    from rsched.engine.dispatcher.dispatcher import serve
-
-    serve(_settings(ctx), dispatcher_id=dispatcher_id, lease_ms=lease_ms, batch=batch,
+    serve_dispatcher(settings_of(ctx), dispatcher_id=dispatcher_id, lease_ms=lease_ms, batch=batch,
           max_sleep_ms=max_sleep_ms, misfire_grace_ms=misfire_grace_ms)
 
 
@@ -100,11 +105,9 @@ def dispatcher(ctx: click.Context, lease_ms: int, batch: int, max_sleep_ms: int,
 def worker(ctx: click.Context, app_spec: str, queues: str, concurrency: int, visibility_ms: int,
            heartbeat_ms: int, grace: float, start_after_ms: int, worker_id: str | None) -> None:
     """Run a worker for the handlers of APP."""
-    from rsched.engine.worker.worker import serve
-
     sys.path.insert(0, ".")
     app = load_app(app_spec)
-    serve(app, _settings(ctx), queues=[q.strip() for q in queues.split(",") if q.strip()],
+    serve_worker(app, settings_of(ctx), queues=[q.strip() for q in queues.split(",") if q.strip()],
           concurrency=concurrency, worker_id=worker_id, visibility_ms=visibility_ms,
           heartbeat_ms=heartbeat_ms, grace_s=grace, start_after_ms=start_after_ms)
 
@@ -132,12 +135,10 @@ def archiver(ctx: click.Context, archive_url: str | None, batch: int | None,
              poll_ms: int | None, claim_idle_ms: int | None, retention_days: int | None,
              backlog_warn: int | None, archiver_id: str | None) -> None:
     """Run an archiver: move the events streams into the run-history store, exactly once."""
-    from rsched.archive.archiver import ArchiverConfig, serve
-
     config = ArchiverConfig.from_env(url=archive_url, batch=batch, poll_ms=poll_ms,
                                      claim_idle_ms=claim_idle_ms, retention_days=retention_days,
                                      backlog_warn=backlog_warn)
-    serve(_settings(ctx), config, archiver_id=archiver_id)
+    serve_archiver(settings_of(ctx), config, archiver_id=archiver_id)
 
 
 @cli.command()
@@ -153,13 +154,12 @@ def archiver(ctx: click.Context, archive_url: str | None, batch: int | None,
 def api(ctx: click.Context, host: str, port: int, no_auth: bool, max_body_bytes: int,
         max_batch_bytes: int, access_log: bool) -> None:
     """Serve the HTTP API (uvicorn)."""
-    import uvicorn
-    from redis import Redis
-
+    # The one import of the API face: `rsched api` is the process that serves it (this module
+    # is the composition root of every rsched process); commands.py, the CLI face, never
+    # imports rsched.api.  Imported here so that other commands do not load Starlette.
     from rsched.api.app import NO_AUTH_WARNING, create_app
-    from rsched.rdb.setup import check_redis, is_unavailable
 
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     try:  # refuse an evicting Redis here, with one line, before uvicorn starts
         with Redis.from_url(settings.redis_url, socket_connect_timeout=2) as r:
             check_redis(r, settings.allow_unsafe_redis)
@@ -187,20 +187,12 @@ def _tune_gc_for_serving() -> None:
     runs every 20,000 allocations (a few MB of garbage cycles at most, as nearly everything is
     freed by reference counting).  Locust, shared 2-core VM: API CPU per single POST /jobs
     246-269 -> 177-190 us, per job of POST /jobs/batch 30-32 -> 22-27 us."""
-    import gc
-
     gc.freeze()
     gc.set_threshold(20_000, 20, 20)
 
 
-def _add_operator_commands() -> None:
-    from rsched.cli.commands import COMMANDS
-
-    for command in COMMANDS:
-        cli.add_command(command)
-
-
-_add_operator_commands()
+for _command in COMMANDS:
+    cli.add_command(_command)
 
 
 @cli.command()
@@ -221,21 +213,13 @@ def dev(port: int, host: str, data_dir: str, dev_redis_url: str | None, fresh: b
     A private redis-server keeps its data in --data-dir (--redis-url uses an existing Redis
     instead); Ctrl-C stops everything, and the next start finds every job.
     """
-    from pathlib import Path
-
-    from rsched.cli.dev import DevOptions, run
-
-    sys.exit(run(DevOptions(host=host, port=port, redis_url=dev_redis_url,
+    sys.exit(run_dev(DevOptions(host=host, port=port, redis_url=dev_redis_url,
                             data_dir=Path(data_dir), fresh=fresh, verbose=verbose,
                             metrics_ports=not no_metrics_ports)))
 
 
 def main() -> None:
     """Entry point: errors become one line on stderr and a non-zero exit, never a traceback."""
-    from redis.exceptions import RedisError
-
-    from rsched.rdb.setup import is_unavailable
-
     try:
         cli(standalone_mode=True)
     except RschedError as e:

@@ -4,8 +4,10 @@ Workers count runs in plain dicts and lists (one dict increment and one bisect p
 and no prometheus-client call on the hot path); a collector turns them into metric families
 only when Prometheus scrapes.  Dispatchers count per claim round, so they use prometheus-client
 counters directly.  Every process can serve its metrics on a port of its own (``serve``); the
-API's ``/metrics`` adds the cluster view (``read_cluster``): backlog, oldest due age, leases,
-queue streams, dead letters and archiver lag per partition, read from Redis at scrape time.
+API's ``/metrics`` adds the cluster view (``cluster_families`` of rsched.service.status's
+``op_cluster``): backlog, oldest due age, leases, queue streams, dead letters and archiver lag
+per partition, read from Redis at scrape time.  This module reads nothing itself: it imports
+only rsched.core, so every layer may count here.
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ import threading
 from bisect import bisect_left
 from collections import Counter as Tally
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-import msgpack
 from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
@@ -35,12 +36,10 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from rsched.core.errors import ValidationError
-from rsched.rdb import keys
-
-if TYPE_CHECKING:  # rsched.client counts scheduled jobs here: import it lazily
-    from rsched.client import ClientBase, Op
+from rsched.core.views import Cluster
 
 # Scheduled time -> start, in seconds: a healthy cluster starts runs in milliseconds.
 LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -49,7 +48,8 @@ RUN_EVENTS = ("started", "succeeded", "failed", "timed_out", "retried", "reclaim
               "dead_lettered")
 
 __all__ = [
-    "CONTENT_TYPE_LATEST", "RunMetrics", "count_scheduled", "op_cluster", "render", "serve",
+    "CONTENT_TYPE_LATEST", "ArchiveLagCollector", "RunMetrics", "cluster_families",
+    "count_scheduled", "op_cluster", "render", "serve",
 ]
 
 
@@ -179,23 +179,28 @@ def count_scheduled(created: Iterable[tuple[str, str]]) -> None:
         JOBS_SCHEDULED.labels(t, q).inc(n)
 
 
-class _ArchiveLag:
-    """The archive's backlog, read from Redis when scraped (an archiver's own port)."""
+class LagReading(Protocol):
+    """The archive's lag as rsched.archive.lag.Lag reports it (read outside this module)."""
 
-    def __init__(self, redis_url: str) -> None:
-        from redis import Redis
+    @property
+    def by_partition(self) -> dict[int, int]: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def pending(self) -> int: ...
 
-        self.r = Redis.from_url(redis_url, socket_timeout=5)
+
+class ArchiveLagCollector:
+    """The archive's backlog, read when scraped (an archiver's own port); ``read`` returns
+    None while Redis is away, and the scrape then answers with the process's own metrics."""
+
+    def __init__(self, read: Callable[[], LagReading | None]) -> None:
+        self.read = read
 
     def collect(self) -> Iterator[Metric]:
-        from redis.exceptions import RedisError
-
-        from rsched.archive.lag import archive_lag
-
-        try:
-            lag = archive_lag(self.r, int(self.r.hget(keys.config(), "partitions") or 0))
-        except RedisError:
-            return  # Redis is away: the scrape still answers with the process's own metrics
+        lag = self.read()
+        if lag is None:
+            return
         fam = GaugeMetricFamily("rsched_archiver_lag_events", "Events-stream entries not "
                                 "archived yet (an entry holds one event or a script call's events)",
                                 labels=["partition"])
@@ -208,17 +213,17 @@ class _ArchiveLag:
                                 "not yet committed", value=lag.pending)
 
 
-def serve(address: str | int | None, *, archive_redis_url: str | None = None) -> int | None:
+def serve(address: str | int | None, collectors: Sequence[Collector] = ()) -> int | None:
     """Serve this process's metrics from a daemon thread on ``PORT`` or ``HOST:PORT`` (all
     interfaces by default, so a fleet can be scraped); returns the port, None when not asked.
-    An archiver passes its Redis URL to export the archive's lag too."""
+    An archiver adds an ArchiveLagCollector to export the archive's lag too."""
     if address in (None, "", 0, "0"):
         return None
     host, _, port = str(address).rpartition(":")
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise ValidationError("--metrics-port", f"expected PORT or HOST:PORT, got {address!r}")
-    if archive_redis_url:
-        REGISTRY.register(_ArchiveLag(archive_redis_url))
+    for collector in collectors:
+        REGISTRY.register(collector)
     try:
         server, _ = start_http_server(int(port), host or "0.0.0.0")
     except OSError as e:
@@ -226,117 +231,75 @@ def serve(address: str | int | None, *, archive_redis_url: str | None = None) ->
     return int(server.server_address[1])
 
 
-# --- the cluster view, read from Redis ----------------------------------------------------------
+# --- the cluster view, read from Redis by rsched.service.status -------------------------------
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+class ClusterSource(Protocol):
+    def op_cluster(self) -> Generator[Any, Any, Cluster]: ...
 
 
-def _group(info: Any, name: str) -> dict[str, Any] | None:
-    if isinstance(info, Exception):
-        return None
-    for g in info or ():
-        g = {_s(k): v for k, v in g.items()}
-        if _s(g.get("name")) == name:
-            return g
-    return None
+def op_cluster(source: ClusterSource) -> Generator[Any, Any, Cluster]:
+    """The source's cluster view (rsched.service.status.op_cluster, which a client offers as
+    its ``op_cluster``): kept for rsched.api.ui until it calls the service itself."""
+    return source.op_cluster()
 
 
-def op_cluster(core: ClientBase) -> Op[dict[str, Any]]:
-    """GET /status's view plus what only metrics show: each partition's counters, the
-    archiver's lag, and the run counts and start-lag buckets live workers report."""
-    from rsched.client import Commands, cmd
-    from rsched.service.reads import op_status
+def cluster_families(c: Cluster) -> Iterator[Metric]:
+    """Metric families of a cluster view, one series per partition where it applies."""
+    parts = c.status.partitions
 
-    status = yield from op_status(core)
-    parts = status["partitions"]
-    cmds = [cmd("hgetall", keys.workers())]
-    for pt in parts:
-        p = pt["partition"]
-        cmds += [cmd("hgetall", keys.stats(p)), cmd("xlen", keys.events(p)),
-                 cmd("xinfo_groups", keys.events(p))]
-    res = yield Commands(cmds, raise_on_error=False)
-    for i, pt in enumerate(parts):
-        stats, length, groups = res[1 + 3 * i: 4 + 3 * i]
-        pt["stats"] = {_s(k): int(v) for k, v in stats.items()} if isinstance(stats, dict) else {}
-        length = length if isinstance(length, int) else 0
-        group = _group(groups, keys.EVENTS_GROUP)
-        # Not archived yet = read by no archiver (the group's lag, Redis 7; XLEN bounds it) plus
-        # read and not yet committed (pending), as rsched.archive.lag counts it.
-        pending = int(group.get("pending") or 0) if group else 0
-        unread = group.get("lag") if group else None
-        pt["archiverLag"] = pending + (length if unread is None else int(unread))
-        pt["archiverPending"] = pending
-    live = {w["id"] for w in status["workers"] if w["alive"]}
-    reports = []
-    for wid, raw in (res[0] if isinstance(res[0], dict) else {}).items():
-        if _s(wid) in live:
-            try:
-                reports.append(msgpack.unpackb(raw, raw=False).get("metrics") or {})
-            except (ValueError, TypeError, AttributeError, msgpack.ExtraData):
-                continue
-    lag = [0.0] * (len(LAG_BUCKETS_S) + 2)
-    for m in reports:
-        counts = m.get("lag") or ()
-        if len(counts) == len(lag):
-            lag = [a + b for a, b in zip(lag, counts, strict=True)]
-    status["runsStarted"] = sum(int(m.get("started") or 0) for m in reports)
-    status["startLag"] = lag
-    return status
-
-
-def cluster_families(c: dict[str, Any]) -> Iterator[Metric]:
-    """Metric families of an ``op_cluster`` answer, one series per partition where it applies."""
-    parts = c["partitions"]
-
-    def gauge(name: str, doc: str, key: str, scale: float = 1.0) -> GaugeMetricFamily:
+    def gauge(name: str, doc: str, values: Iterable[float]) -> GaugeMetricFamily:
         fam = GaugeMetricFamily(name, doc, labels=["partition"])
-        for pt in parts:
-            fam.add_metric([str(pt["partition"])], pt[key] * scale)
+        for pt, v in zip(parts, values, strict=True):
+            fam.add_metric([str(pt.partition)], v)
         return fam
 
-    yield gauge("rsched_due_backlog", "Jobs due now and not yet dispatched", "dueBacklog")
-    yield gauge("rsched_retry_backlog", "Retries due now and not yet dispatched", "retryBacklog")
+    yield gauge("rsched_due_backlog", "Jobs due now and not yet dispatched",
+                (pt.due_backlog for pt in parts))
+    yield gauge("rsched_retry_backlog", "Retries due now and not yet dispatched",
+                (pt.retry_backlog for pt in parts))
     yield gauge("rsched_oldest_due_age_seconds", "Age of the oldest due, undispatched job",
-                "oldestDueAgeMs", 0.001)
-    yield gauge("rsched_dead_letters", "Dead-lettered runs", "deadLetters")
-    yield gauge("rsched_lease_fence", "Fencing token of the partition's lease", "fence")
+                (pt.oldest_due_age_ms * 0.001 for pt in parts))
+    yield gauge("rsched_dead_letters", "Dead-lettered runs", (pt.dead_letters for pt in parts))
+    yield gauge("rsched_lease_fence", "Fencing token of the partition's lease",
+                (pt.fence for pt in parts))
     yield gauge("rsched_archiver_lag_events", "Events-stream entries the archiver has not read "
                 "yet (an entry holds one event or a script call's events)",
-                "archiverLag")
+                (pc.archiver_lag for pc in c.counters))
     yield gauge("rsched_archiver_pending_events", "Events read by an archiver, not yet committed",
-                "archiverPending")
-    owned = GaugeMetricFamily("rsched_partition_owned", "1 if a live dispatcher holds the lease",
-                              labels=["partition"])
-    for pt in parts:
-        owned.add_metric([str(pt["partition"])], 1 if pt["owner"] else 0)
-    yield owned
-    for name in sorted({k for pt in parts for k in pt["stats"]}):
+                (pc.archiver_pending for pc in c.counters))
+    yield gauge("rsched_partition_owned", "1 if a live dispatcher holds the lease",
+                (1 if pt.owner else 0 for pt in parts))
+    for name in sorted({k for pc in c.counters for k in pc.stats}):
         fam = CounterMetricFamily(f"rsched_partition_{name}", f"Partition counter {name}",
                                   labels=["partition"])
-        for pt in parts:
-            fam.add_metric([str(pt["partition"])], pt["stats"].get(name, 0))
+        for pc in c.counters:
+            fam.add_metric([str(pc.partition)], pc.stats.get(name, 0))
         yield fam
-    for key, doc in (("length", "Entries in the queue's streams"),
-                     ("pending", "Entries delivered to a worker and not yet acknowledged")):
-        qfam = GaugeMetricFamily(f"rsched_queue_{key}", doc, labels=["queue"])
-        for q in c["queues"]:
-            qfam.add_metric([q["queue"]], q[key])
+    yield from _queue_and_member_families(c)
+
+
+def _queue_and_member_families(c: Cluster) -> Iterator[Metric]:
+    s = c.status
+    for doc, attr in (("Entries in the queue's streams", "length"),
+                      ("Entries delivered to a worker and not yet acknowledged", "pending")):
+        qfam = GaugeMetricFamily(f"rsched_queue_{attr}", doc, labels=["queue"])
+        for q in s.queues:
+            qfam.add_metric([q.queue], getattr(q, attr))
         yield qfam
     yield GaugeMetricFamily("rsched_dispatchers", "Registered dispatchers",
-                            value=len(c["dispatchers"]))
-    workers = [w for w in c["workers"] if w["alive"]]
+                            value=len(s.dispatchers))
+    workers = [w for w in s.workers if w.alive]
     yield GaugeMetricFamily("rsched_workers", "Live workers", value=len(workers))
     inflight = GaugeMetricFamily("rsched_worker_runs_inflight", "Runs a worker is running",
                                  labels=["worker"])
     for w in workers:
-        inflight.add_metric([w["id"]], w["inflight"])
+        inflight.add_metric([w.id], w.inflight)
     yield inflight
     yield CounterMetricFamily("rsched_cluster_runs_started", "Runs started by live workers",
-                              value=c["runsStarted"])
+                              value=c.runs_started)
     yield _histogram("rsched_cluster_start_lag_seconds", "Start lag over live workers", "",
-                     LAG_BUCKETS_S, {"": c["startLag"]})
+                     LAG_BUCKETS_S, {"": list(c.start_lag)})
 
 
 class _Fixed:
@@ -347,7 +310,7 @@ class _Fixed:
         return self.families
 
 
-def render(cluster: dict[str, Any] | None = None, registry: CollectorRegistry = REGISTRY) -> bytes:
+def render(cluster: Cluster | None = None, registry: CollectorRegistry = REGISTRY) -> bytes:
     """The process's metrics, then the cluster view if given, in Prometheus text format."""
     out = generate_latest(registry)
     if cluster is not None:

@@ -18,9 +18,9 @@ from typing import Any
 
 import msgpack
 
-from rsched.client import Commands, Op, cmd
 from rsched.core.errors import Conflict, NotFound, ValidationError
 from rsched.rdb import keys
+from rsched.rdb.ops import Commands, Op, cmd
 
 SCOPES = ("read", "write", "admin")
 _RANK = {s: i for i, s in enumerate(SCOPES)}

@@ -1,5 +1,6 @@
-"""The read path: job listings, run history and dead-letter pages, cluster status, cron previews
-and Redis health, as operations either client runs (``client.run(op)``).
+"""The read path: job listings and dead-letter pages, cron previews and Redis health, as
+operations either client runs (``client.run(op)``); run history is in history.py, the cluster's
+status in status.py.
 
 Listing jobs has no index to use: jobs are found with SCAN over ``rsched:{p*}:job:*`` and
 filtered with one HMGET of status, type and queue per key, so a page costs O(keys scanned), not
@@ -12,27 +13,24 @@ listing may repeat a job, and lists jobs in no particular order.
 
 from __future__ import annotations
 
-import base64
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import msgpack
-
-from rsched.client import INFLIGHT_STATES, ClientBase, Commands, Op, cmd
 from rsched.core.cron import parse_cron, validate_zone
+from rsched.core.cursor import check_limit, decode_cursor, encode_cursor
 from rsched.core.errors import NotFound, ScheduleError, ValidationError
-from rsched.core.models import Attempt, Job, JobStatus, Run, job_of_run, partition_of
-from rsched.core.spec import ms_to_iso
+from rsched.core.models import Job, JobStatus, Run, job_of_run, partition_of
+from rsched.core.times import ms_to_iso
 from rsched.rdb import keys
+from rsched.rdb.ops import Commands, Op, cmd
 from rsched.rdb.setup import SAFE_POLICIES
+from rsched.service.context import Service
+from rsched.service.jobs import op_read_runs
 
 LIST_SCAN_COUNT = 500
 LIST_MAX_SCANS = 20
-MAX_PAGE = 1000
 MAX_PREVIEW = 100
-WORKER_STALE_MS = 30_000
 PREVIEW_MIN_MS = 0
 PREVIEW_MAX_MS = 7_258_118_400_000  # 2200-01-01: cron walks stay far from datetime's year 9999
 
@@ -41,34 +39,8 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-# --- cursors -----------------------------------------------------------------------------------
-
-
-def encode_cursor(value: Any) -> str:
-    raw = json.dumps(value, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str | None, check: Any) -> Any:
-    """The value inside a cursor this API returned; ``check(value)`` says if its shape is right."""
-    if cursor is None or cursor == "":
-        return None
-    try:
-        value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if check(value):
-            return value
-    except (ValueError, TypeError):
-        pass
-    raise ValidationError("cursor", "not a cursor returned by this API")
-
-
-def check_limit(limit: Any) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise ValidationError("limit", f"must be an integer between 1 and {MAX_PAGE}")
-    return limit
-
-
-def _is_int(v: Any) -> bool:
+def is_count(v: Any) -> bool:
+    """A cursor's offset: a non-negative integer (JSON true is no integer)."""
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
@@ -82,7 +54,6 @@ class Page:
 
 
 def op_list_jobs(
-    core: ClientBase,
     *,
     status: str | None = None,
     type: str | None = None,
@@ -95,7 +66,7 @@ def op_list_jobs(
     if status is not None and status not in {s.value for s in JobStatus}:
         raise ValidationError("status", "must be one of " + ", ".join(s.value for s in JobStatus))
     state = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == 2
-                          and _is_int(v[0]) and isinstance(v[1], str))
+                          and is_count(v[0]) and isinstance(v[1], str))
     scan_at, after = state if state else (0, "")
     want = [(i, v) for i, v in enumerate((status, type, queue)) if v is not None]
     jobs: list[Job] = []
@@ -124,131 +95,31 @@ def op_list_jobs(
     return Page(jobs, encode_cursor([scan_at, ""]))
 
 
-def op_runs_page(
-    core: ClientBase, job_id: str, limit: int = 50, cursor: str | None = None
-) -> Op[Page]:
-    """A job's attempts, newest first: the in-flight one (first page), then finished ones.
-
-    The cursor counts finished attempts already returned; the history list grows at its head,
-    so attempts finishing while a client pages may show up twice, never go missing.
-    """
-    check_limit(limit)
-    offset = decode_cursor(cursor, _is_int) or 0
-    got: list[Attempt] = yield from core.op_runs(job_id, limit + 1, offset)
-    page = got[:limit]
-    if len(got) <= limit:
-        return Page(page, None)
-    finished = sum(1 for a in page if a.status not in INFLIGHT_STATES)
-    return Page(page, encode_cursor(offset + finished))
-
-
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     run: Run
     dead_ms: int
 
 
-def op_dead_letter_page(core: ClientBase, limit: int = 50, cursor: str | None = None) -> Op[Page]:
+def op_dead_letter_page(svc: Service, limit: int = 50, cursor: str | None = None) -> Op[Page]:
     """Dead letters across partitions, most recent first; the cursor holds per-partition offsets
     (a letter dead-lettered while paging may show up twice; a replayed one may shift a page)."""
     check_limit(limit)
-    P = yield from core.op_partitions()
+    P = yield from svc.op_partitions()
     offsets = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == P
-                            and all(_is_int(x) for x in v)) or [0] * P
+                            and all(is_count(x) for x in v)) or [0] * P
     res = yield Commands([cmd("zrevrange", keys.dead(p), off, off + limit - 1, withscores=True)
                           for p, off in enumerate(offsets)])
     entries = sorted(((score, _s(rid), p) for p, r in enumerate(res) for rid, score in r),
                      key=lambda e: (-e[0], e[1]))
     taken = entries[:limit]
     more = len(entries) > len(taken) or any(len(r) == limit for r in res)
-    runs = yield from core.op_read_runs([rid for _, rid, _ in taken])
+    runs = yield from op_read_runs([rid for _, rid, _ in taken])
     for _, _, p in taken:
         offsets[p] += 1
     items = [DeadLetter(run, int(score)) for (score, _, _), run in zip(taken, runs, strict=True)
              if run is not None]
     return Page(items, encode_cursor(offsets) if more and taken else None)
-
-
-# --- status ------------------------------------------------------------------------------------
-
-
-def op_status(core: ClientBase) -> Op[dict[str, Any]]:
-    """Partitions, dispatchers, workers, queues and dead letters in two pipelined round trips."""
-    P = yield from core.op_partitions()
-    now = yield from core.op_now()
-    per = 6
-    cmds = [cmd("zrange", keys.dispatchers(), 0, -1, withscores=True),
-            cmd("hgetall", keys.workers())]
-    for p in range(P):
-        cmds += [
-            cmd("hmget", keys.lease(p), "owner", "expires_ms", "fence"),
-            cmd("zcount", keys.due(p), "-inf", now + 0.5),
-            cmd("zrange", keys.due(p), 0, 0, withscores=True),
-            cmd("zcount", keys.retry(p), "-inf", now),
-            cmd("zcard", keys.dead(p)),
-            cmd("smembers", keys.queues(p)),
-        ]
-    res = yield Commands(cmds)
-    dispatchers: list[dict[str, Any]] = [
-        {"id": _s(d), "expiresAt": ms_to_iso(int(exp)), "partitions": []} for d, exp in res[0]
-    ]
-    by_id = {d["id"]: d for d in dispatchers}
-    partitions: list[dict[str, Any]] = []
-    streams: list[tuple[str, str]] = []
-    for p in range(P):
-        (owner, expires, fence), due, head, retry, dead, queues = res[2 + per * p:][:per]
-        expires_ms = int(expires or 0)
-        held = bool(owner) and expires_ms > now
-        if held and _s(owner) in by_id:
-            by_id[_s(owner)]["partitions"].append(p)
-        oldest = int(head[0][1]) if head else None
-        partitions.append({
-            "partition": p, "owner": _s(owner) if held else None,
-            "leaseExpiresAt": ms_to_iso(expires_ms) if held else None,
-            "fence": int(fence or 0), "dueBacklog": int(due), "retryBacklog": int(retry),
-            "oldestDueAgeMs": max(now - oldest, 0) if oldest is not None and due else 0,
-            "deadLetters": int(dead),
-        })
-        streams += [(_s(q), keys.stream(p, _s(q))) for q in sorted(queues)]
-    depth = yield Commands(
-        [c for _, s in streams for c in (cmd("xlen", s), cmd("xpending", s, keys.GROUP))],
-        raise_on_error=False,
-    )
-    queues_out: dict[str, dict[str, Any]] = {}
-    for i, (q, _) in enumerate(streams):
-        length, pending = depth[2 * i], depth[2 * i + 1]
-        agg = queues_out.setdefault(q, {"queue": q, "length": 0, "pending": 0})
-        agg["length"] += length if isinstance(length, int) else 0
-        agg["pending"] += int(pending["pending"]) if isinstance(pending, dict) else 0
-    return {
-        "now": ms_to_iso(now),
-        "partitions": partitions,
-        "dispatchers": dispatchers,
-        "workers": _workers(res[1], now),
-        "queues": sorted(queues_out.values(), key=lambda q: q["queue"]),
-        "dueBacklog": sum(p["dueBacklog"] for p in partitions),
-        "deadLetters": sum(p["deadLetters"] for p in partitions),
-    }
-
-
-def _workers(raw: dict[bytes, bytes], now: int) -> list[dict[str, Any]]:
-    out = []
-    for wid, blob in sorted(raw.items()):
-        try:
-            rec = msgpack.unpackb(blob, raw=False)
-        except (ValueError, TypeError, msgpack.ExtraData):
-            rec = {}
-        rec = rec if isinstance(rec, dict) else {}
-        beat = int(rec.get("beat_ms") or 0)
-        out.append({
-            "id": _s(wid), "queues": [str(q) for q in rec.get("queues") or []],
-            "inflight": int(rec.get("inflight") or 0),
-            "concurrency": int(rec.get("concurrency") or 0),
-            "host": str(rec.get("host") or ""), "pid": int(rec.get("pid") or 0),
-            "lastHeartbeatAt": ms_to_iso(beat) if beat else None,
-            "alive": now - beat < WORKER_STALE_MS,
-        })
-    return out
 
 
 # --- cron preview ------------------------------------------------------------------------------
@@ -290,7 +161,7 @@ class Finding:
     message: str
 
 
-def op_redis_facts(core: ClientBase) -> Op[dict[str, Any]]:
+def op_redis_facts() -> Op[dict[str, Any]]:
     """What `doctor` and /readyz judge: version, eviction policy, AOF, fsync, partitions."""
     res = yield Commands([
         cmd("info", "server"), cmd("config_get", "maxmemory-policy"),

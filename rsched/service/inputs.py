@@ -1,24 +1,20 @@
-"""The HTTP shapes: camelCase JSON in, validated into JobSpec / JobPatch; models out as JSON.
+"""camelCase JSON in, validated into JobSpec / JobPatch: what POST and PATCH /jobs take, and
+`rsched jobs add` builds.
 
-Times come in as ISO-8601 strings and go out in UTC with ``Z``; durations are seconds on the
-wire and milliseconds inside.  Every rejection names the field as the caller spelled it.
+Times come in as ISO-8601 strings; durations are seconds on the wire and milliseconds inside.
+Every rejection names the field as the caller spelled it.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from functools import lru_cache
 from typing import Any
 
-from rsched.archive.history import RunsPage
-from rsched.archive.stats import DurationStats, FailuresPage
-from rsched.client import UNSET, JobPatch
 from rsched.core.errors import ValidationError
-from rsched.core.models import Attempt, Job, JobStatus, Misfire, Run
-from rsched.core.spec import JobSpec, to_ms
-from rsched.service.apikeys import ApiKey
-from rsched.service.reads import DeadLetter
+from rsched.core.spec import JobSpec
+from rsched.core.times import to_ms
+from rsched.service.patch import UNSET, JobPatch
 
 JOB_FIELDS = ("type", "payload", "runAt", "cron", "timeZone", "queue", "maxAttempts",
               "idempotencyKey", "priority", "timeoutSeconds", "backoff", "misfire",
@@ -181,106 +177,3 @@ def patch_from_json(value: Any) -> JobPatch:
     if patch.run_at is not UNSET and patch.cron is not UNSET:
         raise ValidationError("runAt", "give either runAt or cron, not both")
     return patch
-
-
-@lru_cache(maxsize=65536)
-def iso(ms: int | None) -> str | None:
-    """ms_to_iso, faster and cached: a batch's jobs share their creation and run times."""
-    if ms is None:
-        return None
-    s, frac = divmod(ms, 1000)
-    t = time.gmtime(s)
-    return (f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:"
-            f"{t.tm_sec:02d}.{frac:03d}Z")
-
-
-def seconds(ms: int) -> int | float:
-    return ms // 1000 if ms % 1000 == 0 else ms / 1000
-
-
-class _Memo(dict[Any, Any]):
-    """``memo[x]`` is ``fn(x)``, kept for the next job (a dict lookup costs a tenth of a
-    function call, and a batch's jobs share their settings); cleared when it grows large."""
-
-    def __init__(self, fn: Any) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def __missing__(self, key: Any) -> Any:
-        if len(self) >= 4096:
-            self.clear()
-        value = self[key] = self.fn(key)
-        return value
-
-
-_SECONDS = _Memo(seconds)
-_ISO = _Memo(iso)
-# Enum.value goes through a descriptor (~0.5 us here); a batch of 1,000 jobs reads two per job.
-_TEXT: dict[Any, str] = {m: m.value for e in (JobStatus, Misfire) for m in e}
-
-
-def job_json(job: Job) -> dict[str, Any]:
-    secs, times = _SECONDS, _ISO
-    return {
-        "id": job.id, "type": job.type, "queue": job.queue, "status": _TEXT[job.status],
-        "payload": job.payload, "runAt": times[job.run_at_ms], "cron": job.cron,
-        "timeZone": job.tz,
-        "nextRunAt": times[job.next_ms] if job.status is JobStatus.SCHEDULED else None,
-        "maxAttempts": job.max_attempts,
-        "backoff": {"baseSeconds": secs[job.backoff_base_ms],
-                    "capSeconds": secs[job.backoff_cap_ms]},
-        "priority": job.priority, "timeoutSeconds": secs[job.timeout_ms],
-        "idempotencyKey": job.idempotency_key, "misfire": _TEXT[job.misfire],
-        "jitterSeconds": secs[job.jitter_ms], "lastRunId": job.last_run_id,
-        "createdAt": times[job.created_ms], "updatedAt": times[job.updated_ms],
-    }
-
-
-def attempt_json(a: Attempt) -> dict[str, Any]:
-    return {
-        "runId": a.run_id, "attempt": a.attempt, "status": a.status, "worker": a.worker,
-        "scheduledAt": iso(a.sched_ms), "startedAt": iso(a.started_ms),
-        "endedAt": iso(a.ended_ms), "durationMs": a.duration_ms, "error": a.error,
-        "result": a.result,
-    }
-
-
-def history_json(page: RunsPage) -> dict[str, Any]:
-    """GET /jobs/{id}/runs from the archive: attempt_json's fields and what the events add."""
-    return {"runs": [dict(
-        attempt_json(a),  # type: ignore[arg-type]  # RunAttempt has every field of Attempt
-        jobId=a.job_id, type=a.job_type, queue=a.queue, replays=a.replays,
-        deadLettered=a.dead_lettered, dispatchedAt=iso(a.dispatched_ms),
-        retryAt=iso(a.retry_at_ms), archived=a.archived) for a in page.items],
-        "nextCursor": page.next_cursor, "partial": page.partial}
-
-
-def failures_json(page: FailuresPage) -> dict[str, Any]:
-    return {"failures": [
-        {"jobId": f.job_id, "runId": f.run_id, "attempt": f.attempt, "status": f.status,
-         "at": iso(f.ts_ms), "scheduledAt": iso(f.sched_ms), "type": f.job_type,
-         "queue": f.queue, "worker": f.worker, "durationMs": f.duration_ms, "error": f.error}
-        for f in page.items], "nextCursor": page.next_cursor}
-
-
-def durations_json(stats: dict[str, DurationStats]) -> list[dict[str, Any]]:
-    return [{"type": t, "count": d.count, "failed": d.failed, "meanMs": d.mean_ms,
-             "maxMs": d.max_ms, "percentiles": d.quantiles} for t, d in stats.items()]
-
-
-def run_json(r: Run) -> dict[str, Any]:
-    return {
-        "runId": r.id, "jobId": r.job_id, "type": r.type, "queue": r.queue,
-        "status": r.state.value, "attempt": r.attempt, "worker": r.worker,
-        "scheduledAt": iso(r.sched_ms), "dispatchedAt": iso(r.dispatched_ms),
-        "startedAt": iso(r.started_ms), "endedAt": iso(r.ended_ms),
-        "durationMs": r.duration_ms, "error": r.error, "result": r.result,
-    }
-
-
-def dead_letter_json(d: DeadLetter) -> dict[str, Any]:
-    return dict(run_json(d.run), deadAt=iso(d.dead_ms))
-
-
-def key_json(k: ApiKey) -> dict[str, Any]:
-    return {"id": k.id, "name": k.name, "scope": k.scope, "createdAt": iso(k.created_ms)}

@@ -1,0 +1,85 @@
+"""What the read side reports about the cluster, as typed values: the service builds them, the
+API and the CLI turn them into JSON or tables, metrics into Prometheus families.  Times are
+integer milliseconds here; each face formats them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    partition: int
+    owner: str | None  # the dispatcher holding a live lease; None when free or expired
+    lease_expires_ms: int | None  # None when no live lease
+    fence: int
+    due_backlog: int  # jobs due now, not dispatched yet
+    retry_backlog: int  # retries due now
+    oldest_due_age_ms: int  # 0 when nothing is due
+    dead_letters: int
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherStatus:
+    id: str
+    expires_ms: int  # its membership ends unless it renews
+    partitions: tuple[int, ...]  # the partitions it holds a live lease on
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    id: str
+    queues: tuple[str, ...]
+    inflight: int
+    concurrency: int
+    host: str
+    pid: int
+    last_heartbeat_ms: int | None
+    alive: bool  # heard from within the staleness window
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    queue: str
+    length: int  # stream entries over all partitions
+    pending: int  # delivered to a worker, not acknowledged yet
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """GET /status and `rsched status`: one reading of every partition, member and queue."""
+
+    now_ms: int
+    partitions: tuple[PartitionStatus, ...]
+    dispatchers: tuple[DispatcherStatus, ...]
+    workers: tuple[WorkerStatus, ...]
+    queues: tuple[QueueDepth, ...]  # by name
+
+    @property
+    def due_backlog(self) -> int:
+        return sum(p.due_backlog for p in self.partitions)
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(p.dead_letters for p in self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionCounters:
+    """What only metrics show of a partition: its counters and the archiver's lag on it."""
+
+    partition: int
+    stats: dict[str, int]  # the partition's stats hash: succeeded, dead_lettered, ...
+    archiver_lag: int  # events-stream entries not archived yet
+    archiver_pending: int  # read by an archiver, not committed yet
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """The /metrics cluster view: the status, per-partition counters and what live workers
+    report in their heartbeats (runs started, start-lag bucket counts)."""
+
+    status: Status
+    counters: tuple[PartitionCounters, ...]
+    runs_started: int
+    start_lag: tuple[float, ...]  # rsched.obs.metrics.Buckets layout: counts..., +Inf, sum

@@ -1,0 +1,65 @@
+"""What every service operation shares: settings, the partition count and Redis's clock (each
+read once and kept), and the run-history archive, opened on first use."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from rsched.archive import open_store
+from rsched.archive.history import configured_url
+from rsched.archive.store import Store
+from rsched.core import defaults
+from rsched.core.settings import Settings
+from rsched.rdb import keys
+from rsched.rdb.ops import Commands, Op, cmd
+from rsched.rdb.setup import _stored as stored_partitions
+
+CLOCK_REFRESH_S = 30  # Redis's clock offset is re-read this often: drift stays far below a ms
+
+
+class Service:
+    """The state operations read; the clients subclass it and add a driver."""
+
+    def __init__(self, settings: Settings, archive_url: str | None = None) -> None:
+        self.settings = settings
+        self.archive_url = configured_url(archive_url)
+        """Run-history store merged into runs (RSCHED_ARCHIVE_URL); None: Redis's history only."""
+        self._archive: Store | None = None
+        self._partitions: int | None = None
+        self._offset_ms = 0
+        self._offset_at = 0.0
+
+    @property
+    def archive(self) -> Store | None:
+        """The archive store, opened on first use (it connects on its first query)."""
+        if self._archive is None and self.archive_url:
+            self._archive = open_store(self.archive_url)
+        return self._archive
+
+    def op_partitions(self) -> Op[int]:
+        """The cluster's partition count, stored in Redis by the first process to start."""
+        if self._partitions is None:
+            wanted = self.settings.partitions or defaults.PARTITIONS
+            res = yield Commands([cmd("hsetnx", keys.config(), "partitions", wanted),
+                                  cmd("hget", keys.config(), "partitions")])
+            self._partitions = stored_partitions(res[1], wanted, bool(self.settings.partitions))
+        return self._partitions
+
+    def op_now(self) -> Op[int]:
+        """Redis's clock, estimated locally from an offset refreshed every CLOCK_REFRESH_S."""
+        mono = time.monotonic()
+        if mono - self._offset_at > CLOCK_REFRESH_S or not self._offset_at:
+            before = time.time()
+            ((sec, usec),) = yield Commands([cmd("time")])
+            after = time.time()
+            self._offset_ms = int(sec * 1000 + usec // 1000 - (before + after) * 500)
+            self._offset_at = mono
+        return int(time.time() * 1000) + self._offset_ms
+
+
+def op_wake(partitions: Iterable[int]) -> Op[None]:
+    """Tell the dispatchers these partitions have new due work, so they claim it at once."""
+    ps = set(partitions)
+    if ps:
+        yield Commands([cmd("publish", keys.wake_channel(), n) for n in ps])

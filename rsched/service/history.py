@@ -1,0 +1,112 @@
+"""A job's run history, from the archive when one is configured, else from Redis alone.
+
+The choice is made here once (``history_of``): the clients' ``runs``, GET /jobs/{id}/runs and
+`rsched jobs runs` all ask the source it returns.  Redis keeps the in-flight run and a bounded
+list of finished attempts; the archive keeps every attempt, merged with the events Redis has not
+handed over yet (rsched.archive.history).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Protocol
+
+from rsched.archive import history
+from rsched.archive.history import RunAttempt, RunsPage
+from rsched.core.cursor import MAX_PAGE, check_limit, decode_cursor, encode_cursor
+from rsched.core.models import Attempt
+from rsched.rdb.ops import Blocking, Commands, Op, cmd
+from rsched.service.context import Service
+from rsched.service.jobs import INFLIGHT_STATES, op_get, op_runs
+from rsched.service.reads import Page, is_count
+
+
+def op_history(svc: Service, job_id: str, limit: int = 50, cursor: str | None = None,
+               *, max_scan: int | None = None) -> Op[RunsPage]:
+    """A page of the job's attempts, newest first: the archive's and those whose events are
+    still only in Redis's stream, each once (rsched.archive.history).  NotFound when neither
+    knows the job and Redis has no such job."""
+    history.check_page(limit, cursor)
+    scan = history.scan_recent(job_id, max_scan or history.DEFAULT_MAX_SCAN)
+    try:
+        key, top, count = next(scan)
+        while True:
+            (reply,) = yield Commands([cmd("xrevrange", key, max=top, min="-", count=count)])
+            key, top, count = scan.send(reply)
+    except StopIteration as done:
+        recent, partial_ = done.value
+    store = svc.archive
+    read = partial(history.runs_page, store, job_id, recent, partial_, limit, cursor)
+    page: RunsPage = (yield Blocking(read)) if store is not None else read()
+    if not page.items and not cursor:
+        yield from op_get(job_id)
+    return page
+
+
+def op_redis_runs_page(job_id: str, limit: int = 50, cursor: str | None = None) -> Op[Page]:
+    """A job's attempts from Redis, newest first: the in-flight one (first page), then finished
+    ones.  The cursor counts finished attempts already returned; the history list grows at its
+    head, so attempts finishing while a client pages may show up twice, never go missing."""
+    check_limit(limit)
+    offset = decode_cursor(cursor, is_count) or 0
+    got: list[Attempt] = yield from op_runs(job_id, limit + 1, offset)
+    page = got[:limit]
+    if len(got) <= limit:
+        return Page(page, None)
+    finished = sum(1 for a in page if a.status not in INFLIGHT_STATES)
+    return Page(page, encode_cursor(offset + finished))
+
+
+class RedisHistory:
+    """Redis's own bounded history: no archive configured."""
+
+    archived = False
+
+    def op_page(self, job_id: str, limit: int = 50, cursor: str | None = None) -> Op[Page]:
+        return (yield from op_redis_runs_page(job_id, limit, cursor))
+
+    def op_attempts(self, job_id: str, limit: int = 50, offset: int = 0) -> Op[list[Attempt]]:
+        return (yield from op_runs(job_id, limit, offset))
+
+
+class ArchiveHistory:
+    """Every attempt: the archive's, merged with the events still only in Redis."""
+
+    archived = True
+
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+
+    def op_page(self, job_id: str, limit: int = 50, cursor: str | None = None) -> Op[RunsPage]:
+        return (yield from op_history(self.svc, job_id, limit, cursor))
+
+    def op_attempts(self, job_id: str, limit: int = 50, offset: int = 0
+                    ) -> Op[list[RunAttempt]]:
+        """Pages of op_history walked from the newest until ``offset + limit`` attempts."""
+        out: list[RunAttempt] = []
+        cursor = None
+        while len(out) < offset + limit:
+            page = yield from op_history(self.svc, job_id,
+                                         min(MAX_PAGE, offset + limit - len(out)), cursor)
+            out += page.items
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return out[offset:offset + limit]
+
+
+class HistorySource(Protocol):
+    """What the faces and the clients' ``runs`` read a job's history through."""
+
+    archived: bool
+
+    def op_page(self, job_id: str, limit: int = 50, cursor: str | None = None
+                ) -> Op[Page | RunsPage]: ...
+
+    def op_attempts(self, job_id: str, limit: int = 50, offset: int = 0
+                    ) -> Op[list[Attempt] | list[RunAttempt]]: ...
+
+
+def history_of(svc: Service) -> HistorySource:
+    """The history source every face reads: the archive's when one is configured."""
+    return ArchiveHistory(svc) if svc.archive_url else RedisHistory()

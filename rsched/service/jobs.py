@@ -1,0 +1,185 @@
+"""Reading and controlling one job or run: get, its runs and Redis's history of its attempts,
+pause, resume, cancel, trigger and replay.  Each operation is written once, as an Op."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rsched.core.codes import ControlCode
+from rsched.core.errors import Conflict, NotFound, ValidationError
+from rsched.core.ids import run_id as make_run_id
+from rsched.core.models import Attempt, Job, JobStatus, Run, job_of_run, partition_of, run_fields
+from rsched.core.spec import due_score, next_occurrence
+from rsched.rdb import keys
+from rsched.rdb.ops import Commands, Op, Scripts, cmd, one
+from rsched.service.context import Service, op_wake
+
+INFLIGHT_STATES = frozenset({"dispatched", "running", "retry_wait"})  # before an outcome
+
+
+def op_get(job_id: str) -> Op[Job]:
+    (h,) = yield Commands([cmd("hgetall", keys.job(partition_of(job_id), job_id))])
+    if not h:
+        raise NotFound("job", job_id)
+    return Job.from_hash(h)
+
+
+def op_read_runs(run_ids: Sequence[str]) -> Op[list[Run | None]]:
+    """Runs by id, in one round trip (None: no such run).  A run's fields are in its own
+    hash or, for a one-off job's own run, in the job hash (models.run_fields): both are read."""
+    reads = []
+    for rid in run_ids:
+        job_id = job_of_run(rid)
+        p = partition_of(job_id)
+        reads += [cmd("hgetall", keys.run(p, rid)), cmd("hgetall", keys.job(p, job_id))]
+    hashes = yield Commands(reads)
+    out: list[Run | None] = []
+    for i, rid in enumerate(run_ids):
+        h = run_fields(rid, hashes[2 * i], hashes[2 * i + 1])
+        out.append(Run.from_hash(h, rid) if h else None)
+    return out
+
+
+def op_get_run(run_id: str) -> Op[Run]:
+    (run,) = yield from op_read_runs([run_id])
+    if run is None:
+        raise NotFound("run", run_id)
+    return run
+
+
+def op_runs(job_id: str, limit: int = 50, offset: int = 0) -> Op[list[Attempt]]:
+    """The job's in-flight run (first page only) then its finished attempts, newest first, as
+    Redis keeps them (a bounded list); ``offset`` counts finished attempts already seen."""
+    p = partition_of(job_id)
+    (jh,) = yield Commands([cmd("hgetall", keys.job(p, job_id))])
+    if not jh:
+        raise NotFound("job", job_id)
+    job = Job.from_hash(jh)
+    out: list[Attempt] = []
+    own: list[Attempt] = []
+    own_run = jh.get(b"own_run", b"").decode()
+    reads = [r for r in dict.fromkeys((job.last_run_id, own_run)) if r]
+    if reads:
+        # The own run's fields are in the job hash (lua/include/util.lua): no read for it.
+        hashes = yield Commands([cmd("hgetall", keys.run(p, rid)) for rid in reads
+                                 if rid != own_run])
+        got = iter(hashes)
+        for rid in reads:
+            h = run_fields(rid, {} if rid == own_run else next(got), jh)
+            if not h:
+                continue
+            run = Run.from_hash(h, rid)
+            if rid == job.last_run_id and offset == 0 and run.state.value in INFLIGHT_STATES:
+                out.append(Attempt(run.id, run.attempt, run.state.value, run.worker,
+                                   run.sched_ms, run.started_ms, None, None, run.error))
+            if rid == own_run and run.state.value == "succeeded":
+                # lua/complete.lua keeps no separate record of this attempt: the run is it.
+                own.append(Attempt(run.id, run.attempt, "succeeded", run.worker, run.sched_ms,
+                                   run.started_ms, run.ended_ms, run.duration_ms, None,
+                                   run.result))
+    want = max(limit - len(out), 0)
+    if want:
+        # A one-off job's own run keeps its attempts in the job hash (lua/include/util.lua);
+        # other runs' attempts are in the history list.  Both newest first, merged.
+        own += [Attempt.from_json(v) for k, v in jh.items() if k.startswith(b"h:")]
+        (raws,) = yield Commands([cmd("lrange", keys.history(p, job_id), 0, offset + want - 1)])
+        done = own + [Attempt.from_json(raw) for raw in raws]
+        done.sort(key=lambda a: (a.ended_ms or 0, a.attempt), reverse=True)
+        out += done[offset : offset + want]
+    return out[:limit]
+
+
+def op_dead_letters(svc: Service, limit: int = 100) -> Op[list[Run]]:
+    """Dead-lettered runs across all partitions, most recent first."""
+    P = yield from svc.op_partitions()
+    res = yield Commands([cmd("zrevrange", keys.dead(p), 0, limit - 1, withscores=True)
+                          for p in range(P)])
+    entries = sorted(((score, rid.decode()) for r in res for rid, score in r),
+                     reverse=True)[:limit]
+    runs = yield from op_read_runs([rid for _, rid in entries])
+    return [run for run in runs if run is not None]
+
+
+# --- control -------------------------------------------------------------------------------------
+
+
+def op_control(svc: Service, name: str, job_id: str, extra: Sequence[Any] = ()) -> Op[Job]:
+    """pause.lua, cancel.lua or resume.lua on one job; the job as it is afterwards."""
+    p = partition_of(job_id)
+    code, status = one((yield Scripts([(
+        name, [keys.job(p, job_id), keys.due(p), keys.events(p)],
+        [job_id, 0, svc.settings.events_maxlen, *extra],
+    )])))
+    if code == ControlCode.NOT_FOUND:
+        raise NotFound("job", job_id)
+    if code == ControlCode.REFUSED:
+        raise Conflict("status", f"cannot {name} a job that is {status.decode()}")
+    return (yield from op_get(job_id))
+
+
+def op_pause(svc: Service, job_id: str) -> Op[Job]:
+    """Stop future occurrences; a run in progress finishes."""
+    return (yield from op_control(svc, "pause", job_id))
+
+
+def op_cancel(svc: Service, job_id: str) -> Op[Job]:
+    """Stop the job for good; a run in progress finishes, pending retries are abandoned."""
+    return (yield from op_control(svc, "cancel", job_id))
+
+
+def op_resume(svc: Service, job_id: str) -> Op[Job]:
+    """Resume a paused job; a cron job's next run is computed from now."""
+    job = yield from op_get(job_id)
+    if job.status is not JobStatus.PAUSED:
+        if job.status is JobStatus.SCHEDULED:
+            return job
+        raise Conflict("status", f"cannot resume a job that is {job.status.value}")
+    if job.cron:
+        now = yield from svc.op_now()
+        nominal, score = next_occurrence(job.cron, job.tz, now, job.id, job.jitter_ms,
+                                         job.priority)
+    else:
+        nominal = job.next_ms or 0
+        score = due_score(nominal, job.priority)
+    job = yield from op_control(svc, "resume", job_id, [nominal, score])
+    yield from op_wake([job.partition])
+    return job
+
+
+def op_trigger(svc: Service, job_id: str) -> Op[str]:
+    """Run the job once now, outside its schedule; the new run's id."""
+    p = partition_of(job_id)
+    now = yield from svc.op_now()
+    rid = make_run_id(job_id, now)
+    code, status = one((yield Scripts([(
+        "trigger", [keys.job(p, job_id), keys.run(p, rid), keys.retry(p), keys.events(p)],
+        [job_id, rid, now, 0, svc.settings.events_maxlen],
+    )])))
+    if code == ControlCode.NOT_FOUND:
+        raise NotFound("job", job_id)
+    if code == ControlCode.REFUSED:
+        raise Conflict("status", f"cannot trigger a job that is {status.decode()}")
+    yield from op_wake([p])
+    return rid
+
+
+def op_replay(svc: Service, run_id: str) -> Op[Run]:
+    """Send a dead letter back for a new round of attempts (attempts counted from zero)."""
+    if "@" not in run_id:
+        raise ValidationError("runId", f"not a run id: {run_id!r}")
+    job_id = job_of_run(run_id)
+    p = partition_of(job_id)
+    code, state = one((yield Scripts([(
+        "replay",
+        [keys.run(p, run_id), keys.job(p, job_id), keys.dead(p), keys.retry(p), keys.events(p)],
+        [run_id, 0, svc.settings.events_maxlen],
+    )])))
+    if code == ControlCode.NOT_FOUND:
+        raise NotFound("dead letter", run_id)
+    if code == ControlCode.REFUSED:
+        raise Conflict("status", "the job was cancelled; cancel is final")
+    if code == ControlCode.ALREADY and state.decode() != "retry_wait":
+        raise Conflict("runId", f"run is {state.decode()}, not dead-lettered")
+    yield from op_wake([p])
+    return (yield from op_get_run(run_id))

@@ -1,0 +1,186 @@
+"""The cluster's status (partitions, dispatchers, workers, queues) and the metrics' cluster view,
+read from Redis in a few pipelined round trips and returned as rsched.core.views values."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+from redis import Redis
+from redis.exceptions import RedisError
+
+from rsched.archive.lag import Lag, archive_lag
+from rsched.core.views import (
+    Cluster,
+    DispatcherStatus,
+    PartitionCounters,
+    PartitionStatus,
+    QueueDepth,
+    Status,
+    WorkerStatus,
+)
+from rsched.obs.metrics import LAG_BUCKETS_S
+from rsched.rdb import keys
+from rsched.rdb.ops import Commands, Op, cmd
+from rsched.service.context import Service
+
+WORKER_STALE_MS = 30_000
+_PER_PARTITION = 6  # commands op_status sends per partition
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _partition_cmds(p: int, now: int) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    return [
+        cmd("hmget", keys.lease(p), "owner", "expires_ms", "fence"),
+        cmd("zcount", keys.due(p), "-inf", now + 0.5),
+        cmd("zrange", keys.due(p), 0, 0, withscores=True),
+        cmd("zcount", keys.retry(p), "-inf", now),
+        cmd("zcard", keys.dead(p)),
+        cmd("smembers", keys.queues(p)),
+    ]
+
+
+def op_status(svc: Service) -> Op[Status]:
+    """Partitions, dispatchers, workers, queues and dead letters in two pipelined round trips."""
+    P = yield from svc.op_partitions()
+    now = yield from svc.op_now()
+    cmds = [cmd("zrange", keys.dispatchers(), 0, -1, withscores=True),
+            cmd("hgetall", keys.workers())]
+    for p in range(P):
+        cmds += _partition_cmds(p, now)
+    res = yield Commands(cmds)
+    members = {_s(d): int(exp) for d, exp in res[0]}
+    held: dict[str, list[int]] = {d: [] for d in members}
+    partitions: list[PartitionStatus] = []
+    streams: list[tuple[str, str]] = []
+    for p in range(P):
+        (owner, expires, fence), due, head, retry, dead, queues = \
+            res[2 + _PER_PARTITION * p:][:_PER_PARTITION]
+        expires_ms = int(expires or 0)
+        live = bool(owner) and expires_ms > now
+        if live and _s(owner) in held:
+            held[_s(owner)].append(p)
+        oldest = int(head[0][1]) if head else None
+        partitions.append(PartitionStatus(
+            partition=p, owner=_s(owner) if live else None,
+            lease_expires_ms=expires_ms if live else None, fence=int(fence or 0),
+            due_backlog=int(due), retry_backlog=int(retry),
+            oldest_due_age_ms=max(now - oldest, 0) if oldest is not None and due else 0,
+            dead_letters=int(dead),
+        ))
+        streams += [(_s(q), keys.stream(p, _s(q))) for q in sorted(queues)]
+    depth = yield Commands(
+        [c for _, s in streams for c in (cmd("xlen", s), cmd("xpending", s, keys.GROUP))],
+        raise_on_error=False,
+    )
+    totals: dict[str, list[int]] = {}
+    for i, (q, _) in enumerate(streams):
+        length, pending = depth[2 * i], depth[2 * i + 1]
+        agg = totals.setdefault(q, [0, 0])
+        agg[0] += length if isinstance(length, int) else 0
+        agg[1] += int(pending["pending"]) if isinstance(pending, dict) else 0
+    return Status(
+        now_ms=now, partitions=tuple(partitions),
+        dispatchers=tuple(DispatcherStatus(d, exp, tuple(held[d])) for d, exp in members.items()),
+        workers=tuple(_workers(res[1], now)),
+        queues=tuple(QueueDepth(q, n, pend) for q, (n, pend) in sorted(totals.items())),
+    )
+
+
+def _record(blob: bytes) -> dict[str, Any]:
+    """A worker's heartbeat record; empty when it cannot be read (a foreign or torn write)."""
+    try:
+        rec = msgpack.unpackb(blob, raw=False)
+    except (ValueError, TypeError, msgpack.ExtraData):
+        return {}
+    return rec if isinstance(rec, dict) else {}
+
+
+def _workers(raw: dict[bytes, bytes], now: int) -> list[WorkerStatus]:
+    out = []
+    for wid, blob in sorted(raw.items()):
+        rec = _record(blob)
+        beat = int(rec.get("beat_ms") or 0)
+        out.append(WorkerStatus(
+            id=_s(wid), queues=tuple(str(q) for q in rec.get("queues") or []),
+            inflight=int(rec.get("inflight") or 0),
+            concurrency=int(rec.get("concurrency") or 0),
+            host=str(rec.get("host") or ""), pid=int(rec.get("pid") or 0),
+            last_heartbeat_ms=beat or None, alive=now - beat < WORKER_STALE_MS,
+        ))
+    return out
+
+
+# --- the metrics' cluster view -------------------------------------------------------------------
+
+
+def _group(info: Any, name: str) -> dict[str, Any] | None:
+    if isinstance(info, Exception):
+        return None
+    for g in info or ():
+        g = {_s(k): v for k, v in g.items()}
+        if _s(g.get("name")) == name:
+            return g
+    return None
+
+
+def _counters(p: int, stats: Any, length: Any, groups: Any) -> PartitionCounters:
+    length = length if isinstance(length, int) else 0
+    group = _group(groups, keys.EVENTS_GROUP)
+    # Not archived yet = read by no archiver (the group's lag, Redis 7; XLEN bounds it) plus
+    # read and not yet committed (pending), as rsched.archive.lag counts it.
+    pending = int(group.get("pending") or 0) if group else 0
+    unread = group.get("lag") if group else None
+    return PartitionCounters(
+        partition=p,
+        stats={_s(k): int(v) for k, v in stats.items()} if isinstance(stats, dict) else {},
+        archiver_lag=pending + (length if unread is None else int(unread)),
+        archiver_pending=pending,
+    )
+
+
+def op_cluster(svc: Service) -> Op[Cluster]:
+    """The status plus what only metrics show: each partition's counters, the archiver's lag,
+    and the run counts and start-lag buckets live workers report."""
+    status = yield from op_status(svc)
+    cmds = [cmd("hgetall", keys.workers())]
+    for pt in status.partitions:
+        p = pt.partition
+        cmds += [cmd("hgetall", keys.stats(p)), cmd("xlen", keys.events(p)),
+                 cmd("xinfo_groups", keys.events(p))]
+    res = yield Commands(cmds, raise_on_error=False)
+    counters = tuple(_counters(pt.partition, *res[1 + 3 * i: 4 + 3 * i])
+                     for i, pt in enumerate(status.partitions))
+    live = {w.id for w in status.workers if w.alive}
+    reports = []
+    for wid, raw in (res[0] if isinstance(res[0], dict) else {}).items():
+        if _s(wid) in live:
+            try:
+                reports.append(msgpack.unpackb(raw, raw=False).get("metrics") or {})
+            except (ValueError, TypeError, AttributeError, msgpack.ExtraData):
+                continue
+    lag = [0.0] * (len(LAG_BUCKETS_S) + 2)
+    for m in reports:
+        counts = m.get("lag") or ()
+        if len(counts) == len(lag):
+            lag = [a + b for a, b in zip(lag, counts, strict=True)]
+    return Cluster(status, counters, sum(int(m.get("started") or 0) for m in reports),
+                   tuple(lag))
+
+
+def archive_lag_reader(redis_url: str) -> Callable[[], Lag | None]:
+    """What an archiver's metrics port reads at each scrape: the archive's lag, None while
+    Redis is away (the scrape still answers with the process's own metrics)."""
+    r = Redis.from_url(redis_url, socket_timeout=5)
+
+    def read() -> Lag | None:
+        try:
+            return archive_lag(r, int(r.hget(keys.config(), "partitions") or 0))
+        except RedisError:
+            return None
+
+    return read
