@@ -1,0 +1,23 @@
+"""What every part of a worker talks to Redis through, in one object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+
+@dataclass(slots=True)
+class Link:
+    """The worker's Redis client, consumer name and streams, shared by its parts: one object,
+    so replacing the client or the streams (setup, a cluster test) reaches every part."""
+
+    r: Redis
+    id: str  # consumer name in every group, and the worker's id in the registry
+    streams: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (partition, queue)
+
+
+def as_str(v: Any) -> str:
+    """A reply value as text (bytes unless the client decodes responses)."""
+    return v.decode() if isinstance(v, bytes) else str(v)

@@ -1,0 +1,111 @@
+"""The state of the runs a worker has in flight: each run's phase and fencing token, its outcome
+once its handler returns, and the table of them all that decides how many new runs fit."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from rsched.core.wire import ENTRY_OWN, ENTRY_RUN, ENTRY_TYPE
+from rsched.rdb import keys
+
+Entry = tuple[str, str, dict[bytes, bytes]]
+"""A stream entry as read: (stream, entry id, fields)."""
+
+
+class Phase(Enum):
+    """Where a run's start stands.  A run is taken before its start is recorded (see the
+    reporter): its report then records the start, unless a start script got there first."""
+
+    NOT_STARTED = "not started"  # no start recorded: fence 0, a report starts and ends it
+    STARTING = "starting"  # a start script for it is under way: its outcome waits
+    STARTED = "started"  # start recorded: fence holds its token (heartbeated, reported with it)
+    NOT_OURS = "not ours"  # Redis refused it to us: never started, heartbeated or reported
+
+
+# Module-level names: the phase tests run per job on the report path (a global, not an
+# attribute lookup on the enum class).
+NOT_STARTED, STARTING, STARTED, NOT_OURS = (Phase.NOT_STARTED, Phase.STARTING, Phase.STARTED,
+                                            Phase.NOT_OURS)
+
+
+@dataclass(slots=True)
+class Inflight:
+    """One run taken from a stream, from its read until its report: what every part of the
+    worker needs about it, kept in one slotted object (one allocation per run)."""
+
+    partition: int
+    stream: str
+    entry_id: str
+    run_id: str
+    job_id: str
+    attempt: int
+    t0: float = 0.0  # perf_counter when the run was taken
+    phase: Phase = NOT_STARTED
+    fence: int = 0  # the run's token once STARTED; 0 before (what complete.lua gets then)
+    deadline: float = float("inf")  # loop time its handler times out
+    task: asyncio.Task[Any] | None = None  # the handler's task, cancelled on timeout
+    timed_out: bool = False
+    finished: bool = False  # its handler returned; the report records the start if need be
+    run_key: str = ""  # where the run's fields live (the job hash for a one-off job's own run)
+    job_key: str = ""
+    sched_ms: int = 0
+    type: str = ""
+    queue: str = ""
+
+
+def inflight(p: int, stream: str, queue: str, eid: str, f: dict[bytes, bytes], attempt: int,
+             t0: float) -> Inflight:
+    """A run from its stream entry: the run id holds the job id and the scheduled time; 'o'
+    marks a one-off job's own run, whose fields live in the job hash (lua/include/util.lua)."""
+    rid = f[ENTRY_RUN].decode()
+    job_id, _, sched = rid.rpartition("@")
+    job_key = keys.job(p, job_id)
+    run_key = job_key if ENTRY_OWN in f else keys.run(p, rid)
+    return Inflight(p, stream, eid, rid, job_id, attempt, t0, run_key=run_key, job_key=job_key,
+                    sched_ms=int(sched), type=f[ENTRY_TYPE].decode(), queue=queue)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """A finished attempt waiting for its report."""
+
+    fl: Inflight
+    status: str  # succeeded | failed | timed_out
+    duration_ms: int
+    text: str
+    delay_ms: int
+    type: str = ""
+    queue: str = ""
+
+
+class Runs:
+    """The runs in flight by run id, and how many of them only wait for their report: the two
+    numbers the free-slot rule needs.  The parts that add and drop runs touch ``by_id`` and
+    ``finished`` directly (per job, no method call)."""
+
+    __slots__ = ("by_id", "concurrency", "finished")
+
+    def __init__(self, concurrency: int) -> None:
+        self.by_id: dict[str, Inflight] = {}
+        self.concurrency = concurrency
+        self.finished = 0  # runs whose handler has returned (report pending)
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self.by_id
+
+    def free(self) -> int:
+        """Slots for new runs.  A finished run waiting for its report holds no slot (up to
+        ``concurrency`` of them), so the report's round trip never idles the handlers."""
+        running = len(self.by_id) - self.finished
+        return min(self.concurrency - running, 2 * self.concurrency - len(self.by_id))
+
+    def forget_finished(self, fl: Inflight) -> None:
+        """Drop a finished run whose outcome will not be reported (off the per-job path)."""
+        if self.by_id.pop(fl.run_id, None) is not None:
+            self.finished -= 1

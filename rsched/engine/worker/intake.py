@@ -1,0 +1,109 @@
+"""Taking runs: fresh entries from every stream (one XREADGROUP) and entries of dead workers
+(XAUTOCLAIM), up to the free slots."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsched.core.wire import ENTRY_ATTEMPT, ENTRY_RUN
+from rsched.engine.worker._link import Link
+from rsched.engine.worker._link import as_str as _s
+from rsched.engine.worker.inflight import STARTED, Entry, Inflight, Runs, inflight
+from rsched.engine.worker.reporter import Reporter
+from rsched.engine.worker.runner import Runner
+from rsched.obs.metrics import RunMetrics
+from rsched.rdb import keys
+
+log = logging.getLogger("rsched.worker")
+
+
+@dataclass(slots=True)
+class Intake:
+    """Reads entries and hands them to the runner: fresh ones at once (their start is recorded
+    later, see the reporter), reclaimed ones once they are started (and fenced)."""
+
+    link: Link
+    runs: Runs
+    runner: Runner
+    reporter: Reporter
+    metrics: RunMetrics
+    visibility_ms: int
+    _cursors: dict[str, str] = field(default_factory=dict)  # XAUTOCLAIM's cursor per stream
+
+    async def fetch_once(self, block_ms: int = 1000) -> int:
+        """Read new entries from every stream (up to free capacity) and start them."""
+        free = self.runs.free()
+        if free <= 0:
+            return 0
+        streams = self.link.streams
+        # COUNT applies per stream: split the free slots so one read cannot overshoot the
+        # concurrency by more than one entry per stream (the runner's semaphore holds those).
+        count = max(1, free // len(streams))
+        resp: Any = await self.link.r.xreadgroup(
+            keys.GROUP, self.link.id, {s: ">" for s in streams}, count=count, block=block_ms
+        )
+        entries = [(_s(s), _s(eid), f) for s, items in resp or () for eid, f in items if f]
+        return self._launch(entries)
+
+    def _launch(self, entries: list[Entry]) -> int:
+        """Run fresh entries at once; their start is recorded later (see the reporter)."""
+        now_s, now, lag = time.time(), time.perf_counter(), self.metrics.lag
+        streams, by_id, run = self.link.streams, self.runs.by_id, self.runner.run
+        started: dict[tuple[str, str], int] = defaultdict(int)
+        for s, eid, f in entries:
+            p, queue = streams[s]
+            if f[ENTRY_RUN].decode() in by_id:  # delivered again while still running here
+                continue
+            attempt = int(f[ENTRY_ATTEMPT])
+            fl = inflight(p, s, queue, eid, f, attempt, now)
+            started[(fl.type, queue)] += 1
+            if attempt == 1:  # retries wait for their backoff on purpose
+                lag.observe(queue, now_s - fl.sched_ms / 1000)
+            run(fl, f)
+        for (jtype, queue), n in started.items():
+            self.metrics.count("started", jtype, queue, n)
+        return len(entries)
+
+    async def reclaim_once(self) -> int:
+        """Take over entries idle longer than the visibility timeout (their worker is gone)."""
+        free = self.runs.free()
+        if free <= 0:
+            return 0
+        names = list(self.link.streams)
+        pipe = self.link.r.pipeline(transaction=False)
+        for s in names:
+            pipe.xautoclaim(s, keys.GROUP, self.link.id, self.visibility_ms,
+                            start_id=self._cursors.get(s, "0-0"), count=free)
+        entries: list[Entry] = []
+        for s, res in zip(names, await pipe.execute(raise_on_error=False), strict=False):
+            if isinstance(res, Exception):
+                continue
+            self._cursors[s] = _s(res[0])
+            entries += [(s, _s(eid), f) for eid, f in res[1] if f]
+        entries = [e for e in entries if _s(e[2][ENTRY_RUN]) not in self.runs]
+        if entries:
+            log.info("reclaiming %d idle runs", len(entries))
+        return await self._start_reclaimed(entries)
+
+    async def _start_reclaimed(self, entries: list[Entry]) -> int:
+        """Reclaimed entries: take a new fencing token first, then run."""
+        if not entries:
+            return 0
+        now = time.perf_counter()
+        fls: list[Inflight] = []
+        for s, eid, f in entries:
+            p, queue = self.link.streams[s]
+            fls.append(inflight(p, s, queue, eid, f, 0, now))
+        await self.reporter.record_starts(fls, reclaimed=True)
+        started = 0
+        for fl, (_, _, f) in zip(fls, entries, strict=True):
+            if fl.phase is STARTED and fl.run_id not in self.runs:
+                self.metrics.count("started", fl.type, fl.queue)
+                self.metrics.count("reclaimed", fl.type, fl.queue)
+                self.runner.run(fl, f)
+                started += 1
+        return started

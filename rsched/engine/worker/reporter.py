@@ -1,0 +1,218 @@
+"""Recording runs in Redis: their start (start.lua) and their outcome (complete.lua).
+
+A fresh run's handler starts before its start is recorded.  If it returns within
+``start_after_ms``, one complete script per partition records both its start and its outcome
+(one script call per run instead of two on the hot path); a run still going by then gets a
+start script of its own, batched, which takes its fencing token before any heartbeat.  The two
+can meet, and this module is the one place that orders them:
+
+* a finished run is never started on its own: its report records the start;
+* an outcome waits while its run's start script is under way, then goes with the new token
+  (or is dropped if Redis refused the run to us).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from typing import Any
+
+from rsched.core.codes import CompleteCode, StartFence
+from rsched.core.settings import Settings
+from rsched.engine.worker._link import Link
+from rsched.engine.worker.inflight import (
+    NOT_OURS,
+    NOT_STARTED,
+    STARTED,
+    STARTING,
+    Inflight,
+    Outcome,
+    Runs,
+)
+from rsched.obs.metrics import RunMetrics
+from rsched.rdb import keys, scripts
+from rsched.rdb.setup import UNAVAILABLE
+
+log = logging.getLogger("rsched.worker")
+
+# Compared per reported run: plain ints, which save an attribute lookup on the enum class and
+# the subclass check an int == IntEnum comparison makes.
+_SUCCEEDED, _DUPLICATE = int(CompleteCode.SUCCEEDED), int(CompleteCode.DUPLICATE)
+
+
+class Reporter:
+    """Starts and outcomes of this worker's runs, batched per partition."""
+
+    def __init__(self, link: Link, settings: Settings, runs: Runs, metrics: RunMetrics,
+                 slot: asyncio.Event, start_after_ms: int) -> None:
+        self.link = link
+        self.settings = settings
+        self.runs = runs
+        self.metrics = metrics
+        self.slot = slot  # set when a report frees slots for new runs
+        self.start_after_ms = start_after_ms
+        self.done: list[Outcome] = []  # outcomes waiting for their report
+        self.wake = asyncio.Event()  # set when there may be something to report
+
+    # --- starts ------------------------------------------------------------------------------
+
+    async def start_once(self, min_age_ms: int | None = None) -> int:
+        """Record the start of running runs older than ``min_age_ms`` (default start_after_ms)
+        whose start is not recorded yet; returns how many."""
+        age = (self.start_after_ms if min_age_ms is None else min_age_ms) / 1000
+        cutoff = time.perf_counter() - age
+        due = [fl for fl in self.runs.by_id.values()
+               if fl.phase is NOT_STARTED and not fl.finished and fl.t0 <= cutoff]
+        if due:
+            await self.record_starts(due)
+        return len(due)
+
+    async def record_starts(self, fls: list[Inflight], reclaimed: bool = False) -> None:
+        """One start script per partition; moves each run to STARTED (with its token) or
+        NOT_OURS, or back to NOT_STARTED if its partition's script failed."""
+        by_part: dict[int, list[Inflight]] = defaultdict(list)
+        for fl in fls:
+            by_part[fl.partition].append(fl)
+        calls = self._start_calls(by_part, reclaimed)
+        try:
+            results = await scripts.acall_many(self.link.r, calls)
+        finally:
+            for fl in fls:
+                fl.phase = NOT_STARTED
+        for (p, items), res in zip(by_part.items(), results, strict=True):
+            if isinstance(res, Exception):
+                log.error("start on partition %d failed: %s", p, res)
+                continue
+            for i, fl in enumerate(items):
+                self._took_start(fl, int(res[2 * i]), int(res[2 * i + 1]), reclaimed)
+        if self.done:
+            self.wake.set()  # outcomes held back while their start was under way
+
+    def _start_calls(self, by_part: dict[int, list[Inflight]], reclaimed: bool
+                     ) -> list[scripts.Call]:
+        """start.lua's calls (its header has the layout); marks each run STARTING."""
+        s, now = self.settings, time.perf_counter()
+        calls: list[scripts.Call] = []
+        for p, items in by_part.items():
+            ks = [keys.events(p), keys.stats(p), keys.dead(p)]
+            args: list[Any] = [self.link.id, 0, s.events_maxlen, keys.GROUP, len(items),
+                               s.history_len]
+            for fl in items:
+                ks += [fl.run_key, fl.job_key, fl.stream, keys.history(p, fl.job_id)]
+                args += [fl.run_id, fl.entry_id, int((now - fl.t0) * 1000), int(reclaimed)]
+                fl.phase = STARTING
+            calls.append(("start", ks, args))
+        return calls
+
+    def _took_start(self, fl: Inflight, fence: int, attempt: int, reclaimed: bool) -> None:
+        """One run's start result: a token, or not ours to run (never asked again)."""
+        fl.attempt = attempt or fl.attempt
+        if fence > 0:
+            fl.phase, fl.fence = STARTED, fence
+        elif fence == StartFence.FENCED:
+            self.refused(fl, "start")
+        else:
+            fl.phase = NOT_OURS
+            if fence == StartFence.NOT_TO_RUN and not reclaimed:
+                log.warning("run %s is not this worker's to run (cancelled, finished or "
+                            "re-dispatched meanwhile); its outcome will not be recorded",
+                            fl.run_id, extra={"job_id": fl.job_id, "run_id": fl.run_id})
+
+    def refused(self, fl: Inflight, what: str) -> None:
+        """Redis rejected our start or heartbeat of a run another worker holds now (we stalled
+        past the visibility timeout and were reclaimed): count it, say so, never write again."""
+        fl.phase = NOT_OURS
+        self.metrics.count("fenced", fl.type, fl.queue)
+        log.warning("run %s: %s rejected, its stream entry is delivered to another worker now "
+                    "(reclaimed while this worker stalled); its outcome will not be recorded",
+                    fl.run_id, what, extra={"job_id": fl.job_id, "run_id": fl.run_id})
+
+    # --- outcomes ----------------------------------------------------------------------------
+
+    def _take_batch(self) -> list[Outcome]:
+        """The outcomes to report now: those whose start is under way wait for its token, and
+        those of runs Redis refused to us are dropped (said and counted when it refused)."""
+        batch = [o for o in self.done if o.fl.phase is not STARTING]
+        if len(batch) == len(self.done):
+            self.done = []
+        else:
+            self.done = [o for o in self.done if o.fl.phase is STARTING]
+        if any(o.fl.phase is NOT_OURS for o in batch):
+            keep = []
+            for o in batch:
+                if o.fl.phase is not NOT_OURS:
+                    keep.append(o)
+                else:
+                    self.runs.forget_finished(o.fl)
+            batch = keep
+        return batch
+
+    async def flush_once(self) -> int:
+        """Report finished runs, one complete script per partition; keep them on Redis errors."""
+        batch = self._take_batch()
+        if not batch:
+            return 0
+        by_part: dict[int, list[Outcome]] = defaultdict(list)
+        for o in batch:
+            by_part[o.fl.partition].append(o)
+        try:
+            results = await scripts.acall_many(self.link.r, self._complete_calls(by_part))
+        except UNAVAILABLE as e:
+            log.warning("cannot report %d outcomes (%s); will retry", len(batch), e)
+            self.done = batch + self.done
+            return 0
+        retry_later: list[Outcome] = []
+        for (p, items), res in zip(by_part.items(), results, strict=False):
+            if isinstance(res, Exception):
+                log.error("complete on partition %d failed: %s", p, res)
+                retry_later += items
+            else:
+                self._reported(items, res)
+        self.done = retry_later + self.done
+        self.slot.set()
+        return len(batch) - len(retry_later)
+
+    def _complete_calls(self, by_part: dict[int, list[Outcome]]) -> list[scripts.Call]:
+        """complete.lua's calls (its header has the layout); a run not STARTED goes with fence
+        0, and the script records its start with its outcome."""
+        s, now = self.settings, time.perf_counter()
+        calls: list[scripts.Call] = []
+        for p, items in by_part.items():
+            ks = [keys.events(p), keys.stats(p), keys.retry(p), keys.dead(p)]
+            args: list[Any] = [self.link.id, 0, s.events_maxlen, keys.GROUP, len(items),
+                               s.history_len, s.run_ttl_ms, s.finished_ttl_ms]
+            for o in items:
+                fl = o.fl
+                ks += [fl.run_key, fl.job_key, keys.history(p, fl.job_id), fl.stream]
+                args += [fl.run_id, fl.fence, o.status, o.duration_ms, o.text, o.delay_ms,
+                         fl.entry_id, int((now - fl.t0) * 1000)]
+            calls.append(("complete", ks, args))
+        return calls
+
+    def _reported(self, items: list[Outcome], res: list[Any]) -> None:
+        """One partition's complete results: count them, forget the runs (per job: inline)."""
+        counted: dict[tuple[str, str, str], int] = defaultdict(int)
+        by_id, reported = self.runs.by_id, 0
+        for o, code in zip(items, res, strict=False):
+            code, fl = int(code), o.fl
+            if code > 0:  # SUCCEEDED, RETRY or DEAD: the attempt's outcome is recorded
+                counted[(o.status, o.type, o.queue)] += 1
+            if by_id.pop(fl.run_id, None) is not None:
+                reported += 1
+            if code == _SUCCEEDED or code == _DUPLICATE:
+                continue
+            ids = {"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt}
+            if code == CompleteCode.FENCED:
+                self.metrics.count("fenced", o.type, o.queue)
+                log.warning("run %s: result rejected, fence %d is stale (run was reclaimed, "
+                            "or not this worker's)", fl.run_id, fl.fence, extra=ids)
+            elif code == CompleteCode.RETRY:
+                self.metrics.count("retried", o.type, o.queue)
+            elif code == CompleteCode.DEAD:
+                self.metrics.count("dead_lettered", o.type, o.queue)
+                log.error("ALERT run %s dead-lettered: %s", fl.run_id, o.text, extra=ids)
+        self.runs.finished -= reported
+        for (status, jtype, queue), n in counted.items():
+            self.metrics.count(status, jtype, queue, n)

@@ -1,0 +1,200 @@
+"""Running handlers: one task per run, a semaphore for the concurrency, one timer for every
+run's timeout, and the outcome handed to the reporter."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rsched.core import defaults
+from rsched.core.app import App, JobContext
+from rsched.core.models import unpack_payload, unpack_spec
+from rsched.core.retry import retry_delay_ms
+from rsched.core.wire import ENTRY_SPEC
+from rsched.engine.worker.inflight import Inflight, Outcome, Runs
+from rsched.engine.worker.reporter import Reporter
+from rsched.obs.metrics import RunMetrics
+
+log = logging.getLogger("rsched.worker")
+
+MAX_RESULT_BYTES = 16 * 1024
+MAX_ERROR_CHARS = 2000
+SPEC_CACHE = 4096  # distinct packed specs kept unpacked...
+SPEC_CACHE_BYTES = 512  # ...of at most this size (a spec holds the payload: keep memory small)
+
+
+class UnknownJobType(Exception):
+    """No handler is registered for the job's type: fail loudly, never drop silently."""
+
+
+class Deadlines:
+    """One timer for the earliest deadline of all runs, not one per run: most runs end long
+    before theirs, so it fires about once per timeout period, at O(in-flight) each time."""
+
+    def __init__(self, runs: Runs) -> None:
+        self.runs = runs
+        self.at = float("inf")  # when the armed timer fires (loop time)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def arm(self, at: float) -> None:
+        """Fire at ``at`` instead of later (the caller checked ``at < self.at``)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self.at = at
+        self._timer = asyncio.get_running_loop().call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        """Cancel handlers past their timeout (reported as timed_out), then re-arm the timer
+        for the earliest deadline left."""
+        self._timer, self.at = None, float("inf")
+        now = asyncio.get_running_loop().time()
+        nxt = float("inf")
+        for fl in list(self.runs.by_id.values()):
+            if fl.deadline <= now and fl.task is not None and not fl.task.done():
+                fl.timed_out = True
+                fl.task.cancel()
+                fl.deadline = float("inf")
+            elif fl.deadline < nxt:
+                nxt = fl.deadline
+        if nxt < float("inf"):
+            self.arm(nxt)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class Runner:
+    """Runs handlers for the runs the intake takes, and hands their outcomes to the reporter."""
+
+    def __init__(self, app: App, worker_id: str, runs: Runs, reporter: Reporter,
+                 metrics: RunMetrics, slot: asyncio.Event, concurrency: int,
+                 threads: int | None) -> None:
+        self.app = app
+        self.worker_id = worker_id
+        self.runs = runs
+        self.reporter = reporter
+        self.metrics = metrics
+        self.slot = slot  # set when a run leaves its slot
+        self.pool = ThreadPoolExecutor(threads or concurrency, thread_name_prefix="rsched-job")
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.deadlines = Deadlines(runs)
+        self._sem = asyncio.Semaphore(concurrency)
+        self._specs: dict[bytes, dict[str, Any]] = {}
+
+    def run(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
+        """Start a run's handler now."""
+        self.runs.by_id[fl.run_id] = fl
+        task = asyncio.create_task(self._handle(fl, f))
+        fl.task = task
+        self.tasks.add(task)
+
+    def _spec(self, raw: bytes | None) -> dict[str, Any]:
+        """A run's spec, unpacked once per distinct spec: jobs scheduled in a batch mostly share
+        theirs.  Shared dicts are only read; the payload inside stays packed (unpacked per run)."""
+        key = raw or b""
+        sp = self._specs.get(key)
+        if sp is None:
+            sp = unpack_spec(raw)
+            if len(key) <= SPEC_CACHE_BYTES:
+                if len(self._specs) >= SPEC_CACHE:
+                    self._specs.clear()
+                self._specs[key] = sp
+        return sp
+
+    async def _handle(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
+        # Leaves the task set itself (a done callback per run cost another loop turn), in the
+        # same coroutine (a wrapper coroutine per run cost a frame and a send); one function,
+        # since each helper call here is per job.
+        try:
+            jtype = fl.type
+            sp = self._spec(f.get(ENTRY_SPEC))
+            timeout_s = int(sp.get("timeout_ms") or defaults.TIMEOUT_MS) / 1000
+            await self._sem.acquire()
+            t0 = time.perf_counter()
+            loop = asyncio.get_running_loop()
+            fl.deadline = loop.time() + timeout_s
+            if fl.deadline < self.deadlines.at:
+                self.deadlines.arm(fl.deadline)
+            status, text = "succeeded", "null"
+            try:
+                reg = self.app.handlers.get(jtype)
+                if reg is None:
+                    raise UnknownJobType(
+                        f"no handler registered for job type {jtype!r} in app {self.app.name!r} "
+                        f"(registered: {', '.join(sorted(self.app.handlers)) or 'none'})"
+                    )
+                ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, fl.sched_ms,
+                                 unpack_payload(sp.get("payload")), self.worker_id)
+                if reg.is_async:
+                    result = await reg.fn(ctx)
+                else:
+                    # A sync handler past its timeout keeps its thread (Python cannot stop it).
+                    result = await loop.run_in_executor(self.pool, reg.fn, ctx)
+                text = "null" if result is None else encode_result(result)
+            except asyncio.CancelledError:
+                if fl.timed_out:
+                    status, text = "timed_out", f"timed out after {timeout_s:g} s"
+                else:
+                    self.runs.by_id.pop(fl.run_id, None)
+                    self.slot.set()
+                    raise  # shutdown past the grace period: no report, the run will be reclaimed
+            except Exception as e:  # noqa: BLE001 - any handler error is a failed attempt
+                status, text = "failed", f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
+            finally:
+                self._sem.release()
+                fl.deadline = float("inf")
+            duration = int((time.perf_counter() - t0) * 1000)
+            delay = 0
+            if status != "succeeded":
+                delay = retry_delay_ms(
+                    fl.attempt, int(sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS)),
+                    int(sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS)))
+                log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status, text,
+                            extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
+            self.metrics.duration.observe(jtype, duration / 1000)
+            rep = self.reporter
+            rep.done.append(Outcome(fl, status, duration, text, delay, jtype, fl.queue))
+            self.runs.finished += 1
+            fl.finished = True
+            rep.wake.set()
+            self.slot.set()
+        finally:
+            self.tasks.discard(fl.task)
+
+    async def drain(self, grace_s: float) -> None:
+        """Let running jobs finish within the grace period; the rest are left to be reclaimed."""
+        if self.tasks:
+            log.info("waiting up to %.0f s for %d running jobs", grace_s, len(self.tasks))
+            _, pending = await asyncio.wait(list(self.tasks), timeout=grace_s)
+            for t in pending:
+                t.cancel()
+            if pending:
+                log.warning("%d runs left to be reclaimed by other workers", len(pending))
+                await asyncio.wait(pending, timeout=1)
+
+    async def close(self, wait_s: float) -> None:
+        """Cancel what still runs, waiting up to ``wait_s`` (0: leave it, as after a drain; no
+        report: reclaimed elsewhere), stop the timer and let go of the threads."""
+        if wait_s > 0 and self.tasks:
+            for t in list(self.tasks):
+                t.cancel()
+            await asyncio.wait(list(self.tasks), timeout=wait_s)
+        self.deadlines.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def encode_result(result: Any) -> str:
+    """A handler's result as the JSON the run keeps, bounded so one result cannot bloat Redis."""
+    try:
+        text = json.dumps(result, default=str, separators=(",", ":"))
+    except (TypeError, ValueError) as e:
+        text = json.dumps({"unserializable": str(e)[:200]})
+    if len(text) > MAX_RESULT_BYTES:
+        text = json.dumps({"truncated": True, "bytes": len(text)})
+    return text
