@@ -18,7 +18,7 @@ from rsched.core.app import App
 from rsched.core.settings import Settings
 from rsched.engine.dispatcher import Dispatcher
 from rsched.engine.dispatcher.claimer import ClaimResult
-from rsched.engine.worker.worker import Worker
+from rsched.engine.worker import Worker
 from rsched.rdb import keys, scripts
 
 PARTITIONS = 16
@@ -175,12 +175,7 @@ class Rig:
 
     async def __aexit__(self, *exc: object) -> None:
         for w in self.workers:
-            for t in list(w.tasks):
-                t.cancel()
-            if w.tasks:
-                await asyncio.wait(list(w.tasks), timeout=2)
-            w.pool.shutdown(wait=False, cancel_futures=True)
-            await w.r.aclose()
+            await w.close()
         await self.dispatcher.r.aclose()
 
     async def lease(self) -> dict[int, int]:
@@ -200,10 +195,8 @@ class Rig:
     async def finish(self, timeout_s: float = 10, worker: Worker | None = None) -> int:
         """Wait for every started run's handler, then report the outcomes (one flush)."""
         w = worker or self.worker
-        tasks = list(w.tasks)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=timeout_s)
-            assert not pending, f"{len(pending)} handlers still running after {timeout_s} s"
+        pending = await w.wait_handlers(timeout_s)
+        assert not pending, f"{pending} handlers still running after {timeout_s} s"
         return await w.flush_once()
 
     async def cycle(self) -> tuple[ClaimResult, int, int]:
