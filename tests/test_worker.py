@@ -452,6 +452,45 @@ def test_a_long_run_gets_its_start_recorded_while_it_runs_and_a_quick_one_in_its
     assert event_types(r, p, job.id) == ["scheduled", "dispatched", "started", "succeeded"]
 
 
+def test_an_outcome_waits_while_its_runs_start_is_under_way_and_then_carries_the_new_token(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, monkeypatch: Any
+) -> None:
+    """The handler returns while its run's start script is still under way: a flush meanwhile
+    holds the outcome back (sent with fence 0 it would start the run a second time), and the
+    report after the start goes with the token the start took."""
+    app, gates = gated_app()
+    job = client.schedule("long", run_at=clock() - 1)
+    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+    start_sent, start_gate = asyncio.Event(), asyncio.Event()
+    real = scripts.acall_many
+
+    async def slow_starts(rc: Any, batch: list[scripts.Call]) -> list[Any]:
+        if any(c[0] == "start" for c in batch):
+            start_sent.set()
+            await start_gate.wait()
+        return await real(rc, batch)
+
+    monkeypatch.setattr(scripts, "acall_many", slow_starts)
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock, worker_id="w-a") as rig:
+            await rig.claim()
+            assert await rig.fetch() == 1
+            starting = asyncio.create_task(rig.worker.start_once(min_age_ms=0))
+            await start_sent.wait()
+            gates["w-a"].set()
+            assert await rig.finish() == 0  # held back: its start is under way
+            assert len(rig.worker.done) == 1
+            start_gate.set()
+            assert await starting == 1
+            assert await rig.worker.flush_once() == 1
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert (run.state, run.fence, run.result) == (RunState.SUCCEEDED, 1, "w-a")
+    assert event_types(r, p, job.id) == ["scheduled", "dispatched", "started", "succeeded"]
+
+
 @pytest.mark.parametrize("max_attempts", [3, 1])
 def test_a_run_reclaimed_before_its_start_was_recorded_counts_the_lost_attempt(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, max_attempts: int
