@@ -34,6 +34,8 @@ CLAIMS_IN_FLIGHT = 2  # claim scripts queued in Redis at once
 CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra claim call)
 FULL_READ_S = 0.1  # skip_idle rounds still read every partition this often (see run_once)
 
+_Due = dict[int, list[tuple[str, float]]]  # per partition: due job ids with their scores
+
 
 @dataclass
 class ClaimResult:
@@ -94,20 +96,35 @@ class Claimer:
         # Only entries due by (estimated Redis time + margin) come back, plus each set's head for
         # the sleep computation: a round costs O(due), not O(batch), when little is due.
         horizon = now_est + 20
-        known = self._next
         self._forgotten.clear()
+        parts = self._parts_to_read(owned, horizon, skip_idle)
+        if not parts:
+            out.now_ms = now_est
+            out.earliest_ms = self._earliest(owned)
+            return out
+        now, res = await self._read_due(parts, horizon)
+        out.now_ms = now
+        plain, once, recurring = self._candidates(parts, res, now, out)
+        if plain or once or recurring:
+            await self._claim_candidates(plain, once, recurring, owned, now, out)
+        self._drop_forgotten()
+        out.earliest_ms = self._earliest(owned)
+        return out
+
+    def _parts_to_read(self, owned: dict[int, int], horizon: int, skip_idle: bool) -> list[int]:
+        """The partitions this round reads (see run_once); forgets those no longer owned."""
+        known = self._next
         for p in [p for p in known if p not in owned]:
             del known[p]
         mono = time.monotonic()
         if not skip_idle or mono - self._full_at >= FULL_READ_S:
             self._full_at = mono
-            parts = sorted(owned)
-        else:
-            parts = [p for p in sorted(owned) if known.get(p, horizon) <= horizon]
-            if not parts:
-                out.now_ms = now_est
-                out.earliest_ms = self._earliest(owned)
-                return out
+            return sorted(owned)
+        return [p for p in sorted(owned) if known.get(p, horizon) <= horizon]
+
+    async def _read_due(self, parts: list[int], horizon: int) -> tuple[int, list[Any]]:
+        """The round's clock, and Redis's TIME then per partition its due and retry entries up
+        to the horizon, each set's head, and its queues until known (one pipeline)."""
         pipe = self.r.pipeline(transaction=False)
         pipe.time()
         for p in parts:
@@ -120,14 +137,19 @@ class Claimer:
         sec, usec = res[0]
         redis_now = int(sec) * 1000 + int(usec) // 1000
         self._offset_ms = redis_now - int(time.time() * 1000)
-        now = self.clock() if self.clock else redis_now
-        out.now_ms = now
+        return (self.clock() if self.clock else redis_now), res
+
+    def _candidates(self, parts: list[int], res: list[Any], now: int, out: ClaimResult,
+                    ) -> tuple[dict[int, list[ClaimItem]], _Due, _Due]:
+        """What _read_due read, sorted by how it is claimed: retries and one-off jobs as read,
+        recurring jobs once their next time is computed.  Notes each partition's head."""
         # A due score is the due ms minus priority/2048: due once it is <= now + 0.5.
         cutoff = now + 0.5
         inf = float("inf")
+        known, cron = self._next, self._cron
         plain: dict[int, list[ClaimItem]] = {}  # claimable as read: retries
-        once: dict[int, list[tuple[str, float]]] = {}  # claimable as read: one-off jobs
-        recurring: dict[int, list[tuple[str, float]]] = {}  # need their next time first
+        once: _Due = {}  # claimable as read: one-off jobs
+        recurring: _Due = {}  # need their next time first
         i = 1
         for p in parts:
             due, due_head, ret, ret_head = res[i : i + 4]
@@ -137,11 +159,10 @@ class Claimer:
                 i += 1
             if len(due) >= self.batch or len(ret) >= self.batch:
                 out.full = True
-            # The partition's earliest entry as read; a claim below replaces it with what its
-            # script saw left.
+            # The partition's earliest entry as read; a claim replaces it with what its script
+            # saw left.
             known[p] = min(due_head[0][1] if due_head else inf, ret_head[0][1] if ret_head else inf)
             ones: list[tuple[str, float]] = []
-            cron = self._cron
             for m, sc in due:
                 if sc > cutoff:
                     break
@@ -159,11 +180,13 @@ class Claimer:
                 items.append(retry_item(m.decode(), sc))
             if items:
                 plain[p] = items
-        if not plain and not once and not recurring:
-            self._drop_forgotten()
-            out.earliest_ms = self._earliest(owned)
-            return out
+        return plain, once, recurring
 
+    async def _claim_candidates(self, plain: dict[int, list[ClaimItem]], once: _Due,
+                                recurring: _Due, owned: dict[int, int], now: int,
+                                out: ClaimResult) -> None:
+        """Claim retries and one-off jobs, then recurring jobs (with those the first claims
+        handed back as recurring); note what each partition's script saw left."""
         now_arg = now if self.clock else 0
         if plain or once:
             needs = await self._claim(plain, owned, now_arg, out, once)
@@ -171,12 +194,9 @@ class Claimer:
                 recurring.setdefault(p, []).extend(ids)
         if recurring:
             await self._claim_recurring(recurring, owned, now, now_arg, out)
-        known.update(out.left)
+        self._next.update(out.left)
         for p in out.lost:
-            known.pop(p, None)
-        self._drop_forgotten()
-        out.earliest_ms = self._earliest(owned)
-        return out
+            self._next.pop(p, None)
 
     def _drop_forgotten(self) -> None:
         for p in self._forgotten:
@@ -192,8 +212,7 @@ class Claimer:
 
     async def _claim(self, calls_by_part: dict[int, list[ClaimItem]], owned: dict[int, int],
                      now_arg: int, out: ClaimResult,
-                     once: dict[int, list[tuple[str, float]]] | None = None,
-                     ) -> dict[int, list[tuple[str, float]]]:
+                     once: _Due | None = None) -> _Due:
         """One claim script per partition; returns the job ids handed back, with their scores.
 
         The calls go out as soon as their arguments are built, CLAIMS_IN_FLIGHT at a time:
@@ -210,7 +229,7 @@ class Claimer:
                 return (await scripts.acall_many(self.r, [call]))[0]
 
         results = await asyncio.gather(*(claim(p) for p in parts))
-        needs: dict[int, list[tuple[str, float]]] = {}
+        needs: _Due = {}
         lost = list(out.lost)
         for p, res in zip(parts, results, strict=True):
             if isinstance(res, Exception):
@@ -239,8 +258,7 @@ class Claimer:
         out.lost = tuple(lost)
         return needs
 
-    async def _claim_recurring(self, cands: dict[int, list[tuple[str, float]]],
-                               owned: dict[int, int], now: int, now_arg: int,
+    async def _claim_recurring(self, cands: _Due, owned: dict[int, int], now: int, now_arg: int,
                                out: ClaimResult) -> None:
         """Read recurring jobs' schedules, compute their next times, claim them."""
         pipe = self.r.pipeline(transaction=False)
