@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Scheduled time -> start, in seconds: a healthy cluster starts runs in milliseconds.  The bounds
+# of Cluster.start_lag and of each worker's start-lag histogram (rsched.obs.metrics).
+LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionStatus:
@@ -82,4 +86,4 @@ class Cluster:
     status: Status
     counters: tuple[PartitionCounters, ...]
     runs_started: int
-    start_lag: tuple[float, ...]  # rsched.obs.metrics.Buckets layout: counts..., +Inf, sum
+    start_lag: tuple[float, ...]  # per LAG_BUCKETS_S bound, then +Inf, then the sum

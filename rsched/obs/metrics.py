@@ -2,8 +2,9 @@
 
 Workers count runs in plain dicts and lists (one dict increment and one bisect per run, no lock
 and no prometheus-client call on the hot path); a collector turns them into metric families
-only when Prometheus scrapes.  Dispatchers count per claim round, so they use prometheus-client
-counters directly.  Every process can serve its metrics on a port of its own (``serve``); the
+only when Prometheus scrapes; the service counts created jobs the same way, in
+rsched.core.tally.  Dispatchers count per claim round, so they use prometheus-client counters
+directly.  Every process can serve its metrics on a port of its own (``serve``); the
 API's ``/metrics`` adds the cluster view (``cluster_families`` of rsched.service.status's
 ``op_cluster``): backlog, oldest due age, leases, queue streams, dead letters and archiver lag
 per partition, read from Redis at scrape time.  This module reads nothing itself: it imports
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections import Counter as Tally
 from collections import defaultdict
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,17 +39,16 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from rsched.core.errors import ValidationError
-from rsched.core.views import Cluster
+from rsched.core.tally import SCHEDULED
+from rsched.core.views import LAG_BUCKETS_S, Cluster
 
-# Scheduled time -> start, in seconds: a healthy cluster starts runs in milliseconds.
-LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 DURATION_BUCKETS_S = (0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 RUN_EVENTS = ("started", "succeeded", "failed", "timed_out", "retried", "reclaimed", "fenced",
               "dead_lettered")
 
 __all__ = [
-    "CONTENT_TYPE_LATEST", "ArchiveLagCollector", "RunMetrics", "cluster_families",
-    "count_scheduled", "op_cluster", "render", "serve",
+    "CONTENT_TYPE_LATEST", "LAG_BUCKETS_S", "ArchiveLagCollector", "RunMetrics",
+    "cluster_families", "op_cluster", "render", "serve",
 ]
 
 
@@ -163,7 +162,6 @@ REGISTRY.register(_WorkerCollector())
 
 # --- per-process: scheduling and dispatching --------------------------------------------------
 
-JOBS_SCHEDULED = Counter("rsched_jobs_scheduled", "Jobs created", ["type", "queue"])
 DISPATCHED = Counter("rsched_dispatched", "Runs moved onto queue streams by this dispatcher")
 SKIPPED = Counter("rsched_skipped", "Occurrences skipped by misfire=skip")
 LEASE_CHANGES = Counter("rsched_lease_changes", "Partition leases taken or given up",
@@ -173,10 +171,18 @@ CLAIM_ROUND = Histogram("rsched_claim_round_seconds", "One claim round over owne
                         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
 
 
-def count_scheduled(created: Iterable[tuple[str, str]]) -> None:
-    """Count created jobs given as (type, queue): one counter call per distinct pair."""
-    for (t, q), n in Tally(created).items():
-        JOBS_SCHEDULED.labels(t, q).inc(n)
+class _ScheduledCollector:
+    """Jobs this process created (rsched.core.tally.SCHEDULED, counted by the service)."""
+
+    def collect(self) -> Iterator[Metric]:
+        fam = CounterMetricFamily("rsched_jobs_scheduled", "Jobs created",
+                                  labels=["type", "queue"])
+        for (t, q), n in sorted(SCHEDULED.snapshot().items()):
+            fam.add_metric([t, q], n)
+        yield fam
+
+
+REGISTRY.register(_ScheduledCollector())
 
 
 class LagReading(Protocol):
@@ -231,7 +237,7 @@ def serve(address: str | int | None, collectors: Sequence[Collector] = ()) -> in
     return int(server.server_address[1])
 
 
-# --- the cluster view, read from Redis by rsched.service.status -------------------------------
+# --- the cluster view, read from Redis by rsched.service.status.op_cluster --------------------
 
 
 class ClusterSource(Protocol):

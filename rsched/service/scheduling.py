@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from itertools import chain, repeat
 from typing import Any
 
 from rsched.core.codes import ControlCode, ScheduleCode
@@ -21,7 +20,7 @@ from rsched.core.spec import (
     jitter_offset_ms,
     prepare,
 )
-from rsched.obs import metrics
+from rsched.core.tally import SCHEDULED
 from rsched.rdb import keys, scripts
 from rsched.rdb.ops import Commands, Op, Scripts, cmd, one
 from rsched.service.context import Service, op_wake
@@ -110,7 +109,7 @@ def op_schedule(
         hashes = yield Commands([cmd("hgetall", keys.job(parts[i], ids[i])) for i in existing])
         for i, h in zip(existing, hashes, strict=True):
             out[i] = Job.from_hash(h)
-    metrics.count_scheduled(chain.from_iterable(repeat(pair, n) for pair, n in tally))
+    SCHEDULED.add(tally)  # rsched_jobs_scheduled, read by rsched.obs.metrics when scraped
     yield from op_wake(wake)
     return out, created  # type: ignore[return-value]
 
