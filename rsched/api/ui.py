@@ -3,7 +3,8 @@
 The dashboard is a client of the HTTP API like any other: it sends the user's API key as a
 Bearer token and shows only the buttons that key's scope allows (``GET /ui/session`` tells it
 the scope).  ``/metrics`` is open like ``/healthz``, as Prometheus scrapers expect: this
-process's counters plus the cluster view read from Redis at scrape time (rsched.metrics).
+process's counters plus the cluster view read from Redis at scrape time
+(rsched.service.status.op_cluster, rendered by rsched.obs.metrics).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from starlette.staticfiles import StaticFiles
 from rsched.api.guard import protect
 from rsched.api.problems import JSON, problem
 from rsched.obs import metrics
+from rsched.service.status import op_cluster
 
 
 async def session(request: Request) -> Response:
@@ -31,7 +33,7 @@ async def session(request: Request) -> Response:
 
 async def metrics_endpoint(request: Request) -> Response:
     client = request.app.state.client
-    cluster = await client.run(metrics.op_cluster(client))
+    cluster = await client.run(op_cluster(client))
     return Response(metrics.render(cluster), media_type=metrics.CONTENT_TYPE_LATEST)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,7 +48,7 @@ RUN_EVENTS = ("started", "succeeded", "failed", "timed_out", "retried", "reclaim
 
 __all__ = [
     "CONTENT_TYPE_LATEST", "LAG_BUCKETS_S", "ArchiveLagCollector", "RunMetrics",
-    "cluster_families", "op_cluster", "render", "serve",
+    "cluster_families", "render", "serve",
 ]
 
 
@@ -238,16 +238,6 @@ def serve(address: str | int | None, collectors: Sequence[Collector] = ()) -> in
 
 
 # --- the cluster view, read from Redis by rsched.service.status.op_cluster --------------------
-
-
-class ClusterSource(Protocol):
-    def op_cluster(self) -> Generator[Any, Any, Cluster]: ...
-
-
-def op_cluster(source: ClusterSource) -> Generator[Any, Any, Cluster]:
-    """The source's cluster view (rsched.service.status.op_cluster, which a client offers as
-    its ``op_cluster``): kept for rsched.api.ui until it calls the service itself."""
-    return source.op_cluster()
 
 
 def cluster_families(c: Cluster) -> Iterator[Metric]:
