@@ -540,9 +540,10 @@ async def set_up(kind: str, redis_url: str, **overrides: Any) -> None:
     try:
         await proc.setup()
     finally:
-        await proc.r.aclose()
         if isinstance(proc, Worker):
-            proc.pool.shutdown(wait=False)
+            await proc.close()
+        else:
+            await proc.r.aclose()
 
 
 @pytest.mark.parametrize("kind", ["dispatcher", "worker"])

@@ -162,10 +162,10 @@ async def scenario_worker(
     """A worker on some partitions, through the given (maybe cluster) client: one XREADGROUP
     may not span slots on a cluster, so each fetching worker reads a single partition."""
     w = Worker(app, s, worker_id=worker_id, **kw)
-    await w.r.aclose()
-    w.r = ar
-    w.streams = {keys.stream(p, "default"): (p, "default") for p in parts}
-    for stream in w.streams:
+    await w.link.r.aclose()  # every part talks through the link: replace its client there
+    w.link.r = ar
+    w.link.streams = {keys.stream(p, "default"): (p, "default") for p in parts}
+    for stream in w.link.streams:
         try:
             await ar.xgroup_create(stream, keys.GROUP, id="0", mkstream=True)
         except ResponseError as e:
@@ -175,10 +175,10 @@ async def scenario_worker(
 
 async def until_done(w: Worker, n: int) -> None:
     for _ in range(500):
-        if len(w.done) >= n:
+        if len(w.reporter.done) >= n:
             return
         await asyncio.sleep(0.01)
-    raise AssertionError(f"{w.id}: {len(w.done)} of {n} runs finished")
+    raise AssertionError(f"{w.id}: {len(w.reporter.done)} of {n} runs finished")
 
 
 async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> None:
@@ -238,10 +238,8 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         assert claimed.dispatched == 1  # the replay; the trigger's run is abandoned (cancelled)
         await leases.release_all()
     finally:
-        for w in (wa, wb, w2):
-            for t in w.tasks:
-                t.cancel()
-            w.pool.shutdown(wait=False, cancel_futures=True)
+        for w in (wa, wb, w2):  # each closes the shared client too: the scenario is done with it
+            await w.close(wait_s=1)
 
     assert client.get_run(f"{ok.id}@{ok.next_ms}").result == "ok"
     long_run = client.get_run(f"{long.id}@{long.next_ms}")

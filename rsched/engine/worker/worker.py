@@ -20,10 +20,8 @@ import socket
 import threading
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rsched.core import defaults
@@ -33,7 +31,7 @@ from rsched.core.ids import ulid
 from rsched.core.settings import Settings
 from rsched.engine import aio
 from rsched.engine.worker._link import Link
-from rsched.engine.worker.inflight import Inflight, Outcome, Runs
+from rsched.engine.worker.inflight import Outcome, Runs
 from rsched.engine.worker.intake import Intake
 from rsched.engine.worker.loops import Every, Flusher
 from rsched.engine.worker.membership import CONSUMER_IDLE_MS, Membership
@@ -110,36 +108,6 @@ class Worker:
     # --- what other code and tests see ---------------------------------------------------------
 
     @property
-    def r(self) -> Redis:
-        return self.link.r
-
-    @r.setter
-    def r(self, r: Redis) -> None:
-        self.link.r = r  # every part talks through the link
-
-    @property
-    def streams(self) -> dict[str, tuple[int, str]]:
-        """Stream name -> (partition, queue), filled by setup()."""
-        return self.link.streams
-
-    @streams.setter
-    def streams(self, streams: dict[str, tuple[int, str]]) -> None:
-        self.link.streams = streams
-
-    @property
-    def inflight(self) -> dict[str, Inflight]:
-        return self.runs.by_id
-
-    @property
-    def tasks(self) -> set[asyncio.Task[None]]:
-        """The running handlers' tasks."""
-        return self.runner.tasks
-
-    @property
-    def pool(self) -> ThreadPoolExecutor:
-        return self.runner.pool
-
-    @property
     def done(self) -> list[Outcome]:
         """Outcomes waiting for their report."""
         return self.reporter.done
@@ -156,10 +124,11 @@ class Worker:
 
     async def setup(self) -> None:
         """Check Redis, learn the partitions and join every stream's consumer group."""
-        await acheck_redis(self.r, self.settings.allow_unsafe_redis)
-        n = await aensure_partitions(self.r, self.settings.initial_partitions,
+        r = self.link.r
+        await acheck_redis(r, self.settings.allow_unsafe_redis)
+        n = await aensure_partitions(r, self.settings.initial_partitions,
                                      self.settings.strict_partitions)
-        self.streams = {keys.stream(p, q): (p, q) for p in range(n) for q in self.queues}
+        self.link.streams = {keys.stream(p, q): (p, q) for p in range(n) for q in self.queues}
         await self.membership.join()
 
     async def fetch_once(self, block_ms: int = 1000) -> int:
@@ -261,7 +230,7 @@ class Worker:
         ``wait_s``; their runs are left to be reclaimed, unreported), then the timeout timer,
         the handler threads and the connection.  ``run`` calls it after its drain."""
         await self.runner.close(wait_s)
-        await self.r.aclose()
+        await self.link.r.aclose()
 
 
 def serve(app: App, settings: Settings, **options: Any) -> None:
