@@ -88,14 +88,6 @@ def archive_url(url: str | None = None) -> str:
     return url or os.environ.get(ENV_URL) or DEFAULT_URL
 
 
-def open_store(url: str | None = None) -> Store:
-    """Temporary forward to rsched.archive.stores.open_store, for rsched.service.context and
-    rsched.client until they import that (it ends the store <-> dialect cycle)."""
-    from rsched.archive.stores import open_store as open_
-
-    return open_(url)
-
-
 _SELECT = ", ".join(COLUMNS)
 _FAILURES = ", ".join(f"'{e}'" for e in FAILURES)
 # rank >= q * n in integers (q in millionths): floats would round differently in the two stores.
@@ -240,4 +232,4 @@ class Store(ABC):
 
 
 __all__ = ["DAY_MS", "DEFAULT_URL", "ENV_URL", "Migration", "Prepared", "Store", "StoreUnavailable",
-           "archive_url", "migrations", "open_store", "redact", "sqlite_path"]
+           "archive_url", "migrations", "redact", "sqlite_path"]
