@@ -1,8 +1,9 @@
 """The layering rules, checked from the AST of every module under rsched/.
 
 core is pure; rdb is the only layer that sends commands; service holds the operations every
-face uses; engine and archive stand on core, rdb and obs; faces (api, cli) never import each
-other; and no function hides an import of an rsched module (a hidden import is a cycle).
+face uses, and may read the archive; engine and archive stand on core, rdb and obs; obs on
+core only; faces (api, cli) never import each other, but for the one process runner below; and
+no function hides an import of an rsched module (a hidden import is a cycle).
 """
 
 from __future__ import annotations
@@ -21,26 +22,28 @@ STDLIB = set(sys.stdlib_module_names)
 RULES: dict[str, tuple[set[str], set[str]]] = {
     "core": ({"core"}, {"msgpack", "cronsim"}),
     "rdb": ({"core", "rdb"}, {"redis", "hiredis"}),
-    "service": ({"core", "rdb", "service"}, {"redis", "msgpack"}),
+    # service.history chooses between the archive and Redis for a run's history: the one place
+    # the archive is read for the faces, so service (not client or the faces) may import it.
+    "service": ({"core", "rdb", "service", "archive"}, {"redis", "msgpack"}),
     "client": ({"core", "rdb", "service"}, {"redis", "msgpack"}),
     "engine": ({"core", "rdb", "obs", "engine"}, {"redis", "uvloop", "msgpack"}),
     "archive": ({"core", "rdb", "obs", "archive"}, {"redis", "psycopg"}),
     "obs": ({"core", "obs"}, {"prometheus_client"}),
 }
 FACES = {"api", "cli"}
+# The one edge between faces, exactly (importing module, imported module): `rsched api` must
+# start the API, and cli.main is the process runner that puts every rsched process together;
+# the CLI's commands (cli.commands) never import the API.
+PROCESS_RUNNERS = {("rsched.cli.main", "rsched.api.app")}
 
 # Violations other engineers are fixing now; each mark goes when their change lands.
 IN_PROGRESS = {
-    "client": "rsched/client.py, rsched/aclient.py import rsched.archive.history; aclient imports "
-              "client (client work)",
-    "service": "rsched/service/**: imports rsched.obs (scheduling.py, status.py), being reworked "
-               "(service work)",
-    "archive": "rsched/archive/store.py keeps a forwarding open_store until rsched/service/"
-               "context.py and rsched/client.py import rsched.archive.open_store (their work)",
-    "api": "rsched/api/__init__.py's lazy __getattr__ import, kept for the CLI's use of "
-           "rsched.api.convert (cli and api work)",
-    "cli": "rsched/cli/**: function-level imports of rsched modules, imports of rsched.api "
-           "(cli work)",
+    "client": "rsched/client.py, rsched/aclient.py import rsched.archive.history (for type hints); "
+              "aclient imports client for ClientBase (client work)",
+    "service": "rsched/service/status.py imports LAG_BUCKETS_S from rsched.obs.metrics; it lives "
+               "in rsched.core.views now (service status work)",
+    "cli": "rsched/cli/main.py imports rsched.api.app inside `rsched api` (the allowed process-"
+           "runner edge, once it is a top-level import) (cli work)",
 }
 
 
@@ -86,7 +89,8 @@ def _violations(layer: str) -> list[str]:
                     bad.append(where + " inside a function")
                 if layer in RULES and target not in RULES[layer][0]:
                     bad.append(where)
-                if layer in FACES and target in FACES - {layer}:
+                if (layer in FACES and target in FACES - {layer}
+                        and (module, name) not in PROCESS_RUNNERS):
                     bad.append(where + " (faces never import each other)")
             elif layer in RULES and top not in STDLIB and top not in RULES[layer][1]:
                 bad.append(where + " (third-party)")
