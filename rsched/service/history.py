@@ -110,3 +110,9 @@ class HistorySource(Protocol):
 def history_of(svc: Service) -> HistorySource:
     """The history source every face reads: the archive's when one is configured."""
     return ArchiveHistory(svc) if svc.archive_url else RedisHistory()
+
+
+# RunAttempt and RunsPage re-exported: the clients and faces name a history's types from here,
+# not from the archive (only the service reads it).
+__all__ = ["ArchiveHistory", "HistorySource", "RedisHistory", "RunAttempt", "RunsPage",
+           "history_of", "op_history", "op_redis_runs_page"]
