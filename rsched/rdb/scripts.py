@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
@@ -64,52 +64,107 @@ def _is_noscript(exc: BaseException) -> bool:
     )
 
 
+Call = tuple[str, Sequence[str], Sequence[Any]]
+
+
+class _Reload(NamedTuple):
+    """What a NOSCRIPT reply (the script cache empties when Redis restarts) asks for, decided
+    free of I/O for the sync and asyncio paths: load ``sources``, send the calls at ``redo``
+    again, and `merge` their replies into the first ones."""
+
+    sources: tuple[str, ...]
+    redo: list[int]
+
+    @classmethod
+    def of(cls, calls: Sequence[Call], results: list[Any]) -> _Reload | None:
+        if not any(map(_is_noscript, results)):
+            return None
+        redo = [i for i, res in enumerate(results) if _is_noscript(res)]
+        return cls(tuple(load(name).source for name in {calls[i][0] for i in redo}), redo)
+
+    def calls(self, calls: Sequence[Call]) -> list[Call]:
+        return [calls[i] for i in self.redo]
+
+    def merge(self, results: list[Any], again: list[Any]) -> list[Any]:
+        for i, res in zip(self.redo, again, strict=False):
+            results[i] = res
+        return results
+
+
+def _fill(p: Any, calls: Sequence[Call]) -> Any:
+    for name, keys, args in calls:
+        p.evalsha(load(name).sha, len(keys), *keys, *args)
+    return p
+
+
+def _send(r: Any, calls: Sequence[Call], direct: bool) -> list[Any]:
+    if direct:
+        name, keys, args = calls[0]
+        try:
+            return [r.evalsha(load(name).sha, len(keys), *keys, *args)]
+        except NoScriptError as e:
+            return [e]
+    return list(_fill(r.pipeline(transaction=False), calls).execute(raise_on_error=False))
+
+
+async def _asend(r: Any, calls: Sequence[Call], direct: bool) -> list[Any]:
+    if direct:
+        name, keys, args = calls[0]
+        try:
+            return [await r.evalsha(load(name).sha, len(keys), *keys, *args)]
+        except NoScriptError as e:
+            return [e]
+    p = _fill(r.pipeline(transaction=False), calls)
+    return list(await p.execute(raise_on_error=False))
+
+
+def _run(r: Any, calls: Sequence[Call], direct: bool = False,
+         results: list[Any] | None = None) -> list[Any]:
+    """Send the calls (unless their ``results`` are in), reloading scripts if Redis lacks any."""
+    results = _send(r, calls, direct) if results is None else results
+    if (reload := _Reload.of(calls, results)) is None:
+        return results
+    for source in reload.sources:
+        r.script_load(source)
+    return reload.merge(results, _send(r, reload.calls(calls), direct))
+
+
+async def _arun(r: Any, calls: Sequence[Call], direct: bool = False) -> list[Any]:
+    """_run on an asyncio client."""
+    results = await _asend(r, calls, direct)
+    if (reload := _Reload.of(calls, results)) is None:
+        return results
+    for source in reload.sources:
+        await r.script_load(source)
+    return reload.merge(results, await _asend(r, reload.calls(calls), direct))
+
+
+def _raised(result: Any) -> Any:
+    if isinstance(result, NoScriptError):
+        raise result
+    return result
+
+
 def call(r: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
     """Run a script on a sync client."""
-    s = load(name)
-    try:
-        return r.evalsha(s.sha, len(keys), *keys, *args)
-    except NoScriptError:
-        r.script_load(s.source)
-        return r.evalsha(s.sha, len(keys), *keys, *args)
+    return _raised(_run(r, [(name, keys, args)], direct=True)[0])
 
 
 async def acall(r: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
     """Run a script on an asyncio client."""
-    s = load(name)
-    try:
-        return await r.evalsha(s.sha, len(keys), *keys, *args)
-    except NoScriptError:
-        await r.script_load(s.source)
-        return await r.evalsha(s.sha, len(keys), *keys, *args)
-
-
-Call = tuple[str, Sequence[str], Sequence[Any]]
+    return _raised((await _arun(r, [(name, keys, args)], direct=True))[0])
 
 
 def call_many(r: Any, calls: Iterable[Call]) -> list[Any]:
     """Run several scripts in one pipeline (one round trip); exceptions are returned in place."""
     todo = list(calls)
-    if not todo:
-        return []
-    return _redo_noscript(r, todo, _pipe(r, todo))
+    return _run(r, todo) if todo else []
 
 
-def _redo_noscript(r: Any, calls: Sequence[Call], results: list[Any]) -> list[Any]:
-    redo = [i for i, res in enumerate(results) if _is_noscript(res)]
-    if redo:
-        for name in {calls[i][0] for i in redo}:
-            r.script_load(load(name).source)
-        for i, res in zip(redo, _pipe(r, [calls[i] for i in redo]), strict=False):
-            results[i] = res
-    return results
-
-
-def _pipe(r: Any, calls: Sequence[Call]) -> list[Any]:
-    p = r.pipeline(transaction=False)
-    for name, keys, args in calls:
-        p.evalsha(load(name).sha, len(keys), *keys, *args)
-    return list(p.execute(raise_on_error=False))
+async def acall_many(r: Any, calls: Iterable[Call]) -> list[Any]:
+    """call_many on an asyncio client."""
+    todo = list(calls)
+    return await _arun(r, todo) if todo else []
 
 
 def stream_many(r: Any, calls: Iterable[Call]) -> list[Any]:
@@ -148,26 +203,5 @@ def stream_many(r: Any, calls: Iterable[Call]) -> list[Any]:
             raise
     finally:
         pool.release(conn)
-    return _redo_noscript(r, sent, results)
+    return _run(r, sent, results=results)
 
-
-async def acall_many(r: Any, calls: Iterable[Call]) -> list[Any]:
-    """Asyncio twin of call_many."""
-    todo = list(calls)
-    if not todo:
-        return []
-    results = await _apipe(r, todo)
-    redo = [i for i, res in enumerate(results) if _is_noscript(res)]
-    if redo:
-        for name in {todo[i][0] for i in redo}:
-            await r.script_load(load(name).source)
-        for i, res in zip(redo, await _apipe(r, [todo[i] for i in redo]), strict=False):
-            results[i] = res
-    return results
-
-
-async def _apipe(r: Any, calls: Sequence[Call]) -> list[Any]:
-    p = r.pipeline(transaction=False)
-    for name, keys, args in calls:
-        p.evalsha(load(name).sha, len(keys), *keys, *args)
-    return list(await p.execute(raise_on_error=False))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rsched.core.errors import UnsafeRedis
 from rsched.core.retry import backoff_ceiling_ms
 from rsched.rdb import keys
+from rsched.rdb.ops import Commands, Op, arun, cmd, run
 
 log = logging.getLogger("rsched")
 
@@ -75,29 +76,45 @@ class StartupRetry:
         return delay_s
 
 
+def _op_start_up(url: str) -> Generator[float | None, BaseException | None, bool]:
+    """A daemon's start-up loop, free of I/O: yields None for a try of its setup (send back the
+    error, None once it worked), then the seconds to wait before the next; the drivers below
+    end it early when stopped.  Any error but unavailability is raised at once."""
+    retry = StartupRetry(url)
+    while True:
+        exc = yield None
+        if exc is None:
+            return True
+        delay_s = retry.delay_s(exc)
+        if delay_s is None:
+            raise exc
+        yield delay_s
+
+
 async def wait_for_redis(setup: Callable[[], Awaitable[object]], url: str,
                          stop: asyncio.Event) -> bool:
     """Run a daemon's ``setup`` (checks, partitions, groups) until Redis answers it: True once it
     succeeded, False if ``stop`` came first (also while a connection attempt hangs).  Any other
     error (an unsafe Redis, a wrong password) is raised at once."""
-    retry = StartupRetry(url)
+    steps = _op_start_up(url)
     stopped = asyncio.ensure_future(stop.wait())
     attempt: asyncio.Future[object] | None = None
     try:
+        delay_s = next(steps)
         while True:
-            attempt = asyncio.ensure_future(setup())
-            await asyncio.wait([attempt, stopped], return_when=asyncio.FIRST_COMPLETED)
-            if not attempt.done():
-                return False
-            exc = attempt.exception()
-            if exc is None:
-                return True
-            delay_s = retry.delay_s(exc)
             if delay_s is None:
-                raise exc
-            await asyncio.wait([stopped], timeout=delay_s)
-            if stop.is_set():
-                return False
+                attempt = asyncio.ensure_future(setup())
+                await asyncio.wait([attempt, stopped], return_when=asyncio.FIRST_COMPLETED)
+                if not attempt.done():
+                    return False
+                delay_s = steps.send(attempt.exception())
+            else:
+                await asyncio.wait([stopped], timeout=delay_s)
+                if stop.is_set():
+                    return False
+                delay_s = next(steps)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
     finally:
         stopped.cancel()
         if attempt is not None and not attempt.done():
@@ -107,16 +124,22 @@ async def wait_for_redis(setup: Callable[[], Awaitable[object]], url: str,
 
 def wait_for_redis_sync(setup: Callable[[], object], url: str, stop: threading.Event) -> bool:
     """wait_for_redis for a thread (the archiver); ``stop`` is checked between tries."""
-    retry = StartupRetry(url)
-    while not stop.is_set():
-        try:
-            setup()
-            return True
-        except Exception as e:  # noqa: BLE001 - judged by StartupRetry, raised unless an outage
-            delay_s = retry.delay_s(e)
+    steps = _op_start_up(url)
+    try:
+        delay_s = next(steps)
+        while not stop.is_set():
             if delay_s is None:
-                raise
-        stop.wait(delay_s)
+                error: Exception | None = None
+                try:
+                    setup()
+                except Exception as e:  # noqa: BLE001 - judged by StartupRetry, raised unless an outage
+                    error = e
+                delay_s = steps.send(error)
+            else:
+                stop.wait(delay_s)
+                delay_s = next(steps)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
     return False
 
 SAFE_POLICIES = {"noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}
@@ -241,31 +264,37 @@ class _ClosedTransportIsUnavailable:
 _CONFIG_UNREADABLE = "cannot read Redis config ({}); make sure maxmemory-policy is noeviction"
 
 
+def op_check_redis(allow_unsafe: bool = False) -> Op[list[str]]:
+    """Raise UnsafeRedis on an evicting Redis; return the warnings (AOF off, CONFIG disabled)."""
+    cfg = yield Commands([cmd("config_get", "maxmemory-policy"), cmd("config_get", "appendonly")],
+                         raise_on_error=False)
+    for res in cfg:
+        if isinstance(res, ResponseError):  # managed Redis often disables CONFIG
+            return [_CONFIG_UNREADABLE.format(res)]
+    return judge_config(_s(cfg[0]["maxmemory-policy"]), _s(cfg[1]["appendonly"]), allow_unsafe)
+
+
 def check_redis(r: Any, allow_unsafe: bool = False) -> list[str]:
-    try:
-        cfg = r.config_get("maxmemory-policy") | r.config_get("appendonly")
-    except ResponseError as e:  # managed Redis often disables CONFIG
-        return [_CONFIG_UNREADABLE.format(e)]
-    return judge_config(_s(cfg["maxmemory-policy"]), _s(cfg["appendonly"]), allow_unsafe)
+    return run(r, op_check_redis(allow_unsafe))
 
 
 async def acheck_redis(r: Any, allow_unsafe: bool = False) -> list[str]:
-    try:
-        cfg = (await r.config_get("maxmemory-policy")) | (await r.config_get("appendonly"))
-    except ResponseError as e:
-        return [_CONFIG_UNREADABLE.format(e)]
-    return judge_config(_s(cfg["maxmemory-policy"]), _s(cfg["appendonly"]), allow_unsafe)
+    return await arun(r, op_check_redis(allow_unsafe))
+
+
+def op_ensure_partitions(wanted: int, explicit: bool = True) -> Op[int]:
+    """Store the partition count at first start; refuse to run with a different one."""
+    _, stored = yield Commands([cmd("hsetnx", keys.config(), "partitions", wanted),
+                                cmd("hget", keys.config(), "partitions")])
+    return _stored(stored, wanted, explicit)
 
 
 def ensure_partitions(r: Any, wanted: int, explicit: bool = True) -> int:
-    """Store the partition count at first start; refuse to run with a different one."""
-    r.hsetnx(keys.config(), "partitions", wanted)
-    return _stored(r.hget(keys.config(), "partitions"), wanted, explicit)
+    return run(r, op_ensure_partitions(wanted, explicit))
 
 
 async def aensure_partitions(r: Any, wanted: int, explicit: bool = True) -> int:
-    await r.hsetnx(keys.config(), "partitions", wanted)
-    return _stored(await r.hget(keys.config(), "partitions"), wanted, explicit)
+    return await arun(r, op_ensure_partitions(wanted, explicit))
 
 
 def connect_async(url: str, **options: Any) -> Any:
