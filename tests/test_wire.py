@@ -1,14 +1,18 @@
 """The stream-entry field names Python reads (rsched.core.wire), held against the scripts that
-write them."""
+write them; the packed spec's field order (models.SPEC_ORDER), held against its readers."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
 from rsched.core import wire
+from rsched.core.models import SPEC_ORDER, pack_spec, unpack_payload, unpack_spec
+from rsched.core.spec import JobSpec, prepare
 
-LUA = Path(__file__).resolve().parent.parent / "lua"
+ROOT = Path(__file__).resolve().parent.parent
+LUA = ROOT / "lua"
 SCRIPTS = sorted(LUA.glob("*.lua")) + sorted((LUA / "include").glob("*.lua"))
 
 
@@ -94,3 +98,31 @@ def test_a_claim_item_has_the_per_item_values_claims_header_lists_in_order() -> 
             names_at[int(offset.group(1) or 0)] = name
     assert [names_at[k] for k in sorted(names_at)] == list(wire.ClaimItem._fields)
     assert f"a = a + {len(wire.ClaimItem._fields)}\n" in source
+
+
+def test_a_packed_spec_unpacks_to_its_values_under_the_names_of_spec_order() -> None:
+    assert tuple(inspect.signature(pack_spec).parameters) == SPEC_ORDER
+    values = (30_000, 1_000, 60_000, -3, "Europe/Paris", "skip", 500, "key-1", 1_700_000_000_000,
+              b"\x81\xa1k\x01")
+    assert unpack_spec(pack_spec(*values)) == dict(zip(SPEC_ORDER, values, strict=True))
+
+
+def test_a_prepared_jobs_spec_blob_holds_its_settings_where_every_reader_looks() -> None:
+    spec = JobSpec("email.send", {"to": "a@b.c"}, run_at=1_700_000_000_000, tz="Europe/Paris",
+                   priority=-3, timeout_ms=9_000, backoff_base_ms=2_000, backoff_cap_ms=70_000,
+                   jitter_ms=400, idempotency_key="k-7", misfire="skip")
+    prep = prepare(spec, "3-01JABC", 1_699_999_000_000, 1 << 20)
+    sp, job = unpack_spec(prep.blob), prep.job
+    assert {name: sp[name] for name in SPEC_ORDER if name not in ("misfire", "payload")} == {
+        "timeout_ms": job.timeout_ms, "backoff_base_ms": job.backoff_base_ms,
+        "backoff_cap_ms": job.backoff_cap_ms, "priority": job.priority, "tz": job.tz,
+        "jitter_ms": job.jitter_ms, "idem_key": job.idempotency_key, "run_at_ms": job.run_at_ms}
+    assert sp["misfire"] == job.misfire.value and unpack_payload(sp["payload"]) == job.payload
+    # Every reader of an unpacked spec (the worker's runner, the claimer, Job.from_hash) asks
+    # for names SPEC_ORDER has.
+    read: set[str] = set()
+    for path in (ROOT / "rsched").rglob("*.py"):
+        read.update(re.findall(r"\bsp\.get\(\"(\w+)\"", path.read_text()))
+    runner = (ROOT / "rsched" / "engine" / "worker" / "runner.py").read_text()
+    assert {"timeout_ms", "payload"} <= set(re.findall(r"\bsp\.get\(\"(\w+)\"", runner))
+    assert read and read <= set(SPEC_ORDER)
