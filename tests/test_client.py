@@ -16,6 +16,7 @@ from rsched.core.cron import parse_cron
 from rsched.core.errors import PayloadTooLarge, UnsafeRedis
 from rsched.core.ids import partition_for_key
 from rsched.core.models import partition_of, run_fields
+from rsched.core.spec import check_ints, check_names, prepare, usual_fast
 from rsched.rdb import keys, ops
 from rsched.rdb.ops import Scripts
 
@@ -374,3 +375,35 @@ def test_run_fields_finds_an_own_run_in_its_job_hash_and_any_other_run_in_its_ow
     other = {b"state": b"succeeded", b"type": b"t"}
     assert run_fields("j@9", other, job) == other  # a trigger's run: a hash of its own
     assert run_fields("j@9", {}, job) is None
+
+
+class _Int(int):
+    pass
+
+
+class _S(str):
+    pass
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"type": "bad type"}, {"queue": ""}, {"type": _S("email.send")}, {"max_attempts": True},
+    {"max_attempts": 0}, {"priority": 1001}, {"priority": _Int(5)}, {"timeout_ms": 1.5},
+    {"backoff_base_ms": -1}, {"backoff_cap_ms": "9"}, {"jitter_ms": 86_400_001},
+])
+def test_the_fast_usual_check_says_usual_only_for_specs_the_plain_checks_pass(
+    changes: dict[str, Any],
+) -> None:
+    base = JobSpec("email.send", queue="default")
+    prepare(base, "3-01JABC", 0, 1 << 20)  # the pair is now seen
+    spec = JobSpec(**{**{f: getattr(base, f) for f in JobSpec.__slots__}, **changes})
+    ints = (spec.max_attempts, spec.backoff_base_ms, spec.backoff_cap_ms, spec.priority,
+            spec.timeout_ms, spec.jitter_ms)
+    try:
+        check_names(spec.type, spec.queue)
+        check_ints(ints)
+        plain_passes = True
+    except ValidationError:
+        plain_passes = False
+    usual = usual_fast(spec.type, spec.queue, *ints)
+    assert not usual or plain_passes
+    assert usual == (not changes)  # the usual spec takes the fast path
