@@ -10,6 +10,7 @@ import copy
 from typing import Any
 
 from rsched.core.models import JobStatus
+from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
 
 REF = "#/components/schemas/"
 
@@ -25,8 +26,6 @@ def _n(t: str, **kw: Any) -> dict[str, Any]:
 
 TIME = {"type": "string", "format": "date-time"}
 NTIME = _n("string", format="date-time")
-TYPE_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
-QUEUE_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
 
 SCHEMAS: dict[str, Any] = {
     "JobCreate": {

@@ -19,6 +19,7 @@ from rsched.archive.history import check_page
 from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store, StoreUnavailable
 from rsched.core.errors import ValidationError
+from rsched.core.spec import TYPE_PATTERN
 from rsched.core.times import to_ms
 from rsched.service import apikeys as auth
 from rsched.service import reads as query
@@ -45,7 +46,7 @@ from rsched.service.status import op_status
 
 MAX_BATCH = 1000
 _INT = re.compile(r"-?[0-9]{1,18}")
-_TYPE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")  # a job type, as POST /jobs accepts it
+_TYPE = re.compile(TYPE_PATTERN)  # a job type, as POST /jobs accepts it
 STATS_WINDOW_MS = 86_400_000  # /stats/* look back one day unless given ``from``
 NO_ARCHIVE = ("no run-history archive is configured for this API: start it with "
               "RSCHED_ARCHIVE_URL=postgresql://... or sqlite:///path")

@@ -20,6 +20,7 @@ from rsched.cli.commands import COMMANDS
 from rsched.cli.context import settings_of
 from rsched.cli.dev import DevOptions
 from rsched.cli.dev import run as run_dev
+from rsched.core import defaults
 from rsched.core.app import App
 from rsched.core.errors import RschedError
 from rsched.engine.dispatcher.dispatcher import serve as serve_dispatcher
@@ -73,12 +74,13 @@ def cli(ctx: click.Context, redis_url: str | None, partitions: int | None, allow
 
 
 @cli.command()
-@click.option("--lease-ms", default=10_000, show_default=True, help="Partition lease length.")
-@click.option("--batch", default=250, show_default=True,
+@click.option("--lease-ms", default=defaults.LEASE_MS, show_default=True,
+              help="Partition lease length.")
+@click.option("--batch", default=defaults.CLAIM_BATCH, show_default=True,
               help="Jobs per claim script call (per partition); smaller calls let workers' "
                    "reads and reports interleave.")
-@click.option("--max-sleep-ms", default=1000, show_default=True)
-@click.option("--misfire-grace-ms", default=60_000, show_default=True,
+@click.option("--max-sleep-ms", default=defaults.MAX_SLEEP_MS, show_default=True)
+@click.option("--misfire-grace-ms", default=defaults.MISFIRE_GRACE_MS, show_default=True,
               help="Lateness after which misfire=skip jobs skip an occurrence.")
 @click.option("--id", "dispatcher_id", default=None, help="Dispatcher id (default host-pid).")
 @click.pass_context
@@ -91,13 +93,15 @@ def dispatcher(ctx: click.Context, lease_ms: int, batch: int, max_sleep_ms: int,
 
 @cli.command()
 @click.option("--app", "app_spec", required=True, help="module:attr of an rsched.App.")
-@click.option("--queues", default="default", show_default=True, help="Comma-separated queues.")
-@click.option("--concurrency", default=16, show_default=True)
-@click.option("--visibility-ms", default=30_000, show_default=True,
+@click.option("--queues", default=defaults.QUEUE, show_default=True,
+              help="Comma-separated queues.")
+@click.option("--concurrency", default=defaults.CONCURRENCY, show_default=True)
+@click.option("--visibility-ms", default=defaults.VISIBILITY_MS, show_default=True,
               help="Idle time after which another worker reclaims a run.")
-@click.option("--heartbeat-ms", default=5_000, show_default=True)
-@click.option("--grace", default=30.0, show_default=True, help="Seconds to finish runs on SIGTERM.")
-@click.option("--start-after-ms", default=200, show_default=True,
+@click.option("--heartbeat-ms", default=defaults.HEARTBEAT_MS, show_default=True)
+@click.option("--grace", default=defaults.GRACE_S, show_default=True,
+              help="Seconds to finish runs on SIGTERM.")
+@click.option("--start-after-ms", default=defaults.START_AFTER_MS, show_default=True,
               help="A run still going after this long gets its start recorded on its own; "
                    "quicker runs have it recorded with their outcome.")
 @click.option("--id", "worker_id", default=None, help="Worker id (default host-pid).")
@@ -112,22 +116,27 @@ def worker(ctx: click.Context, app_spec: str, queues: str, concurrency: int, vis
           heartbeat_ms=heartbeat_ms, grace_s=grace, start_after_ms=start_after_ms)
 
 
+_ARCHIVE = ArchiverConfig()  # the archiver's defaults, for its options' help
+
+
 @cli.command()
 @click.option("--archive-url", default=None,
               help="postgresql://... or sqlite:///path [env RSCHED_ARCHIVE_URL; "
                    "default sqlite:rsched-archive.db]")
 @click.option("--batch", type=int, default=None,
-              help="Events read per partition per round [env RSCHED_ARCHIVE_BATCH; 2000].")
+              help="Events read per partition per round "
+                   f"[env RSCHED_ARCHIVE_BATCH; {_ARCHIVE.batch}].")
 @click.option("--poll-ms", type=int, default=None,
-              help="Wait after an empty round [env RSCHED_ARCHIVE_POLL_MS; 200].")
+              help=f"Wait after an empty round [env RSCHED_ARCHIVE_POLL_MS; {_ARCHIVE.poll_ms}].")
 @click.option("--claim-idle-ms", type=int, default=None,
               help="Take over a dead archiver's events after this idle time "
-                   "[env RSCHED_ARCHIVE_CLAIM_IDLE_MS; 60000].")
+                   f"[env RSCHED_ARCHIVE_CLAIM_IDLE_MS; {_ARCHIVE.claim_idle_ms}].")
 @click.option("--retention-days", type=int, default=None,
-              help="Days of history kept, 0 = all [env RSCHED_ARCHIVE_RETENTION_DAYS; 30].")
+              help="Days of history kept, 0 = all "
+                   f"[env RSCHED_ARCHIVE_RETENTION_DAYS; {_ARCHIVE.retention_days}].")
 @click.option("--backlog-warn", type=int, default=None,
               help="Warn when this many events wait in Redis "
-                   "[env RSCHED_ARCHIVE_BACKLOG_WARN; 100000].")
+                   f"[env RSCHED_ARCHIVE_BACKLOG_WARN; {_ARCHIVE.backlog_warn}].")
 @click.option("--id", "archiver_id", default=None,
               help="Consumer name; reuse it across restarts to resume its own batch at once.")
 @click.pass_context

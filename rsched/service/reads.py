@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from rsched.core import defaults
 from rsched.core.cron import parse_cron, validate_zone
 from rsched.core.cursor import check_limit, decode_cursor, encode_cursor
 from rsched.core.errors import NotFound, ScheduleError, ValidationError
@@ -220,7 +221,7 @@ def doctor(facts: dict[str, Any], wanted_partitions: int = 0) -> list[Finding]:
     stored = facts.get("partitions")
     if stored is None:
         out.append(Finding("partitions", "warn", "not set yet: the first rsched process stores "
-                           f"{wanted_partitions or 16} (RSCHED_PARTITIONS)"))
+                           f"{wanted_partitions or defaults.PARTITIONS} (RSCHED_PARTITIONS)"))
     elif wanted_partitions and stored != wanted_partitions:
         out.append(Finding("partitions", "fail", f"Redis holds {stored} partitions, this "
                            f"process wants {wanted_partitions}: set RSCHED_PARTITIONS={stored}"))
