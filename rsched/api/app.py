@@ -133,6 +133,29 @@ async def _check_redis_when_up(client: AsyncClient, settings: Settings,
         log.error("Redis start-up check failed: %s", e)
 
 
+def _api_routes() -> dict[str, Route]:
+    """API_ROUTES as one route per path, each method's endpoint behind `protect`."""
+    by_path: dict[str, dict[str, Endpoint]] = {}
+    scopes: dict[str, dict[str, str | None]] = {}
+    for method, path, endpoint, scope in API_ROUTES:
+        by_path.setdefault(path, {})[method] = protect(endpoint, scope)
+        scopes.setdefault(path, {})[method] = scope
+    return {path: Route(path, _ByMethod(eps, scopes[path])) for path, eps in by_path.items()}
+
+
+def _doc_routes(spec: dict[str, Any]) -> list[BaseRoute]:
+    """/openapi.json (the given document) and /docs, open to all."""
+
+    async def openapi_json(request: Request) -> Response:
+        return JSON(spec)
+
+    async def docs(request: Request) -> Response:
+        return HTMLResponse(DOCS_HTML)
+
+    return [Route("/openapi.json", openapi_json, methods=["GET"]),
+            Route("/docs", docs, methods=["GET"])]
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -148,7 +171,6 @@ def create_app(
     /metrics, ...) are added as given: wrap an endpoint in `protect` to require a scope.
     ``archive_url`` (default RSCHED_ARCHIVE_URL): run history for /jobs/{id}/runs and /stats."""
     settings = settings or Settings.from_env()
-    spec = document(auth=auth)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -174,24 +196,8 @@ def create_app(
                 await asyncio.wait([checker])
             await client.close()
 
-    async def openapi_json(request: Request) -> Response:
-        return JSON(spec)
-
-    async def docs(request: Request) -> Response:
-        return HTMLResponse(DOCS_HTML)
-
-    by_path: dict[str, dict[str, Endpoint]] = {}
-    scopes: dict[str, dict[str, str | None]] = {}
-    for method, path, endpoint, scope in API_ROUTES:
-        by_path.setdefault(path, {})[method] = protect(endpoint, scope)
-        scopes.setdefault(path, {})[method] = scope
-    api_routes = {path: Route(path, _ByMethod(eps, scopes[path]))
-                  for path, eps in by_path.items()}
-    table: list[BaseRoute] = list(api_routes.values())
-    table += [
-        Route("/openapi.json", openapi_json, methods=["GET"]),
-        Route("/docs", docs, methods=["GET"]),
-    ]
+    api_routes = _api_routes()
+    table: list[BaseRoute] = [*api_routes.values(), *_doc_routes(document(auth=auth))]
     # --- extension point: the dashboard (/ui, /metrics) and later faces add routes here --------
 
     table += ui_routes()
