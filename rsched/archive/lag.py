@@ -28,14 +28,30 @@ class Lag:
     by_partition: dict[int, int] = field(default_factory=dict)
 
 
-def _group(info: Any) -> dict[str, Any] | None:
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def events_group(info: Any) -> dict[str, Any] | None:
+    """The archivers' group in an events stream's XINFO GROUPS reply (keys as str); None when
+    the reply is an error (no stream yet, nothing to archive) or there is no group yet."""
     if isinstance(info, Exception):
-        return None  # no stream yet (nothing to archive) or no group yet
-    for g in info:
-        name = g.get("name")
-        if (name.decode() if isinstance(name, bytes) else name) == keys.EVENTS_GROUP:
-            return dict(g)
+        return None
+    for g in info or ():
+        g = {_s(k): v for k, v in g.items()}
+        if _s(g.get("name")) == keys.EVENTS_GROUP:
+            return g
     return None
+
+
+def unarchived(group: dict[str, Any] | None, length: int, pending: int) -> int:
+    """Entries of one events stream not archived yet: read by an archiver and not acknowledged
+    (``pending``), plus read by none: the group's lag, or the stream's length (XLEN) where Redis
+    does not know it (after deletions in the middle of the stream) or no group exists yet."""
+    if group is None:
+        return length
+    unread = group.get("lag")
+    return pending + (length if unread is None else int(unread))
 
 
 def _next_sid(sid: bytes) -> str:
@@ -62,17 +78,14 @@ def archive_lag(r: Redis, partitions: int) -> Lag:
         info, pending, length = res[3 * p : 3 * p + 3]
         if isinstance(length, Exception):
             raise length
-        g = _group(info)
+        g = events_group(info)
+        n_pending = 0 if g is None or isinstance(pending, Exception) else int(pending["pending"])
+        counts[p] = unarchived(g, int(length), n_pending)
         if g is None:
-            counts[p] = int(length)
             if length:
                 probe.append((p, "-"))
             continue
-        n_pending = 0 if isinstance(pending, Exception) else int(pending["pending"])
-        undelivered = g.get("lag")
-        # 'lag' is unknown after deletions in the middle of the stream: XLEN is an upper bound.
-        undelivered = int(length) if undelivered is None else int(undelivered)
-        counts[p] = n_pending + undelivered
+        undelivered = counts[p] - n_pending
         total_pending += n_pending
         if n_pending:
             oldest[p] = parse_sid(pending["min"])[0]
@@ -95,7 +108,7 @@ def trim_point(group_info: Any, pending: Any) -> str | None:
     Below the last-delivered id, an entry not pending was acknowledged, i.e. committed; read the
     group (last-delivered) before XPENDING, so an entry delivered in between lies above it.
     """
-    g = _group(group_info)
+    g = events_group(group_info)
     if g is None or isinstance(pending, Exception):
         return None
     if int(pending["pending"]):
@@ -107,4 +120,4 @@ def trim_point(group_info: Any, pending: Any) -> str | None:
     return _next_sid(ld)
 
 
-__all__ = ["Lag", "archive_lag", "trim_point"]
+__all__ = ["Lag", "archive_lag", "events_group", "trim_point", "unarchived"]

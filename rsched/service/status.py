@@ -10,7 +10,7 @@ import msgpack
 from redis import Redis
 from redis.exceptions import RedisError
 
-from rsched.archive.lag import Lag, archive_lag
+from rsched.archive.lag import Lag, archive_lag, events_group, unarchived
 from rsched.core.views import (
     Cluster,
     DispatcherStatus,
@@ -118,27 +118,13 @@ def _workers(raw: dict[bytes, bytes], now: int) -> list[WorkerStatus]:
 # --- the metrics' cluster view -------------------------------------------------------------------
 
 
-def _group(info: Any, name: str) -> dict[str, Any] | None:
-    if isinstance(info, Exception):
-        return None
-    for g in info or ():
-        g = {_s(k): v for k, v in g.items()}
-        if _s(g.get("name")) == name:
-            return g
-    return None
-
-
 def _counters(p: int, stats: Any, length: Any, groups: Any) -> PartitionCounters:
-    length = length if isinstance(length, int) else 0
-    group = _group(groups, keys.EVENTS_GROUP)
-    # Not archived yet = read by no archiver (the group's lag, Redis 7; XLEN bounds it) plus
-    # read and not yet committed (pending), as rsched.archive.lag counts it.
+    group = events_group(groups)
     pending = int(group.get("pending") or 0) if group else 0
-    unread = group.get("lag") if group else None
     return PartitionCounters(
         partition=p,
         stats={_s(k): int(v) for k, v in stats.items()} if isinstance(stats, dict) else {},
-        archiver_lag=pending + (length if unread is None else int(unread)),
+        archiver_lag=unarchived(group, length if isinstance(length, int) else 0, pending),
         archiver_pending=pending,
     )
 
