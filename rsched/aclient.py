@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from rsched.archive.history import RunAttempt, RunsPage
 from rsched.client import ClientBase
 from rsched.core.errors import RschedError
 from rsched.core.models import Attempt, Job, Run
@@ -25,7 +24,7 @@ from rsched.rdb import ops
 from rsched.rdb.ops import Op
 from rsched.rdb.setup import connect_async, fast_packing
 from rsched.service import jobs, scheduling
-from rsched.service.history import op_history
+from rsched.service.history import RunAttempt, RunsPage, op_history
 from rsched.service.patch import JobPatch
 
 T = TypeVar("T")

@@ -12,18 +12,16 @@ from typing import Any, TypeVar
 
 from redis import Redis
 
-from rsched.archive.history import RunAttempt, RunsPage
 from rsched.core.errors import RschedError
 from rsched.core.models import Attempt, Job, Run
 from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
-from rsched.core.views import Cluster
 from rsched.rdb import ops
 from rsched.rdb.ops import Op
 from rsched.rdb.setup import fast_packing
-from rsched.service import jobs, scheduling, status
+from rsched.service import jobs, scheduling
 from rsched.service.context import Service
-from rsched.service.history import history_of, op_history
+from rsched.service.history import RunAttempt, RunsPage, history_of, op_history
 from rsched.service.patch import UNSET, JobPatch
 
 T = TypeVar("T")
@@ -49,10 +47,6 @@ class ClientBase(Service):
 
     def op_read_runs(self, run_ids: Sequence[str]) -> Op[list[Run | None]]:
         return jobs.op_read_runs(run_ids)
-
-    def op_cluster(self) -> Op[Cluster]:
-        """The metrics' cluster view (rsched.obs.metrics.op_cluster asks its source for it)."""
-        return status.op_cluster(self)
 
 
 class Client(ClientBase):

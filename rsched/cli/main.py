@@ -14,6 +14,9 @@ import uvicorn
 from redis import Redis
 from redis.exceptions import RedisError
 
+# The one import of the API face: this module is the composition root of every rsched process,
+# `rsched api` among them; commands.py, the CLI face, never imports rsched.api.
+from rsched.api.app import NO_AUTH_WARNING, create_app
 from rsched.archive.archiver import ArchiverConfig
 from rsched.archive.archiver import serve as serve_archiver
 from rsched.cli.commands import COMMANDS
@@ -163,11 +166,6 @@ def archiver(ctx: click.Context, archive_url: str | None, batch: int | None,
 def api(ctx: click.Context, host: str, port: int, no_auth: bool, max_body_bytes: int,
         max_batch_bytes: int, access_log: bool) -> None:
     """Serve the HTTP API (uvicorn)."""
-    # The one import of the API face: `rsched api` is the process that serves it (this module
-    # is the composition root of every rsched process); commands.py, the CLI face, never
-    # imports rsched.api.  Imported here so that other commands do not load Starlette.
-    from rsched.api.app import NO_AUTH_WARNING, create_app
-
     settings = settings_of(ctx)
     try:  # refuse an evicting Redis here, with one line, before uvicorn starts
         with Redis.from_url(settings.redis_url, socket_connect_timeout=2) as r:

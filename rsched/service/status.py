@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from rsched.archive.lag import Lag, archive_lag, events_group, unarchived
 from rsched.core.views import (
+    LAG_BUCKETS_S,
     Cluster,
     DispatcherStatus,
     PartitionCounters,
@@ -20,7 +21,6 @@ from rsched.core.views import (
     Status,
     WorkerStatus,
 )
-from rsched.obs.metrics import LAG_BUCKETS_S
 from rsched.rdb import keys
 from rsched.rdb.ops import Commands, Op, cmd
 from rsched.service.context import Service
