@@ -1,0 +1,303 @@
+"""The component schemas of the OpenAPI document (rsched.api.openapi): the bodies the API reads
+and writes, each bound one the API enforces (rsched.api.convert).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rsched.core.models import JobStatus
+from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
+
+REF = "#/components/schemas/"
+
+
+def ref(name: str) -> dict[str, Any]:
+    """A reference to the component schema ``name``."""
+    return {"$ref": REF + name}
+
+
+def _n(t: str, **kw: Any) -> dict[str, Any]:
+    """A nullable ``t``."""
+    return {"type": [t, "null"], **kw}
+
+
+TIME = {"type": "string", "format": "date-time"}
+NTIME = _n("string", format="date-time")
+
+SCHEMAS: dict[str, Any] = {
+    "JobCreate": {
+        "type": "object", "additionalProperties": False, "required": ["type"],
+        "description": "A job to schedule: one-off at runAt (default now) or recurring on cron "
+                       "in timeZone. null means the default.",
+        "properties": {
+            "type": {"type": "string", "pattern": TYPE_PATTERN,
+                     "description": "Name of a handler registered in the workers' rsched.App."},
+            "payload": {"description": "Any JSON value; at most 64 KiB once msgpack-encoded "
+                                       "(configurable)."},
+            "runAt": {**NTIME, "description": "When to run a one-off job; the past means now."},
+            "cron": _n("string", description="5 fields, or 6 with seconds first."),
+            "timeZone": _n("string", description="IANA zone for cron (default UTC)."),
+            "queue": _n("string", pattern=QUEUE_PATTERN),
+            "maxAttempts": _n("integer", minimum=1, maximum=1000),
+            "idempotencyKey": _n("string", minLength=1, maxLength=255,
+                                 description="The same key again returns the same job (200); "
+                                             "with a different body it is a 409."),
+            "priority": _n("integer", minimum=-1000, maximum=1000),
+            "timeoutSeconds": _n("number", minimum=0.001, maximum=604800),
+            "backoff": {
+                "type": ["object", "null"], "additionalProperties": False,
+                "properties": {
+                    "baseSeconds": _n("number", minimum=0, maximum=86400),
+                    "capSeconds": _n("number", minimum=0, maximum=2592000),
+                },
+            },
+            "misfire": {"type": ["string", "null"], "enum": ["run_once", "skip", None]},
+            "jitterSeconds": _n("number", minimum=0, maximum=86400),
+            "paused": _n("boolean", description="Create the job paused."),
+        },
+    },
+    "JobPatch": {
+        "type": "object", "additionalProperties": False, "minProperties": 1,
+        "description": "Reschedule (runAt, or cron and timeZone: the next run is computed "
+                       "from now) or change the payload, maxAttempts or priority.",
+        "properties": {
+            "runAt": TIME, "cron": {"type": "string"}, "timeZone": {"type": "string"},
+            "payload": {}, "maxAttempts": {"type": "integer", "minimum": 1, "maximum": 1000},
+            "priority": {"type": "integer", "minimum": -1000, "maximum": 1000},
+        },
+    },
+    "Job": {
+        "type": "object",
+        "required": ["id", "type", "queue", "status", "payload", "runAt", "cron", "timeZone",
+                     "nextRunAt", "maxAttempts", "backoff", "priority", "timeoutSeconds",
+                     "idempotencyKey", "misfire", "jitterSeconds", "lastRunId", "createdAt",
+                     "updatedAt"],
+        "properties": {
+            "id": {"type": "string"}, "type": {"type": "string"}, "queue": {"type": "string"},
+            "status": {"type": "string", "enum": [s.value for s in JobStatus]},
+            "payload": {}, "runAt": NTIME, "cron": _n("string"), "timeZone": {"type": "string"},
+            "nextRunAt": NTIME, "maxAttempts": {"type": "integer"},
+            "backoff": {"type": "object", "required": ["baseSeconds", "capSeconds"],
+                        "properties": {"baseSeconds": {"type": "number"},
+                                       "capSeconds": {"type": "number"}}},
+            "priority": {"type": "integer"}, "timeoutSeconds": {"type": "number"},
+            "idempotencyKey": _n("string"), "misfire": {"type": "string"},
+            "jitterSeconds": {"type": "number"}, "lastRunId": _n("string"),
+            "createdAt": TIME, "updatedAt": TIME,
+        },
+    },
+    "JobPage": {
+        "type": "object", "required": ["jobs", "nextCursor"],
+        "properties": {"jobs": {"type": "array", "items": ref("Job")},
+                       "nextCursor": _n("string")},
+    },
+    "BatchRequest": {
+        "type": "object", "additionalProperties": False, "required": ["jobs"],
+        "properties": {"jobs": {
+            "type": "array", "maxItems": 1000,
+            "description": "Each item is a JobCreate, validated on its own: an invalid item gets "
+                           "its own error in results and the others are still scheduled.",
+            "items": {"anyOf": [ref("JobCreate"), {}]},
+        }},
+    },
+    "BatchResult": {
+        "type": "object", "required": ["status"],
+        "properties": {"status": {"type": "integer"}, "job": ref("Job"),
+                       "error": ref("Problem")},
+    },
+    "BatchResponse": {
+        "type": "object", "required": ["results"],
+        "properties": {"results": {"type": "array", "items": ref("BatchResult")}},
+    },
+    "Attempt": {
+        "type": "object",
+        "required": ["runId", "attempt", "status", "worker", "scheduledAt", "startedAt",
+                     "endedAt", "durationMs", "error", "result"],
+        "properties": {
+            "runId": {"type": "string"}, "attempt": {"type": "integer"},
+            "status": {"type": "string", "description": "succeeded, failed, timed_out, "
+                       "abandoned; dispatched, running or retry_wait while in flight; from the "
+                       "archive also skipped (a missed occurrence, attempt 0) and dead"},
+            "worker": _n("string"), "scheduledAt": NTIME, "startedAt": NTIME, "endedAt": NTIME,
+            "durationMs": _n("integer"), "error": _n("string"), "result": {},
+            # Only when the API reads the run-history archive (RSCHED_ARCHIVE_URL):
+            "jobId": {"type": "string"}, "type": _n("string"), "queue": _n("string"),
+            "replays": {"type": "integer", "description": "Dead-letter replays of the run "
+                        "before this attempt (attempts restart at 1 after a replay)."},
+            "deadLettered": {"type": "boolean"}, "dispatchedAt": NTIME,
+            "retryAt": {**NTIME, "description": "When the next attempt was due after this one."},
+            "archived": {"type": "boolean", "description": "Read from the archive (false: its "
+                         "events are still only in Redis)."},
+        },
+    },
+    "RunPage": {
+        "type": "object", "required": ["runs", "nextCursor"],
+        "description": "With an archive configured: every attempt ever made (archived or "
+                       "still in Redis, each once; skipped occurrences as attempt 0 with status "
+                       "skipped), and partial. Without: Redis's bounded history.",
+        "properties": {"runs": {"type": "array", "items": ref("Attempt")},
+                       "nextCursor": _n("string"),
+                       "partial": {"type": "boolean", "description": "More events wait in "
+                                   "Redis than one read scans: older attempts may be missing."}},
+    },
+    "Failure": {
+        "type": "object",
+        "required": ["jobId", "runId", "attempt", "status", "at", "scheduledAt", "type", "queue",
+                     "worker", "durationMs", "error"],
+        "properties": {
+            "jobId": _n("string"), "runId": _n("string"), "attempt": _n("integer"),
+            "status": {"type": "string", "enum": ["failed", "timed_out", "abandoned"]},
+            "at": NTIME, "scheduledAt": NTIME, "type": _n("string"), "queue": _n("string"),
+            "worker": _n("string"), "durationMs": _n("integer"), "error": _n("string"),
+        },
+    },
+    "FailurePage": {
+        "type": "object", "required": ["failures", "nextCursor", "type", "from", "to"],
+        "properties": {"failures": {"type": "array", "items": ref("Failure")},
+                       "nextCursor": _n("string"), "type": _n("string"), "from": TIME,
+                       "to": NTIME},
+    },
+    "DurationStats": {
+        "type": "object", "required": ["type", "count", "failed", "meanMs", "maxMs",
+                                       "percentiles"],
+        "properties": {
+            "type": {"type": "string"},
+            "count": {"type": "integer", "description": "Finished attempts with a duration."},
+            "failed": {"type": "integer", "description": "Of which failed or timed out."},
+            "meanMs": {"type": "number"}, "maxMs": {"type": "integer"},
+            "percentiles": {"type": "object", "required": ["p50", "p90", "p95", "p99"],
+                            "description": "Nearest-rank duration percentiles in ms.",
+                            "properties": {q: {"type": "integer"}
+                                           for q in ("p50", "p90", "p95", "p99")}},
+        },
+    },
+    "DurationReport": {
+        "type": "object", "required": ["type", "from", "to", "types"],
+        "properties": {"type": _n("string"), "from": TIME, "to": NTIME,
+                       "types": {"type": "array", "items": ref("DurationStats")}},
+    },
+    "Run": {
+        "type": "object",
+        "required": ["runId", "jobId", "type", "queue", "status", "attempt", "worker",
+                     "scheduledAt", "dispatchedAt", "startedAt", "endedAt", "durationMs",
+                     "error", "result"],
+        "properties": {
+            "runId": {"type": "string"}, "jobId": {"type": "string"}, "type": {"type": "string"},
+            "queue": {"type": "string"}, "status": {"type": "string"},
+            "attempt": {"type": "integer"}, "worker": _n("string"), "scheduledAt": NTIME,
+            "dispatchedAt": NTIME, "startedAt": NTIME, "endedAt": NTIME,
+            "durationMs": _n("integer"), "error": _n("string"), "result": {},
+        },
+    },
+    "DeadLetter": {"allOf": [ref("Run"), {"type": "object", "required": ["deadAt"],
+                                            "properties": {"deadAt": NTIME}}]},
+    "DeadLetterPage": {
+        "type": "object", "required": ["deadLetters", "nextCursor"],
+        "properties": {"deadLetters": {"type": "array", "items": ref("DeadLetter")},
+                       "nextCursor": _n("string")},
+    },
+    "Trigger": {
+        "type": "object", "required": ["jobId", "runId"],
+        "properties": {"jobId": {"type": "string"}, "runId": {"type": "string"}},
+    },
+    "Preview": {
+        "type": "object", "required": ["cron", "timeZone", "times"],
+        "properties": {
+            "cron": {"type": "string"}, "timeZone": {"type": "string"},
+            "times": {"type": "array", "items": {
+                "type": "object", "required": ["utc", "local"],
+                "properties": {"utc": TIME, "local": {"type": "string",
+                                                      "description": "ISO-8601 with offset"}},
+            }},
+        },
+    },
+    "Status": {
+        "type": "object",
+        "required": ["now", "partitions", "dispatchers", "workers", "queues", "dueBacklog",
+                     "deadLetters"],
+        "properties": {
+            "now": TIME,
+            "partitions": {"type": "array", "items": {
+                "type": "object",
+                "required": ["partition", "owner", "leaseExpiresAt", "fence", "dueBacklog",
+                             "retryBacklog", "oldestDueAgeMs", "deadLetters"],
+                "properties": {
+                    "partition": {"type": "integer"}, "owner": _n("string"),
+                    "leaseExpiresAt": NTIME, "fence": {"type": "integer"},
+                    "dueBacklog": {"type": "integer"}, "retryBacklog": {"type": "integer"},
+                    "oldestDueAgeMs": {"type": "integer"}, "deadLetters": {"type": "integer"},
+                },
+            }},
+            "dispatchers": {"type": "array", "items": {
+                "type": "object", "required": ["id", "expiresAt", "partitions"],
+                "properties": {"id": {"type": "string"}, "expiresAt": NTIME,
+                               "partitions": {"type": "array", "items": {"type": "integer"}}},
+            }},
+            "workers": {"type": "array", "items": {
+                "type": "object",
+                "required": ["id", "queues", "inflight", "lastHeartbeatAt", "alive"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "queues": {"type": "array", "items": {"type": "string"}},
+                    "inflight": {"type": "integer"}, "concurrency": {"type": "integer"},
+                    "host": {"type": "string"}, "pid": {"type": "integer"},
+                    "lastHeartbeatAt": NTIME, "alive": {"type": "boolean"},
+                },
+            }},
+            "queues": {"type": "array", "items": {
+                "type": "object", "required": ["queue", "length", "pending"],
+                "properties": {"queue": {"type": "string"}, "length": {"type": "integer"},
+                               "pending": {"type": "integer"}},
+            }},
+            "dueBacklog": {"type": "integer"}, "deadLetters": {"type": "integer"},
+        },
+    },
+    "Check": {
+        "type": "object", "required": ["check", "level", "message"],
+        "properties": {"check": {"type": "string"},
+                       "level": {"type": "string", "enum": ["ok", "warn", "fail"]},
+                       "message": {"type": "string"}},
+    },
+    "Ready": {
+        "type": "object", "required": ["status", "checks"],
+        "properties": {"status": {"type": "string"},
+                       "checks": {"type": "array", "items": ref("Check")}},
+    },
+    "Health": {"type": "object", "required": ["status"],
+               "properties": {"status": {"type": "string"}}},
+    "ApiKey": {
+        "type": "object", "required": ["id", "name", "scope", "createdAt"],
+        "properties": {"id": {"type": "string"}, "name": {"type": "string"},
+                       "scope": {"type": "string", "enum": ["read", "write", "admin"]},
+                       "createdAt": NTIME},
+    },
+    "ApiKeyCreate": {
+        "type": "object", "additionalProperties": False, "required": ["name", "scope"],
+        "properties": {"name": {"type": "string", "pattern": r"^[A-Za-z0-9_.:@\- ]{1,64}$"},
+                       "scope": {"type": "string", "enum": ["read", "write", "admin"]}},
+    },
+    "ApiKeyCreated": {
+        "type": "object", "required": ["key", "secret"],
+        "properties": {"key": ref("ApiKey"),
+                       "secret": {"type": "string", "description": "Shown once."}},
+    },
+    "ApiKeyOne": {"type": "object", "required": ["key"], "properties": {"key": ref("ApiKey")}},
+    "ApiKeyList": {
+        "type": "object", "required": ["keys"],
+        "properties": {"keys": {"type": "array", "items": ref("ApiKey")}},
+    },
+    "Problem": {
+        "type": "object", "required": ["type", "title", "status", "detail"],
+        "description": "RFC 9457 problem details; errors name the offending field.",
+        "properties": {
+            "type": {"type": "string"}, "title": {"type": "string"},
+            "status": {"type": "integer"}, "detail": {"type": "string"},
+            "errors": {"type": "array", "items": {
+                "type": "object", "required": ["field", "reason"],
+                "properties": {"field": {"type": "string"}, "reason": {"type": "string"}},
+            }},
+            "checks": {"type": "array", "items": ref("Check")},
+        },
+    },
+}
