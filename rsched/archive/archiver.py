@@ -21,58 +21,27 @@ import socket
 import threading
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from redis import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
+from rsched.archive._streams import Batch, EventStreams
 from rsched.archive.config import ArchiverConfig, Backoff
-from rsched.archive.events import Entry, expand, expand_flat, parse_sid
-from rsched.archive.lag import Lag, archive_lag, trim_point
-from rsched.archive.store import DAY_MS, Prepared, Store, StoreUnavailable, redact
+from rsched.archive.events import parse_sid
+from rsched.archive.lag import Lag, archive_lag
+from rsched.archive.store import DAY_MS, Store, StoreUnavailable, redact
 from rsched.archive.stores import open_store
 from rsched.core.ids import ulid
 from rsched.core.settings import Settings
-from rsched.rdb import keys
 from rsched.rdb.setup import UNAVAILABLE, check_redis, ensure_partitions, wait_for_redis_sync
 
 log = logging.getLogger("rsched.archive")
 
-STALE_CONSUMER_MS = 3_600_000  # forget a consumer with nothing pending after an hour of silence
 RETENTION_EVERY_S = 3600.0
 LAG_EVERY_S = 10.0
 WARN_EVERY_S = 60.0
 REPORT_EVERY_S = 60.0
-
-
-@dataclass(slots=True)
-class Batch:
-    """Entries taken from Redis and not yet acknowledged.
-
-    ``entries`` (still in the stream) become ``prepared`` for the store, and are then dropped:
-    the raw entries of a 32,000-event batch take tens of MB, its COPY data a few.
-    """
-
-    entries: list[Entry] = field(default_factory=list)
-    ids: dict[int, list[bytes]] = field(default_factory=lambda: defaultdict(list))  # to ack
-    prepared: Prepared | None = None
-    skipped_old: int = 0  # older than the retention: acknowledged, never written
-    written: bool = False
-
-    @property
-    def size(self) -> int:
-        return sum(len(v) for v in self.ids.values())
-
-    def add(self, part: int, sid: bytes, fields_: dict[bytes, bytes] | None) -> None:
-        self.ids[part].append(sid)
-        if fields_:  # None: the entry was deleted from the stream while pending; just ack it
-            self.entries += [(part, esid, [x for kv in ev.items() for x in kv])
-                             for esid, ev in expand(sid, fields_)]
-
-    def oldest_ms(self) -> int:
-        """Entry ids ascend within a partition's part of a batch: the oldest is a first one."""
-        return min((parse_sid(ids[0])[0] for ids in self.ids.values() if ids), default=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,39 +52,20 @@ class BatchResult:
     trimmed: int = 0
 
 
-def _raw_entries(reply: Any) -> list[Any]:
-    """[id, [field, value, ...]] pairs of a raw XREADGROUP reply (a RESP3 map or RESP2 list)."""
-    if not reply:
-        return []
-    streams = reply.values() if isinstance(reply, dict) else (items for _, items in reply)
-    return [e for items in streams for e in items]
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 class Archiver:
     def __init__(self, r: Redis, store: Store, partitions: int,
                  config: ArchiverConfig | None = None, *, consumer: str | None = None) -> None:
         if r.connection_pool.connection_kwargs.get("decode_responses"):
             raise ValueError("the archiver needs a Redis client with decode_responses=False")
         self.r = r
-        # Same connections, but XREADGROUP replies stay raw lists: redis-py's per-entry dict
-        # building would cost more than decoding the events.
-        self._raw = Redis(connection_pool=r.connection_pool)
-        self._raw.set_response_callback("XREADGROUP", lambda response, **_: response)
         self.store = store
         self.partitions = partitions
         self.config = config or ArchiverConfig()
         self.consumer = consumer or f"a-{socket.gethostname()}-{os.getpid()}-{ulid()[-6:]}"
+        self.streams = EventStreams(r, partitions, self.consumer, self.config.batch,
+                                    own_pending=bool(consumer))
         self.backoff = Backoff(self.config.backoff_base_ms, self.config.backoff_cap_ms)
         self._queue: deque[Batch] = deque()  # read, not yet acknowledged; oldest first
-        # A restart under the same id reads its own pending entries back first; a fresh random
-        # id has none (a dead archiver's entries are claimed after claim_idle_ms instead).
-        self._own_pending = set(range(partitions)) if consumer else set()
-        self._per_entry: dict[int, int] = {}  # partition -> events per entry, as last read
-        self._claim_cursor: dict[int, str] = {}
         self.totals: dict[str, int] = defaultdict(int)
         self.last_lag: Lag | None = None
         self._warned_at = 0.0
@@ -124,21 +74,14 @@ class Archiver:
 
     def setup(self) -> None:
         """Create the consumer group on every events stream (from the first entry ever)."""
-        pipe = self.r.pipeline(transaction=False)
-        for p in range(self.partitions):
-            pipe.xgroup_create(keys.events(p), keys.EVENTS_GROUP, id="0", mkstream=True)
-        for res in pipe.execute(raise_on_error=False):
-            if isinstance(res, ResponseError) and "BUSYGROUP" not in str(res):
-                raise res
-            if isinstance(res, Exception) and not isinstance(res, ResponseError):
-                raise res
+        self.streams.setup()
 
     # --- one batch ---------------------------------------------------------------------------
 
     def read(self) -> Batch:
         """Take the next batch from Redis, prepare it for the store and queue it; its entries
         stay pending in Redis until acknowledged."""
-        batch = self._read()
+        batch = self.streams.read()
         self._prepare(batch)
         self._queue.append(batch)
         return batch
@@ -181,7 +124,7 @@ class Archiver:
             writer.start()
             read_error: BaseException | None = None
             try:
-                if len(self._queue) == 1 and not self._own_pending:
+                if len(self._queue) == 1 and not self.streams.own_pending:
                     self.read()  # our own pending entries would include the batch in flight
             except BaseException as e:  # noqa: BLE001 - raised after the write is settled
                 read_error = e
@@ -191,7 +134,7 @@ class Archiver:
             inserted = outcome[0]
             if read_error is not None:
                 raise read_error
-        trimmed = self._ack(batch)
+        trimmed = self.streams.ack(batch)
         self._queue.popleft()
         self.totals["acked"] += batch.size
         return BatchResult(batch.size, inserted, batch.skipped_old, trimmed)
@@ -205,68 +148,6 @@ class Archiver:
     def _cutoff_ms(self) -> int:
         return int(time.time() * 1000) - self.config.retention_days * DAY_MS
 
-    def _read(self) -> Batch:
-        """One pipelined XREADGROUP per partition: our own pending entries first (after a
-        restart under the same id), new ones once those are done."""
-        batch = Batch()
-        todo = list(range(self.partitions))
-        while todo:
-            pipe = self._raw.pipeline(transaction=False)
-            for p in todo:
-                start = "0" if p in self._own_pending else ">"
-                # Entries may hold up to EVENTS_PER_ENTRY_MAX events: once a partition's reads
-                # show such entries, ask for as many as keep the batch near `batch` events.
-                per = self._per_entry.get(p, 1)
-                pipe.xreadgroup(keys.EVENTS_GROUP, self.consumer, {keys.events(p): start},
-                                count=max(1, self.config.batch // per))
-            again = []
-            for p, res in zip(todo, pipe.execute(raise_on_error=False), strict=True):
-                if isinstance(res, Exception):
-                    raise res
-                entries = _raw_entries(res)
-                if p in self._own_pending and not entries:
-                    self._own_pending.discard(p)
-                    again.append(p)
-                if not entries:
-                    continue
-                ids, keep = batch.ids[p], batch.entries  # inline: once per event
-                most = 1
-                for sid, flat in entries:
-                    ids.append(sid)
-                    if flat:  # None: deleted from the stream while pending; just ack it
-                        if b"n" in flat[::2]:  # several events in one entry
-                            events = expand_flat(sid, flat)
-                            most = max(most, len(events))
-                            keep += [(p, esid, ev) for esid, ev in events]
-                        else:
-                            keep.append((p, sid, flat))
-                # The largest entry of this read, or half the last estimate: a stream of single
-                # events is soon read `batch` entries at a time again.
-                self._per_entry[p] = max(most, self._per_entry.get(p, 1) // 2)
-            todo = again
-        return batch
-
-    def _ack(self, batch: Batch) -> int:
-        """XACK the batch, then trim each touched stream below its oldest unarchived entry."""
-        parts = sorted(p for p, ids in batch.ids.items() if ids)
-        pipe = self.r.pipeline(transaction=False)
-        for p in parts:
-            pipe.xack(keys.events(p), keys.EVENTS_GROUP, *batch.ids[p])
-        for p in parts:  # group (last-delivered) strictly before XPENDING: see trim_point
-            pipe.xinfo_groups(keys.events(p))
-            pipe.xpending(keys.events(p), keys.EVENTS_GROUP)
-        res = pipe.execute(raise_on_error=False)
-        for r in res[: len(parts)]:
-            if isinstance(r, Exception):
-                raise r
-        points = [(p, trim_point(res[len(parts) + 2 * i], res[len(parts) + 2 * i + 1]))
-                  for i, p in enumerate(parts)]
-        pipe = self.r.pipeline(transaction=False)
-        trims = [(p, point) for p, point in points if point]
-        for p, point in trims:
-            pipe.xtrim(keys.events(p), minid=point, approximate=False)
-        return sum(int(n) for n in pipe.execute(raise_on_error=False) if isinstance(n, int))
-
     # --- housekeeping ------------------------------------------------------------------------
 
     def claim_once(self) -> int:
@@ -276,51 +157,17 @@ class Archiver:
         not while our own pending entries are being read back, nor while the store fails: two
         stalled archivers would only take each other's batches back and forth.
         """
-        if self._own_pending or self.backoff.failures or len(self._queue) > 1:
+        if self.streams.own_pending or self.backoff.failures or len(self._queue) > 1:
             return 0
         mine = {sid for b in self._queue for ids in b.ids.values() for sid in ids}
-        batch = Batch()
-        deleted: dict[int, list[bytes]] = defaultdict(list)
-        pipe = self.r.pipeline(transaction=False)
-        for p in range(self.partitions):
-            pipe.execute_command("XAUTOCLAIM", keys.events(p), keys.EVENTS_GROUP, self.consumer,
-                                 self.config.claim_idle_ms, self._claim_cursor.get(p, "0-0"),
-                                 "COUNT", max(1, self.config.batch // self._per_entry.get(p, 1)))
-        for p, res in enumerate(pipe.execute(raise_on_error=False)):
-            if isinstance(res, Exception):
-                continue  # no group yet: setup() runs again on NOGROUP errors from reads
-            self._claim_cursor[p] = _s(res[0])
-            for sid, fields_ in res[1]:
-                if fields_ is not None and sid not in mine:
-                    batch.add(p, sid, fields_)
-            if len(res) > 2 and res[2]:
-                deleted[p] += list(res[2])
-        if deleted:
-            pipe = self.r.pipeline(transaction=False)
-            for p, ids in deleted.items():
-                pipe.xack(keys.events(p), keys.EVENTS_GROUP, *ids)
-            pipe.execute(raise_on_error=False)
+        batch = self.streams.claim(self.config.claim_idle_ms, mine)
         if batch.size:
             log.warning("claimed %d events left unacknowledged by a stopped archiver", batch.size)
             self._prepare(batch)
             self._queue.append(batch)
             self.totals["claimed"] += batch.size
-        self._forget_stale_consumers()
+        self.streams.forget_stale_consumers()
         return batch.size
-
-    def _forget_stale_consumers(self) -> None:
-        pipe = self.r.pipeline(transaction=False)
-        for p in range(self.partitions):
-            pipe.xinfo_consumers(keys.events(p), keys.EVENTS_GROUP)
-        stale = [(p, c["name"]) for p, res in enumerate(pipe.execute(raise_on_error=False))
-                 if not isinstance(res, Exception) for c in res
-                 if int(c["pending"]) == 0 and int(c["idle"]) > STALE_CONSUMER_MS
-                 and _s(c["name"]) != self.consumer]
-        if stale:
-            pipe = self.r.pipeline(transaction=False)
-            for p, name in stale:
-                pipe.xgroup_delconsumer(keys.events(p), keys.EVENTS_GROUP, name)
-            pipe.execute(raise_on_error=False)
 
     def retention_once(self) -> int:
         """Drop history older than retention_days (no-op when 0)."""
