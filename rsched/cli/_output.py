@@ -1,0 +1,39 @@
+"""How the operator commands print: tables for people, the API's JSON shapes with ``--json``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def print_json(value: Any) -> None:
+    """The --json output: the API's shapes, indented."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Plain left-aligned columns; None prints as '-'."""
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def more(cursor: str | None, command: str) -> None:
+    """On stderr, the command that prints the next page, if there is one."""
+    if cursor:
+        click.echo(f"more: {command} --cursor {cursor}", err=True)
+
+
+def show(value: Any, as_json: bool, render: Callable[[Any], str]) -> None:
+    """``value`` as JSON with --json, else as ``render`` makes it."""
+    if as_json:
+        print_json(value)
+    else:
+        click.echo(render(value))

@@ -1,0 +1,141 @@
+"""`rsched jobs`: schedule, inspect and control jobs through the service layer."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from rsched.cli._output import JSON_FLAG, more, print_json, show, table
+from rsched.cli.context import client_of
+from rsched.core.errors import ValidationError
+from rsched.service import reads as query
+from rsched.service.inputs import spec_from_json
+from rsched.service.shapes import job_json, runs_json
+
+
+@click.group()
+def jobs() -> None:
+    """Schedule, inspect and control jobs."""
+
+
+@jobs.command("add")
+@click.option("--type", "job_type", required=True, help="Registered handler name.")
+@click.option("--payload", default=None, help="JSON payload.")
+@click.option("--run-at", default=None, help="ISO-8601 time for a one-off job (default now).")
+@click.option("--cron", default=None, help="Cron expression for a recurring job.")
+@click.option("--tz", default=None, help="IANA time zone of the cron expression.")
+@click.option("--queue", default=None)
+@click.option("--max-attempts", type=int, default=None)
+@click.option("--priority", type=int, default=None)
+@click.option("--idempotency-key", default=None)
+@JSON_FLAG
+@click.pass_context
+def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str | None,
+             cron: str | None, tz: str | None, queue: str | None, max_attempts: int | None,
+             priority: int | None, idempotency_key: str | None, as_json: bool) -> None:
+    """Schedule a job and print its id."""
+    try:
+        body = json.loads(payload) if payload is not None else None
+    except ValueError as e:
+        raise ValidationError("--payload", f"not JSON: {e}") from None
+    spec = spec_from_json({
+        "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
+        "queue": queue, "maxAttempts": max_attempts, "priority": priority,
+        "idempotencyKey": idempotency_key,
+    })
+    job = client_of(ctx).schedule_many([spec])[0]
+    if isinstance(job, Exception):
+        raise job
+    show(job_json(job), as_json, lambda j: j["id"])
+
+
+def _render_job(j: dict[str, Any]) -> str:
+    rows = [[k, json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v]
+            for k, v in j.items()]
+    return table(["field", "value"], rows)
+
+
+@jobs.command("show")
+@click.argument("job_id")
+@JSON_FLAG
+@click.pass_context
+def jobsshow(ctx: click.Context, job_id: str, as_json: bool) -> None:
+    """Show one job."""
+    show(job_json(client_of(ctx).get(job_id)), as_json, _render_job)
+
+
+@jobs.command("list")
+@click.option("--status", default=None, help="scheduled, paused, cancelled, completed, dead.")
+@click.option("--type", "job_type", default=None)
+@click.option("--queue", default=None)
+@click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--cursor", default=None, help="From the previous page's 'more:' line.")
+@JSON_FLAG
+@click.pass_context
+def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queue: str | None,
+              limit: int, cursor: str | None, as_json: bool) -> None:
+    """List jobs (SCAN-based: see rsched.query for the cost)."""
+    c = client_of(ctx)
+    page = c.run(query.op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
+                                    cursor=cursor))
+    items = [job_json(j) for j in page.items]
+    if as_json:
+        print_json({"jobs": items, "nextCursor": page.next_cursor})
+        return
+    click.echo(table(["id", "type", "queue", "status", "next run", "schedule"],
+                     [[j["id"], j["type"], j["queue"], j["status"], j["nextRunAt"],
+                       f"{j['cron']} ({j['timeZone']})" if j["cron"] else j["runAt"]]
+                      for j in items]))
+    more(page.next_cursor, "rsched jobs list")
+
+
+@jobs.command("runs")
+@click.argument("job_id")
+@click.option("--limit", default=20, show_default=True, type=int)
+@click.option("--cursor", default=None)
+@JSON_FLAG
+@click.pass_context
+def jobs_runs(ctx: click.Context, job_id: str, limit: int, cursor: str | None,
+              as_json: bool) -> None:
+    """A job's attempts, newest first (with RSCHED_ARCHIVE_URL: its whole archived history)."""
+    c = client_of(ctx)
+    body = runs_json(c.run(c.runs_source.op_page(job_id, limit, cursor)))
+    items = body["runs"]
+    if as_json:
+        print_json(body)
+        return
+    if body.get("partial"):
+        click.echo("partial: more events wait in Redis than one read scans; older attempts "
+                   "may be missing", err=True)
+    click.echo(table(["run", "attempt", "status", "worker", "scheduled", "started", "ms",
+                      "error"],
+                     [[a["runId"], a["attempt"], a["status"], a["worker"], a["scheduledAt"],
+                       a["startedAt"], a["durationMs"], a["error"]] for a in items]))
+    more(body["nextCursor"], f"rsched jobs runs {job_id}")
+
+
+def _control(name: str, doc: str) -> click.Command:
+    @click.command(name, help=doc)
+    @click.argument("job_id")
+    @click.pass_context
+    def command(ctx: click.Context, job_id: str) -> None:
+        job = getattr(client_of(ctx), name)(job_id)
+        click.echo(f"{job.id} {job.status.value}")
+
+    return command
+
+
+for _name, _doc in (("pause", "Pause a job; a run in progress finishes."),
+                    ("resume", "Resume a paused job (a cron job from now)."),
+                    ("cancel", "Cancel a job for good; a run in progress finishes.")):
+    jobs.add_command(_control(_name, _doc))
+
+
+@jobs.command("trigger")
+@click.argument("job_id")
+@click.pass_context
+def jobs_trigger(ctx: click.Context, job_id: str) -> None:
+    """Run a job once now, outside its schedule; prints the run id."""
+    click.echo(client_of(ctx).trigger(job_id))
