@@ -6,168 +6,35 @@ handlers in ``examples/`` and an archiver into SQLite, each as a child process r
 same ``rsched`` command a deployment would.  It schedules the sample jobs (idempotency keys: a
 restart finds them again), prints the dashboard's address and an admin key, and on Ctrl-C stops
 the children in order (API, dispatcher, worker, archiver, Redis last) and waits for each.
+The children themselves are in rsched.cli._processes, the key and sample jobs in _samples.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import fcntl
-import importlib
 import importlib.util
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import threading
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from redis import Redis
-
-from rsched.client import Client
-from rsched.core.errors import RschedError
-from rsched.service import apikeys as auth
+from rsched.cli._processes import (
+    Child,
+    DevError,
+    LogEcho,
+    exclusive,
+    free_port,
+    http_ok,
+    port_free,
+    redis_ping,
+    wait_until,
+)
+from rsched.cli._samples import admin_key, examples_root, schedule_samples
 
 READY_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 15.0
-ECHO_LEVELS = (" WARNING ", " ERROR ", " CRITICAL ")
-
-
-class DevError(RschedError):
-    """rsched dev cannot start: the message says what to do."""
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it (a clean stop, AOF flushed) if rsched dev dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str,
-               alive: Callable[[], bool] = lambda: True) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if not alive():
-            raise DevError(f"{what}: the process exited")
-        if time.monotonic() > deadline:
-            raise DevError(f"{what}: not ready after {timeout_s:.0f} s")
-        time.sleep(0.1)
-
-
-def _redis_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")  # not while -LOADING the AOF
-    except OSError:
-        return False
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as res:  # noqa: S310 - our own local URL
-            return bool(res.status == 200)
-    except OSError:
-        return False
-
-
-@dataclass
-class Child:
-    name: str
-    argv: list[str]
-    log_path: Path
-    env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, cwd: Path) -> None:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env={**os.environ, **self.env},
-                start_new_session=True,  # Ctrl-C reaches rsched dev only; it stops us in order
-                preexec_fn=_die_with_parent,
-            )
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-
-class LogEcho(threading.Thread):
-    """Copies the children's warnings and errors (everything with ``verbose``) to the console,
-    prefixed with the child's name; the full logs stay in .rsched/logs/."""
-
-    def __init__(self, children: list[Child], out: IO[str], verbose: bool) -> None:
-        super().__init__(name="rsched-dev-logs", daemon=True)
-        self.children, self.out, self.verbose = children, out, verbose
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        files = {c.name: open(c.log_path, errors="replace") for c in self.children}  # noqa: SIM115
-        for f in files.values():
-            f.seek(0, os.SEEK_END)
-        try:
-            while not self.stop.wait(0.2):
-                for name, f in files.items():
-                    for line in iter(f.readline, ""):
-                        if self.verbose or any(lv in line for lv in ECHO_LEVELS):
-                            self.out.write(f"[{name}] {line}")
-                self.out.flush()
-        finally:
-            for f in files.values():
-                f.close()
-
-
-@contextlib.contextmanager
-def exclusive(data_dir: Path) -> Iterator[None]:
-    """One rsched dev per data directory: two Redis servers must not share an AOF."""
-    with open(data_dir / "dev.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DevError(f"another rsched dev is running with {data_dir}; stop it first, "
-                           "or use --data-dir") from None
-        yield
 
 
 def redis_config(data_dir: Path, port: int) -> str:
@@ -177,50 +44,6 @@ def redis_config(data_dir: Path, port: int) -> str:
         "appendonly yes", "appendfsync everysec", "maxmemory-policy noeviction",
         'save ""',  # the AOF is the durable copy; no RDB snapshots on top
     ]) + "\n"
-
-
-def examples_root() -> Path:
-    """The folder holding ``examples/``: the source checkout rsched runs from, else the cwd."""
-    here = Path(__file__).resolve().parents[2]
-    for root in (here, Path.cwd()):
-        if (root / "examples" / "handlers.py").is_file():
-            return root
-    raise DevError("examples/ not found: run rsched dev from the rsched source tree")
-
-
-def admin_key(redis_url: str, key_file: Path) -> str:
-    """The admin key kept in ``key_file`` if Redis still knows it, else a new one."""
-    client = Client(redis=Redis.from_url(redis_url))
-    try:
-        if key_file.is_file():
-            secret = key_file.read_text().strip()
-            key = client.run(auth.op_lookup(secret))
-            if key is not None and key.scope == "admin":
-                return secret
-        _, secret = client.run(auth.op_create_key("rsched-dev", "admin"))
-    finally:
-        client.close()
-    key_file.write_text(secret + "\n")
-    key_file.chmod(0o600)
-    return secret
-
-
-def schedule_samples(redis_url: str) -> tuple[int, int, list[str]]:
-    """Schedule examples/sample_jobs.py: (created, already there, problems)."""
-    root = str(examples_root())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    jobs = importlib.import_module("examples.sample_jobs").SAMPLE_JOBS
-    client = Client(redis_url)
-    try:
-        results = client.run(client.op_schedule_created(jobs))
-    finally:
-        client.close()
-    created = sum(1 for r in results if isinstance(r, tuple) and r[1])
-    existing = sum(1 for r in results if isinstance(r, tuple) and not r[1])
-    problems = [f"{spec.idempotency_key}: {r}" for spec, r in zip(jobs, results, strict=True)
-                if isinstance(r, Exception)]
-    return created, existing, problems
 
 
 def _shown(path: Path) -> str:
@@ -271,7 +94,7 @@ class Dev:
         conf.write_text(redis_config(self.data_dir, port))
         self.redis = Child("redis", [exe, str(conf)], self.logs / "redis.log")
         self.redis.start(self.data_dir)
-        wait_until(lambda: _redis_ping(port), READY_TIMEOUT_S,
+        wait_until(lambda: redis_ping(port), READY_TIMEOUT_S,
                    f"redis-server (log {self.redis.log_path})", self.redis.alive)
         return f"redis://127.0.0.1:{port}/0"
 
@@ -326,7 +149,7 @@ class Dev:
                 echo.start()  # after every fork: preexec_fn and threads do not mix
                 api = self.children[0]
                 base = f"http://{self.opts.host}:{self.opts.port}"
-                wait_until(lambda: _http_ok(base + "/healthz"), READY_TIMEOUT_S,
+                wait_until(lambda: http_ok(base + "/healthz"), READY_TIMEOUT_S,
                            f"rsched api (log {api.log_path})", api.alive)
                 self.banner(base, key, redis_url, archive, created, existing, problems)
                 return self.supervise()

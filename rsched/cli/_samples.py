@@ -1,0 +1,57 @@
+"""What `rsched dev` (rsched.cli.dev) puts into Redis: an admin key and the sample jobs."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from redis import Redis
+
+from rsched.cli._processes import DevError
+from rsched.client import Client
+from rsched.service import apikeys as auth
+
+
+def examples_root() -> Path:
+    """The folder holding ``examples/``: the source checkout rsched runs from, else the cwd."""
+    here = Path(__file__).resolve().parents[2]
+    for root in (here, Path.cwd()):
+        if (root / "examples" / "handlers.py").is_file():
+            return root
+    raise DevError("examples/ not found: run rsched dev from the rsched source tree")
+
+
+def admin_key(redis_url: str, key_file: Path) -> str:
+    """The admin key kept in ``key_file`` if Redis still knows it, else a new one."""
+    client = Client(redis=Redis.from_url(redis_url))
+    try:
+        if key_file.is_file():
+            secret = key_file.read_text().strip()
+            key = client.run(auth.op_lookup(secret))
+            if key is not None and key.scope == "admin":
+                return secret
+        _, secret = client.run(auth.op_create_key("rsched-dev", "admin"))
+    finally:
+        client.close()
+    key_file.write_text(secret + "\n")
+    key_file.chmod(0o600)
+    return secret
+
+
+def schedule_samples(redis_url: str) -> tuple[int, int, list[str]]:
+    """Schedule examples/sample_jobs.py: (created, already there, problems)."""
+    root = str(examples_root())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    jobs = importlib.import_module("examples.sample_jobs").SAMPLE_JOBS
+    client = Client(redis_url)
+    try:
+        results = client.run(client.op_schedule_created(jobs))
+    finally:
+        client.close()
+    created = sum(1 for r in results if isinstance(r, tuple) and r[1])
+    existing = sum(1 for r in results if isinstance(r, tuple) and not r[1])
+    problems = [f"{spec.idempotency_key}: {r}" for spec, r in zip(jobs, results, strict=True)
+                if isinstance(r, Exception)]
+    return created, existing, problems
