@@ -4,9 +4,10 @@
 2. one claim script per partition (one pipeline), which re-checks everything atomically against
    Redis's clock and the caller's fencing token.  One-off jobs and retries need nothing more:
    the script reads them and picks their queue stream.  Recurring jobs come back from the first
-   call (their next time is computed here, in Python), then go through a second pair of round
-   trips: read their schedule fields, claim with the computed times.  The claimer remembers
-   which job ids are recurring, so later rounds send them the second way at once.
+   call (their next time is computed in Python, by _recurring.RecurringJobs), then go through
+   a second pair of round trips: read their schedule fields, claim with the computed times.
+   RecurringJobs remembers which job ids are recurring, so later rounds send them the second
+   way at once.
 """
 
 from __future__ import annotations
@@ -20,21 +21,16 @@ from typing import Any
 
 from rsched.core import defaults
 from rsched.core.codes import ClaimCode
-from rsched.core.cron import parse_cron
-from rsched.core.ids import run_id as make_run_id
-from rsched.core.models import job_of_run, unpack_spec
-from rsched.core.spec import due_score, jitter_offset_ms
-from rsched.core.wire import CLAIM_JOB, CLAIM_RETRY, ClaimItem
+from rsched.core.models import job_of_run
+from rsched.core.wire import CLAIM_RETRY, ClaimItem
+from rsched.engine.dispatcher._recurring import Due as _Due
+from rsched.engine.dispatcher._recurring import RecurringJobs
 from rsched.rdb import keys, scripts
 
 log = logging.getLogger("rsched.dispatcher")
 
-JOB_FIELDS = ("status", "next_ms", "queue", "cron", "spec")
 CLAIMS_IN_FLIGHT = 2  # claim scripts queued in Redis at once
-CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra claim call)
 FULL_READ_S = 0.1  # skip_idle rounds still read every partition this often (see run_once)
-
-_Due = dict[int, list[tuple[str, float]]]  # per partition: due job ids with their scores
 
 
 @dataclass
@@ -61,10 +57,13 @@ class Claimer:
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
     _queues: dict[int, list[str]] = field(default_factory=dict)  # each partition's queues
-    _cron: set[str] = field(default_factory=set)  # job ids known to be recurring
     _next: dict[int, float] = field(default_factory=dict)  # partition -> earliest score seen
     _full_at: float = float("-inf")  # monotonic time of the last round that read every partition
     _forgotten: set[int | None] = field(default_factory=set)  # forget() calls during a round
+    _recurring: RecurringJobs = field(init=False, repr=False)  # which ids recur; their items
+
+    def __post_init__(self) -> None:
+        self._recurring = RecurringJobs(self.misfire_grace_ms, self.catchup_ms)
 
     def _estimate_now(self) -> int:
         return int(time.time() * 1000) + self._offset_ms
@@ -146,7 +145,7 @@ class Claimer:
         # A due score is the due ms minus priority/2048: due once it is <= now + 0.5.
         cutoff = now + 0.5
         inf = float("inf")
-        known, cron = self._next, self._cron
+        known, cron = self._next, self._recurring.ids
         plain: dict[int, list[ClaimItem]] = {}  # claimable as read: retries
         once: _Due = {}  # claimable as read: one-off jobs
         recurring: _Due = {}  # need their next time first
@@ -261,63 +260,12 @@ class Claimer:
     async def _claim_recurring(self, cands: _Due, owned: dict[int, int], now: int, now_arg: int,
                                out: ClaimResult) -> None:
         """Read recurring jobs' schedules, compute their next times, claim them."""
-        pipe = self.r.pipeline(transaction=False)
-        for p, due in cands.items():
-            for job_id, _ in due:
-                pipe.hmget(keys.job(p, job_id), JOB_FIELDS)
-        fields = iter(await pipe.execute())
-        stale: list[tuple[str, str]] = []  # index entries whose hash is gone
-        items_by_part: dict[int, list[ClaimItem]] = {}
-        for p, due in cands.items():
-            items = []
-            for job_id, score in due:
-                f = next(fields)
-                if f[0] is None:  # job hash gone (deleted out of band): drop its index entry
-                    stale.append((keys.due(p), job_id))
-                    continue
-                items.append(self._job_item(p, job_id, score, f, now))
-            if items:
-                items_by_part[p] = items
-        if stale:
-            # Without this a stale head would look due forever and the loop would never sleep.
-            pipe = self.r.pipeline(transaction=False)
-            for key, member in stale:
-                pipe.zrem(key, member)
-            await pipe.execute()
-            log.warning("dropped %d index entries whose job or run hash is gone", len(stale))
+        items_by_part = await self._recurring.items(self.r, cands, now, self._queues)
         if items_by_part:
             needs = await self._claim(items_by_part, owned, now_arg, out)
             for p, ids in needs.items():
                 log.error("partition %d: jobs %s handed back twice (queue %s?)", p,
                           [j for j, _ in ids][:5], self._queues.get(p))
-
-    def _job_item(self, p: int, job_id: str, score: float, f: list[Any], now: int) -> ClaimItem:
-        next_ms, queue, cron = (v.decode() if v is not None else "" for v in f[1:4])
-        if queue not in self._queues.setdefault(p, []):
-            self._queues[p] = sorted({*self._queues[p], queue})
-        expected = int(next_ms or 0)
-        nxt: int = 0
-        nxt_score: float | int = 0
-        fire = 1
-        if cron:
-            if len(self._cron) >= CRON_CACHE:
-                self._cron.clear()
-            self._cron.add(job_id)
-            sp = unpack_spec(f[4])
-            sched = parse_cron(cron, sp.get("tz") or "UTC")
-            nxt = sched.next_after(expected)
-            if nxt <= now - self.catchup_ms:
-                # Missed more than one occurrence (downtime): run the missed one once, then resume
-                # from now, instead of a catch-up storm.  Mere lag below catchup_ms loses nothing.
-                nxt = sched.next_after(now)
-            jit = jitter_offset_ms(job_id, nxt, int(sp.get("jitter_ms") or 0))
-            nxt_score = due_score(nxt + jit, int(sp.get("priority") or 0))
-            if sp.get("misfire") == "skip" and now - expected > self.misfire_grace_ms:
-                fire = 0
-        else:
-            self._cron.discard(job_id)
-        return ClaimItem(CLAIM_JOB, job_id, make_run_id(job_id, expected), score, next_ms or "0",
-                         nxt, nxt_score, fire)
 
     def _claim_call(self, p: int, fence: int, now: int, items: list[ClaimItem],
                     once: Sequence[tuple[str, float]] = ()) -> scripts.Call:
