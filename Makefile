@@ -75,7 +75,7 @@ chaos: venv redis
 
 lint: venv
 	$(VENV)/bin/ruff check rsched tests loadtest chaos
-	$(VENV)/bin/mypy rsched
+	$(VENV)/bin/mypy
 	MYPYPATH=tests $(VENV)/bin/mypy chaos
 
 clean:

@@ -7,14 +7,15 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
 
-from rsched import Client
+from rsched import Client, Job, RschedError
 from rsched.archive.events import expand
 from rsched.core.app import App
+from rsched.core.ids import run_id
 from rsched.core.settings import Settings
 from rsched.engine.dispatcher import Dispatcher
 from rsched.engine.dispatcher.claimer import ClaimResult
@@ -22,6 +23,47 @@ from rsched.engine.worker import Worker
 from rsched.rdb import keys, scripts
 
 PARTITIONS = 16
+
+Hash = dict[bytes, bytes]
+Entries = list[tuple[bytes, Hash]]
+
+
+def hgetall(r: redis.Redis, name: str) -> Hash:
+    """HGETALL as the tests' clients reply: bytes (redis-py's annotations allow any client's)."""
+    return cast(Hash, r.hgetall(name))
+
+
+def smembers(r: redis.Redis, name: str) -> set[bytes]:
+    """SMEMBERS, typed as hgetall."""
+    return cast(set[bytes], r.smembers(name))
+
+
+def xrange(r: redis.Redis, name: str, *, count: int | None = None) -> Entries:
+    """XRANGE as the tests' clients reply: (id, fields) in bytes, never None (see hgetall)."""
+    return cast(Entries, r.xrange(name, count=count))
+
+
+def xrevrange(r: redis.Redis, name: str, *, count: int | None = None) -> Entries:
+    """XREVRANGE, typed as xrange."""
+    return cast(Entries, r.xrevrange(name, count=count))
+
+
+def all_jobs(results: list[Job | RschedError]) -> list[Job]:
+    """``schedule_many``'s results, each a job: a failed spec fails the test."""
+    errors = [j for j in results if isinstance(j, Exception)]
+    assert not errors, errors[:3]
+    return [j for j in results if not isinstance(j, Exception)]
+
+
+def next_ms(job: Job) -> int:
+    """When the job's next occurrence is due (a scheduled job has one)."""
+    assert job.next_ms is not None, job
+    return job.next_ms
+
+
+def next_run(job: Job) -> str:
+    """The run id of the job's next occurrence."""
+    return run_id(job.id, next_ms(job))
 
 
 class ManualClock:
@@ -102,8 +144,8 @@ def with_run_fields(e: dict[str, str]) -> dict[str, str]:
 def events(r: redis.Redis, p: int, *, job_id: str | None = None) -> list[dict[str, str]]:
     """The partition's history events, oldest first, decoded (see with_run_fields); optionally
     one job's only."""
-    out = []
-    for sid, entry in r.xrange(keys.events(p)):
+    out: list[dict[str, str]] = []
+    for sid, entry in xrange(r, keys.events(p)):
         for _, fields in expand(sid, entry):  # a script's events of one kind share an entry
             e = with_run_fields({k.decode(): v.decode() for k, v in fields.items()})
             if job_id is None or e.get("j") == job_id:
@@ -116,14 +158,14 @@ def event_types(r: redis.Redis, p: int, job_id: str | None = None) -> list[str]:
 
 
 def stats(r: redis.Redis, p: int) -> dict[str, int]:
-    return {k.decode(): int(v) for k, v in r.hgetall(keys.stats(p)).items()}
+    return {k.decode(): int(v) for k, v in hgetall(r, keys.stats(p)).items()}
 
 
 def stream_entries(r: redis.Redis, p: int, queue: str = "default") -> list[dict[str, str]]:
     """A queue stream's entries as dicts, with the job id and scheduled time their run id holds
     (see with_run_fields)."""
     return [with_run_fields({k.decode(): v.decode(errors="replace") for k, v in f.items()})
-            for _, f in r.xrange(keys.stream(p, queue))]
+            for _, f in xrange(r, keys.stream(p, queue))]
 
 
 class Rig:
@@ -248,7 +290,8 @@ def keys_in_partition(p: int, n: int, prefix: str = "k") -> list[str]:
     """``n`` idempotency keys whose jobs land in partition ``p`` (to test one partition's order)."""
     from rsched.core.ids import partition_for_key
 
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while len(out) < n:
         key = f"{prefix}-{i}"
         if partition_for_key(key, PARTITIONS) == p:

@@ -423,12 +423,14 @@ def test_preview_applies_the_dst_rules_and_names_bad_fields(api: TestClient) -> 
         {"utc": "2026-03-10T06:30:00.000Z", "local": "2026-03-10T02:30:00-04:00"},
     ]
     assert len(api.get("/schedules/preview", params={"cron": "* * * * *"}).json()["times"]) == 5
-    for params, field in [({"cron": "99 * * * *"}, "cron"), ({}, "cron"),
-                          ({"cron": "* * * * *", "timeZone": "Atlantis/City"}, "timeZone"),
-                          ({"cron": "* * * * *", "count": 0}, "count"),
-                          ({"cron": "* * * * *", "count": "x"}, "count"),
-                          ({"cron": "* * * * *", "from": "soon"}, "from"),
-                          ({"cron": "* * * * *", "from": "9999-01-01T00:00:00Z"}, "from")]:
+    bad: list[tuple[dict[str, str | int], str]] = [
+        ({"cron": "99 * * * *"}, "cron"), ({}, "cron"),
+        ({"cron": "* * * * *", "timeZone": "Atlantis/City"}, "timeZone"),
+        ({"cron": "* * * * *", "count": 0}, "count"),
+        ({"cron": "* * * * *", "count": "x"}, "count"),
+        ({"cron": "* * * * *", "from": "soon"}, "from"),
+        ({"cron": "* * * * *", "from": "9999-01-01T00:00:00Z"}, "from")]
+    for params, field in bad:
         problem_of(api.get("/schedules/preview", params=params), 422, field)
 
 

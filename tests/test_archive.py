@@ -17,13 +17,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
 import redis
-from helpers import ManualClock, Rig, keys_in_partition, redis_now_ms, settings
+from helpers import ManualClock, Rig, keys_in_partition, redis_now_ms, settings, xrange, xrevrange
 from redis.asyncio import Redis as AsyncRedis
+from redis.typing import EncodableT
 
 from rsched import App, Client, JobContext, JobSpec, ValidationError
 from rsched.archive import (
@@ -86,8 +87,9 @@ def archiver(r: redis.Redis, store: Store, **config: Any) -> Archiver:
 def emit(client: redis.Redis, job_id: str, e: str, sid: str = "*", **fields: Any) -> str:
     """XADD one event the way the engine's scripts write it (partition from the job id)."""
     p = int(job_id.split("-")[0])
-    body = {"e": e, "j": job_id, **{k: str(v) for k, v in fields.items()}}
-    return client.xadd(keys.events(p), body, id=sid).decode()  # type: ignore[union-attr]
+    body: dict[EncodableT, EncodableT] = {"e": e, "j": job_id,
+                                          **{k: str(v) for k, v in fields.items()}}
+    return cast(bytes, client.xadd(keys.events(p), body, id=sid)).decode()
 
 
 def attempt_events(r: redis.Redis, job_id: str, sched: int, a: int, outcome: str, *,
@@ -95,7 +97,7 @@ def attempt_events(r: redis.Redis, job_id: str, sched: int, a: int, outcome: str
                    res: str | None = None) -> None:
     """dispatched, started, then the outcome of one attempt."""
     rid = f"{job_id}@{sched}"
-    base = {"r": rid, "a": a, "ty": "email", "s": sched}
+    base = {"r": rid, "a": str(a), "ty": "email", "s": str(sched)}
     emit(r, job_id, "dispatched", **base, t=sched, q="default")
     emit(r, job_id, "started", **base, t=sched + 1, w=worker, f=a)
     extra = {"err": err} if err else {"res": res or '{"ok":true}'}
@@ -112,14 +114,14 @@ def drain(a: Archiver) -> int:
 
 
 def stored(store: Store) -> list[tuple[int, int, int]]:
-    return [tuple(row) for row in store.fetchall(  # type: ignore[misc]
+    return [tuple(row) for row in store.fetchall(
         "SELECT sid_ms, sid_seq, part FROM events ORDER BY sid_ms, sid_seq, part")]
 
 
 def redis_ids(r: redis.Redis, partitions: int = PARTITIONS) -> list[tuple[int, int, int]]:
     out = []
     for p in range(partitions):
-        for entry_id, f in r.xrange(keys.events(p)):
+        for entry_id, f in xrange(r, keys.events(p)):
             for sid, _ in expand(entry_id, f):  # several events per entry: ids of their own
                 ms, seq = sid.decode().split("-")
                 out.append((int(ms), int(seq), p))
@@ -264,7 +266,7 @@ def test_every_event_of_every_partition_lands_once_in_typed_columns(
     assert json.loads(extra) == {"a": "not-a-number", "t": "99999999999999999999999"}
 
 
-TRICKY: list[dict[bytes, bytes]] = [
+TRICKY: list[dict[EncodableT, EncodableT]] = [  # all bytes, typed as XADD takes them
     {b"e": b"succeeded", b"j": b"0-A", b"r": b"0-A@1700000000000", b"a": b"1", b"t": b"17",
      b"res": b'{"ok":true}', b"ty": b"email"},  # plain: the fast COPY line
     {b"e": b"failed", b"j": b"0-B", b"r": b"0-B@17", b"err": "caf\u00e9 \u65e5\u672c".encode()},
@@ -289,9 +291,9 @@ def test_every_kind_of_field_value_is_stored_exactly_as_decoded(
     from rsched.archive.events import decode_flat
 
     for fields in TRICKY:
-        r.xadd(keys.events(0), fields)  # type: ignore[arg-type]
+        r.xadd(keys.events(0), fields)
     entries = [(0, sid, [x for kv in f.items() for x in kv])
-               for sid, f in r.xrange(keys.events(0))]
+               for sid, f in xrange(r, keys.events(0))]
     plain = fast_line(b"0", entries[0][1], entries[0][2])
     assert plain is not None and plain == row_line(decode_flat(*entries[0]))
     assert fast_line(b"0", entries[1][1], entries[1][2]) is not None  # UTF-8 is plain too
@@ -310,8 +312,10 @@ def test_every_kind_of_field_value_is_stored_exactly_as_decoded(
     assert want[2][13] == "tab\there\nnew line\r\\ back\\slash"
     assert (want[4][6], want[4][7], want[4][8]) == (-3, 42, None)
     assert (want[5][6], want[5][12]) == (None, None)
-    assert json.loads(want[5][17]) == {"a": "99999999999999999999"}
-    assert json.loads(want[6][17]) == {"new_field": "kept in extra"} and want[6][12] == 5
+    assert isinstance(want[5][17], str) and json.loads(want[5][17]) == {"a": "99999999999999999999"}
+    assert isinstance(want[6][17], str)
+    assert json.loads(want[6][17]) == {"new_field": "kept in extra"}
+    assert want[6][12] == 5
     assert want[7][3] == ""
 
 
@@ -361,7 +365,7 @@ def test_trimming_keeps_everything_from_the_oldest_entry_another_archiver_still_
     assert len(stored(store)) == 120 - 20
     # The slow archiver's entries are the oldest of each stream: nothing at or after them goes.
     for p in range(PARTITIONS):
-        oldest = r.xrange(keys.events(p), count=1)[0][0]
+        oldest = xrange(r, keys.events(p), count=1)[0][0]
         assert oldest == held.ids[p][0]
     assert sum(stream_lengths(r)) == 120
     slow.run_once()  # commits the batch it held
@@ -559,7 +563,7 @@ def job_story(r: redis.Redis, base: int) -> None:
 
 
 def all_events(r: redis.Redis, partitions: int = PARTITIONS) -> list[Any]:
-    return [decode(p, sid, f) for p in range(partitions) for eid, entry in r.xrange(keys.events(p))
+    return [decode(p, sid, f) for p in range(partitions) for eid, entry in xrange(r, keys.events(p))
             for sid, f in expand(eid, entry)]
 
 
@@ -610,6 +614,7 @@ def test_the_fold_reads_a_jobs_life_as_attempts(r: redis.Redis) -> None:
     assert run6[1].retry_at_ms == 1_700_000_000_000 + 6 * 60_000 + 2000
     assert got[10].error == "IOError"  # failed, then abandoned on cancel: the failure shows
     # The start carried by the outcome event of a run started and finished in one report.
+    assert got[13].started_ms is not None
     assert (got[13].started_ms - got[13].sched_ms, got[13].fence, got[13].worker) == (3, 1, "w4")
 
 
@@ -842,12 +847,12 @@ def test_a_script_calls_events_share_an_entry_and_each_is_archived_as_a_row_of_i
 
     try:
         asyncio.run(scenario())
-        entries = [f for p in range(client.partitions) for _, f in r.xrange(keys.events(p))]
+        entries = [f for p in range(client.partitions) for _, f in xrange(r, keys.events(p))]
         batched = [f for f in entries if b"n" in f]
         assert batched and sum(int(f[b"n"]) for f in batched) > len(batched)
         # A later event, even within the same millisecond, gets an id above every id the batches
         # reserved (XADD <ms>-* takes the next sequence number of that millisecond).
-        tops = [(x, r.xrevrange(keys.events(x), count=1)) for x in range(client.partitions)]
+        tops = [(x, xrevrange(r, keys.events(x), count=1)) for x in range(client.partitions)]
         p, top = next((x, t[0]) for x, t in tops if t and b"n" in t[0][1])
         last_ms = top[0].split(b"-")[0].decode()
         later = emit(r, f"{p}-x", "note", sid=f"{last_ms}-*")
@@ -892,7 +897,7 @@ def test_an_entry_holds_at_most_100_events_and_the_archiver_reads_packed_entries
     try:
         parts = client.partitions
         schedule(250)
-        sizes = [int(f.get(b"n", b"1")) for _, f in r.xrange(keys.events(2))]
+        sizes = [int(f.get(b"n", b"1")) for _, f in xrange(r, keys.events(2))]
         assert sizes == [100, 100, 50]
         a = Archiver(r, store, parts, ArchiverConfig(batch=100))
         a.setup()

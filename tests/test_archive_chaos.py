@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -41,9 +42,9 @@ def spawn(redis_url: str, url: str, log: Path, *args: str) -> subprocess.Popen[b
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def wait_for(what: str, cond: object, timeout_s: float = 60.0) -> None:
+def wait_for(what: str, cond: Callable[..., bool], timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while not cond():  # type: ignore[operator]
+    while not cond():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
@@ -99,7 +100,7 @@ def test_sigkill_at_random_points_of_batches_loses_and_duplicates_nothing(
             proc = spawn(redis_url, archive_url, log, "--batch", "100", "--claim-idle-ms", "500",
                          *ident)
             wait_for("the archiver to commit something",
-                     lambda before=before: count(store) > before)  # type: ignore[misc]
+                     lambda before=before: count(store) > before)
             time.sleep(rng.uniform(0.0, 0.15))
             proc.kill()  # SIGKILL: wherever it is in a batch
             proc.wait()

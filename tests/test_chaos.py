@@ -24,12 +24,11 @@ from typing import Any, TypeVar
 import pytest
 import redis
 from chaos_app import FINISHES, STARTS
-from helpers import with_run_fields
+from helpers import all_jobs, hgetall, next_ms, next_run, with_run_fields
 from redis_server import RedisServer, _die_with_parent
 
-from rsched import Client, JobSpec
+from rsched import Client, Job, JobSpec
 from rsched.archive.events import expand
-from rsched.core.ids import run_id as make_run_id
 from rsched.core.models import run_fields
 from rsched.rdb import keys
 
@@ -197,7 +196,7 @@ def wait_for(
 ) -> T:
     """Poll `check` until it returns something truthy; Redis being away counts as not yet."""
     deadline = time.monotonic() + timeout_s
-    value: Any = None
+    value: T | Exception | None = None
     while True:
         try:
             value = check()
@@ -274,14 +273,14 @@ def event_counts(r: redis.Redis) -> Counter[tuple[str, str]]:
 
 
 def counts(r: redis.Redis, key: str) -> dict[str, int]:
-    return {k.decode(): int(v) for k, v in r.hgetall(key).items()}
+    return {k.decode(): int(v) for k, v in hgetall(r, key).items()}
 
 
 def run_state(r: redis.Redis, run_id: str) -> dict[str, str]:
     """The run's fields: its own hash, or the job hash's for a one-off job's own run."""
     job_id = run_id.rsplit("@", 1)[0]
     p = int(job_id.split("-", 1)[0])
-    h = run_fields(run_id, r.hgetall(keys.run(p, run_id)), r.hgetall(keys.job(p, job_id))) or {}
+    h = run_fields(run_id, hgetall(r, keys.run(p, run_id)), hgetall(r, keys.job(p, job_id))) or {}
     return {k.decode(): v.decode() for k, v in h.items()}
 
 
@@ -298,11 +297,8 @@ def dispatches(evts: list[dict[str, str]], job_id: str) -> list[tuple[int, int]]
     )
 
 
-def schedule(client: Client, specs: list[JobSpec]) -> list[Any]:
-    jobs = client.schedule_many(specs)
-    errors = [j for j in jobs if isinstance(j, Exception)]
-    assert not errors, errors[:3]
-    return jobs
+def schedule(client: Client, specs: list[JobSpec]) -> list[Job]:
+    return all_jobs(client.schedule_many(specs))
 
 
 def quiet(r: redis.Redis) -> bool:
@@ -364,14 +360,14 @@ def test_three_dispatchers_and_three_workers_run_every_occurrence_exactly_once(
         client, [JobSpec(type="record", run_at=now + 500 + i * 2) for i in range(2000)]
     )
     crons = schedule(client, [JobSpec(type="record", cron="* * * * * *") for _ in range(3)])
-    one_off_runs = {make_run_id(j.id, j.next_ms) for j in one_offs}
+    one_off_runs = {next_run(j) for j in one_offs}
 
     def one_offs_done() -> bool:
         return set(counts(r, FINISHES)) >= one_off_runs
 
     wait_for(one_offs_done, 40, "2,000 one-off jobs to finish", fleet)
     # Let the every-second jobs fire a few times more than the one-offs took, then stop them.
-    first_cron = min(j.next_ms for j in crons)
+    first_cron = min(next_ms(j) for j in crons)
     wait_for(lambda: client.now_ms() > first_cron + 4500, 10, "five cron seconds")
     for job in crons:
         client.pause(job.id)  # not cancel: that abandons a dispatched run not yet started
@@ -414,7 +410,7 @@ def test_a_run_whose_worker_is_killed_is_reclaimed_and_completes_on_another_work
     wait_for(lambda: started(r, ["d1", "w1", "w2"]), 30, "processes to start", fleet)
 
     job = client.schedule("sleep", {"sleeps": [3]})
-    rid = make_run_id(job.id, job.next_ms)
+    rid = next_run(job)
     first = wait_for(lambda: run_in(r, rid, "running"), 15, "the run to start", fleet)
     victim = first["worker"]
     wait_for(lambda: counts(r, STARTS).get(rid), 5, "the handler to begin", fleet)
@@ -456,7 +452,7 @@ def test_a_dispatcher_stopped_past_its_lease_loses_its_partitions_and_writes_not
         client, [JobSpec(type="record", run_at=now + 300 + i * 10) for i in range(800)]
     )
     crons = schedule(client, [JobSpec(type="record", cron="* * * * * *") for _ in range(2)])
-    one_off_runs = {make_run_id(j.id, j.next_ms) for j in one_offs}
+    one_off_runs = {next_run(j) for j in one_offs}
     wait_for(lambda: len(counts(r, FINISHES)) >= 50, 15, "dispatch to be under way", fleet)
 
     before = leases(r)
@@ -519,7 +515,7 @@ def test_sigterm_lets_running_jobs_finish_within_the_grace_and_leaves_the_rest_t
     # Runs longer than the visibility timeout but shorter than the grace: they must stay w1's.
     short = [client.schedule("sleep", {"sleeps": [3]}, queue="drain") for _ in range(3)]
     long = client.schedule("sleep", {"sleeps": [60, 0.2]}, queue="drain")
-    runs = {j.id: make_run_id(j.id, j.next_ms) for j in [*short, long]}
+    runs = {j.id: next_run(j) for j in [*short, long]}
 
     def all_running() -> bool:
         return all(counts(r, STARTS).get(rid) for rid in runs.values())
@@ -530,7 +526,7 @@ def test_sigterm_lets_running_jobs_finish_within_the_grace_and_leaves_the_rest_t
     # Once w1 drains (a read in flight at SIGTERM has returned), it must fetch nothing more.
     wait_for(lambda: "waiting up to" in w1.log.read_text(), 5, "w1 to start draining", fleet)
     late = client.schedule("record", queue="drain")
-    late_run = make_run_id(late.id, late.next_ms)
+    late_run = next_run(late)
     fleet.worker("w2", queues="drain")
 
     w1.popen.wait(grace_s + 10)
@@ -585,7 +581,7 @@ def test_dispatcher_and_worker_ride_through_a_redis_restart_and_lose_nothing(
     ]
     one_offs = schedule(client, specs)
     cron = schedule(client, [JobSpec(type="record", cron="* * * * * *", backoff_base_ms=100)])[0]
-    one_off_runs = {make_run_id(j.id, j.next_ms) for j in one_offs}
+    one_off_runs = {next_run(j) for j in one_offs}
     wait_for(lambda: len(counts(r, FINISHES)) >= 40, 15, "runs to be under way", fleet)
 
     down_at = time.monotonic()

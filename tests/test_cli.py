@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner, Result
-from helpers import Rig
+from helpers import Rig, hgetall
 
 from rsched import App, Client, JobContext
 from rsched.cli.main import cli
@@ -142,7 +142,7 @@ def test_keys_create_prints_the_secret_once_list_hides_it_and_revoke_removes_it(
     listed = as_json(redis_url, "keys", "list")
     assert [(k["name"], k["scope"]) for k in listed] == [("billing", "write")]
     assert secret not in ok(redis_url, "keys", "list")
-    assert secret.encode() not in b"".join(r.hgetall(keys.api_keys()).values())
+    assert secret.encode() not in b"".join(hgetall(r, keys.api_keys()).values())
     assert ok(redis_url, "keys", "revoke", "billing").startswith(f"revoked {listed[0]['id']}")
     assert as_json(redis_url, "keys", "list") == []
 

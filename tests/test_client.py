@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import PARTITIONS, event_types, redis_now_ms, settings
+from helpers import PARTITIONS, event_types, redis_now_ms, settings, smembers
 
 from rsched import Client, Conflict, JobSpec, JobStatus, NotFound, ValidationError
 from rsched.core.cron import parse_cron
@@ -183,7 +183,7 @@ def test_a_small_batch_lands_in_one_partition_and_batches_spread_over_all(
     picked at random per batch."""
     batches = [client.schedule_many([JobSpec("email", {"i": i}) for i in range(20)])
                for _ in range(200)]
-    picked = []
+    picked: list[int] = []
     for batch in batches:
         parts = {job.partition for job in batch if not isinstance(job, Exception)}
         assert len(parts) == 1
@@ -192,7 +192,7 @@ def test_a_small_batch_lands_in_one_partition_and_batches_spread_over_all(
 
 
 def vars_of(spec: JobSpec) -> dict[str, Any]:
-    return {f: getattr(spec, f) for f in JobSpec.__slots__}  # type: ignore[attr-defined]
+    return {f: getattr(spec, f) for f in JobSpec.__slots__}
 
 
 def test_a_batch_mixing_types_queues_and_states_stores_and_returns_each_job_as_given(
@@ -225,7 +225,7 @@ def test_a_batch_mixing_types_queues_and_states_stores_and_returns_each_job_as_g
         assert client.get(job.id) == job
     assert not any(isinstance(b, Exception) for b in before)
     assert due_count(r) == sum(not s.paused for s in specs)  # a conflict's job is the earlier
-    assert {q.decode() for p in range(PARTITIONS) for q in r.smembers(keys.queues(p))} == {
+    assert {q.decode() for p in range(PARTITIONS) for q in smembers(r, keys.queues(p))} == {
         "default", "bulk"}
 
 

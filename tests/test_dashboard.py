@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import missing_service
+from helpers import all_jobs
 from redis_server import RedisServer, free_port
 from test_api_e2e import Proc, wait_for
 
@@ -185,9 +186,9 @@ def test_replaying_dead_letters_one_and_all_selected_runs_them_again(
     page: Any, stack: Stack
 ) -> None:
     stack.gate.write_text("closed")
-    jobs = stack.client.schedule_many([
+    jobs = all_jobs(stack.client.schedule_many([
         JobSpec(type="gated", payload={"gate": str(stack.gate), "n": i}, max_attempts=2,
-                backoff_base_ms=0) for i in range(3)])
+                backoff_base_ms=0) for i in range(3)]))
     ids = {j.id for j in jobs}
 
     def letters() -> dict[str, dict[str, Any]]:

@@ -19,6 +19,7 @@ from helpers import (
     Rig,
     aredis,
     event_types,
+    hgetall,
     keys_in_partition,
     record_script_calls,
     run_engine,
@@ -43,7 +44,7 @@ MINUTE = 60_000
 def lease_owners(r: redis.Redis) -> dict[int, tuple[str, int]]:
     out = {}
     for p in range(PARTITIONS):
-        h = r.hgetall(keys.lease(p))
+        h = hgetall(r, keys.lease(p))
         if h:
             out[p] = (h[b"owner"].decode(), int(h[b"fence"]))
     return out
@@ -175,6 +176,7 @@ def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothi
             await rig.lease()
             claimer = rig.dispatcher.claimer
             assert claimer is not None
+            forget = claimer.forget  # for the wrapper below, where claimer is not narrowed
             first = await rig.dispatcher.claim_once(skip_idle=True)  # nothing known yet: all
             assert sorted(set(read)) == list(range(PARTITIONS)) and first.dispatched == 0
             assert first.earliest_ms == a.next_ms
@@ -215,7 +217,7 @@ def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothi
                         if not woken:
                             woken.append(client.schedule("t", run_at=clock() - 1,
                                                          idempotency_key=k4).id)
-                            claimer.forget(3)
+                            forget(3)
                         return res
 
                     pipe.execute = execute_then_wake

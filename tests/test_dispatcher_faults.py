@@ -14,10 +14,10 @@ import pytest
 import redis
 import test_chaos
 from chaos_app import FINISHES, STARTS
+from helpers import next_run
 from test_chaos import Fleet, balanced, counts, events, leases, report, schedule, started, wait_for
 
 from rsched import Client, JobSpec
-from rsched.core.ids import run_id as make_run_id
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -59,7 +59,7 @@ def test_killing_one_of_two_dispatchers_and_restarting_it_leaves_the_other_parti
         JobSpec(type="record", run_at=begin + i * 1000 // RATE, idempotency_key=f"k{i}")
         for i in range(RATE * SECONDS)
     ])
-    runs = {make_run_id(j.id, j.next_ms) for j in jobs}
+    runs = {next_run(j) for j in jobs}
     wait_for(lambda: client.now_ms() > begin + 2000, 10, "two seconds of load")
 
     before = leases(r)

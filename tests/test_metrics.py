@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
-from helpers import run_engine, settings
+from helpers import all_jobs, run_engine, settings
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from redis_server import free_port
@@ -86,7 +86,7 @@ def run_mix(redis_url: str, client: Client, prefix: str, queue: str) -> list[Any
     specs = [JobSpec(type=f"{prefix}ok", queue=queue) for _ in range(3)]
     specs += [JobSpec(type=f"{prefix}{t}", queue=queue, max_attempts=2, backoff_base_ms=0)
               for t in ("flaky", "doomed")]
-    jobs = client.schedule_many(specs)
+    jobs = all_jobs(client.schedule_many(specs))
 
     def done() -> bool:
         return all(client.get(j.id).status.value in ("completed", "dead") for j in jobs)

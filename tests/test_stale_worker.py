@@ -15,17 +15,16 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 import redis
 import test_chaos
 from chaos_app import FINISHES, STARTS
+from helpers import next_run
 from tcp_proxy import TcpProxy
-from test_chaos import Fleet, Proc, counts, events, run_state, started, wait_for
+from test_chaos import Fleet, Proc, counts, events, run_in, run_state, started, wait_for
 
-from rsched import Client
-from rsched.core.ids import run_id as make_run_id
+from rsched import Client, Job
 from rsched.rdb import keys
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
@@ -52,8 +51,13 @@ def spawn_worker(fleet: Fleet, name: str, t: Timing) -> Proc:
     ])
 
 
+def counted(r: redis.Redis, key: str, rid: str) -> Callable[[], int | None]:
+    """A check that hash ``key`` counts the run (chaos_app's handler began, or finished, it)."""
+    return lambda: counts(r, key).get(rid)
+
+
 def stall_before_start(r: redis.Redis, client: Client, fleet: Fleet, stall: Callable[[], None],
-                       resume: Callable[[], None], t: Timing) -> tuple[Any, str]:
+                       resume: Callable[[], None], t: Timing) -> tuple[Job, str]:
     """Schedule jobs until worker A is stalled while running one whose start is not recorded
     yet (A's start loop or heartbeat may win the race: then let that job be and try again).
 
@@ -62,17 +66,17 @@ def stall_before_start(r: redis.Redis, client: Client, fleet: Fleet, stall: Call
     for _ in range(6):
         sleeps = [t.visibility_ms * 3 / 1000 + 3, 3]
         job = client.schedule("sleep", {"sleeps": sleeps}, max_attempts=2)
-        rid = make_run_id(job.id, job.next_ms)
-        wait_for(lambda rid=rid: counts(r, STARTS).get(rid), 20, "A's handler to begin", fleet)
+        rid = next_run(job)
+        wait_for(counted(r, STARTS, rid), 20, "A's handler to begin", fleet)
         stall()
         if run_state(r, rid).get("state") == "dispatched":
             return job, rid
         resume()
-        wait_for(lambda rid=rid: counts(r, FINISHES).get(rid), 20, "the job to finish", fleet)
+        wait_for(counted(r, FINISHES, rid), 20, "the job to finish", fleet)
     raise AssertionError("worker A recorded its start before every stall")
 
 
-def check_rightful_attempt_recorded(r: redis.Redis, client: Client, fleet: Fleet, job: Any,
+def check_rightful_attempt_recorded(r: redis.Redis, client: Client, fleet: Fleet, job: Job,
                                     rid: str, resume: Callable[[], None], a: Proc) -> None:
     """B reclaims and runs attempt 2; A resumes; A's stale start is fenced; B's attempt wins."""
     wait_for(lambda: run_state(r, rid).get("worker") == "wb" and run_state(r, rid), 30,
@@ -86,8 +90,7 @@ def check_rightful_attempt_recorded(r: redis.Redis, client: Client, fleet: Fleet
                    for e in events(r))
 
     wait_for(a_fenced, 20, "A's stale start to be fenced", fleet)
-    final = wait_for(lambda: run_state(r, rid).get("state") == "succeeded" and run_state(r, rid),
-                     30, "B's attempt to succeed", fleet)
+    final = wait_for(lambda: run_in(r, rid, "succeeded"), 30, "B's attempt to succeed", fleet)
     assert (final["worker"], final["attempt"]) == ("wb", "2")
     history = [(at.attempt, at.status) for at in client.runs(job.id)]
     assert history == [(2, "succeeded"), (1, "abandoned")]
