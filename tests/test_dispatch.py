@@ -165,8 +165,7 @@ def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothi
             read.append(p)
             return keys.due(p)
 
-    monkeypatch.setattr(claimer_mod, "keys", Keys())
-    monkeypatch.setattr(claimer_mod, "FULL_READ_S", 3600.0)
+    monkeypatch.setattr(claimer_mod, "keys", Keys())  # a spy on the real key builders
     [k1], [k2], [k3] = (keys_in_partition(p, 1, f"skip{p}") for p in (1, 2, 3))
     a = client.schedule("t", run_at=clock() + MINUTE, idempotency_key=k1)
     client.schedule("t", run_at=clock() + 2 * MINUTE, idempotency_key=k2)
@@ -176,6 +175,7 @@ def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothi
             await rig.lease()
             claimer = rig.dispatcher.claimer
             assert claimer is not None
+            claimer.full_read_s = 3600.0  # no periodic full read unless a step asks for one
             forget = claimer.forget  # for the wrapper below, where claimer is not narrowed
             first = await rig.dispatcher.claim_once(skip_idle=True)  # nothing known yet: all
             assert sorted(set(read)) == list(range(PARTITIONS)) and first.dispatched == 0
@@ -223,11 +223,11 @@ def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothi
                     pipe.execute = execute_then_wake
                     return pipe
 
-            monkeypatch.setattr(claimer_mod, "FULL_READ_S", 0.0)  # this round reads partition 3
+            claimer.full_read_s = 0.0  # this round reads partition 3
             claimer.r = WakeAfterRead()
             await rig.dispatcher.claim_once(skip_idle=True)
             claimer.r = real
-            monkeypatch.setattr(claimer_mod, "FULL_READ_S", 3600.0)
+            claimer.full_read_s = 3600.0
             read.clear()
             assert (await rig.dispatcher.claim_once(skip_idle=True)).dispatched == 1
             assert set(read) == {3} and client.get(woken[0]).last_run_id is not None
@@ -237,12 +237,12 @@ def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothi
             read.clear()
             await rig.dispatcher.claim_once(skip_idle=True)
             assert p not in read
-            monkeypatch.setattr(claimer_mod, "FULL_READ_S", 0.0)
+            claimer.full_read_s = 0.0
             read.clear()
             await rig.dispatcher.claim_once(skip_idle=True)
             assert sorted(set(read)) == list(range(PARTITIONS))
             # Rounds without skip_idle (tests, Rig) read every partition, as before.
-            monkeypatch.setattr(claimer_mod, "FULL_READ_S", 3600.0)
+            claimer.full_read_s = 3600.0
             read.clear()
             await rig.dispatcher.claim_once()
             assert sorted(set(read)) == list(range(PARTITIONS))
@@ -492,13 +492,10 @@ def test_jitter_spreads_occurrences_within_plus_minus_n_seconds_deterministicall
 
 
 def test_a_job_due_in_200_ms_starts_within_tens_of_ms_though_the_dispatcher_may_sleep_1_s(
-    redis_url: str, client: Client, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, client: Client, r: redis.Redis
 ) -> None:
-    from rsched.engine.dispatcher import claimer as claimer_mod
-
     # No periodic full read: only the wake message naming a job's partition makes the loop
     # (which skips partitions it saw idle) read it again.
-    monkeypatch.setattr(claimer_mod, "FULL_READ_S", 3600.0)
     app = App("wake")
 
     @app.job("ping")
@@ -520,7 +517,7 @@ def test_a_job_due_in_200_ms_starts_within_tens_of_ms_though_the_dispatcher_may_
 
     asyncio.run(run_engine(
         redis_url, app, all_done, timeout_s=15, while_running=schedule_while_idle,
-        dispatcher_kw={"max_sleep_ms": 1000}, worker_kw={"concurrency": 4},
+        dispatcher_kw={"max_sleep_ms": 1000, "full_read_s": 3600.0}, worker_kw={"concurrency": 4},
     ))
     lags = []
     for job_id in jobs:

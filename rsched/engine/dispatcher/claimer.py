@@ -54,6 +54,7 @@ class Claimer:
     events_maxlen: int = 0
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
     catchup_ms: int = defaults.CATCHUP_MS  # lateness before missed occurrences collapse into one
+    full_read_s: float = FULL_READ_S  # skip_idle rounds still read every partition this often
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
     _queues: dict[int, list[str]] = field(default_factory=dict)  # each partition's queues
@@ -116,7 +117,7 @@ class Claimer:
         for p in [p for p in known if p not in owned]:
             del known[p]
         mono = time.monotonic()
-        if not skip_idle or mono - self._full_at >= FULL_READ_S:
+        if not skip_idle or mono - self._full_at >= self.full_read_s:
             self._full_at = mono
             return sorted(owned)
         return [p for p in sorted(owned) if known.get(p, horizon) <= horizon]

@@ -16,7 +16,7 @@ from rsched.core import defaults
 from rsched.core.ids import ulid
 from rsched.core.settings import Settings
 from rsched.engine import aio
-from rsched.engine.dispatcher.claimer import Claimer, ClaimResult
+from rsched.engine.dispatcher.claimer import FULL_READ_S, Claimer, ClaimResult
 from rsched.engine.dispatcher.leases import LeaseKeeper
 from rsched.obs import metrics
 from rsched.rdb import keys
@@ -42,6 +42,7 @@ class Dispatcher:
         max_sleep_ms: int = defaults.MAX_SLEEP_MS,
         misfire_grace_ms: int = defaults.MISFIRE_GRACE_MS,
         clock: Callable[[], int] | None = None,
+        full_read_s: float = FULL_READ_S,
     ) -> None:
         self.settings = settings
         self.id = dispatcher_id or f"d-{socket.gethostname()}-{os.getpid()}-{ulid()[-6:]}"
@@ -50,6 +51,7 @@ class Dispatcher:
         self.max_sleep_ms = max_sleep_ms
         self.misfire_grace_ms = misfire_grace_ms
         self.clock = clock
+        self.full_read_s = full_read_s  # see Claimer.full_read_s
         self.r: Redis = connect_async(settings.redis_url)
         self._wake = asyncio.Event()
         self.leases: LeaseKeeper | None = None
@@ -61,7 +63,8 @@ class Dispatcher:
                                      self.settings.strict_partitions)
         self.leases = LeaseKeeper(self.r, self.id, p, self.lease_ms, self.clock)
         self.claimer = Claimer(self.r, self.id, self.batch, self.misfire_grace_ms,
-                               self.settings.events_maxlen, self.clock)
+                               self.settings.events_maxlen, self.clock,
+                               full_read_s=self.full_read_s)
 
     async def claim_once(self, *, skip_idle: bool = False) -> ClaimResult:
         """One claim round (see Claimer.run_once; the loop below skips idle partitions)."""
