@@ -28,6 +28,7 @@ from rsched.api.guard import Endpoint, KeyCache, protect
 from rsched.api.openapi import document
 from rsched.api.problems import JSON, problem
 from rsched.api.ui import routes as ui_routes
+from rsched.core import defaults
 from rsched.core.settings import Settings
 from rsched.rdb.setup import acheck_redis, is_unavailable, wait_for_redis
 
@@ -161,8 +162,8 @@ def create_app(
     *,
     auth: bool = True,
     extra_routes: Sequence[BaseRoute] = (),
-    max_body_bytes: int = 1 << 20,
-    max_batch_bytes: int = 32 << 20,
+    max_body_bytes: int = defaults.MAX_BODY_BYTES,
+    max_batch_bytes: int = defaults.MAX_BATCH_BYTES,
     key_cache_s: float = 5.0,
     redis: Redis | None = None,
     archive_url: str | None = None,

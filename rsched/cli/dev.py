@@ -33,6 +33,7 @@ from rsched.cli._processes import (
     wait_until,
 )
 from rsched.cli._samples import admin_key, examples_root, schedule_samples
+from rsched.core import defaults
 
 READY_TIMEOUT_S = 60.0
 
@@ -53,8 +54,8 @@ def _shown(path: Path) -> str:
 
 @dataclass
 class DevOptions:
-    host: str = "127.0.0.1"
-    port: int = 8600
+    host: str = defaults.API_HOST
+    port: int = defaults.API_PORT
     redis_url: str | None = None
     data_dir: Path = Path(".rsched")
     fresh: bool = False

@@ -154,13 +154,14 @@ def archiver(ctx: click.Context, archive_url: str | None, batch: int | None,
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True, envvar="RSCHED_API_HOST")
-@click.option("--port", default=8600, show_default=True, type=int, envvar="RSCHED_API_PORT")
+@click.option("--host", default=defaults.API_HOST, show_default=True, envvar="RSCHED_API_HOST")
+@click.option("--port", default=defaults.API_PORT, show_default=True, type=int,
+              envvar="RSCHED_API_PORT")
 @click.option("--no-auth", is_flag=True,
               help="Serve without API keys: local development only (logs a loud warning).")
-@click.option("--max-body-bytes", default=1 << 20, show_default=True,
+@click.option("--max-body-bytes", default=defaults.MAX_BODY_BYTES, show_default=True,
               help="Largest request body (POST /jobs/batch has its own limit).")
-@click.option("--max-batch-bytes", default=32 << 20, show_default=True)
+@click.option("--max-batch-bytes", default=defaults.MAX_BATCH_BYTES, show_default=True)
 @click.option("--access-log/--no-access-log", default=False, show_default=True)
 @click.pass_context
 def api(ctx: click.Context, host: str, port: int, no_auth: bool, max_body_bytes: int,
@@ -203,8 +204,9 @@ for _command in COMMANDS:
 
 
 @cli.command()
-@click.option("--port", default=8600, show_default=True, help="API and dashboard port.")
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=defaults.API_PORT, show_default=True,
+              help="API and dashboard port.")
+@click.option("--host", default=defaults.API_HOST, show_default=True)
 @click.option("--data-dir", default=".rsched", show_default=True, type=click.Path(),
               help="Redis data (AOF), the SQLite history, the admin key and logs.")
 @click.option("--redis-url", "dev_redis_url", default=None,

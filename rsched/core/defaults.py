@@ -31,3 +31,9 @@ HEARTBEAT_MS = 5_000  # at most half of VISIBILITY_MS
 GRACE_S = 30.0  # seconds to finish runs on SIGTERM
 START_AFTER_MS = 200  # a run still going this long gets its start recorded on its own
 FLUSH_MS = 2.0  # how long reports wait to be batched
+
+# HTTP API (rsched api, rsched dev).
+API_HOST = "127.0.0.1"  # local only unless asked: the API schedules and cancels work
+API_PORT = 8600
+MAX_BODY_BYTES = 1 << 20  # largest request body...
+MAX_BATCH_BYTES = 32 << 20  # ...except POST /jobs/batch (up to 1,000 jobs)
