@@ -30,19 +30,19 @@ for i = 1, n do
   local r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.stream_id, F.attempt,
                        F.type)
   local state = r[1]
-  local owner = nil
-  if state == 'running' and r[4] == sid then owner = delivered_to(stream_key, group, sid) end
+  local live = (state == 'running' or state == 'dispatched') and r[4] == sid
+  local owner = live and delivered_to(stream_key, group, sid)
   if state == 'running' and r[2] == worker and r[3] == fence and owner == worker then
     redis.call('HSET', run_key, F.hb_ms, now)
     redis.call('XCLAIM', stream_key, group, worker, 0, sid, 'JUSTID')
     out[i] = 1
-  elseif (state == 'running' or state == 'dispatched') and r[4] == sid then
+  elseif live then
     redis.call('HINCRBY', stats_key, 'fenced', 1)
     emit(events_key, maxlen, 'e', 'fenced', 'j', string.match(run_id, '^(.*)@%d+$') or '',
          'r', run_id, 'a', r[5] or '', 't', now, 'w', worker, 'f', fence, 'ty', r[6] or '',
          'err', 'stale heartbeat rejected: the run is ' .. state .. ' under worker '
                 .. (r[2] or '') .. ', fence ' .. (r[3] or '0') .. ', delivered to '
-                .. (owner or delivered_to(stream_key, group, sid) or 'nobody'))
+                .. (owner or 'nobody'))
     out[i] = -1
   else
     out[i] = 0

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import signal
-import socket
 import threading
 import time
 from collections import defaultdict, deque
@@ -32,7 +30,7 @@ from rsched.archive.events import parse_sid
 from rsched.archive.lag import Lag, archive_lag
 from rsched.archive.store import DAY_MS, Store, StoreUnavailable, redact
 from rsched.archive.stores import open_store
-from rsched.core.ids import ulid
+from rsched.core.ids import process_id
 from rsched.core.settings import Settings
 from rsched.rdb.setup import UNAVAILABLE, check_redis, ensure_partitions, wait_for_redis_sync
 
@@ -61,7 +59,7 @@ class Archiver:
         self.store = store
         self.partitions = partitions
         self.config = config or ArchiverConfig()
-        self.consumer = consumer or f"a-{socket.gethostname()}-{os.getpid()}-{ulid()[-6:]}"
+        self.consumer = consumer or process_id("a")
         self.streams = EventStreams(r, partitions, self.consumer, self.config.batch,
                                     own_pending=bool(consumer))
         self.backoff = Backoff(self.config.backoff_base_ms, self.config.backoff_cap_ms)

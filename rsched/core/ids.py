@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import time
 import zlib
 
@@ -13,6 +14,12 @@ def ulid(now_ms: int | None = None) -> str:
     bytes.hex runs in C (base64.b32encode is pure Python on 3.11 and cost 14 us an id)."""
     ms = int(time.time() * 1000) if now_ms is None else now_ms
     return (ms.to_bytes(6, "big") + os.urandom(8)).hex()
+
+
+def process_id(kind: str) -> str:
+    """A process's default id, ``<kind>-<host>-<pid>-<6 hex>``: who it is in logs and Redis,
+    and new on every start, so a restarted process never inherits a dead one's leases or runs."""
+    return f"{kind}-{socket.gethostname()}-{os.getpid()}-{ulid()[-6:]}"
 
 
 def partition_for_key(key: str, partitions: int) -> int:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +11,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from rsched.core import defaults
-from rsched.core.ids import ulid
+from rsched.core.ids import process_id
 from rsched.core.settings import Settings
 from rsched.engine import aio
 from rsched.engine.dispatcher.claimer import FULL_READ_S, Claimer, ClaimResult
@@ -45,7 +43,7 @@ class Dispatcher:
         full_read_s: float = FULL_READ_S,
     ) -> None:
         self.settings = settings
-        self.id = dispatcher_id or f"d-{socket.gethostname()}-{os.getpid()}-{ulid()[-6:]}"
+        self.id = dispatcher_id or process_id("d")
         self.lease_ms = lease_ms
         self.batch = batch
         self.max_sleep_ms = max_sleep_ms

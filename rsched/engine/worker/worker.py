@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import threading
 from collections import defaultdict
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from redis.exceptions import ResponseError
 from rsched.core import defaults
 from rsched.core.app import App
 from rsched.core.errors import ValidationError
-from rsched.core.ids import ulid
+from rsched.core.ids import process_id
 from rsched.core.settings import Settings
 from rsched.engine import aio
 from rsched.engine.worker._link import Link
@@ -85,7 +84,7 @@ class Worker:
         self.settings = settings
         self.queues = list(queues)
         self.concurrency = concurrency
-        self.id = worker_id or f"w-{socket.gethostname()}-{os.getpid()}-{ulid()[-6:]}"
+        self.id = worker_id or process_id("w")
         self.visibility_ms = visibility_ms
         self.heartbeat_ms = heartbeat_ms
         self.grace_s = grace_s
