@@ -18,7 +18,8 @@ import pytest
 import redis
 from helpers import ManualClock, open_client, redis_now_ms
 from psycopg import sql
-from redis_server import RedisServer
+from redis_sentinel import RedisSentinelGroup
+from redis_server import RedisCluster, RedisServer
 
 from rsched import Client
 
@@ -90,6 +91,26 @@ def aof_redis(redis_available: None) -> Iterator[RedisServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def redis_cluster_replicas(redis_available: None) -> Iterator[RedisCluster]:
+    """3 masters + 3 replicas (one each, in sync), node timeout 5 s, for this module.
+
+    Module scope: a start costs 3-5 s, and a module that kills or pauses nodes spoils only its
+    own cluster. Tests in one module share it: call flushall() or use keys of your own."""
+    with RedisCluster(replicas=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def redis_sentinel(redis_available: None) -> Iterator[RedisSentinelGroup]:
+    """A primary, its replica and 3 Sentinels (quorum 2, down-after 1 s), for this module.
+
+    Module scope for the same reasons as redis_cluster_replicas; after a failover in one test
+    the next one finds the other node primary: ask primary(), never assume nodes[0]."""
+    with RedisSentinelGroup() as group:
+        yield group
 
 
 @pytest.fixture(scope="session")

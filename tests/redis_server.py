@@ -1,4 +1,7 @@
-"""Real `redis-server` processes for tests: plain, AOF and 3-master cluster, on free ports."""
+"""Real `redis-server` processes for tests: plain, AOF and cluster (with or without replicas).
+
+Sentinel groups live in redis_sentinel.py; both ask their nodes through redis_probe.py.
+"""
 
 from __future__ import annotations
 
@@ -18,17 +21,26 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode
 from redis.cluster import RedisCluster as RedisClusterClient
+from redis_probe import (
+    HOST,
+    NodeGroup,
+    NotYet,
+    RedisServerError,
+    command,
+    replicating_from,
+    role,
+    slot_ranges,
+    streams_to,
+    view_counts,
+    wait_for,
+)
 
 __all__ = ["RedisCluster", "RedisServer", "RedisServerError", "free_port"]
 
-HOST = "127.0.0.1"
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 10.0
 _PR_SET_PDEATHSIG = 1
-
-
-class RedisServerError(RuntimeError):
-    """The server did not come up (or went away); the message carries its log."""
+CLUSTER_SLOTS = 16384
 
 
 def free_port() -> int:
@@ -109,6 +121,10 @@ class RedisServer:
 
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -256,21 +272,46 @@ class RedisServer:
         return f"redis-server on {HOST}:{self.port} {what}; log {self.log_path}:\n{self.log_tail()}"
 
 
-class RedisCluster:
-    """Three masters, no replicas, every slot assigned; cluster_state:ok once start() returns."""
+class RedisCluster(NodeGroup):
+    """Masters with `replicas` replicas each, every slot assigned, stopped by PID.
 
-    def __init__(self, masters: int = 3, *, extra_args: Sequence[str] = ()) -> None:
+    start() returns once every node says cluster_state:ok, every node's view agrees on who is
+    master and replica, and every replica is in sync. Node ids are kept from start(), so a
+    killed master can still be found in the others' views.
+    """
+
+    def __init__(
+        self,
+        masters: int = 3,
+        *,
+        replicas: int = 0,
+        node_timeout_ms: int = 5000,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         if masters < 3:
             raise ValueError(f"masters: redis-cli --cluster create needs 3, got {masters}")
-        self.nodes = [RedisServer(extra_args=extra_args) for _ in range(masters)]
+        if replicas < 0:
+            raise ValueError(f"replicas: must be 0 or more, got {replicas}")
+        if node_timeout_ms < 100:
+            raise ValueError(f"node_timeout_ms: must be at least 100, got {node_timeout_ms}")
+        self.master_count = masters
+        self.replicas_per_master = replicas
+        self.node_timeout_ms = node_timeout_ms
+        self.nodes = [RedisServer() for _ in range(masters * (1 + replicas))]
         for node in self.nodes:
-            node.extra_args += [
+            node.extra_args = [
                 "--cluster-enabled", "yes",
                 "--cluster-config-file", str(node.dir / "nodes.conf"),
-                "--cluster-node-timeout", "5000",
+                "--cluster-node-timeout", str(node_timeout_ms),
                 "--cluster-port", str(free_port()),
+                "--repl-diskless-sync-delay", "0",  # a replica syncs now, not 5 s later
+                *extra_args,
             ]  # fmt: skip
+        self._ids: dict[RedisServer, str] = {}
+        self._first_slot: dict[str, int] = {}  # master id -> a slot it held when last settled
         self._clients: list[RedisClusterClient] = []
+
+    # -- addresses and clients ------------------------------------------------------------
 
     @property
     def startup_nodes(self) -> list[ClusterNode]:
@@ -281,36 +322,110 @@ class RedisCluster:
         """Any one node: a cluster client discovers the others from it."""
         return self.nodes[0].url
 
+    @property
+    def cluster_url(self) -> str:
+        """Every node, in rsched's scheme for Redis Cluster."""
+        return "redis+cluster://" + ",".join(f"{HOST}:{node.port}" for node in self.nodes)
+
     def client(self, **kwargs: Any) -> RedisClusterClient:
         client = RedisClusterClient(startup_nodes=self.startup_nodes, **kwargs)
         self._clients.append(client)
         return client
+
+    # -- topology -------------------------------------------------------------------------
+
+    def masters(self) -> list[RedisServer]:
+        """Running nodes that say they are masters."""
+        return [n for n in self._live() if role(n.port) == "master"]
+
+    def replicas(self) -> list[RedisServer]:
+        """Running nodes that say they are replicas."""
+        return [n for n in self._live() if role(n.port) == "slave"]
+
+    def master_of_slot(self, slot: int) -> RedisServer:
+        """The owner of `slot` in the view of the first running node."""
+        if not 0 <= slot < CLUSTER_SLOTS:
+            raise ValueError(f"slot: {slot} is not in 0-{CLUSTER_SLOTS - 1}")
+        for first, last, owner in slot_ranges(self._live()[0].port):
+            if first <= slot <= last:
+                return self._by_id(owner)
+        raise RedisServerError(f"slot {slot} has no owner")
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A replica the master is streaming to right now (ROLE on the master)."""
+        reply = command(master.port, "ROLE")
+        if reply[0] != "master" or not reply[2]:
+            raise RedisServerError(f"node {master.port} is not a master with a replica: {reply}")
+        return self._by_port(int(reply[2][0][1]))
+
+    def flushall(self) -> None:
+        """Empty every master (keys and script cache), for tests that share a cluster."""
+        for node in self.masters():
+            command(node.port, "FLUSHALL")
+            command(node.port, "SCRIPT", "FLUSH")
+
+    # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> RedisCluster:
         for node in self.nodes:
             node.start()
         addresses = [f"{HOST}:{node.port}" for node in self.nodes]
         cmd = ["redis-cli", "--cluster", "create", *addresses]
-        cmd += ["--cluster-replicas", "0", "--cluster-yes"]
+        cmd += ["--cluster-replicas", str(self.replicas_per_master), "--cluster-yes"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
         if done.returncode != 0:
             raise RedisServerError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
-        self._wait_ok()
+        self._ids = {node: command(node.port, "CLUSTER", "MYID") for node in self.nodes}
+        self.wait_healthy()
         return self
 
-    def _wait_ok(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        pending = list(self.nodes)
-        while pending:
-            node = pending[0]
-            with redis.Redis(host=HOST, port=node.port, decode_responses=True) as probe:
-                info = probe.execute_command("CLUSTER", "INFO")
-            if "cluster_state:ok" in info:
-                pending.pop(0)
-                continue
-            if time.monotonic() > deadline:
-                raise RedisServerError(node._message(f"cluster not ok:\n{info}"))
-            time.sleep(0.05)
+    def wait_healthy(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Every node running, cluster_state:ok everywhere, every view shows all masters and
+        replicas with no failure flags, and every replica in sync: as after start()."""
+        want = {"master": self.master_count, "slave": self.master_count * self.replicas_per_master}
+
+        def healthy() -> None:
+            for node in self.nodes:
+                if not node.is_running() or node.paused:
+                    raise RedisServerError(f"node {node.port} is not running")
+                self._expect_ok(node)
+                if (seen := view_counts(node.port)) != want:
+                    raise NotYet(f"node {node.port} sees {seen or 'a failing node'}, not {want}")
+                if not self._in_sync(node):
+                    raise NotYet(f"node {node.port}: replication not in sync")
+
+        wait_for(healthy, timeout_s, f"cluster {self.cluster_url} healthy")
+        self._remember_slots()
+
+    def wait_failover(self, old_master: RedisServer, timeout_s: float | None = None) -> RedisServer:
+        """Wait until a replica of `old_master` (killed, paused or failed) owns its slots as a
+        master in every running node's view and they all say cluster_state:ok; returns it.
+
+        The default timeout is the node timeout plus 15 s: detection takes the node timeout,
+        the election up to ~2 s more, and the machine is shared."""
+        old_id = self._ids[old_master]
+        slot = self._first_slot.get(old_id)
+        if slot is None:
+            raise ValueError(f"old_master: node {old_master.port} held no slots when last settled")
+        timeout = self.node_timeout_ms / 1000 + 15 if timeout_s is None else timeout_s
+        others = [n for n in self.nodes if n is not old_master]
+
+        def promoted() -> RedisServer:
+            owners = set()
+            for node in others:
+                if node.is_running() and not node.paused:
+                    self._expect_ok(node)
+                    owners |= {o for a, b, o in slot_ranges(node.port) if a <= slot <= b}
+            if len(owners) != 1 or old_id in owners:
+                raise NotYet(f"slot {slot} is owned by {owners} (old master {old_id})")
+            new = self._by_id(owners.pop())
+            if role(new.port) != "master":
+                raise NotYet(f"node {new.port} owns slot {slot} but is not a master yet")
+            return new
+
+        new = wait_for(promoted, timeout, f"a replica of node {old_master.port} promoted")
+        self._remember_slots()
+        return new
 
     def stop(self) -> None:
         clients, self._clients = self._clients, []
@@ -320,8 +435,38 @@ class RedisCluster:
         for node in self.nodes:
             node.close()
 
-    def __enter__(self) -> RedisCluster:
-        return self.start()
+    # -- internals ------------------------------------------------------------------------
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _live(self) -> list[RedisServer]:
+        live = [n for n in self.nodes if n.is_running() and not n.paused]
+        if not live:
+            raise RedisServerError("no node of the cluster is running")
+        return live
+
+    def _by_id(self, node_id: str) -> RedisServer:
+        for node, known in self._ids.items():
+            if known == node_id:
+                return node
+        raise RedisServerError(f"node id {node_id} is not one of this cluster's")
+
+    def _by_port(self, port: int) -> RedisServer:
+        for node in self.nodes:
+            if node.port == port:
+                return node
+        raise RedisServerError(f"port {port} is not one of this cluster's")
+
+    def _remember_slots(self) -> None:
+        self._first_slot = {}
+        for first, _last, owner in slot_ranges(self._live()[0].port):
+            self._first_slot.setdefault(owner, first)
+
+    @staticmethod
+    def _expect_ok(node: RedisServer) -> None:
+        if "cluster_state:ok" not in command(node.port, "CLUSTER", "INFO"):
+            raise NotYet(f"node {node.port} does not say cluster_state:ok")
+
+    def _in_sync(self, node: RedisServer) -> bool:
+        """A replica's link is up; a master streams to all of its replicas."""
+        if replicating_from(node.port) is not None:
+            return True
+        return role(node.port) == "master" and streams_to(node.port) == self.replicas_per_master

@@ -9,6 +9,9 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
+from redis.sentinel import Sentinel
+from redis_probe import command, replicating_from, role
+from redis_sentinel import RedisSentinelGroup
 from redis_server import RedisCluster, RedisServer, RedisServerError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +121,130 @@ def test_a_cluster_of_three_masters_runs_a_hash_tagged_multi_key_script() -> Non
         with redis.Redis.from_url(cluster.url) as node:
             with pytest.raises(redis.ResponseError, match="same slot"):
                 node.eval(script, 2, "rsched:{p1}:a", "rsched:{p2}:a", "v")
+
+
+def written_and_replicated(primary: RedisServer, key: str, value: str) -> None:
+    """SET on `primary`, then WAIT until its replica acknowledged it (so a failover keeps it)."""
+    with redis.Redis(port=primary.port, single_connection_client=True) as r:
+        r.set(key, value)
+        assert r.execute_command("WAIT", 1, 5000) == 1
+
+
+def read_on_replica(replica: RedisServer, key: str) -> bytes | None:
+    """GET on a cluster replica: READONLY lets it answer instead of redirecting to its master."""
+    with redis.Redis(port=replica.port, single_connection_client=True) as r:
+        r.execute_command("READONLY")
+        value: bytes | None = r.get(key)
+        return value
+
+
+@pytest.mark.slow  # 3-5 s to start and sync 6 nodes
+def test_a_cluster_with_replicas_has_three_masters_each_with_its_own_synced_replica(
+    redis_cluster_replicas: RedisCluster,
+) -> None:
+    cluster = redis_cluster_replicas
+    masters, replicas = cluster.masters(), cluster.replicas()
+    assert len(masters) == 3 and len(replicas) == 3
+    pairs = {master: cluster.replica_of(master) for master in masters}
+    assert set(pairs.values()) == set(replicas)  # one replica each, none shared
+    for master, replica in pairs.items():
+        assert replicating_from(replica.port) == master.port
+    assert {cluster.master_of_slot(slot) for slot in range(0, 16384, 256)} == set(masters)
+    assert cluster.master_of_slot(16383) in masters
+    # A write through a cluster client lands on the slot's master and reaches its replica.
+    client = cluster.client()
+    key = "fixture:{replicated}"
+    client.set(key, "yes")
+    master = cluster.master_of_slot(client.keyslot(key))
+    assert master.client().get(key) == b"yes"
+    written_and_replicated(master, key, "yes")
+    assert read_on_replica(pairs[master], key) == b"yes"
+    addresses = cluster.cluster_url.removeprefix("redis+cluster://").split(",")
+    assert sorted(addresses) == sorted(f"127.0.0.1:{node.port}" for node in cluster.nodes)
+    assert len(addresses) == 6
+
+
+@pytest.mark.slow  # ~10 s: start 6 nodes, 2 s node timeout + election, rejoin
+@pytest.mark.usefixtures("redis_available")
+def test_a_killed_master_is_replaced_by_its_replica_and_rejoins_as_replica_when_restarted() -> None:
+    with RedisCluster(replicas=1, node_timeout_ms=2000) as cluster:
+        for node in cluster.nodes:
+            assert command(node.port, "CONFIG", "GET", "cluster-node-timeout") == {
+                "cluster-node-timeout": "2000"
+            }
+        slot = int(command(cluster.nodes[0].port, "CLUSTER", "KEYSLOT", "{kept}"))
+        master = cluster.master_of_slot(slot)
+        replica = cluster.replica_of(master)
+        written_and_replicated(master, "{kept}", "yes")
+        master.kill()
+        killed_at = time.monotonic()
+        # Bound: the 2 s node timeout, ~1 s of election delay, and 15 s for a shared machine.
+        promoted = cluster.wait_failover(master, timeout_s=2 + 15)
+        took = time.monotonic() - killed_at
+        assert promoted is replica
+        assert took >= 2.0  # no one may declare the master failed before the node timeout
+        assert role(promoted.port) == "master"
+        assert cluster.master_of_slot(slot) is promoted
+        assert promoted.client().get("{kept}") == b"yes"
+        master.restart()  # same port and nodes.conf: it comes back as the new master's replica
+        cluster.wait_healthy()
+        assert role(master.port) == "slave"
+        assert cluster.replica_of(promoted) is master
+
+
+def test_the_sentinel_group_names_its_primary_and_knows_replica_and_peers(
+    redis_sentinel: RedisSentinelGroup,
+) -> None:
+    group = redis_sentinel
+    primary = group.primary()
+    replica = group.other(primary)
+    assert replicating_from(replica.port) == primary.port
+    assert group.url.startswith("redis+sentinel://") and group.url.endswith("/rsched")
+    hosts = group.url.removeprefix("redis+sentinel://").removesuffix("/rsched").split(",")
+    addresses = [(host, int(port)) for host, port in (h.split(":") for h in hosts)]
+    assert sorted(port for _, port in addresses) == sorted(s.port for s in group.sentinels)
+    for sentinel in group.sentinels:
+        assert set(sentinel.instances("REPLICAS")) == {replica.port}
+        assert set(sentinel.instances("SENTINELS")) == {
+            s.port for s in group.sentinels if s is not sentinel
+        }
+    # redis-py's own Sentinel client, given only the URL's addresses, finds the same primary.
+    sentinel_client = Sentinel(addresses, socket_timeout=2)
+    try:
+        assert sentinel_client.discover_master("rsched") == ("127.0.0.1", primary.port)
+    finally:
+        for conn in sentinel_client.sentinels:
+            conn.close()
+
+
+def test_sentinel_failover_makes_the_replica_primary_and_primary_follows(
+    redis_sentinel: RedisSentinelGroup,
+) -> None:
+    group = redis_sentinel
+    old = group.primary()
+    written_and_replicated(old, "before", "failover")
+    new = group.failover()
+    assert new is group.other(old)
+    assert group.primary() is new
+    assert role(new.port) == "master"
+    assert new.client().get("before") == b"failover"
+    assert new.client().set("after", "failover")
+
+
+@pytest.mark.slow  # ~5 s: start, 1 s down-after, vote and promotion
+@pytest.mark.usefixtures("redis_available")
+def test_a_primary_killed_with_sigkill_is_replaced_and_primary_follows() -> None:
+    with RedisSentinelGroup(service="kill-test") as group:
+        old = group.primary()
+        written_and_replicated(old, "before", "kill")
+        old.kill()
+        # Bound: 1 s down-after, the vote and promotion, and 15 s for a shared machine.
+        new = group.wait_new_primary(old, timeout_s=1 + 15)
+        assert new is group.other(old)
+        assert group.primary() is new
+        assert role(new.port) == "master"
+        assert new.client().get("before") == b"kill"
+        assert group.url.endswith("/kill-test")
 
 
 @pytest.mark.postgres
