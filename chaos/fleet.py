@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -169,5 +170,9 @@ class Fleet:
         if self._proxyd is not None:
             self._proxyd.kill()
             self._proxyd.wait(10)
+        self.redis.kill()
+        # Evidence for the next failure: the log of every incarnation (AOF loads, truncations).
+        if self.redis.log_path.exists():
+            shutil.copyfile(self.redis.log_path, self.out / "logs" / "redis.log")
         self.redis.close()
         self.sink.close()
