@@ -158,7 +158,9 @@ class Nemesis:
         if m is None:  # an AOF rewrite swapped the files: a plain crash this time
             entry["op"] = "redis_kill"
         else:
-            aof.restore(self.fleet.redis.dir, m)
+            torn = aof.restore(self.fleet.redis.dir, m)
+            if torn:  # the mark fell inside a write(): cut back to a whole command
+                entry["torn_bytes"] = sum(torn.values())
             entry["fsynced_ms"] = m.at_ms
             entry["window_ms"] = entry["t0"] - m.at_ms
         self._restart_redis(entry)
