@@ -1,22 +1,66 @@
 """The one place a Redis key string is built.
 
-Every key that belongs to a partition embeds the hash tag ``{pN}``, so all of a partition's keys
-live in one Redis Cluster slot and a script can touch them together.  Global keys (config,
-registries) are only ever used by plain commands, never inside a script with partition keys.
+Every key that belongs to a partition embeds the partition's hash tag ``{pN-k}``, so all of a
+partition's keys live in one Redis Cluster slot and a script can touch them together.  Global
+keys (config, registries) are only ever used by plain commands, never inside a script with
+partition keys.
+
+Placement: the suffix ``k`` is the first that puts partition N's slot in the 16-slot window at
+the bit-reversed N (0, 8192, 4096, 12288, ...: the van der Corput sequence), so the first 2^j
+partitions land one per 1/2^j of the slot range.  On a cluster sliced evenly over 3 masters,
+16 partitions fall 6/5/5 and 64 fall 22/21/21 (with the plain CRC16 of ``{pN}``: 4/5/7 and
+20/20/24); a count that is not a power of two spreads less evenly (10: 4/4/2).
 """
 
 from __future__ import annotations
 
+from binascii import crc_hqx
+from itertools import count
+
 PREFIX = "rsched"
+SLOTS = 16384
+_BITS = 14  # SLOTS == 2 ** _BITS
+_WINDOW = 16  # slots per placement window: even spread up to SLOTS / _WINDOW partitions
+_tags: list[str] = []
+
+
+def slot(key: str) -> int:
+    """The Redis Cluster slot of a key (CRC16 of its hash tag, or of the whole key)."""
+    lo = key.find("{")
+    if lo >= 0:
+        hi = key.find("}", lo + 1)
+        if hi > lo + 1:
+            key = key[lo + 1:hi]
+    return crc_hqx(key.encode(), 0) % SLOTS
+
+
+def target_slot(partition: int) -> int:
+    """Where partition N's window starts: N's low bits reversed over the slot range."""
+    n = partition % (SLOTS // _WINDOW)
+    return int(f"{n:0{_BITS}b}"[::-1], 2)
+
+
+def _placed(partition: int) -> str:
+    lo = target_slot(partition)
+    for k in count():
+        t = f"p{partition}-{k}"
+        if lo <= crc_hqx(t.encode(), 0) % SLOTS < lo + _WINDOW:
+            return t
+    raise AssertionError("unreachable")
 
 
 def tag(partition: int) -> str:
-    """Hash tag shared by every key of one partition."""
-    return f"{{p{partition}}}"
+    """Hash tag shared by every key of one partition (braces included)."""
+    try:
+        return _tags[partition]
+    except IndexError:
+        while len(_tags) <= partition:
+            _tags.append(f"{{{_placed(len(_tags))}}}")
+        return _tags[partition]
 
 
 def _pk(partition: int, name: str) -> str:
-    return f"{PREFIX}:{{p{partition}}}:{name}"
+    return f"{PREFIX}:{tag(partition)}:{name}"
 
 
 # --- global keys -----------------------------------------------------------------------------
