@@ -21,8 +21,9 @@ from rsched.core.models import Attempt, Job, Run
 from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
 from rsched.rdb import ops
+from rsched.rdb.connect import connect_async
 from rsched.rdb.ops import Op
-from rsched.rdb.setup import connect_async, fast_packing
+from rsched.rdb.setup import fast_packing
 from rsched.service import jobs, scheduling
 from rsched.service.history import RunAttempt, RunsPage, op_history
 from rsched.service.patch import JobPatch
@@ -39,7 +40,8 @@ class AsyncClient(ClientBase):
                  archive_url: str | None = None) -> None:
         super().__init__(settings, archive_url)
         self.r: Redis = (fast_packing(redis) if redis is not None
-                         else connect_async(settings.redis_url))
+                         else connect_async(settings.redis_url, wait=settings.wait_replicas,
+                                            wait_timeout_ms=settings.wait_timeout_ms))
         self._queued: list[tuple[JobSpec, asyncio.Future[tuple[Job, bool]]]] = []
         self._sender: asyncio.Task[None] | None = None
 

@@ -17,6 +17,7 @@ from rsched.core.models import Attempt, Job, Run
 from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
 from rsched.rdb import ops
+from rsched.rdb.connect import connect
 from rsched.rdb.ops import Op
 from rsched.rdb.setup import fast_packing
 from rsched.service import jobs, scheduling
@@ -61,7 +62,9 @@ class Client(ClientBase):
         archive_url: str | None = None,
     ) -> None:
         super().__init__(settings or Settings.from_env(redis_url=redis_url), archive_url)
-        self.r: Redis = fast_packing(redis or Redis.from_url(self.settings.redis_url))
+        self.r: Redis = (fast_packing(redis) if redis is not None
+                         else connect(self.settings.redis_url, wait=self.settings.wait_replicas,
+                                      wait_timeout_ms=self.settings.wait_timeout_ms))
 
     def run(self, op: Op[T]) -> T:
         """Execute an operation's Redis work on this client, one pipeline per step."""
@@ -134,6 +137,12 @@ class Client(ClientBase):
         if self._archive is not None:
             self._archive.close()
         self.r.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 __all__ = ["UNSET", "Client", "ClientBase", "JobPatch"]

@@ -129,8 +129,8 @@ def test_every_script_file_is_known_to_the_loader() -> None:
 
 # --- run time: one scenario calling every script -------------------------------------------------
 
-# Two partitions whose slots ({p0} 15882, {p3} 3689) fall to different masters of a 3-master
-# cluster: Redis 7.0 rejects a script's access to a key on another node, not yet to another
+# Two partitions whose slots (p0: 14, p3: 12302, see keys.tag) fall to different masters of a
+# 3-master cluster: Redis 7.0 rejects a script's access to a key on another node, not yet to another
 # slot of the same node, so only a cross-node layout makes the cluster test able to fail.
 PA, PB = 0, 3
 

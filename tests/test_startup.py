@@ -35,10 +35,10 @@ from rsched.core.errors import UnsafeRedis
 from rsched.core.settings import Settings
 from rsched.engine import aio
 from rsched.rdb import keys
+from rsched.rdb.connect import connect_async
 from rsched.rdb.setup import (
     StartupRetry,
     acheck_redis,
-    connect_async,
     is_unavailable,
     wait_for_redis,
 )

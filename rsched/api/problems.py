@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 import orjson
+from redis.exceptions import ClusterDownError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.requests import Request
@@ -18,6 +19,7 @@ from starlette.responses import Response
 from rsched.core.errors import (
     Conflict,
     NotFound,
+    NotReplicated,
     PayloadTooLarge,
     RschedError,
     UnsafeRedis,
@@ -117,7 +119,11 @@ def classify(exc: Exception) -> dict[str, Any]:
         return problem_body(400, str(exc), "body", str(exc).removeprefix("body: "))
     if isinstance(exc, BodyTooLarge):
         return problem_body(413, str(exc), "body", str(exc).removeprefix("body: "))
-    if isinstance(exc, (RedisConnectionError, RedisTimeoutError, UnsafeRedis)):
+    if isinstance(exc, NotReplicated):
+        log.warning("write not replicated: %s", exc)
+        return problem_body(503, str(exc))
+    if isinstance(exc, (RedisConnectionError, RedisTimeoutError, UnsafeRedis, ClusterDownError,
+                        TryAgainError)):
         log.warning("redis unavailable: %s", exc)
         return problem_body(503, f"Redis is unavailable: {exc}")
     log.exception("unexpected error", exc_info=exc)
@@ -126,7 +132,8 @@ def classify(exc: Exception) -> dict[str, Any]:
 
 def error_response(exc: Exception) -> Problem:
     body = classify(exc)
-    return Problem(body, body["status"])
+    retry = {"Retry-After": str(NotReplicated.retry_after_s)} if body["status"] == 503 else None
+    return Problem(body, body["status"], retry)
 
 
 async def read_json(request: Request, limit: int) -> Any:

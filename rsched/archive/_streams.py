@@ -18,6 +18,7 @@ from rsched.archive.events import Entry, expand, expand_flat, parse_sid
 from rsched.archive.lag import trim_point
 from rsched.archive.store import Prepared
 from rsched.rdb import keys
+from rsched.rdb.cluster import with_raw_replies
 
 STALE_CONSUMER_MS = 3_600_000  # forget a consumer with nothing pending after an hour of silence
 
@@ -71,8 +72,7 @@ class EventStreams:
         self.r = r
         # Same connections, but XREADGROUP replies stay raw lists: redis-py's per-entry dict
         # building would cost more than decoding the events.
-        self._raw = Redis(connection_pool=r.connection_pool)
-        self._raw.set_response_callback("XREADGROUP", lambda response, **_: response)
+        self._raw = with_raw_replies(r, "XREADGROUP")
         self.partitions = partitions
         self.consumer = consumer
         self.batch = batch

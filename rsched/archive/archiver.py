@@ -32,6 +32,7 @@ from rsched.archive.store import DAY_MS, Store, StoreUnavailable, redact
 from rsched.archive.stores import open_store
 from rsched.core.ids import process_id
 from rsched.core.settings import Settings
+from rsched.rdb.connect import connect
 from rsched.rdb.setup import UNAVAILABLE, check_redis, ensure_partitions, wait_for_redis_sync
 
 log = logging.getLogger("rsched.archive")
@@ -53,7 +54,8 @@ class BatchResult:
 class Archiver:
     def __init__(self, r: Redis, store: Store, partitions: int,
                  config: ArchiverConfig | None = None, *, consumer: str | None = None) -> None:
-        if r.connection_pool.connection_kwargs.get("decode_responses"):
+        pool = getattr(r, "connection_pool", None)  # a cluster client checks its nodes'
+        if pool is not None and pool.connection_kwargs.get("decode_responses"):
             raise ValueError("the archiver needs a Redis client with decode_responses=False")
         self.r = r
         self.store = store
@@ -265,7 +267,7 @@ def serve(settings: Settings, config: ArchiverConfig, *, archiver_id: str | None
     # with the default thresholds the collector rescans them several times per batch, which
     # measured at a quarter of the archiver's CPU.
     gc.set_threshold(50_000, 20, 100)
-    r = Redis.from_url(settings.redis_url, socket_timeout=30, socket_connect_timeout=5)
+    r = connect(settings.redis_url, socket_timeout=30, socket_connect_timeout=5)
     store = open_store(config.url)  # connects later: a bad URL fails here, Redis or not
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

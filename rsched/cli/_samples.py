@@ -6,8 +6,6 @@ import importlib
 import sys
 from pathlib import Path
 
-from redis import Redis
-
 from rsched.cli._processes import DevError
 from rsched.client import Client
 from rsched.service import apikeys as auth
@@ -24,7 +22,7 @@ def examples_root() -> Path:
 
 def admin_key(redis_url: str, key_file: Path) -> str:
     """The admin key kept in ``key_file`` if Redis still knows it, else a new one."""
-    client = Client(redis=Redis.from_url(redis_url))
+    client = Client(redis_url)
     try:
         if key_file.is_file():
             secret = key_file.read_text().strip()

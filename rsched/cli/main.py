@@ -11,11 +11,8 @@ from pathlib import Path
 
 import click
 import uvicorn
-from redis import Redis
 from redis.exceptions import RedisError
 
-# The one import of the API face: this module is the composition root of every rsched process,
-# `rsched api` among them; commands.py, the CLI face, never imports rsched.api.
 from rsched.api.app import NO_AUTH_WARNING, create_app
 from rsched.archive.archiver import ArchiverConfig
 from rsched.archive.archiver import serve as serve_archiver
@@ -29,6 +26,10 @@ from rsched.core.errors import RschedError
 from rsched.engine.dispatcher.dispatcher import serve as serve_dispatcher
 from rsched.engine.worker.worker import serve as serve_worker
 from rsched.obs import logs, metrics
+
+# The one import of the API face: this module is the composition root of every rsched process,
+# `rsched api` among them; commands.py, the CLI face, never imports rsched.api.
+from rsched.rdb.connect import connect
 from rsched.rdb.setup import check_redis, is_unavailable
 from rsched.service.status import archive_lag_reader
 
@@ -169,7 +170,7 @@ def api(ctx: click.Context, host: str, port: int, no_auth: bool, max_body_bytes:
     """Serve the HTTP API (uvicorn)."""
     settings = settings_of(ctx)
     try:  # refuse an evicting Redis here, with one line, before uvicorn starts
-        with Redis.from_url(settings.redis_url, socket_connect_timeout=2) as r:
+        with connect(settings.redis_url, socket_connect_timeout=2) as r:
             check_redis(r, settings.allow_unsafe_redis)
     except Exception as e:
         if not is_unavailable(e):

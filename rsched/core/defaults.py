@@ -6,6 +6,13 @@ from __future__ import annotations
 # Partitions.  Fixed at first start and stored in Redis: a job's partition is in its id.
 PARTITIONS = 16
 
+# Durability (rdb.durable): replicas that must confirm a client-facing write before it is
+# acknowledged.  WAIT_REPLICAS_BY_URL (-1): 1 for redis+cluster:// and redis+sentinel:// URLs,
+# 0 (the primary's word) for one Redis.  A write still unconfirmed after the timeout fails with
+# a retryable error.
+WAIT_REPLICAS_BY_URL = -1
+WAIT_TIMEOUT_MS = 1000
+
 # A job's settings when the caller gives none (core.spec.JobSpec; core.models.Job reads a spec
 # blob without them with the same values).
 QUEUE = "default"

@@ -44,3 +44,16 @@ class PayloadTooLarge(ValidationError):
 
 class UnsafeRedis(RschedError):
     """Redis is configured so that it could lose jobs (eviction policy, wrong partition count)."""
+
+
+class NotReplicated(RschedError):
+    """A write reached the primary, but fewer replicas than required confirmed it within the
+    timeout (WAIT): a failover now could roll it back.  Retrying is safe (with the same
+    idempotency key for a schedule): every write is safe to apply twice."""
+
+    retry_after_s = 1
+
+    def __init__(self, wanted: int, got: int, timeout_ms: int) -> None:
+        super().__init__(f"write not confirmed by {wanted} replica(s) within {timeout_ms} ms "
+                         f"({got} confirmed); retry it")
+        self.wanted, self.got, self.timeout_ms = wanted, got, timeout_ms

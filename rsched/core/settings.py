@@ -43,6 +43,9 @@ class Settings:
     events_maxlen: int = 0
     # Allow a Redis that may evict keys or has AOF off: tests and throwaway setups only.
     allow_unsafe_redis: bool = False
+    # Replicas that must confirm each client-facing write (see rdb.durable); -1: by URL.
+    wait_replicas: int = defaults.WAIT_REPLICAS_BY_URL
+    wait_timeout_ms: int = defaults.WAIT_TIMEOUT_MS
 
     @property
     def initial_partitions(self) -> int:
@@ -66,9 +69,15 @@ class Settings:
             run_ttl_ms=_int_env("RSCHED_RUN_TTL_MS", d.run_ttl_ms),
             finished_ttl_ms=_int_env("RSCHED_FINISHED_TTL_MS", d.finished_ttl_ms),
             allow_unsafe_redis=os.environ.get("RSCHED_ALLOW_UNSAFE_REDIS", "") in ("1", "true"),
+            wait_replicas=_int_env("RSCHED_WAIT_REPLICAS", d.wait_replicas),
+            wait_timeout_ms=_int_env("RSCHED_WAIT_TIMEOUT_MS", d.wait_timeout_ms),
         )
         known = {f.name for f in fields(cls)}
         s = replace(s, **{k: v for k, v in overrides.items() if k in known and v is not None})
         if not 0 <= s.partitions <= 1024:
             raise ValidationError("RSCHED_PARTITIONS", "must be between 1 and 1024")
+        if s.wait_replicas < -1:
+            raise ValidationError("RSCHED_WAIT_REPLICAS", "must be -1 (by URL), 0 or more")
+        if s.wait_timeout_ms < 1:
+            raise ValidationError("RSCHED_WAIT_TIMEOUT_MS", "must be 1 or more")
         return s

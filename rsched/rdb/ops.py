@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rsched.rdb import scripts
+from rsched.rdb.cluster import is_cluster
+from rsched.rdb.durable import Wait, wait_of
 
 T = TypeVar("T")
 
@@ -24,6 +26,7 @@ class Scripts:
     The calls may be built lazily, while they are sent (see scripts.stream_many)."""
 
     calls: Iterable[scripts.Call]
+    durable: bool = False  # a client-facing write: acknowledged once replicas have it
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,7 @@ class Commands:
 
     cmds: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]
     raise_on_error: bool = True
+    durable: bool = False  # a client-facing write: acknowledged once replicas have it
 
 
 def cmd(method: str, *args: Any, **kwargs: Any) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
@@ -47,7 +51,13 @@ class Blocking:
     fn: Callable[[], Any]
 
 
-Work = Scripts | Commands | Blocking
+@dataclass(frozen=True, slots=True)
+class Masters:
+    """Send back how many masters hold the keyspace: 1 for one Redis; on a cluster, a
+    keyless command such as SCAN goes to master ``i`` with the option ``target_node=i``."""
+
+
+Work = Scripts | Commands | Blocking | Masters
 Op = Generator[Work, Any, T]
 
 
@@ -69,20 +79,44 @@ def execute(r: Any, work: Work) -> Any:
     """One step on a sync redis-py client, one pipeline (or script stream) per step."""
     if isinstance(work, Blocking):
         return work.fn()
+    if isinstance(work, Masters):
+        return len(r.slots.masters) if is_cluster(r) else 1
     if isinstance(work, Scripts):
+        if work.durable and (wait := wait_of(r)) is not None:
+            return scripts.call_many(r, work.calls, wait)
         return scripts.stream_many(r, work.calls)
-    pipe = fill_pipeline(r.pipeline(transaction=False), work)
-    return list(pipe.execute(raise_on_error=work.raise_on_error))
+    wait = wait_of(r) if work.durable else None
+    pipe = _commands(r, work, wait)
+    return _raised(work, scripts.executed(r, wait, list(pipe.execute(raise_on_error=False))))
 
 
 async def aexecute(r: Any, work: Work) -> Any:
     """One step on a redis.asyncio client; blocking archive reads go to a thread."""
     if isinstance(work, Blocking):
         return await asyncio.to_thread(work.fn)
+    if isinstance(work, Masters):
+        if not is_cluster(r):
+            return 1
+        await r.refresh()
+        return len(r.slots.masters)
     if isinstance(work, Scripts):
-        return await scripts.acall_many(r, work.calls)
-    pipe = fill_pipeline(r.pipeline(transaction=False), work)
-    return list(await pipe.execute(raise_on_error=work.raise_on_error))
+        return await scripts.acall_many(r, work.calls, wait_of(r) if work.durable else None)
+    wait = wait_of(r) if work.durable else None
+    pipe = _commands(r, work, wait)
+    return _raised(work, scripts.executed(r, wait, list(await pipe.execute(raise_on_error=False))))
+
+
+def _commands(r: Any, work: Commands, wait: Wait | None) -> Any:
+    """A pipeline holding the step's commands (and WAIT for a durable step)."""
+    return scripts.confirm_last(r, fill_pipeline(scripts.pipeline(r, wait), work), wait)
+
+
+def _raised(work: Commands, results: list[Any]) -> list[Any]:
+    if work.raise_on_error:
+        for res in results:
+            if isinstance(res, Exception):
+                raise res
+    return results
 
 
 def run(r: Any, op: Op[T]) -> T:
@@ -105,5 +139,5 @@ async def arun(r: Any, op: Op[T]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-__all__ = ["Blocking", "Commands", "Op", "Scripts", "Work", "arun", "cmd", "fill_pipeline",
-           "one", "run"]
+__all__ = ["Blocking", "Commands", "Masters", "Op", "Scripts", "Work", "arun", "cmd",
+           "fill_pipeline", "one", "run"]

@@ -20,6 +20,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from rsched.rdb.cluster import is_cluster
+from rsched.rdb.durable import Wait
+
 _INCLUDE = re.compile(r"^--!include (\w+)\s*$", re.M)
 
 NAMES = (
@@ -97,46 +100,74 @@ def _fill(p: Any, calls: Sequence[Call]) -> Any:
     return p
 
 
-def _send(r: Any, calls: Sequence[Call], direct: bool) -> list[Any]:
+def pipeline(r: Any, wait: Wait | None = None) -> Any:
+    """A non-transactional pipeline; with ``wait``, its writes are confirmed by replicas
+    (WAIT last in the pipeline, or in each master's part on a cluster; see rdb.durable)."""
+    p = r.pipeline(transaction=False)
+    if wait is not None and is_cluster(r):
+        p.confirm_each = wait
+    return p
+
+
+def confirm_last(r: Any, p: Any, wait: Wait | None) -> Any:
+    """End a pipeline of `pipeline` with WAIT (one Redis: the cluster pipeline does its own)."""
+    if wait is not None and not is_cluster(r):
+        p.execute_command(*wait.command())
+    return p
+
+
+def executed(r: Any, wait: Wait | None, replies: list[Any]) -> list[Any]:
+    """A pipeline's replies, with its writes' confirmation applied (see `confirm_last`)."""
+    return wait.confirm(replies) if wait is not None and not is_cluster(r) else replies
+
+
+def _queued(r: Any, calls: Sequence[Call], wait: Wait | None) -> Any:
+    return confirm_last(r, _fill(pipeline(r, wait), calls), wait)
+
+
+def _send(r: Any, calls: Sequence[Call], direct: bool, wait: Wait | None = None) -> list[Any]:
     if direct:
         name, keys, args = calls[0]
         try:
             return [r.evalsha(load(name).sha, len(keys), *keys, *args)]
         except NoScriptError as e:
             return [e]
-    return list(_fill(r.pipeline(transaction=False), calls).execute(raise_on_error=False))
+    p = _queued(r, calls, wait)
+    return executed(r, wait, list(p.execute(raise_on_error=False)))
 
 
-async def _asend(r: Any, calls: Sequence[Call], direct: bool) -> list[Any]:
+async def _asend(r: Any, calls: Sequence[Call], direct: bool,
+                 wait: Wait | None = None) -> list[Any]:
     if direct:
         name, keys, args = calls[0]
         try:
             return [await r.evalsha(load(name).sha, len(keys), *keys, *args)]
         except NoScriptError as e:
             return [e]
-    p = _fill(r.pipeline(transaction=False), calls)
-    return list(await p.execute(raise_on_error=False))
+    p = _queued(r, calls, wait)
+    return executed(r, wait, list(await p.execute(raise_on_error=False)))
 
 
 def _run(r: Any, calls: Sequence[Call], direct: bool = False,
-         results: list[Any] | None = None) -> list[Any]:
+         results: list[Any] | None = None, wait: Wait | None = None) -> list[Any]:
     """Send the calls (unless their ``results`` are in), reloading scripts if Redis lacks any."""
-    results = _send(r, calls, direct) if results is None else results
+    results = _send(r, calls, direct, wait) if results is None else results
     if (reload := _Reload.of(calls, results)) is None:
         return results
     for source in reload.sources:
         r.script_load(source)
-    return reload.merge(results, _send(r, reload.calls(calls), direct))
+    return reload.merge(results, _send(r, reload.calls(calls), direct, wait))
 
 
-async def _arun(r: Any, calls: Sequence[Call], direct: bool = False) -> list[Any]:
+async def _arun(r: Any, calls: Sequence[Call], direct: bool = False,
+                wait: Wait | None = None) -> list[Any]:
     """_run on an asyncio client."""
-    results = await _asend(r, calls, direct)
+    results = await _asend(r, calls, direct, wait)
     if (reload := _Reload.of(calls, results)) is None:
         return results
     for source in reload.sources:
         await r.script_load(source)
-    return reload.merge(results, await _asend(r, reload.calls(calls), direct))
+    return reload.merge(results, await _asend(r, reload.calls(calls), direct, wait))
 
 
 def _raised(result: Any) -> Any:
@@ -155,16 +186,17 @@ async def acall(r: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> 
     return _raised((await _arun(r, [(name, keys, args)], direct=True))[0])
 
 
-def call_many(r: Any, calls: Iterable[Call]) -> list[Any]:
-    """Run several scripts in one pipeline (one round trip); exceptions are returned in place."""
+def call_many(r: Any, calls: Iterable[Call], wait: Wait | None = None) -> list[Any]:
+    """Run several scripts in one pipeline (one round trip); exceptions are returned in place.
+    With ``wait``, replicas confirm the writes (see `pipeline`)."""
     todo = list(calls)
-    return _run(r, todo) if todo else []
+    return _run(r, todo, wait=wait) if todo else []
 
 
-async def acall_many(r: Any, calls: Iterable[Call]) -> list[Any]:
+async def acall_many(r: Any, calls: Iterable[Call], wait: Wait | None = None) -> list[Any]:
     """call_many on an asyncio client."""
     todo = list(calls)
-    return await _arun(r, todo) if todo else []
+    return await _arun(r, todo, wait=wait) if todo else []
 
 
 def stream_many(r: Any, calls: Iterable[Call]) -> list[Any]:

@@ -17,6 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rsched.core.errors import UnsafeRedis
 from rsched.core.retry import backoff_ceiling_ms
 from rsched.rdb import keys
+from rsched.rdb.cluster import is_cluster
 from rsched.rdb.ops import Commands, Op, arun, cmd, run
 
 log = logging.getLogger("rsched")
@@ -264,8 +265,25 @@ class _ClosedTransportIsUnavailable:
 _CONFIG_UNREADABLE = "cannot read Redis config ({}); make sure maxmemory-policy is noeviction"
 
 
-def op_check_redis(allow_unsafe: bool = False) -> Op[list[str]]:
-    """Raise UnsafeRedis on an evicting Redis; return the warnings (AOF off, CONFIG disabled)."""
+def judge_topology(cluster_enabled: bool, role: str, cluster_client: bool) -> None:
+    """Refuse a plain URL that reaches a cluster node or a replica: with it rsched would lease
+    only the partitions on that node, or write nowhere."""
+    if cluster_enabled and not cluster_client:
+        raise UnsafeRedis("this Redis is a Redis Cluster node: use a redis+cluster://host:port"
+                          "[,host:port...] URL so every master is used")
+    if role not in ("master", ""):
+        raise UnsafeRedis(f"this Redis is a replica ({role}): use the primary's URL, or "
+                          "redis+sentinel://host:port[,...]/<service> to follow failovers")
+
+
+def op_check_redis(allow_unsafe: bool = False, cluster: bool = False) -> Op[list[str]]:
+    """Raise UnsafeRedis on an evicting Redis, or on a plain URL at a cluster node or replica;
+    return the warnings (AOF off, CONFIG disabled)."""
+    info = yield Commands([cmd("info", "cluster"), cmd("info", "replication")],
+                          raise_on_error=False)
+    if not any(isinstance(res, Exception) for res in info):  # managed Redis may rename INFO
+        judge_topology(bool(int(info[0].get("cluster_enabled", 0))),
+                       _s(info[1].get("role", "")), cluster)
     cfg = yield Commands([cmd("config_get", "maxmemory-policy"), cmd("config_get", "appendonly")],
                          raise_on_error=False)
     for res in cfg:
@@ -275,11 +293,11 @@ def op_check_redis(allow_unsafe: bool = False) -> Op[list[str]]:
 
 
 def check_redis(r: Any, allow_unsafe: bool = False) -> list[str]:
-    return run(r, op_check_redis(allow_unsafe))
+    return run(r, op_check_redis(allow_unsafe, is_cluster(r)))
 
 
 async def acheck_redis(r: Any, allow_unsafe: bool = False) -> list[str]:
-    return await arun(r, op_check_redis(allow_unsafe))
+    return await arun(r, op_check_redis(allow_unsafe, is_cluster(r)))
 
 
 def op_ensure_partitions(wanted: int, explicit: bool = True) -> Op[int]:
@@ -295,19 +313,3 @@ def ensure_partitions(r: Any, wanted: int, explicit: bool = True) -> int:
 
 async def aensure_partitions(r: Any, wanted: int, explicit: bool = True) -> int:
     return await arun(r, op_ensure_partitions(wanted, explicit))
-
-
-def connect_async(url: str, **options: Any) -> Any:
-    """An asyncio client that retries after connection errors, as the sync client does.
-
-    redis.asyncio's from_url retries nothing by default; every rsched script is safe to apply
-    twice, so retrying a command that may or may not have run is sound.
-    """
-    from redis.asyncio import Redis
-    from redis.asyncio.retry import Retry
-    from redis.backoff import ExponentialBackoff
-
-    retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
-    r = Redis.from_url(
-        url, retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError], **options)
-    return fast_packing(_mix_in(r, "Reconnecting", _ClosedTransportIsUnavailable))

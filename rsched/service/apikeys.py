@@ -66,7 +66,8 @@ def op_create_key(name: Any, scope: Any) -> Op[tuple[ApiKey, str]]:
         raise ValidationError("name", "must be 1-64 characters of letters, digits, space _ . : @ -")
     key = ApiKey(f"key_{secrets.token_hex(6)}", name, check_scope(scope), int(time.time() * 1000))
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
-    yield Commands([cmd("hset", keys.api_keys(), hash_secret(secret), key.pack())])
+    yield Commands([cmd("hset", keys.api_keys(), hash_secret(secret), key.pack())],
+                   durable=True)
     return key, secret
 
 
@@ -86,7 +87,7 @@ def op_revoke_key(ident: str) -> Op[ApiKey]:
             raise Conflict("id", f"{len(found)} keys are named {ident!r}: revoke one by its id")
     if not found:
         raise NotFound("API key", ident)
-    yield Commands([cmd("hdel", keys.api_keys(), found[0][0])])
+    yield Commands([cmd("hdel", keys.api_keys(), found[0][0])], durable=True)
     return found[0][1]
 
 

@@ -110,7 +110,7 @@ def op_control(svc: Service, name: str, job_id: str, extra: Sequence[Any] = ()) 
     code, status = one((yield Scripts([(
         name, [keys.job(p, job_id), keys.due(p), keys.events(p)],
         [job_id, 0, svc.settings.events_maxlen, *extra],
-    )])))
+    )], durable=True)))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("job", job_id)
     if code == ControlCode.REFUSED:
@@ -155,7 +155,7 @@ def op_trigger(svc: Service, job_id: str) -> Op[str]:
     code, status = one((yield Scripts([(
         "trigger", [keys.job(p, job_id), keys.run(p, rid), keys.retry(p), keys.events(p)],
         [job_id, rid, now, 0, svc.settings.events_maxlen],
-    )])))
+    )], durable=True)))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("job", job_id)
     if code == ControlCode.REFUSED:
@@ -174,7 +174,7 @@ def op_replay(svc: Service, run_id: str) -> Op[Run]:
         "replay",
         [keys.run(p, run_id), keys.job(p, job_id), keys.dead(p), keys.retry(p), keys.events(p)],
         [run_id, 0, svc.settings.events_maxlen],
-    )])))
+    )], durable=True)))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("dead letter", run_id)
     if code == ControlCode.REFUSED:

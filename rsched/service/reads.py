@@ -24,7 +24,8 @@ from rsched.core.errors import NotFound, ScheduleError, ValidationError
 from rsched.core.models import Job, JobStatus, Run, job_of_run, partition_of
 from rsched.core.times import ms_to_iso
 from rsched.rdb import keys
-from rsched.rdb.ops import Commands, Op, cmd
+from rsched.rdb.cluster import SlotMap
+from rsched.rdb.ops import Commands, Masters, Op, cmd
 from rsched.rdb.setup import SAFE_POLICIES
 from rsched.service.context import Service
 from rsched.service.jobs import op_read_runs
@@ -66,15 +67,19 @@ def op_list_jobs(
     check_limit(limit)
     if status is not None and status not in {s.value for s in JobStatus}:
         raise ValidationError("status", "must be one of " + ", ".join(s.value for s in JobStatus))
-    state = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == 2
-                          and is_count(v[0]) and isinstance(v[1], str))
-    scan_at, after = state if state else (0, "")
+    state = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == 3
+                          and is_count(v[0]) and is_count(v[1]) and isinstance(v[2], str))
+    node, scan_at, after = state if state else (0, 0, "")
+    masters = yield Masters()
+    if node >= masters:
+        raise ValidationError("cursor", "not a cursor of this Redis (fewer masters now)")
     want = [(i, v) for i, v in enumerate((status, type, queue)) if v is not None]
+    on_node = {"target_node": node} if masters > 1 else {}
     jobs: list[Job] = []
     for _ in range(LIST_MAX_SCANS):
         batch_at = scan_at
         ((scan_at, found),) = yield Commands([
-            cmd("scan", batch_at, match=keys.job_pattern(), count=LIST_SCAN_COUNT)
+            cmd("scan", batch_at, match=keys.job_pattern(), count=LIST_SCAN_COUNT, **on_node)
         ])
         names = sorted({_s(n) for n in found})
         if after:
@@ -88,12 +93,15 @@ def op_list_jobs(
             hashes = yield Commands([cmd("hgetall", n) for n in take])
             jobs += [Job.from_hash(h) for h in hashes if h]
         if len(take) < len(names):
-            return Page(jobs, encode_cursor([batch_at, take[-1]]))
-        if scan_at == 0:
-            return Page(jobs, None)
+            return Page(jobs, encode_cursor([node, batch_at, take[-1]]))
+        if scan_at == 0:  # this master is done: the next one, or the end
+            if node + 1 >= masters:
+                return Page(jobs, None)
+            node += 1
+            on_node = {"target_node": node}
         if len(jobs) >= limit:
             break
-    return Page(jobs, encode_cursor([scan_at, ""]))
+    return Page(jobs, encode_cursor([node, scan_at, ""]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,26 +170,67 @@ class Finding:
     message: str
 
 
-def op_redis_facts() -> Op[dict[str, Any]]:
-    """What `doctor` and /readyz judge: version, eviction policy, AOF, fsync, partitions."""
-    res = yield Commands([
-        cmd("info", "server"), cmd("config_get", "maxmemory-policy"),
-        cmd("config_get", "appendonly"), cmd("config_get", "appendfsync"),
-        cmd("hget", keys.config(), "partitions"),
-    ], raise_on_error=False)
+_NODE_FACTS = (("info", ("server",)), ("config_get", ("maxmemory-policy",)),
+               ("config_get", ("appendonly",)), ("config_get", ("appendfsync",)),
+               ("info", ("replication",)), ("config_get", ("min-replicas-to-write",)))
 
+
+def _node_facts(res: list[Any]) -> dict[str, Any]:
     def conf(i: int, name: str) -> str | None:
         return None if isinstance(res[i], Exception) else _s(res[i].get(name, "")) or None
 
     info = res[0] if isinstance(res[0], dict) else {}
-    parts = res[4]
+    repl = res[4] if isinstance(res[4], dict) else {}
     return {
         "version": str(info.get("redis_version", "")) or None,
         "maxmemory-policy": conf(1, "maxmemory-policy"),
         "appendonly": conf(2, "appendonly"),
         "appendfsync": conf(3, "appendfsync"),
-        "partitions": int(parts) if isinstance(parts, (bytes, str, int)) else None,
+        "replicas": int(repl.get("connected_slaves", 0)),
+        "min-replicas-to-write": int(conf(5, "min-replicas-to-write") or 0),
     }
+
+
+def op_redis_facts() -> Op[dict[str, Any]]:
+    """What `doctor` and /readyz judge: version, eviction policy, AOF, fsync, partitions; on a
+    cluster the same per master (``masters``), its state and where the partitions live."""
+    masters = yield Masters()
+    on = [{"target_node": i} if masters > 1 else {} for i in range(masters)]
+    res = yield Commands([
+        *(cmd(m, *a, **on[i]) for i in range(masters) for m, a in _NODE_FACTS),
+        cmd("hget", keys.config(), "partitions"),
+        *([cmd("execute_command", "CLUSTER INFO", **on[0]),
+           cmd("execute_command", "CLUSTER SLOTS", **on[0])] if masters > 1 else []),
+    ], raise_on_error=False)
+    k = len(_NODE_FACTS)
+    nodes = [_node_facts(res[i * k:(i + 1) * k]) for i in range(masters)]
+    parts = res[masters * k]
+    facts = {**nodes[0], "partitions": int(parts) if isinstance(parts, (bytes, str, int)) else None}
+    if masters > 1:
+        facts["cluster"] = _cluster_facts(res[-2], res[-1], nodes, facts["partitions"])
+    return facts
+
+
+def _cluster_facts(info: Any, slots_reply: Any, nodes: list[dict[str, Any]],
+                   partitions: int | None) -> dict[str, Any]:
+    """Per master (in slot order): its address, node facts and the partitions it holds."""
+    if isinstance(info, dict):  # redis-py parses CLUSTER INFO into a dict
+        state = info.get("cluster_state")
+    else:
+        text = "" if isinstance(info, Exception) else _s(info)
+        state = text.split("cluster_state:")[1].split()[0] if "cluster_state:" in text else None
+    slots = SlotMap.parse(slots_reply) if isinstance(slots_reply, list) else SlotMap()
+    n = partitions or defaults.PARTITIONS
+    held: dict[Any, int] = dict.fromkeys(slots.masters, 0)
+    for p in range(n):
+        owner = slots.owner[keys.slot(keys.due(p))]
+        if owner is not None:
+            held[owner] += 1
+    share = slots.slots_per_master()
+    return {"state": state, "covered": sum(share.values()), "masters": [
+        {"address": f"{a[0]}:{a[1]}", "slots": share[a], "partitions": held[a],
+         "fair": -(-n * share[a] // keys.SLOTS), **node}
+        for a, node in zip(slots.masters, nodes, strict=False)]}
 
 
 def _version(v: str) -> tuple[int, ...]:
@@ -227,6 +276,36 @@ def doctor(facts: dict[str, Any], wanted_partitions: int = 0) -> list[Finding]:
                            f"process wants {wanted_partitions}: set RSCHED_PARTITIONS={stored}"))
     else:
         out.append(Finding("partitions", "ok", str(stored)))
+    if (cluster := facts.get("cluster")) is not None:
+        out += _cluster_findings(cluster, wanted_partitions)
+    return out
+
+
+def _cluster_findings(cluster: dict[str, Any], wanted_partitions: int) -> list[Finding]:
+    """Cluster state, slot coverage, and per master: the node checks, replicas, min-replicas
+    settings and its share of the partitions."""
+    out = [Finding("cluster_state", "ok" if cluster["state"] == "ok" else "fail",
+                   str(cluster["state"])),
+           Finding("slots", "ok" if cluster["covered"] == keys.SLOTS else "fail",
+                   f"{cluster['covered']} of {keys.SLOTS} slots served"
+                   + ("" if cluster["covered"] == keys.SLOTS else
+                      ": assign every slot (redis-cli --cluster fix)"))]
+    for m in cluster["masters"]:
+        name = m["address"]
+        out += [Finding(f"{name} {f.check}", f.level, f.message)
+                for f in doctor({**m, "partitions": 0}, 0)[:4]]
+        if m["replicas"] < 1:
+            out.append(Finding(f"{name} replicas", "warn", "no replica: a failover has nowhere "
+                               "to go; add one (or set RSCHED_WAIT_REPLICAS=0 to write anyway)"))
+        else:
+            out.append(Finding(f"{name} replicas", "ok", str(m["replicas"])))
+        if m["min-replicas-to-write"] < 1:
+            out.append(Finding(f"{name} min-replicas-to-write", "warn", "0: a master cut off "
+                               "from its replica keeps taking writes a failover will drop; "
+                               "set min-replicas-to-write 1, min-replicas-max-lag 10"))
+        level = "warn" if m["partitions"] > m["fair"] + 1 else "ok"
+        out.append(Finding(f"{name} partitions", level,
+                           f"{m['partitions']} on {m['slots']} slots (its share: {m['fair']})"))
     return out
 
 

@@ -78,7 +78,7 @@ def op_schedule(
         by_part[parts[i]].append(i)
     layout: list[_Layout] = []
     calls = _calls(svc, specs, ids, by_part, now, out, layout)
-    results = yield Scripts(calls)
+    results = yield Scripts(calls, durable=True)
     wake: set[int] = set()
     existing: list[int] = []
     tally: list[tuple[Any, int]] = []  # ((type, queue), how many such jobs were created)
@@ -205,7 +205,7 @@ def op_update(svc: Service, job_id: str, patch: JobPatch) -> Op[Job]:
             "update", [key, keys.due(p), keys.events(p)],
             [job_id, 0, svc.settings.events_maxlen, job.status.value, job.next_ms or 0,
              new_next, score, len(pairs) // 2, *pairs],
-        )])))
+        )], durable=True)))
         if code == ControlCode.CHANGED:
             continue
         if code == ControlCode.NOT_FOUND:

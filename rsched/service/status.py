@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
-from redis import Redis
 from redis.exceptions import RedisError
 
 from rsched.archive.lag import Lag, archive_lag, events_group, unarchived
@@ -22,6 +21,7 @@ from rsched.core.views import (
     WorkerStatus,
 )
 from rsched.rdb import keys
+from rsched.rdb.connect import connect
 from rsched.rdb.ops import Commands, Op, cmd
 from rsched.service.context import Service
 
@@ -161,7 +161,7 @@ def op_cluster(svc: Service) -> Op[Cluster]:
 def archive_lag_reader(redis_url: str) -> Callable[[], Lag | None]:
     """What an archiver's metrics port reads at each scrape: the archive's lag, None while
     Redis is away (the scrape still answers with the process's own metrics)."""
-    r = Redis.from_url(redis_url, socket_timeout=5)
+    r = connect(redis_url, socket_timeout=5)
 
     def read() -> Lag | None:
         try:

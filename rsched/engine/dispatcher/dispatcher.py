@@ -18,10 +18,10 @@ from rsched.engine.dispatcher.claimer import FULL_READ_S, Claimer, ClaimResult
 from rsched.engine.dispatcher.leases import LeaseKeeper
 from rsched.obs import metrics
 from rsched.rdb import keys
+from rsched.rdb.connect import connect_async
 from rsched.rdb.setup import (
     acheck_redis,
     aensure_partitions,
-    connect_async,
     is_unavailable,
     wait_for_redis,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,17 +35,20 @@ class Intake:
     visibility_ms: int
     _cursors: dict[str, str] = field(default_factory=dict)  # XAUTOCLAIM's cursor per stream
 
-    async def fetch_once(self, block_ms: int = 1000) -> int:
-        """Read new entries from every stream (up to free capacity) and start them."""
+    async def fetch_once(self, block_ms: int = 1000, streams: Sequence[str] | None = None) -> int:
+        """Read new entries from every stream, or from ``streams`` (a cluster's one XREADGROUP
+        covers one slot: the worker then runs a fetch loop per partition), up to free capacity,
+        and start them."""
         free = self.runs.free()
         if free <= 0:
             return 0
-        streams = self.link.streams
-        # COUNT applies per stream: split the free slots so one read cannot overshoot the
-        # concurrency by more than one entry per stream (the runner's semaphore holds those).
-        count = max(1, free // len(streams))
+        # COUNT applies per stream: split the free slots over all streams (not just this read's)
+        # so reads cannot overshoot the concurrency by more than one entry per stream (the
+        # runner's semaphore holds those).
+        count = max(1, free // len(self.link.streams))
+        names = self.link.streams if streams is None else streams
         resp: Any = await self.link.r.xreadgroup(
-            keys.GROUP, self.link.id, {s: ">" for s in streams}, count=count, block=block_ms
+            keys.GROUP, self.link.id, dict.fromkeys(names, ">"), count=count, block=block_ms
         )
         entries = [(_s(s), _s(eid), f) for s, items in resp or () for eid, f in items if f]
         return self._launch(entries)

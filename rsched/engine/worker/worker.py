@@ -38,10 +38,11 @@ from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
 from rsched.obs.metrics import RunMetrics
 from rsched.rdb import keys
+from rsched.rdb.cluster import same_slot_groups
+from rsched.rdb.connect import connect_async
 from rsched.rdb.setup import (
     acheck_redis,
     aensure_partitions,
-    connect_async,
     is_unavailable,
     wait_for_redis,
 )
@@ -130,8 +131,8 @@ class Worker:
         self.link.streams = {keys.stream(p, q): (p, q) for p in range(n) for q in self.queues}
         await self.membership.join()
 
-    async def fetch_once(self, block_ms: int = 1000) -> int:
-        return await self.intake.fetch_once(block_ms)
+    async def fetch_once(self, block_ms: int = 1000, streams: Sequence[str] | None = None) -> int:
+        return await self.intake.fetch_once(block_ms, streams)
 
     async def reclaim_once(self) -> int:
         return await self.intake.reclaim_once()
@@ -180,7 +181,8 @@ class Worker:
             asyncio.create_task(Every(self.prune_consumers_once, PRUNE_EVERY_S).run(stop)),
         ]
         try:
-            await self._fetch_loop(stop)
+            await asyncio.gather(*(self._fetch_loop(stop, group)
+                                   for group in same_slot_groups(self.link.r, self.link.streams)))
         finally:
             for t in fetching:
                 t.cancel()
@@ -201,8 +203,9 @@ class Worker:
             await self.close(wait_s=0)
             log.info("worker %s stopped", self.id)
 
-    async def _fetch_loop(self, stop: asyncio.Event) -> None:
-        """Fetch while there are free slots; wait for one otherwise."""
+    async def _fetch_loop(self, stop: asyncio.Event, streams: Sequence[str] | None) -> None:
+        """Fetch (from ``streams``, None: all) while there are free slots; wait for one
+        otherwise."""
         while not stop.is_set():
             if self.runs.free() <= 0:
                 self._slot.clear()
@@ -212,7 +215,7 @@ class Worker:
                     pass
                 continue
             try:
-                await self.fetch_once(block_ms=500)
+                await self.fetch_once(block_ms=500, streams=streams)
             except ResponseError as e:
                 log.warning("fetch: %s", e)
                 if "NOGROUP" in str(e):

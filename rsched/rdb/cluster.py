@@ -1,0 +1,496 @@
+"""Redis Cluster routing: one client object that sends each command to the master owning its
+key's slot, and splits every pipeline into one pipeline per master, sent concurrently.
+
+Why not redis-py's cluster client: its pipeline refuses EVALSHA, TIME and PUBLISH by method
+name, its async pipeline closes every connection of the client on a retryable error (other
+tasks' included), and its response handling breaks rsched's raw-reply fast paths.  Here each
+master is served by a plain client (the same options, packing and retries as a single Redis),
+so everything built for one Redis keeps working per node, and a node that fails only fails
+the commands sent to it: a dead master never stalls partitions on healthy ones.
+
+Routing is by the first key of each command (`key_of`); rsched never sends a command whose keys
+span slots (a partition's keys share one hash tag).  Keyless commands go to one master
+(`TIME`, `PUBLISH`, which a cluster broadcasts, `CONFIG`, `INFO`); `SCRIPT LOAD` goes to all.
+A MOVED or ASK reply, or a node that cannot be reached, refreshes the slot map (CLUSTER SLOTS
+from any node that answers) and sends that node's part again once: every rsched script and
+pipelined command is safe to apply twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.commands.core import AsyncCoreCommands, CoreCommands
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from redis.exceptions import AskError, ClusterDownError, RedisError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from rsched.rdb.durable import Wait
+
+Address = tuple[str, int]
+
+# Commands without a key: sent to one master (the first in slot order).
+_KEYLESS = frozenset({
+    "TIME", "PING", "INFO", "CONFIG", "SCRIPT", "PUBLISH", "CLUSTER", "DBSIZE", "COMMAND",
+    "CLIENT", "WAIT", "WAITAOF", "ROLE", "LATENCY", "SLOWLOG", "FUNCTION", "ECHO", "LASTSAVE",
+    "SCAN",
+})
+_KEY_AFTER_SUBCOMMAND = frozenset({"XINFO", "XGROUP", "OBJECT", "MEMORY"})
+# Errors after which the node's part of a batch is sent again (to the new owner, once known).
+_REROUTE = (AskError, ClusterDownError, TryAgainError, RedisConnectionError, RedisTimeoutError,
+            ConnectionError, OSError)
+TARGET_NODE = "target_node"  # command option: see SlotMap.node_for
+REFRESH_MIN_INTERVAL_S = 0.1  # a storm of errors refreshes the slot map at most this often
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def key_of(args: Sequence[Any]) -> Any:
+    """The key a command is routed by, None for a keyless one."""
+    name = _text(args[0]).upper()
+    if " " in name:  # redis-py folds a subcommand into the name ("XGROUP CREATE", key, ...)
+        name = name.split(" ", 1)[0]
+        return None if name in _KEYLESS else (args[1] if len(args) > 1 else None)
+    if name in _KEYLESS:
+        return None
+    if name in ("EVALSHA", "EVAL", "FCALL", "EVALSHA_RO", "EVAL_RO"):
+        return args[3] if int(args[2]) > 0 else None
+    if name in ("XREADGROUP", "XREAD"):
+        for i, a in enumerate(args):
+            if _text(a).upper() == "STREAMS":
+                return args[i + 1]
+        return None
+    if name in _KEY_AFTER_SUBCOMMAND:
+        return args[2] if len(args) > 2 else None
+    return args[1] if len(args) > 1 else None
+
+
+@dataclass(slots=True)
+class SlotMap:
+    """Which master serves each of the 16384 slots, from CLUSTER SLOTS."""
+
+    owner: list[Address | None] = field(default_factory=lambda: [None] * REDIS_CLUSTER_HASH_SLOTS)
+    masters: list[Address] = field(default_factory=list)
+    replicas: dict[Address, list[Address]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, reply: Sequence[Any]) -> SlotMap:
+        m = cls()
+        for row in sorted(reply, key=lambda r: int(r[0])):
+            lo, hi, master = int(row[0]), int(row[1]), row[2]
+            addr = (_text(master[0]), int(master[1]))
+            m.owner[lo:hi + 1] = [addr] * (hi - lo + 1)
+            if addr not in m.replicas:
+                m.masters.append(addr)
+                m.replicas[addr] = []
+            for rep in row[3:]:
+                raddr = (_text(rep[0]), int(rep[1]))
+                if raddr not in m.replicas[addr]:
+                    m.replicas[addr].append(raddr)
+        return m
+
+    def node_for(self, args: Sequence[Any], options: dict[str, Any] | None = None) -> Address:
+        """The master for a command; option ``target_node`` (an index into `masters`, in slot
+        order) sends a keyless command such as SCAN to one master."""
+        if options and TARGET_NODE in options:
+            return self.masters[int(options[TARGET_NODE])]
+        key = key_of(args)
+        if key is None:
+            return self.masters[0]
+        addr = self.owner[key_slot(key if isinstance(key, bytes) else str(key).encode())]
+        if addr is None:  # an uncovered slot: the node that had it is down, no failover yet
+            raise ClusterDownError(f"no master serves the slot of key {_text(key)!r}")
+        return addr
+
+    def slots_per_master(self) -> dict[Address, int]:
+        counts = dict.fromkeys(self.masters, 0)
+        for addr in self.owner:
+            if addr is not None:
+                counts[addr] += 1
+        return counts
+
+
+Cmd = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def _groups(slots: SlotMap, cmds: Sequence[Cmd], todo: Sequence[int],
+            results: list[Any]) -> dict[Address, list[int]]:
+    """Indexes of ``todo`` per master; a command no master serves gets its error in place."""
+    by_node: dict[Address, list[int]] = {}
+    for i in todo:
+        try:
+            by_node.setdefault(slots.node_for(*cmds[i]), []).append(i)
+        except RedisError as e:
+            results[i] = e
+    return by_node
+
+
+def _sendable(options: dict[str, Any]) -> dict[str, Any]:
+    if TARGET_NODE in options:
+        return {k: v for k, v in options.items() if k != TARGET_NODE}
+    return options
+
+
+def _node_pipeline(node: Any, cmds: Sequence[Cmd], idx: list[int], wait: Wait | None) -> Any:
+    pipe = node.pipeline(transaction=False)
+    for i in idx:
+        args, options = cmds[i]
+        pipe.execute_command(*args, **_sendable(options))
+    if wait is not None:
+        pipe.execute_command(*wait.command())
+    return pipe
+
+
+def _confirmed(replies: list[Any], wait: Wait | None) -> list[Any]:
+    return wait.confirm(list(replies)) if wait is not None else replies
+
+
+def _rerouted(results: list[Any], todo: Sequence[int]) -> list[int]:
+    return [i for i in todo if isinstance(results[i], _REROUTE)]
+
+
+class _Recorder(CoreCommands):
+    """A pipeline's command methods: each records (args, options) and returns the pipeline."""
+
+    _event_dispatcher: Any = None  # redis-py's command mixins declare it; nothing here emits
+
+    def __init__(self) -> None:
+        self.stack: list[Cmd] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.stack.append((args, options))
+        return self
+
+    def __len__(self) -> int:
+        return len(self.stack)
+
+
+class _Nodes:
+    """What the sync and asyncio clients share: the slot map, one plain client per node (made
+    on first use), and when and where to ask for a new slot map."""
+
+    is_cluster = True
+    _event_dispatcher: Any = None  # redis-py's command mixins declare it; nothing here emits
+
+    def __init__(self, seeds: Sequence[Address], node_factory: Callable[[str, int], Any],
+                 slots: SlotMap | None = None) -> None:
+        self._seeds = list(seeds)
+        self._factory = node_factory
+        self._nodes: dict[Address, Any] = {}
+        self._lock = threading.Lock()
+        self._refreshed = 0.0
+        self.slots = slots or SlotMap()
+
+    def node(self, addr: Address) -> Any:
+        """The plain client of one node."""
+        with self._lock:
+            client = self._nodes.get(addr)
+            if client is None:
+                client = self._nodes[addr] = self._factory(*addr)
+            return client
+
+    def masters(self) -> list[Any]:
+        return [self.node(a) for a in self.slots.masters]
+
+    def _refresh_from(self, force: bool) -> list[Address]:
+        """Nodes to ask for the slot map, in order (known masters, replicas, then seeds);
+        none when the last refresh was too recent."""
+        if not force and time.monotonic() - self._refreshed < REFRESH_MIN_INTERVAL_S:
+            return []
+        self._refreshed = time.monotonic()
+        known = [*self.slots.masters, *(r for rs in self.slots.replicas.values() for r in rs)]
+        return list(dict.fromkeys([*known, *self._seeds]))
+
+    def _take_nodes(self) -> list[Any]:
+        with self._lock:
+            nodes, self._nodes = list(self._nodes.values()), {}
+        return nodes
+
+
+def _no_answer(error: Exception | None) -> RedisConnectionError:
+    return RedisConnectionError(f"no node of the cluster answered CLUSTER SLOTS: {error}")
+
+
+# --- sync ----------------------------------------------------------------------------------
+
+
+class ClusterRedis(_Nodes, CoreCommands):
+    """A sync client for a Redis Cluster, used where rsched uses a redis.Redis."""
+
+    def __init__(self, seeds: Sequence[Address], node_factory: Callable[[str, int], Any],
+                 slots: SlotMap | None = None) -> None:
+        super().__init__(seeds, node_factory, slots)
+        self._pool: ThreadPoolExecutor | None = None
+        if not self.slots.masters:
+            self.refresh(force=True)
+
+    def derived(self, wrap: Callable[[Any], Any]) -> ClusterRedis:
+        """A client on the same nodes and connections whose node clients are ``wrap(node)``."""
+        return ClusterRedis(self._seeds, lambda h, p: wrap(self.node((h, p))), self.slots)
+
+    def refresh(self, force: bool = False) -> None:
+        """Read the slot map from the first node that answers."""
+        error: Exception | None = None
+        for addr in (todo := self._refresh_from(force)):
+            try:
+                self.slots = SlotMap.parse(self.node(addr).execute_command("CLUSTER SLOTS"))
+                return
+            except (RedisError, OSError) as e:
+                error = e
+        if todo:
+            raise _no_answer(error)
+
+    # -- commands --
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        for attempt in range(2):
+            try:
+                addr = self.slots.node_for(args, options)
+                return self.node(addr).execute_command(*args, **_sendable(options))
+            except _REROUTE as e:
+                if attempt:
+                    raise
+                self._after_error(e)
+        raise AssertionError("unreachable")
+
+    def _after_error(self, e: BaseException) -> None:
+        try:
+            self.refresh(force=isinstance(e, AskError))
+        except RedisError:
+            pass  # the next call fails on its own
+
+    def script_load(self, script: Any) -> Any:
+        """SCRIPT LOAD on every master (a NOSCRIPT may come from any of them)."""
+        sha = None
+        for client in self.masters():
+            sha = client.script_load(script)
+        return sha
+
+    def pipeline(self, transaction: bool = False, shard_hint: Any = None) -> ClusterPipeline:
+        if transaction:
+            raise ValueError("rsched never sends MULTI on a cluster (keys span slots)")
+        return ClusterPipeline(self)
+
+    def pubsub(self, **kwargs: Any) -> Any:
+        """Pub/sub on one master: a cluster delivers PUBLISH on every node."""
+        return self.node(self.slots.masters[0]).pubsub(**kwargs)
+
+    def run_batch(self, cmds: Sequence[Cmd], wait: Wait | None = None) -> list[Any]:
+        """Every command's reply or error, in order: one pipeline per master, concurrently;
+        with ``wait``, each master's part ends in WAIT (see rdb.durable)."""
+        results: list[Any] = [None] * len(cmds)
+        todo: Sequence[int] = range(len(cmds))
+        for attempt in range(2):
+            by_node = _groups(self.slots, cmds, todo, results)
+            if len(by_node) == 1:
+                ((addr, idx),) = by_node.items()
+                self._run_node(addr, cmds, idx, results, wait)
+            elif by_node:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rsched-rc")
+                list(self._pool.map(
+                    lambda kv: self._run_node(kv[0], cmds, kv[1], results, wait),
+                    by_node.items()))
+            todo = _rerouted(results, todo)
+            if not todo or attempt:
+                break
+            self._after_error(results[todo[0]])
+        return results
+
+    def _run_node(self, addr: Address, cmds: Sequence[Cmd], idx: list[int],
+                  results: list[Any], wait: Wait | None) -> None:
+        try:
+            pipe = _node_pipeline(self.node(addr), cmds, idx, wait)
+            replies = _confirmed(pipe.execute(raise_on_error=False), wait)
+        except Exception as e:  # noqa: BLE001 - the node failed: each of its commands gets it
+            replies = [e] * len(idx)
+        for i, res in zip(idx, replies, strict=True):
+            results[i] = res
+
+    def close(self) -> None:
+        for client in self._take_nodes():
+            client.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
+    def __enter__(self) -> ClusterRedis:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ClusterPipeline(_Recorder):
+    """A non-transactional pipeline over a cluster (see ClusterRedis.run_batch)."""
+
+    def __init__(self, client: ClusterRedis) -> None:
+        super().__init__()
+        self.client = client
+        self.confirm_each: Wait | None = None  # see rdb.durable
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        cmds, self.stack = self.stack, []
+        results = self.client.run_batch(cmds, self.confirm_each)
+        if raise_on_error:
+            for res in results:
+                if isinstance(res, Exception):
+                    raise res
+        return results
+
+    def __enter__(self) -> ClusterPipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack = []
+
+
+# --- asyncio -------------------------------------------------------------------------------
+
+
+class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # redis-py stubs
+    """The asyncio twin of ClusterRedis: node clients are redis.asyncio clients and each
+    master's part of a batch is one task.  The slot map is read at first use."""
+
+    async def refresh(self, force: bool = False) -> None:
+        error: Exception | None = None
+        for addr in (todo := self._refresh_from(force)):
+            try:
+                self.slots = SlotMap.parse(await self.node(addr).execute_command("CLUSTER SLOTS"))
+                return
+            except (RedisError, OSError) as e:
+                error = e
+        if todo:
+            raise _no_answer(error)
+
+    async def _ready(self) -> None:
+        if not self.slots.masters:
+            await self.refresh(force=True)
+
+    async def _after_error(self, e: BaseException) -> None:
+        try:
+            await self.refresh(force=isinstance(e, AskError))
+        except RedisError:
+            pass
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        await self._ready()
+        for attempt in range(2):
+            try:
+                addr = self.slots.node_for(args, options)
+                return await self.node(addr).execute_command(*args, **_sendable(options))
+            except _REROUTE as e:
+                if attempt:
+                    raise
+                await self._after_error(e)
+        raise AssertionError("unreachable")
+
+    async def script_load(self, script: Any) -> Any:  # type: ignore[override]
+        await self._ready()
+        sha = None
+        for client in self.masters():
+            sha = await client.script_load(script)
+        return sha
+
+    def pipeline(self, transaction: bool = False, shard_hint: Any = None) -> AsyncClusterPipeline:
+        if transaction:
+            raise ValueError("rsched never sends MULTI on a cluster (keys span slots)")
+        return AsyncClusterPipeline(self)
+
+    def pubsub(self, **kwargs: Any) -> Any:
+        """Pub/sub on one master (a seed before the first slot map): a cluster delivers
+        PUBLISH on every node."""
+        return self.node(self.slots.masters[0] if self.slots.masters else self._seeds[0]
+                         ).pubsub(**kwargs)
+
+    async def run_batch(self, cmds: Sequence[Cmd], wait: Wait | None = None) -> list[Any]:
+        await self._ready()
+        results: list[Any] = [None] * len(cmds)
+        todo: Sequence[int] = range(len(cmds))
+        for attempt in range(2):
+            by_node = _groups(self.slots, cmds, todo, results)
+            await asyncio.gather(*(self._run_node(a, cmds, idx, results, wait)
+                                   for a, idx in by_node.items()))
+            todo = _rerouted(results, todo)
+            if not todo or attempt:
+                break
+            await self._after_error(results[todo[0]])
+        return results
+
+    async def _run_node(self, addr: Address, cmds: Sequence[Cmd], idx: list[int],
+                        results: list[Any], wait: Wait | None) -> None:
+        try:
+            pipe = _node_pipeline(self.node(addr), cmds, idx, wait)
+            replies = _confirmed(await pipe.execute(raise_on_error=False), wait)
+        except Exception as e:  # noqa: BLE001 - the node failed: each of its commands gets it
+            replies = [e] * len(idx)
+        for i, res in zip(idx, replies, strict=True):
+            results[i] = res
+
+    async def aclose(self) -> None:
+        for client in self._take_nodes():
+            await client.aclose()
+
+    close = aclose
+
+    async def __aenter__(self) -> AsyncClusterRedis:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class AsyncClusterPipeline(_Recorder):
+    def __init__(self, client: AsyncClusterRedis) -> None:
+        super().__init__()
+        self.client = client
+        self.confirm_each: Wait | None = None  # see rdb.durable
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        cmds, self.stack = self.stack, []
+        results = await self.client.run_batch(cmds, self.confirm_each)
+        if raise_on_error:
+            for res in results:
+                if isinstance(res, Exception):
+                    raise res
+        return results
+
+    async def __aenter__(self) -> AsyncClusterPipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stack = []
+
+
+def is_cluster(r: Any) -> bool:
+    return bool(getattr(r, "is_cluster", False))
+
+
+def same_slot_groups(r: Any, names: Iterable[str]) -> list[list[str]] | list[None]:
+    """Keys that one multi-key command may take together: all of them on one Redis ([None]:
+    no split), one group per slot on a cluster."""
+    if not is_cluster(r):
+        return [None]
+    groups: dict[int, list[str]] = {}
+    for name in names:
+        groups.setdefault(key_slot(name.encode()), []).append(name)
+    return list(groups.values())
+
+
+def with_raw_replies(r: Any, command: str) -> Any:
+    """A sync client on the same connections whose ``command`` replies skip redis-py's
+    response callback (a raw-reply fast path: the archiver's XREADGROUP)."""
+    def raw(client: Any) -> Any:
+        c = type(client)(connection_pool=client.connection_pool)
+        c.set_response_callback(command, lambda response, **_: response)
+        return c
+
+    return r.derived(raw) if is_cluster(r) else raw(r)

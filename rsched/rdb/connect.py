@@ -1,0 +1,213 @@
+"""The one connection factory: every process and face turns RSCHED_REDIS_URL into a client here.
+
+Schemes:
+  redis://, rediss://, unix://                      one Redis (redis-py's own URL syntax)
+  redis+cluster://[user:pass@]host:port[,host:port...][?options]   Redis Cluster (any nodes as
+                                                    seeds; the rest are discovered)
+  redis+sentinel://[user:pass@]host:port[,host:port...]/<service>[/<db>][?options]
+                                                    the primary that the Sentinels name, followed
+                                                    across failovers
+  rediss+cluster://, rediss+sentinel://             the same over TLS
+Options are redis-py's URL query options (socket_timeout=5, ...), applied to every node;
+``sentinel_password`` is the Sentinels' own password when it differs from the data nodes'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from rsched.core import defaults
+from rsched.core.errors import RschedError
+from rsched.rdb.cluster import Address, AsyncClusterRedis, ClusterRedis
+from rsched.rdb.durable import set_wait
+from rsched.rdb.setup import _ClosedTransportIsUnavailable, _mix_in, fast_packing
+
+Kind = Literal["single", "cluster", "sentinel"]
+SCHEMES: dict[str, tuple[Kind, bool]] = {
+    "redis": ("single", False), "rediss": ("single", True), "unix": ("single", False),
+    "redis+cluster": ("cluster", False), "rediss+cluster": ("cluster", True),
+    "redis+sentinel": ("sentinel", False), "rediss+sentinel": ("sentinel", True),
+}
+
+
+class BadRedisUrl(RschedError, ValueError):
+    """RSCHED_REDIS_URL (or --redis-url) cannot be used; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a Redis URL names, parsed once."""
+
+    kind: Kind
+    url: str  # the URL as given (a single Redis connects with it as it is)
+    tls: bool = False
+    nodes: tuple[Address, ...] = ()
+    service: str = ""
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+    def node_url(self, host: str, port: int) -> str:
+        """A plain URL for one node, with this URL's credentials and options."""
+        auth = ""
+        if self.username or self.password:
+            auth = f"{quote(self.username or '', safe='')}:{quote(self.password or '', safe='')}@"
+        query = "&".join(f"{k}={quote(v, safe='')}" for k, v in self.options.items()
+                         if k != "sentinel_password")
+        scheme = "rediss" if self.tls else "redis"
+        return f"{scheme}://{auth}{host}:{port}/{self.db}" + (f"?{query}" if query else "")
+
+
+def parse(url: str) -> Target:
+    """Parse a Redis URL; BadRedisUrl names what is wrong with it."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise BadRedisUrl(f"Redis URL {_safe(url)!r}: the scheme must be one of "
+                          f"{', '.join(s + '://' for s in SCHEMES)}")
+    kind, tls = SCHEMES[scheme]
+    if kind == "single":
+        return Target("single", url, tls)
+    u = urlsplit(url)
+    netloc = u.netloc.rsplit("@", 1)
+    hosts = netloc[-1]
+    username = password = None
+    if len(netloc) == 2:
+        user, _, pw = netloc[0].partition(":")
+        username, password = (unquote(user) or None), (unquote(pw) or None)
+    nodes = tuple(_address(h, url) for h in hosts.split(",") if h)
+    if not nodes:
+        raise BadRedisUrl(f"Redis URL {_safe(url)!r}: name at least one host:port")
+    options = dict(parse_qsl(u.query))
+    parts = [p for p in u.path.split("/") if p]
+    service, db = "", 0
+    if kind == "sentinel":
+        if not parts:
+            raise BadRedisUrl(f"Redis URL {_safe(url)!r}: name the Sentinel service "
+                              "(redis+sentinel://host:port/<service>[/<db>])")
+        service = unquote(parts[0])
+        parts = parts[1:]
+    if parts:
+        if len(parts) > 1 or not parts[0].isdigit():
+            raise BadRedisUrl(f"Redis URL {_safe(url)!r}: the path after the hosts must be "
+                              + ("/<service>[/<db>]" if kind == "sentinel" else "empty"))
+        db = int(parts[0])
+    if kind == "cluster" and db != 0:
+        raise BadRedisUrl(f"Redis URL {_safe(url)!r}: Redis Cluster has only database 0")
+    return Target(kind, url, tls, nodes, service, db, username, password, options)
+
+
+def _address(hostport: str, url: str) -> Address:
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise BadRedisUrl(f"Redis URL {_safe(url)!r}: {hostport!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def _safe(url: str) -> str:
+    """The URL with its password masked, for error messages."""
+    head, sep, rest = url.partition("://")
+    if "@" not in rest:
+        return url
+    auth, _, tail = rest.rpartition("@")
+    user = auth.partition(":")[0]
+    return f"{head}{sep}{user}:***@{tail}" if sep else url
+
+
+# --- sync ------------------------------------------------------------------------------------
+
+
+def wait_replicas(t: Target, setting: int = defaults.WAIT_REPLICAS_BY_URL) -> int:
+    """Replicas each client-facing write waits for: the setting, or by URL (1 for a cluster or
+    Sentinel URL, whose point is surviving a failover; 0 for one Redis)."""
+    if setting != defaults.WAIT_REPLICAS_BY_URL:
+        return setting
+    return 0 if t.kind == "single" else 1
+
+
+def connect(url: str, *, wait: int = defaults.WAIT_REPLICAS_BY_URL,
+            wait_timeout_ms: int = defaults.WAIT_TIMEOUT_MS, **options: Any) -> Any:
+    """A sync client for any supported URL (see the module docstring); ``wait``: replicas that
+    confirm each client-facing write (rdb.durable)."""
+    t = parse(url)
+    return set_wait(_connect(t, options), wait_replicas(t, wait), wait_timeout_ms)
+
+
+def _connect(t: Target, options: dict[str, Any]) -> Any:
+    from redis import Redis
+
+    if t.kind == "single":
+        return fast_packing(Redis.from_url(t.url, **options))
+    if t.kind == "cluster":
+        return ClusterRedis(
+            t.nodes, lambda h, p: fast_packing(Redis.from_url(t.node_url(h, p), **options)))
+    from redis.sentinel import Sentinel
+
+    sentinel = Sentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, options),
+                        **_node_kwargs(t, options))
+    return fast_packing(sentinel.master_for(t.service, redis_class=Redis))
+
+
+def _node_kwargs(t: Target, options: dict[str, Any]) -> dict[str, Any]:
+    from redis.connection import parse_url as redis_parse_url
+
+    kwargs = redis_parse_url(t.node_url("localhost", 6379))
+    for k in ("host", "port", "connection_class"):
+        kwargs.pop(k, None)
+    if t.tls:
+        kwargs["ssl"] = True
+    return {**kwargs, **options}
+
+
+def _sentinel_kwargs(t: Target, options: dict[str, Any]) -> dict[str, Any]:
+    kw = {k: v for k, v in _node_kwargs(t, options).items() if k.startswith("socket_")}
+    if "sentinel_password" in t.options:
+        kw["password"] = t.options["sentinel_password"]
+    if t.tls:
+        kw["ssl"] = True
+    return kw
+
+
+# --- asyncio ---------------------------------------------------------------------------------
+
+
+def _async_retrying(make: Any, **options: Any) -> Any:
+    """An asyncio client that retries after connection errors, as the sync client does.
+
+    redis.asyncio's from_url retries nothing by default; every rsched script is safe to apply
+    twice, so retrying a command that may or may not have run is sound.
+    """
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+
+    retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
+    r = make(retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError], **options)
+    return fast_packing(_mix_in(r, "Reconnecting", _ClosedTransportIsUnavailable))
+
+
+def connect_async(url: str, *, wait: int = defaults.WAIT_REPLICAS_BY_URL,
+                  wait_timeout_ms: int = defaults.WAIT_TIMEOUT_MS, **options: Any) -> Any:
+    """An asyncio client for any supported URL (``wait``: see `connect`)."""
+    t = parse(url)
+    return set_wait(_connect_async(t, options), wait_replicas(t, wait), wait_timeout_ms)
+
+
+def _connect_async(t: Target, options: dict[str, Any]) -> Any:
+    from redis.asyncio import Redis
+
+    if t.kind == "single":
+        return _async_retrying(lambda **kw: Redis.from_url(t.url, **kw), **options)
+    if t.kind == "cluster":
+        return AsyncClusterRedis(t.nodes, lambda h, p: _async_retrying(
+            lambda **kw: Redis.from_url(t.node_url(h, p), **kw), **options))
+    from redis.asyncio.sentinel import Sentinel
+
+    sentinel = Sentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, options),
+                        **_node_kwargs(t, options))
+    return _async_retrying(
+        lambda **kw: sentinel.master_for(t.service, redis_class=Redis, **kw))

@@ -1,0 +1,299 @@
+"""rsched on Redis Cluster: the router (rdb.cluster), the URL schemes (rdb.connect), placement,
+and the engine's behaviour end to end on a real 3-master cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from helpers import keys_in_partition, run_engine
+from redis.crc import key_slot
+from redis_server import RedisCluster
+from starlette.testclient import TestClient
+
+from rsched import App, Client, JobContext, JobSpec
+from rsched.api.app import create_app
+from rsched.core.errors import UnsafeRedis
+from rsched.core.models import Job
+from rsched.core.settings import Settings
+from rsched.rdb import keys
+from rsched.rdb.cluster import ClusterRedis, SlotMap, key_of, same_slot_groups
+from rsched.rdb.connect import BadRedisUrl, connect, parse
+from rsched.rdb.setup import check_redis
+from rsched.service import reads
+
+# --- pure: routing keys, slot maps, URLs, placement --------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "key"), [
+    (("HSET", "k", "f", "v"), "k"),
+    (("EVALSHA", "sha", 2, "a", "b", "x"), "a"),
+    (("EVALSHA", "sha", 0, "x"), None),
+    (("XREADGROUP", "GROUP", "g", "c", "COUNT", 5, "BLOCK", 10, "STREAMS", "s1", "s2", ">", ">"),
+     "s1"),
+    (("XGROUP CREATE", "s", "g", "0", "MKSTREAM"), "s"),
+    (("XINFO", "GROUPS", "s"), "s"),
+    (("XINFO GROUPS", "s"), "s"),
+    (("CONFIG GET", "maxmemory-policy"), None),
+    (("TIME",), None),
+    (("SCAN", 0, "MATCH", "x*"), None),
+    (("PUBLISH", "ch", "1"), None),
+])
+def test_key_of_finds_the_key_a_command_is_routed_by(args: tuple[Any, ...], key: Any) -> None:
+    assert key_of(args) == key
+
+
+def test_slot_map_parses_cluster_slots_and_names_an_uncovered_slot() -> None:
+    m = SlotMap.parse([
+        [10923, 16383, [b"127.0.0.1", 7003, b"c"], [b"127.0.0.1", 7006, b"f"]],
+        [0, 5460, [b"127.0.0.1", 7001, b"a"]],
+    ])
+    assert m.masters == [("127.0.0.1", 7001), ("127.0.0.1", 7003)]
+    assert m.replicas[("127.0.0.1", 7003)] == [("127.0.0.1", 7006)]
+    assert m.slots_per_master() == {("127.0.0.1", 7001): 5461, ("127.0.0.1", 7003): 5461}
+    assert m.node_for(("GET", "{a}")) == ("127.0.0.1", 7003 if key_slot(b"a") > 10922 else 7001)
+    uncovered = next(k for k in (f"k{i}" for i in range(1000))
+                     if 5460 < key_slot(k.encode()) < 10923)
+    with pytest.raises(redis.exceptions.ClusterDownError, match=uncovered):
+        m.node_for(("GET", uncovered))
+    assert m.node_for(("SCAN", 0), {"target_node": 1}) == ("127.0.0.1", 7003)
+
+
+def _per_master(n: int, masters: int) -> list[int]:
+    edges = [(keys.SLOTS * j) // masters for j in range(1, masters)]
+    counts = [0] * masters
+    for p in range(n):
+        counts[sum(key_slot(keys.due(p).encode()) >= e for e in edges)] += 1
+    return counts
+
+
+def test_partitions_spread_evenly_over_an_evenly_sliced_cluster() -> None:
+    assert _per_master(16, 3) == [6, 5, 5]
+    assert _per_master(64, 3) == [22, 21, 21]
+    assert _per_master(16, 4) == [4, 4, 4, 4]
+    assert _per_master(64, 8) == [8] * 8
+    for p in range(64):  # every key of a partition shares its slot
+        slots = {key_slot(k.encode()) for k in (keys.due(p), keys.lease(p), keys.job(p, "x"),
+                                                 keys.stream(p, "q"), keys.events(p))}
+        assert slots == {keys.slot(keys.due(p))}
+
+
+@pytest.mark.parametrize(("url", "kind", "nodes", "extra"), [
+    ("redis://h:1/0", "single", (), {}),
+    ("redis+cluster://h1:7001,h2:7002", "cluster", (("h1", 7001), ("h2", 7002)), {}),
+    ("rediss+cluster://u:p%40ss@h1:7001/?socket_timeout=5", "cluster", (("h1", 7001),),
+     {"tls": True, "username": "u", "password": "p@ss", "options": {"socket_timeout": "5"}}),
+    ("redis+sentinel://:pw@s1:26379,s2:26380/mymaster/2", "sentinel",
+     (("s1", 26379), ("s2", 26380)), {"service": "mymaster", "db": 2, "password": "pw"}),
+])
+def test_redis_urls_parse(url: str, kind: str, nodes: tuple[Any, ...],
+                          extra: dict[str, Any]) -> None:
+    t = parse(url)
+    assert (t.kind, t.nodes) == (kind, nodes)
+    for k, v in extra.items():
+        assert getattr(t, k) == v
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("http://h:1", "scheme must be one of"),
+    ("redis+cluster://", "at least one host:port"),
+    ("redis+cluster://h1:x", "'h1:x' is not host:port"),
+    ("redis+cluster://h1:7001/3", "only database 0"),
+    ("redis+sentinel://s1:26379", "name the Sentinel service"),
+    ("redis+sentinel://:secret@s1:26379/a/b/c", "/<service>[/<db>]"),
+])
+def test_bad_redis_urls_are_refused_with_the_reason(url: str, says: str) -> None:
+    with pytest.raises(BadRedisUrl, match=says.replace("[", r"\[").replace("]", r"\]")) as e:
+        parse(url)
+    assert "secret" not in str(e.value)
+
+
+# --- a real cluster ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(redis_available: None) -> Iterator[RedisCluster]:
+    c = RedisCluster()
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def cluster_url(c: RedisCluster) -> str:
+    return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in c.nodes[:2])
+
+
+@pytest.fixture()
+def url(cluster: RedisCluster) -> str:
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as r:
+            r.flushall()
+            r.script_flush()
+    return cluster_url(cluster)
+
+
+def test_a_plain_url_at_a_cluster_node_is_refused_naming_the_scheme(url: str,
+                                                                     cluster: RedisCluster) -> None:
+    with redis.Redis.from_url(cluster.nodes[0].url) as r, \
+            pytest.raises(UnsafeRedis, match=r"redis\+cluster://"):
+        check_redis(r)
+    with connect(url) as rc:
+        check_redis(rc)  # the cluster URL passes
+
+
+def test_a_pipeline_over_every_master_returns_each_reply_in_place(url: str) -> None:
+    with connect(url) as rc:
+        assert isinstance(rc, ClusterRedis) and len(rc.slots.masters) == 3
+        names = [f"k{i}" for i in range(300)]
+        pipe: Any = rc.pipeline()
+        for i, n in enumerate(names):
+            pipe.set(n, i)
+        assert pipe.execute() == [True] * 300
+        pipe = rc.pipeline()
+        for n in names:
+            pipe.get(n)
+        pipe.time()
+        *vals, now = pipe.execute()
+        assert vals == [str(i).encode() for i in range(300)]
+        assert abs(now[0] - time.time()) < 5
+        assert len(same_slot_groups(rc, [keys.due(p) for p in range(16)])) == 16
+
+
+def test_one_node_failing_fails_only_its_commands(url: str, cluster: RedisCluster) -> None:
+    with connect(url, socket_timeout=2, socket_connect_timeout=1) as rc:
+        dead = cluster.nodes[2]
+        dead_addr = ("127.0.0.1", dead.port)
+        names = [f"k{i}" for i in range(60)]
+        on_dead = [n for n in names if rc.slots.node_for(("GET", n)) == dead_addr]
+        assert 0 < len(on_dead) < len(names)
+        dead.pause()
+        try:
+            t0 = time.monotonic()
+            pipe = rc.pipeline()
+            for n in names:
+                pipe.set(n, "v")
+            res = pipe.execute(raise_on_error=False)
+            took = time.monotonic() - t0
+        finally:
+            dead.resume()
+        failed = [n for n, r in zip(names, res, strict=True) if isinstance(r, Exception)]
+        assert failed == on_dead
+        assert all(r is True for n, r in zip(names, res, strict=True) if n not in on_dead)
+        # The healthy masters' parts do not wait for the frozen one beyond its timeouts.
+        assert took < 20, took
+
+
+def test_the_engine_runs_every_job_once_with_every_partition_served(url: str) -> None:
+    ran: list[str] = []
+    app = App("cluster")
+
+    @app.job("t")
+    async def t(ctx: JobContext) -> None:
+        ran.append(ctx.run_id)
+
+    with Client(settings=Settings(redis_url=url, wait_replicas=0)) as c:
+        now = c.now_ms()
+        specs = [JobSpec(type="t", run_at=now, idempotency_key=k)
+                 for p in range(16) for k in keys_in_partition(p, 5, f"p{p}")]
+        jobs = c.schedule_many([*specs, *(JobSpec(type="t", run_at=now) for _ in range(320))])
+        assert all(isinstance(j, Job) for j in jobs)
+        parts = {int(j.id.split("-")[0]) for j in jobs if isinstance(j, Job)}
+        assert parts == set(range(16))
+        asyncio.run(run_engine(url, app, lambda: len(ran) >= 400, timeout_s=30))
+        assert len(ran) == len(set(ran)) == 400
+
+
+def test_retries_dead_letters_replay_pause_cancel_and_idempotency(url: str) -> None:
+    calls: list[tuple[str, int]] = []
+    app = App("cluster")
+
+    @app.job("bad")
+    async def bad(ctx: JobContext) -> None:
+        calls.append((ctx.run_id, ctx.attempt))
+        if ctx.payload.get("fail"):
+            raise RuntimeError("on purpose")
+
+    with Client(settings=Settings(redis_url=url, wait_replicas=0)) as c:
+        now = c.now_ms()
+        failing = [c.schedule("bad", {"fail": True}, run_at=now, max_attempts=2,
+                              backoff_base_ms=50, backoff_cap_ms=50) for _ in range(6)]
+        same = c.schedule("bad", {}, run_at=now + 60_000, idempotency_key="once")
+        again = c.schedule("bad", {}, run_at=now + 60_000, idempotency_key="once")
+        assert same.id == again.id
+        assert c.pause(same.id).status.value == "paused"
+        assert c.cancel(same.id).status.value == "cancelled"
+
+        def dead() -> bool:
+            return len(c.dead_letters()) >= 6
+
+        asyncio.run(run_engine(url, app, dead, timeout_s=30))
+        assert sorted(a for _, a in calls) == [1] * 6 + [2] * 6
+        letters = c.dead_letters()
+        assert {r.job_id for r in letters} == {j.id for j in failing}
+        replayed = c.replay(letters[0].id)
+        n = len(calls)
+        asyncio.run(run_engine(url, app, lambda: len(calls) > n, timeout_s=20))
+        assert calls[-1][0] == replayed.id
+
+
+def test_listing_jobs_walks_every_master_across_pages(url: str) -> None:
+    with Client(settings=Settings(redis_url=url, wait_replicas=0)) as c:
+        now = c.now_ms()
+        jobs = c.schedule_many([JobSpec(type="t", run_at=now + 3_600_000) for _ in range(50)])
+        want = {j.id for j in jobs if isinstance(j, Job)}
+        seen: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = c.run(reads.op_list_jobs(limit=7, cursor=cursor))
+            seen += [j.id for j in page.items]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert sorted(seen) == sorted(want)
+
+
+def test_doctor_checks_every_master_and_shows_where_the_partitions_live(url: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "rsched.cli", "doctor", "--json"],
+                          env={**os.environ, "RSCHED_REDIS_URL": url}, capture_output=True,
+                          text=True, timeout=60, check=False)
+    rows = {r["check"]: r for r in json.loads(done.stdout)}
+    assert done.returncode == 0, [r for r in rows.values() if r["level"] == "fail"]
+    assert rows["cluster_state"]["level"] == "ok"
+    assert rows["slots"]["message"].startswith("16384 of 16384")
+    placed = {k: v for k, v in rows.items() if k.endswith(" partitions")}
+    assert len(placed) == 3
+    assert sorted(int(r["message"].split()[0]) for r in placed.values()) == [5, 5, 6]
+    assert all(r["level"] == "ok" for r in placed.values())
+    assert all(rows[k.replace("partitions", "replicas")]["level"] == "warn" for k in placed)
+    assert all(rows[k.replace("partitions", "maxmemory-policy")]["level"] == "ok"
+               for k in placed)
+
+
+def test_the_api_serves_a_cluster_status_jobs_and_dead_letters(url: str) -> None:
+    s = Settings(redis_url=url, wait_replicas=0)
+    with TestClient(create_app(s, auth=False)) as api:
+        made = [api.post("/jobs", json={"type": "t", "runAt": "2099-01-01T00:00:00Z"})
+                for _ in range(30)]
+        assert {r.status_code for r in made} == {201}
+        ids: set[str] = set()
+        cursor = ""
+        while True:
+            page = api.get("/jobs", params={"limit": 4, **({"cursor": cursor} if cursor else {})})
+            assert page.status_code == 200, page.text
+            ids |= {j["id"] for j in page.json()["jobs"]}
+            cursor = page.json().get("nextCursor") or ""
+            if not cursor:
+                break
+        assert ids == {r.json()["id"] for r in made}
+        for path in ("/status", "/metrics", "/dead-letters", "/readyz"):
+            assert api.get(path).status_code == 200, path
