@@ -6,6 +6,9 @@ from __future__ import annotations
 # Partitions.  Fixed at first start and stored in Redis: a job's partition is in its id.
 PARTITIONS = 16
 
+# Scheduling (service.scheduling).
+SCHEDULE_CHUNK = 250  # jobs per schedule script call: bounded argument lists, short Redis pauses
+
 # A job's settings when the caller gives none (core.spec.JobSpec; core.models.Job reads a spec
 # blob without them with the same values).
 QUEUE = "default"
