@@ -17,6 +17,7 @@ from rsched.archive.events import expand
 from rsched.core.app import App
 from rsched.core.ids import run_id
 from rsched.core.settings import Settings
+from rsched.engine._calls import CallMany
 from rsched.engine.dispatcher import Dispatcher
 from rsched.engine.dispatcher.claimer import ClaimResult
 from rsched.engine.worker import Worker
@@ -108,18 +109,17 @@ def settings(redis_url: str, **overrides: Any) -> Settings:
     return Settings.from_env(redis_url=redis_url, **overrides)
 
 
-def record_script_calls(monkeypatch: Any, name: str) -> list[scripts.Call]:
-    """Every call of script ``name`` the asyncio paths make, to apply one again by hand (what
-    redis-py's retry after a lost reply does)."""
+def record_script_calls(name: str) -> tuple[list[scripts.Call], CallMany]:
+    """A call_many for a Dispatcher or Worker that sends its calls with scripts.acall_many and
+    keeps every call of script ``name`` in the list, to apply one again by hand (what redis-py's
+    retry after a lost reply does)."""
     calls: list[scripts.Call] = []
-    real = scripts.acall_many
 
     async def recording(r: Any, batch: list[scripts.Call]) -> list[Any]:
         calls.extend(c for c in batch if c[0] == name)
-        return await real(r, batch)
+        return await scripts.acall_many(r, batch)
 
-    monkeypatch.setattr(scripts, "acall_many", recording)
-    return calls
+    return calls, recording
 
 
 def snapshot(r: redis.Redis) -> dict[bytes, bytes | None]:

@@ -251,16 +251,15 @@ def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothi
 
 
 def test_a_recurring_job_advances_by_compare_and_set_so_a_claim_applied_twice_dispatches_once(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
-    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
     job = client.schedule("tick", cron="*/5 * * * *")
     assert job.next_ms is not None
-    calls = record_script_calls(monkeypatch, "claim")
+    calls, recording = record_script_calls("claim")
     clock.ms = job.next_ms + 1000
 
     async def scenario() -> None:
-        async with Rig(redis_url, clock=clock) as rig:
+        async with Rig(redis_url, clock=clock, dispatcher_kw={"call_many": recording}) as rig:
             await rig.lease()
             assert (await rig.claim()).dispatched == 1
 

@@ -468,7 +468,7 @@ def test_a_long_run_gets_its_start_recorded_while_it_runs_and_a_quick_one_in_its
 
 
 def test_an_outcome_waits_while_its_runs_start_is_under_way_and_then_carries_the_new_token(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, monkeypatch: Any
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
     """The handler returns while its run's start script is still under way: a flush meanwhile
     holds the outcome back (sent with fence 0 it would start the run a second time), and the
@@ -477,18 +477,16 @@ def test_an_outcome_waits_while_its_runs_start_is_under_way_and_then_carries_the
     job = client.schedule("long", run_at=clock() - 1)
     p, rid = job.partition, f"{job.id}@{job.next_ms}"
     start_sent, start_gate = asyncio.Event(), asyncio.Event()
-    real = scripts.acall_many
 
     async def slow_starts(rc: Any, batch: list[scripts.Call]) -> list[Any]:
         if any(c[0] == "start" for c in batch):
             start_sent.set()
             await start_gate.wait()
-        return await real(rc, batch)
-
-    monkeypatch.setattr(scripts, "acall_many", slow_starts)
+        return await scripts.acall_many(rc, batch)
 
     async def scenario() -> None:
-        async with Rig(redis_url, app, clock=clock, worker_id="w-a") as rig:
+        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
+                       worker_kw={"call_many": slow_starts}) as rig:
             await rig.claim()
             assert await rig.fetch() == 1
             starting = asyncio.create_task(rig.worker.start_once(min_age_ms=0))
@@ -650,8 +648,7 @@ def test_a_trigger_whose_run_id_is_the_own_runs_creates_no_second_run(
 
 
 def test_a_report_that_also_records_the_start_is_a_no_op_when_applied_twice(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
-    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
     """redis-py retries a call whose reply was lost: the second apply of a complete call that
     started the run (fence 0) must change nothing and say 'duplicate'."""
@@ -662,10 +659,10 @@ def test_a_report_that_also_records_the_start_is_a_no_op_when_applied_twice(
         return "done"
 
     job = client.schedule("t", run_at=clock() - 1)
-    calls = record_script_calls(monkeypatch, "complete")
+    calls, recording = record_script_calls("complete")
 
     async def scenario() -> None:
-        async with Rig(redis_url, app, clock=clock) as rig:
+        async with Rig(redis_url, app, clock=clock, worker_kw={"call_many": recording}) as rig:
             assert (await rig.cycle())[1:] == (1, 1)
 
     asyncio.run(scenario())

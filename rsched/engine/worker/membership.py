@@ -65,7 +65,7 @@ class Membership:
                 args += [fl.run_id, fl.fence, fl.entry_id]
             calls.append(("heartbeat", ks, args))
         lost = 0
-        results = await scripts.acall_many(self.link.r, calls)
+        results = await self.link.call_many(self.link.r, calls)
         for items, res in zip(by_part.values(), results, strict=True):
             if isinstance(res, Exception):
                 continue

@@ -29,6 +29,7 @@ from rsched.core.errors import ValidationError
 from rsched.core.ids import process_id
 from rsched.core.settings import Settings
 from rsched.engine import aio
+from rsched.engine._calls import CallMany
 from rsched.engine.worker._link import Link
 from rsched.engine.worker.inflight import Outcome, Runs
 from rsched.engine.worker.intake import Intake
@@ -37,7 +38,7 @@ from rsched.engine.worker.membership import CONSUMER_IDLE_MS, Membership
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
 from rsched.obs.metrics import RunMetrics
-from rsched.rdb import keys
+from rsched.rdb import keys, scripts
 from rsched.rdb.setup import (
     acheck_redis,
     aensure_partitions,
@@ -69,6 +70,7 @@ class Worker:
         threads: int | None = None,
         flush_ms: float = defaults.FLUSH_MS,
         start_after_ms: int = defaults.START_AFTER_MS,
+        call_many: CallMany = scripts.acall_many,
     ) -> None:
         if heartbeat_ms * 2 > visibility_ms:
             raise ValidationError(
@@ -90,7 +92,7 @@ class Worker:
         self.grace_s = grace_s
         self.flush_ms = flush_ms
         self.start_after_ms = start_after_ms
-        self.link = Link(connect_async(settings.redis_url), self.id)
+        self.link = Link(connect_async(settings.redis_url), self.id, call_many=call_many)
         self.runs = Runs(concurrency)
         self.metrics = RunMetrics(inflight=self.runs.__len__)
         self._slot = asyncio.Event()  # set when a run may have left its slot
