@@ -9,6 +9,9 @@ PARTITIONS = 16
 # Scheduling (service.scheduling).
 SCHEDULE_CHUNK = 250  # jobs per schedule script call: bounded argument lists, short Redis pauses
 
+# Reads (clients, service, API, CLI).
+PAGE_LIMIT = 50  # items per page when the caller names no limit
+
 # A job's settings when the caller gives none (core.spec.JobSpec; core.models.Job reads a spec
 # blob without them with the same values).
 QUEUE = "default"
