@@ -34,6 +34,7 @@ CATCHUP_MS = 1000  # lateness tolerated before missed cron occurrences collapse 
 CONCURRENCY = 16  # handlers running at once
 VISIBILITY_MS = 30_000  # idle time after which another worker reclaims a run
 HEARTBEAT_MS = 5_000  # at most half of VISIBILITY_MS
+CONSUMER_IDLE_MS = 3_600_000  # idle this long, nothing pending: a dead worker's or archiver's
 GRACE_S = 30.0  # seconds to finish runs on SIGTERM
 START_AFTER_MS = 200  # a run still going this long gets its start recorded on its own
 FLUSH_MS = 2.0  # how long reports wait to be batched

@@ -34,7 +34,7 @@ from rsched.engine.worker._link import Link
 from rsched.engine.worker.inflight import Outcome, Runs
 from rsched.engine.worker.intake import Intake
 from rsched.engine.worker.loops import Every, Flusher
-from rsched.engine.worker.membership import CONSUMER_IDLE_MS, Membership
+from rsched.engine.worker.membership import Membership
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
 from rsched.obs.metrics import RunMetrics
@@ -147,7 +147,7 @@ class Worker:
     async def heartbeat_once(self) -> int:
         return await self.membership.heartbeat_once()
 
-    async def prune_consumers_once(self, idle_ms: int = CONSUMER_IDLE_MS) -> int:
+    async def prune_consumers_once(self, idle_ms: int = defaults.CONSUMER_IDLE_MS) -> int:
         return await self.membership.prune_consumers_once(idle_ms)
 
     async def wait_handlers(self, timeout_s: float) -> int:
