@@ -3,8 +3,8 @@
 Key discipline is checked three ways: statically on the source; at run time by watching every
 command each shipped script runs (MONITOR) and asking Redis which of its arguments are keys
 (COMMAND GETKEYS), each of which must be among the script's KEYS; and on a real 3-master Redis
-Cluster, which rejects any access to a key of another slot.  The last two run one scenario that calls every script through the real client,
-lease keeper, claimer and workers.
+Cluster, which rejects any access to a key of another slot.  The last two run one scenario that
+calls every script through the real client, lease keeper, claimer and workers.
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ class Dispatcher:
         await acheck_redis(self.r, self.settings.allow_unsafe_redis)
         p = await aensure_partitions(self.r, self.settings.initial_partitions,
                                      self.settings.strict_partitions)
-        self.leases = LeaseKeeper(self.r, self.id, p, self.lease_ms, self.clock, self.call_many)
+        self.leases = LeaseKeeper(self.r, self.id, p, self.lease_ms, self.clock,
+                                  call_many=self.call_many)
         self.claimer = Claimer(self.r, self.id, self.batch, self.misfire_grace_ms,
                                self.settings.events_maxlen, self.clock,
                                full_read_s=self.full_read_s, call_many=self.call_many)
