@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 
 from rsched.client import ClientBase
+from rsched.core import defaults
 from rsched.core.errors import RschedError
 from rsched.core.models import Attempt, Job, Run
 from rsched.core.settings import Settings
@@ -97,11 +98,12 @@ class AsyncClient(ClientBase):
     async def get_run(self, run_id: str) -> Run:
         return await self.run(jobs.op_get_run(run_id))
 
-    async def runs(self, job_id: str, limit: int = 50, offset: int = 0
+    async def runs(self, job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0
                    ) -> list[Attempt] | list[RunAttempt]:
         return await self.run(self.runs_source.op_attempts(job_id, limit, offset))
 
-    async def history(self, job_id: str, limit: int = 50, cursor: str | None = None) -> RunsPage:
+    async def history(self, job_id: str, limit: int = defaults.PAGE_LIMIT,
+                      cursor: str | None = None) -> RunsPage:
         return await self.run(op_history(self, job_id, limit, cursor))
 
     async def now_ms(self) -> int:

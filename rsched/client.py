@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from redis import Redis
 
+from rsched.core import defaults
 from rsched.core.errors import RschedError
 from rsched.core.models import Attempt, Job, Run
 from rsched.core.settings import Settings
@@ -98,14 +99,15 @@ class Client(ClientBase):
     def get_run(self, run_id: str) -> Run:
         return self.run(jobs.op_get_run(run_id))
 
-    def runs(self, job_id: str, limit: int = 50, offset: int = 0
+    def runs(self, job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0
              ) -> list[Attempt] | list[RunAttempt]:
         """The job's attempts, newest first, skipping ``offset``.  With an archive configured
         (``archive_url`` or RSCHED_ARCHIVE_URL): every attempt, archived or still in Redis, as
         RunAttempt; without: the in-flight run, then Redis's bounded history list."""
         return self.run(self.runs_source.op_attempts(job_id, limit, offset))
 
-    def history(self, job_id: str, limit: int = 50, cursor: str | None = None) -> RunsPage:
+    def history(self, job_id: str, limit: int = defaults.PAGE_LIMIT,
+                cursor: str | None = None) -> RunsPage:
         """One page of the archive-merged history (see op_history); pass next_cursor on."""
         return self.run(op_history(self, job_id, limit, cursor))
 

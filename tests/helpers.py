@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
@@ -17,6 +19,7 @@ from rsched.archive.events import expand
 from rsched.core.app import App
 from rsched.core.ids import run_id
 from rsched.core.settings import Settings
+from rsched.engine._calls import CallMany
 from rsched.engine.dispatcher import Dispatcher
 from rsched.engine.dispatcher.claimer import ClaimResult
 from rsched.engine.worker import Worker
@@ -108,18 +111,70 @@ def settings(redis_url: str, **overrides: Any) -> Settings:
     return Settings.from_env(redis_url=redis_url, **overrides)
 
 
-def record_script_calls(monkeypatch: Any, name: str) -> list[scripts.Call]:
-    """Every call of script ``name`` the asyncio paths make, to apply one again by hand (what
-    redis-py's retry after a lost reply does)."""
+def record_script_calls(name: str) -> tuple[list[scripts.Call], CallMany]:
+    """A call_many for a Dispatcher or Worker that sends its calls with scripts.acall_many and
+    keeps every call of script ``name`` in the list, to apply one again by hand (what redis-py's
+    retry after a lost reply does)."""
     calls: list[scripts.Call] = []
-    real = scripts.acall_many
 
     async def recording(r: Any, batch: list[scripts.Call]) -> list[Any]:
         calls.extend(c for c in batch if c[0] == name)
-        return await real(r, batch)
+        return await scripts.acall_many(r, batch)
 
-    monkeypatch.setattr(scripts, "acall_many", recording)
-    return calls
+    return calls, recording
+
+
+class Monitor:
+    """What reached Redis, read with MONITOR: every command in the order Redis ran it, a
+    script's own commands (client "lua") right after the EVALSHA that ran them.  A test reads
+    this instead of patching the code that sends the commands.  Use as a context manager."""
+
+    _LINE = re.compile(rb"^[0-9.]+ \[[0-9]+ ([^\]]+)\] (.*)$", re.S)
+    _ARG = re.compile(rb'"((?:[^"\\]|\\.)*)"', re.S)
+    _ESCAPE = re.compile(rb"\\(x[0-9a-f]{2}|.)", re.S)  # how Redis quotes an argument
+    _CHARS = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"a": b"\a", b"b": b"\b"}
+
+    def __init__(self, r: redis.Redis) -> None:
+        self._r = r
+        self._marks = 0
+
+    def __enter__(self) -> Monitor:
+        self._monitor = self._r.monitor().__enter__()  # sends MONITOR, checks its OK
+        self.commands()  # not the handshake of the connection the markers go through
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._monitor.__exit__(*exc)
+
+    def commands(self) -> list[MonitoredCommand]:
+        """The commands run since the last call (or MONITOR), up to a marker this sends."""
+        self._marks += 1
+        marker = f"rsched-test-monitor-{id(self)}-{self._marks}".encode()
+        self._r.echo(marker)
+        out: list[MonitoredCommand] = []
+        while True:
+            c = self._parse(self._monitor.connection.read_response())
+            if c.args == [b"ECHO", marker]:
+                return out
+            out.append(c)
+
+    @classmethod
+    def _parse(cls, line: Any) -> MonitoredCommand:
+        m = cls._LINE.match(line.encode() if isinstance(line, str) else line)
+        assert m, f"not a MONITOR line: {line!r}"
+
+        def unquote(e: re.Match[bytes]) -> bytes:
+            c = e[1]
+            return bytes([int(c[1:], 16)]) if len(c) == 3 else cls._CHARS.get(c, c)
+
+        args = [cls._ESCAPE.sub(unquote, a) for a in cls._ARG.findall(m[2])]
+        return MonitoredCommand(m[1].decode(), [args[0].upper(), *args[1:]])
+
+
+@dataclass(frozen=True)
+class MonitoredCommand:
+    client: str  # "host:port", or "lua" for a command a script ran
+    args: list[bytes]  # the command's name (upper case), then its arguments
 
 
 def snapshot(r: redis.Redis) -> dict[bytes, bytes | None]:

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from helpers import (
     PARTITIONS,
     ManualClock,
+    Monitor,
     Rig,
     aredis,
     event_types,
@@ -148,24 +149,17 @@ def test_a_job_on_a_queue_the_dispatcher_has_not_seen_is_dispatched_in_the_same_
 
 
 def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothing(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
-    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
     """skip_idle (the dispatcher's loop): a partition whose earliest entry is later than the
-    horizon is not read; a wake message naming it, or the periodic full read, brings it back."""
-    from rsched.engine.dispatcher import claimer as claimer_mod
+    horizon is not read; a wake message naming it, or the periodic full read, brings it back.
+    What a round read is what reached Redis: the partitions whose due set a command named."""
+    dues = {keys.due(p).encode(): p for p in range(PARTITIONS)}
 
-    read: list[int] = []
+    def read(mon: Monitor) -> set[int]:
+        """The partitions whose due set the commands since the last look named."""
+        return {dues[arg] for c in mon.commands() for arg in c.args if arg in dues}
 
-    class Keys:  # the real key builders, recording which partitions' due sets a round reads
-        def __getattr__(self, name: str) -> Any:
-            return getattr(keys, name)
-
-        def due(self, p: int) -> str:
-            read.append(p)
-            return keys.due(p)
-
-    monkeypatch.setattr(claimer_mod, "keys", Keys())  # a spy on the real key builders
     [k1], [k2], [k3] = (keys_in_partition(p, 1, f"skip{p}") for p in (1, 2, 3))
     a = client.schedule("t", run_at=clock() + MINUTE, idempotency_key=k1)
     client.schedule("t", run_at=clock() + 2 * MINUTE, idempotency_key=k2)
@@ -173,94 +167,92 @@ def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothi
     async def scenario() -> None:
         async with Rig(redis_url, clock=clock) as rig:
             await rig.lease()
-            claimer = rig.dispatcher.claimer
-            assert claimer is not None
-            claimer.full_read_s = 3600.0  # no periodic full read unless a step asks for one
-            forget = claimer.forget  # for the wrapper below, where claimer is not narrowed
-            first = await rig.dispatcher.claim_once(skip_idle=True)  # nothing known yet: all
-            assert sorted(set(read)) == list(range(PARTITIONS)) and first.dispatched == 0
-            assert first.earliest_ms == a.next_ms
-            read.clear()
-            idle = await rig.dispatcher.claim_once(skip_idle=True)
-            assert (read, idle.earliest_ms) == ([], a.next_ms)  # nothing due: no command at all
-            clock.ms += MINUTE
-            await rig.lease()  # the clock jumped past the lease: take it again
-            read.clear()
-            due = await rig.dispatcher.claim_once(skip_idle=True)
-            assert (set(read), due.dispatched) == ({1}, 1)
-            # A job due now in partition 3, which the claimer last saw empty: not read...
-            c = client.schedule("t", run_at=clock() - 1, idempotency_key=k3)
-            read.clear()
-            assert (await rig.dispatcher.claim_once(skip_idle=True)).dispatched == 0
-            assert read == []
-            # ...until the wake message for partition 3 (the dispatcher's listener calls this).
-            claimer.forget(3)
-            assert (await rig.dispatcher.claim_once(skip_idle=True)).dispatched == 1
-            assert set(read) == {3}
-            assert client.get(c.id).last_run_id is not None
-            # A wake during a round that had already read the partition is not lost: the round
-            # cannot overwrite it with what it read before the change.
-            [k4] = keys_in_partition(3, 1, "skip-race")
-            real = claimer.r
-            woken: list[str] = []
+            with Monitor(r) as mon:
+                claimer = rig.dispatcher.claimer
+                assert claimer is not None
+                claimer.full_read_s = 3600.0  # no periodic full read unless a step asks for one
+                forget = claimer.forget  # for the wrapper below, where claimer is not narrowed
+                first = await rig.dispatcher.claim_once(skip_idle=True)  # nothing known yet: all
+                assert read(mon) == set(range(PARTITIONS)) and first.dispatched == 0
+                assert first.earliest_ms == a.next_ms
+                idle = await rig.dispatcher.claim_once(skip_idle=True)
+                # Nothing due: no command at all.
+                assert (mon.commands(), idle.earliest_ms) == ([], a.next_ms)
+                clock.ms += MINUTE
+                await rig.lease()  # the clock jumped past the lease: take it again
+                mon.commands()  # from here on
+                due = await rig.dispatcher.claim_once(skip_idle=True)
+                assert (read(mon), due.dispatched) == ({1}, 1)
+                # A job due now in partition 3, which the claimer last saw empty: not read...
+                c = client.schedule("t", run_at=clock() - 1, idempotency_key=k3)
+                mon.commands()
+                assert (await rig.dispatcher.claim_once(skip_idle=True)).dispatched == 0
+                assert read(mon) == set()
+                # ...until the wake message for partition 3 (the dispatcher's listener calls this).
+                claimer.forget(3)
+                assert (await rig.dispatcher.claim_once(skip_idle=True)).dispatched == 1
+                assert read(mon) == {3}
+                assert client.get(c.id).last_run_id is not None
+                # A wake during a round that had already read the partition is not lost: the round
+                # cannot overwrite it with what it read before the change.
+                [k4] = keys_in_partition(3, 1, "skip-race")
+                real = claimer.r
+                woken: list[str] = []
 
-            class WakeAfterRead:  # the client's change and wake land while the round runs
-                def __getattr__(self, name: str) -> Any:
-                    return getattr(real, name)
+                class WakeAfterRead:  # the client's change and wake land while the round runs
+                    def __getattr__(self, name: str) -> Any:
+                        return getattr(real, name)
 
-                def pipeline(self, *args: Any, **kw: Any) -> Any:
-                    pipe = real.pipeline(*args, **kw)
-                    execute = pipe.execute
+                    def pipeline(self, *args: Any, **kw: Any) -> Any:
+                        pipe = real.pipeline(*args, **kw)
+                        execute = pipe.execute
 
-                    async def execute_then_wake(*a: Any, **k: Any) -> Any:
-                        res = await execute(*a, **k)
-                        if not woken:
-                            woken.append(client.schedule("t", run_at=clock() - 1,
-                                                         idempotency_key=k4).id)
-                            forget(3)
-                        return res
+                        async def execute_then_wake(*a: Any, **k: Any) -> Any:
+                            res = await execute(*a, **k)
+                            if not woken:
+                                woken.append(client.schedule("t", run_at=clock() - 1,
+                                                             idempotency_key=k4).id)
+                                forget(3)
+                            return res
 
-                    pipe.execute = execute_then_wake
-                    return pipe
+                        pipe.execute = execute_then_wake
+                        return pipe
 
-            claimer.full_read_s = 0.0  # this round reads partition 3
-            claimer.r = WakeAfterRead()
-            await rig.dispatcher.claim_once(skip_idle=True)
-            claimer.r = real
-            claimer.full_read_s = 3600.0
-            read.clear()
-            assert (await rig.dispatcher.claim_once(skip_idle=True)).dispatched == 1
-            assert set(read) == {3} and client.get(woken[0]).last_run_id is not None
-            # What changes unannounced (a worker's retry) is found by the periodic full read.
-            p = a.partition
-            client.r.zadd(keys.retry(p), {f"{a.id}@{clock() - 5}": clock() - 5})
-            read.clear()
-            await rig.dispatcher.claim_once(skip_idle=True)
-            assert p not in read
-            claimer.full_read_s = 0.0
-            read.clear()
-            await rig.dispatcher.claim_once(skip_idle=True)
-            assert sorted(set(read)) == list(range(PARTITIONS))
-            # Rounds without skip_idle (tests, Rig) read every partition, as before.
-            claimer.full_read_s = 3600.0
-            read.clear()
-            await rig.dispatcher.claim_once()
-            assert sorted(set(read)) == list(range(PARTITIONS))
+                claimer.full_read_s = 0.0  # this round reads partition 3
+                claimer.r = WakeAfterRead()
+                await rig.dispatcher.claim_once(skip_idle=True)
+                claimer.r = real
+                claimer.full_read_s = 3600.0
+                mon.commands()
+                assert (await rig.dispatcher.claim_once(skip_idle=True)).dispatched == 1
+                assert read(mon) == {3} and client.get(woken[0]).last_run_id is not None
+                # What changes unannounced (a worker's retry) is found by the periodic full read.
+                p = a.partition
+                client.r.zadd(keys.retry(p), {f"{a.id}@{clock() - 5}": clock() - 5})
+                mon.commands()
+                await rig.dispatcher.claim_once(skip_idle=True)
+                assert p not in read(mon)
+                claimer.full_read_s = 0.0
+                await rig.dispatcher.claim_once(skip_idle=True)
+                assert read(mon) == set(range(PARTITIONS))
+                # Rounds without skip_idle (tests, Rig) read every partition, as before.
+                claimer.full_read_s = 3600.0
+                await rig.dispatcher.claim_once()
+                assert read(mon) == set(range(PARTITIONS))
 
     asyncio.run(scenario())
 
 
 def test_a_recurring_job_advances_by_compare_and_set_so_a_claim_applied_twice_dispatches_once(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
-    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
     job = client.schedule("tick", cron="*/5 * * * *")
     assert job.next_ms is not None
-    calls = record_script_calls(monkeypatch, "claim")
+    calls, recording = record_script_calls("claim")
     clock.ms = job.next_ms + 1000
 
     async def scenario() -> None:
-        async with Rig(redis_url, clock=clock) as rig:
+        async with Rig(redis_url, clock=clock, dispatcher_kw={"call_many": recording}) as rig:
             await rig.lease()
             assert (await rig.claim()).dispatched == 1
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
+from helpers import Monitor
 from redis.sentinel import Sentinel
 from redis_probe import command, replicating_from, role
 from redis_sentinel import RedisSentinelGroup
@@ -34,6 +35,25 @@ def test_each_test_starts_with_an_empty_keyspace_and_script_cache(
     r.set(b"leftover", turn.encode())
     r.set(b"binary", b"\xff\x00")
     assert r.get(b"binary") == b"\xff\x00"
+
+
+def test_monitor_gives_each_command_run_with_its_exact_arguments_and_a_scripts_own_commands(
+    r: redis.Redis,
+) -> None:
+    awkward = b'a "quoted" \\ value\n\x00\xff\t'
+    with Monitor(r) as mon:
+        assert mon.commands() == []
+        r.set(b"k{p1}", awkward)
+        r.eval("redis.call('GET', KEYS[1]); return redis.pcall('TIME')", 1, "k{p1}")
+        got = mon.commands()
+        assert mon.commands() == []  # each call reads on from the last one's marker
+    assert [c.args for c in got] == [
+        [b"SET", b"k{p1}", awkward],
+        [b"EVAL", b"redis.call('GET', KEYS[1]); return redis.pcall('TIME')", b"1", b"k{p1}"],
+        [b"GET", b"k{p1}"],
+        [b"TIME"],
+    ]
+    assert [c.client for c in got][2:] == ["lua", "lua"] and got[0].client != "lua"
 
 
 def test_the_redis_url_names_the_session_server(redis_url: str, redis_server: RedisServer) -> None:

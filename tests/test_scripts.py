@@ -1,18 +1,18 @@
 """The Lua scripts: key discipline (cluster-safe), headers, and surviving a Redis restart.
 
-Key discipline is checked three ways: statically on the source; at run time by instrumenting
-every script so each command's keys (asked of Redis with COMMAND GETKEYS) must be among the
-script's KEYS; and on a real 3-master Redis Cluster, which rejects any access to a key of
-another slot.  The last two run one scenario that calls every script through the real client,
-lease keeper, claimer and workers.
+Key discipline is checked three ways: statically on the source; at run time by watching every
+command each shipped script runs (MONITOR) and asking Redis which of its arguments are keys
+(COMMAND GETKEYS), each of which must be among the script's KEYS; and on a real 3-master Redis
+Cluster, which rejects any access to a key of another slot.  The last two run one scenario that
+calls every script through the real client, lease keeper, claimer and workers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,8 @@ import redis.asyncio.cluster as aiocluster
 from helpers import (
     PARTITIONS,
     ManualClock,
+    Monitor,
+    MonitoredCommand,
     Rig,
     all_jobs,
     aredis,
@@ -250,74 +252,69 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
     assert int(client.r.hget(keys.stats(PB), "fenced") or 0) == 1
 
 
-@pytest.fixture
-def used_scripts(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
-    """Records which scripts the code under test loaded (to prove the scenario ran them all)."""
-    used: set[str] = set()
-    real = scripts.load
-
-    def recording(name: str) -> scripts.Script:
-        used.add(name)
-        return real(name)
-
-    monkeypatch.setattr(scripts, "load", recording)
-    yield used
+SCRIPT_OF_SHA = {scripts.load(name).sha.encode(): name for name in scripts.NAMES}
 
 
-CHECK_KEYS = """
-local __declared = {}
-for _, k in ipairs(KEYS) do __declared[k] = true end
-local function __checked(...)
-  local ok, ks = pcall(redis.call, 'COMMAND', 'GETKEYS', ...)
-  if not ok then
-    if select(1, ...) ~= 'TIME' then error('no keys known for ' .. tostring(select(1, ...))) end
-  else
-    for _, k in ipairs(ks) do
-      if not __declared[k] then
-        error('undeclared key ' .. k .. ' used by ' .. tostring(select(1, ...)))
-      end
-    end
-  end
-  return redis.call(...)
-end
-"""
+def scripts_run(commands: Iterable[MonitoredCommand]) -> set[str]:
+    """The rsched scripts the commands called (to prove a scenario ran them all)."""
+    return {SCRIPT_OF_SHA[c.args[1]] for c in commands
+            if c.args[0] == b"EVALSHA" and c.args[1] in SCRIPT_OF_SHA}
 
 
-def key_checked(source: str) -> str:
-    """The script with every redis.call routed through a check of its keys against KEYS."""
-    return CHECK_KEYS + source.replace("redis.call(", "__checked(")
+def undeclared_keys(
+    r: redis.Redis, commands: Iterable[MonitoredCommand]
+) -> list[tuple[str, list[bytes], bytes]]:
+    """(script, command, key) for each key a script's command touched without the script having
+    it among its KEYS; Redis says which arguments are keys (COMMAND GETKEYS).  A command of no
+    keys other than TIME counts too, with key b"?": nothing should go unchecked."""
+    out: list[tuple[str, list[bytes], bytes]] = []
+    script, declared = "", set[bytes]()
+    for c in commands:
+        if c.client != "lua":  # a script's own commands follow the call that ran it
+            if c.args[0] in (b"EVAL", b"EVALSHA"):
+                script = SCRIPT_OF_SHA.get(c.args[1], "(eval)")
+                declared = set(c.args[3 : 3 + int(c.args[2])])
+            continue
+        try:
+            touched = [k.encode() if isinstance(k, str) else k  # redis-py decodes these
+                       for k in r.command_getkeys(*c.args)]
+        except ResponseError:
+            if c.args[0] != b"TIME":
+                out.append((script, c.args, b"?"))
+            continue
+        out.extend((script, c.args, k) for k in touched if k not in declared)
+    return out
 
 
-def test_the_key_check_rejects_a_script_that_touches_an_undeclared_key(r: redis.Redis) -> None:
+def test_the_key_check_finds_a_script_that_touches_an_undeclared_key(r: redis.Redis) -> None:
     sneaky = "redis.call('HSET', KEYS[1], 'a', 1) return redis.call('GET', 'rsched:{p0}:other')"
-    with pytest.raises(ResponseError, match=r"undeclared key rsched:\{p0\}:other"):
-        r.eval(key_checked(sneaky), 1, "rsched:{p0}:job:x")
-    honest = "redis.call('HSET', KEYS[1], 'a', 1); return redis.call('HGET', KEYS[1], 'a')"
-    assert r.eval(key_checked(honest), 1, "rsched:{p0}:job:x") == b"1"
+    honest = "redis.call('HSET', KEYS[1], 'a', 1); return redis.pcall('HGET', KEYS[1], 'a')"
+    with Monitor(r) as mon:
+        r.eval(sneaky, 1, "rsched:{p0}:job:x")
+        assert r.eval(honest, 1, "rsched:{p0}:job:x") == b"1"
+        commands = mon.commands()
+    assert undeclared_keys(r, commands) == [
+        ("(eval)", [b"GET", b"rsched:{p0}:other"], b"rsched:{p0}:other")]
 
 
 def test_every_script_touches_only_its_declared_keys_through_a_whole_scenario(
-    redis_url: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch, used_scripts: set[str]
+    redis_url: str, r: redis.Redis
 ) -> None:
-    recording = scripts.load
-
-    def checked(name: str) -> scripts.Script:
-        s = recording(name)
-        source = key_checked(s.source)
-        return scripts.Script(name, source, hashlib.sha1(source.encode()).hexdigest())
-
-    monkeypatch.setattr(scripts, "load", checked)
+    """Watched with MONITOR: the shipped scripts as they are, redis.pcall included."""
     client = Client(settings=settings(redis_url))
 
     async def run() -> None:
         async with aredis(redis_url) as ar:
             await exercise_every_script(client, ar, ManualClock(redis_now_ms(r)))
 
-    try:
-        asyncio.run(run())
-    finally:
-        client.close()
-    assert used_scripts == set(scripts.NAMES)
+    with Monitor(r) as mon:
+        try:
+            asyncio.run(run())
+        finally:
+            client.close()
+        commands = mon.commands()
+    assert scripts_run(commands) == set(scripts.NAMES)
+    assert undeclared_keys(r, commands) == []
 
 
 class OneByOne:
@@ -402,7 +399,7 @@ def test_the_cluster_rejects_a_script_that_touches_a_key_of_another_slot(
 
 
 def test_every_script_runs_on_a_redis_cluster_with_each_call_routed_by_its_first_key(
-    cluster: RedisCluster, used_scripts: set[str]
+    cluster: RedisCluster,
 ) -> None:
     rc = cluster.client()
     rc.flushall()
@@ -421,8 +418,12 @@ def test_every_script_runs_on_a_redis_cluster_with_each_call_routed_by_its_first
         finally:
             await ar.aclose()
 
-    asyncio.run(run())
-    assert used_scripts == set(scripts.NAMES)
+    with contextlib.ExitStack() as stack:
+        monitors = [stack.enter_context(Monitor(stack.enter_context(node.client())))
+                    for node in cluster.nodes]
+        asyncio.run(run())
+        ran = set().union(*(scripts_run(m.commands()) for m in monitors))
+    assert ran == set(scripts.NAMES)
 
 
 # --- durability --------------------------------------------------------------------------------

@@ -9,9 +9,11 @@ injected, the worker's scripts use Redis's own clock, so retry times are read ba
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -29,8 +31,9 @@ from helpers import (
     xrange,
 )
 
-from rsched import App, Client, Conflict, JobContext, JobStatus, RunState
+from rsched import App, Client, Conflict, Job, JobContext, JobStatus, RunState
 from rsched.core.retry import backoff_ceiling_ms
+from rsched.engine.worker import Worker
 from rsched.rdb import keys, scripts
 
 MINUTE = 60_000
@@ -341,20 +344,35 @@ def gated_app() -> tuple[App, dict[str, asyncio.Event]]:
     return app, gates
 
 
+def long_job(client: Client, clock: ManualClock, max_attempts: int) -> tuple[Job, int, str]:
+    """A due run of gated_app's handler: the job, its partition and the run id."""
+    job = client.schedule("long", run_at=clock() - 1, max_attempts=max_attempts)
+    return job, job.partition, f"{job.id}@{job.next_ms}"
+
+
+@contextlib.asynccontextmanager
+async def fetched_by_w_a(
+    redis_url: str, app: App, clock: ManualClock, visibility_ms: int = 100
+) -> AsyncIterator[tuple[Rig, Worker]]:
+    """The due run claimed and fetched by w-a (the rig's worker), with w-b there to reclaim it;
+    both with the same short visibility timeout."""
+    async with Rig(redis_url, app, clock=clock, worker_id="w-a",
+                   worker_kw=fast_reclaim(visibility_ms)) as rig:
+        b = await rig.add_worker("w-b", **fast_reclaim(visibility_ms))
+        await rig.claim()
+        assert await rig.fetch() == 1
+        yield rig, b
+
+
 def test_heartbeats_keep_a_long_run_alive_then_a_reclaim_starts_a_new_attempt_with_a_new_fence(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
     app, gates = gated_app()
-    job = client.schedule("long", run_at=clock() - 1, max_attempts=3)
-    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+    job, p, rid = long_job(client, clock, max_attempts=3)
     visibility = 300
 
     async def scenario() -> None:
-        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
-                       worker_kw=fast_reclaim(visibility)) as rig:
-            b = await rig.add_worker("w-b", **fast_reclaim(visibility))
-            await rig.claim()
-            assert await rig.fetch() == 1
+        async with fetched_by_w_a(redis_url, app, clock, visibility) as (rig, b):
             for _ in range(4):  # 4 x 150 ms: twice the visibility timeout, kept by heartbeats
                 await asyncio.sleep(visibility / 2000)
                 assert await rig.worker.heartbeat_once() == 0
@@ -389,15 +407,10 @@ def test_a_stale_completion_after_a_reclaim_is_rejected_logged_not_recorded_and_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     app, gates = gated_app()
-    job = client.schedule("long", run_at=clock() - 1, max_attempts=3)
-    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+    job, p, rid = long_job(client, clock, max_attempts=3)
 
     async def scenario() -> None:
-        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
-                       worker_kw=fast_reclaim(100)) as rig:
-            b = await rig.add_worker("w-b", **fast_reclaim(100))
-            await rig.claim()
-            await rig.fetch()
+        async with fetched_by_w_a(redis_url, app, clock) as (rig, b):
             await rig.worker.start_once(min_age_ms=0)  # what its start loop does after a while
             await asyncio.sleep(0.2)
             assert await b.reclaim_once() == 1
@@ -455,7 +468,7 @@ def test_a_long_run_gets_its_start_recorded_while_it_runs_and_a_quick_one_in_its
 
 
 def test_an_outcome_waits_while_its_runs_start_is_under_way_and_then_carries_the_new_token(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, monkeypatch: Any
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
     """The handler returns while its run's start script is still under way: a flush meanwhile
     holds the outcome back (sent with fence 0 it would start the run a second time), and the
@@ -464,18 +477,16 @@ def test_an_outcome_waits_while_its_runs_start_is_under_way_and_then_carries_the
     job = client.schedule("long", run_at=clock() - 1)
     p, rid = job.partition, f"{job.id}@{job.next_ms}"
     start_sent, start_gate = asyncio.Event(), asyncio.Event()
-    real = scripts.acall_many
 
     async def slow_starts(rc: Any, batch: list[scripts.Call]) -> list[Any]:
         if any(c[0] == "start" for c in batch):
             start_sent.set()
             await start_gate.wait()
-        return await real(rc, batch)
-
-    monkeypatch.setattr(scripts, "acall_many", slow_starts)
+        return await scripts.acall_many(rc, batch)
 
     async def scenario() -> None:
-        async with Rig(redis_url, app, clock=clock, worker_id="w-a") as rig:
+        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
+                       worker_kw={"call_many": slow_starts}) as rig:
             await rig.claim()
             assert await rig.fetch() == 1
             starting = asyncio.create_task(rig.worker.start_once(min_age_ms=0))
@@ -501,15 +512,10 @@ def test_a_run_reclaimed_before_its_start_was_recorded_counts_the_lost_attempt(
     records that attempt as abandoned, so a job that kills its workers at once still ends in
     the dead letters, and w-a's late report is rejected."""
     app, gates = gated_app()
-    job = client.schedule("long", run_at=clock() - 1, max_attempts=max_attempts)
-    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+    job, p, rid = long_job(client, clock, max_attempts=max_attempts)
 
     async def scenario() -> None:
-        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
-                       worker_kw=fast_reclaim(100)) as rig:
-            b = await rig.add_worker("w-b", **fast_reclaim(100))
-            await rig.claim()
-            await rig.fetch()
+        async with fetched_by_w_a(redis_url, app, clock) as (rig, b):
             await asyncio.sleep(0.2)
             assert await b.reclaim_once() == (1 if max_attempts > 1 else 0)
             gates["w-a"].set()
@@ -542,15 +548,10 @@ def test_a_stale_start_after_a_reclaim_is_fenced_and_the_live_attempt_is_the_one
     first) must not take the run back: before the fix it got fence 2 and attempt 3, recorded
     w-b's live attempt as abandoned and, with max_attempts=2, dead-lettered the occurrence."""
     app, gates = gated_app()
-    job = client.schedule("long", run_at=clock() - 1, max_attempts=2)
-    p, rid = job.partition, f"{job.id}@{job.next_ms}"
+    job, p, rid = long_job(client, clock, max_attempts=2)
 
     async def scenario() -> None:
-        async with Rig(redis_url, app, clock=clock, worker_id="w-a",
-                       worker_kw=fast_reclaim(100)) as rig:
-            b = await rig.add_worker("w-b", **fast_reclaim(100))
-            await rig.claim()
-            await rig.fetch()
+        async with fetched_by_w_a(redis_url, app, clock) as (rig, b):
             await asyncio.sleep(0.2)  # w-a stalls: no start, no heartbeat
             assert await b.reclaim_once() == 1
             live = client.get_run(rid)
@@ -647,8 +648,7 @@ def test_a_trigger_whose_run_id_is_the_own_runs_creates_no_second_run(
 
 
 def test_a_report_that_also_records_the_start_is_a_no_op_when_applied_twice(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
-    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
     """redis-py retries a call whose reply was lost: the second apply of a complete call that
     started the run (fence 0) must change nothing and say 'duplicate'."""
@@ -659,10 +659,10 @@ def test_a_report_that_also_records_the_start_is_a_no_op_when_applied_twice(
         return "done"
 
     job = client.schedule("t", run_at=clock() - 1)
-    calls = record_script_calls(monkeypatch, "complete")
+    calls, recording = record_script_calls("complete")
 
     async def scenario() -> None:
-        async with Rig(redis_url, app, clock=clock) as rig:
+        async with Rig(redis_url, app, clock=clock, worker_kw={"call_many": recording}) as rig:
             assert (await rig.cycle())[1:] == (1, 1)
 
     asyncio.run(scenario())

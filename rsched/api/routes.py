@@ -18,6 +18,7 @@ from rsched.api.problems import JSON, Problem, classify, problem, problem_body, 
 from rsched.archive.history import check_page
 from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store, StoreUnavailable
+from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.core.spec import TYPE_PATTERN
 from rsched.core.times import to_ms
@@ -117,7 +118,7 @@ async def list_jobs(request: Request) -> Response:
     q = request.query_params
     page = await _client(request).run(query.op_list_jobs(
         status=q.get("status"), type=q.get("type"), queue=q.get("queue"),
-        limit=int_param(request, "limit", 50), cursor=q.get("cursor"),
+        limit=int_param(request, "limit", defaults.PAGE_LIMIT), cursor=q.get("cursor"),
     ))
     return JSON({"jobs": [job_json(j) for j in page.items], "nextCursor": page.next_cursor})
 
@@ -154,7 +155,7 @@ async def job_runs(request: Request) -> Response:
     """From the client's history source (rsched.service.history): the archive merged with
     Redis's events when one is configured, else Redis's bounded history."""
     c = _client(request)
-    job_id, limit = _job_id(request), int_param(request, "limit", 50)
+    job_id, limit = _job_id(request), int_param(request, "limit", defaults.PAGE_LIMIT)
     cursor = request.query_params.get("cursor")
     try:
         return JSON(runs_json(await c.run(c.runs_source.op_page(job_id, limit, cursor))))
@@ -213,8 +214,8 @@ async def stats_durations(request: Request) -> Response:
 
 async def dead_letters(request: Request) -> Response:
     c = _client(request)
-    page = await c.run(query.op_dead_letter_page(c, int_param(request, "limit", 50),
-                                                 request.query_params.get("cursor")))
+    limit = int_param(request, "limit", defaults.PAGE_LIMIT)
+    page = await c.run(query.op_dead_letter_page(c, limit, request.query_params.get("cursor")))
     return JSON({"deadLetters": [dead_letter_json(d) for d in page.items],
                  "nextCursor": page.next_cursor})
 

@@ -17,10 +17,9 @@ from redis.exceptions import ResponseError
 from rsched.archive.events import Entry, expand, expand_flat, parse_sid
 from rsched.archive.lag import trim_point
 from rsched.archive.store import Prepared
+from rsched.core import defaults
 from rsched.rdb import keys
 from rsched.rdb.cluster import with_raw_replies
-
-STALE_CONSUMER_MS = 3_600_000  # forget a consumer with nothing pending after an hour of silence
 
 
 @dataclass(slots=True)
@@ -182,13 +181,13 @@ class EventStreams:
         return batch
 
     def forget_stale_consumers(self) -> None:
-        """Delete consumers with nothing pending that have been silent for STALE_CONSUMER_MS."""
+        """Delete consumers with nothing pending that have been silent for CONSUMER_IDLE_MS."""
         pipe = self.r.pipeline(transaction=False)
         for p in range(self.partitions):
             pipe.xinfo_consumers(keys.events(p), keys.EVENTS_GROUP)
         stale = [(p, c["name"]) for p, res in enumerate(pipe.execute(raise_on_error=False))
                  if not isinstance(res, Exception) for c in res
-                 if int(c["pending"]) == 0 and int(c["idle"]) > STALE_CONSUMER_MS
+                 if int(c["pending"]) == 0 and int(c["idle"]) > defaults.CONSUMER_IDLE_MS
                  and _s(c["name"]) != self.consumer]
         if stale:
             pipe = self.r.pipeline(transaction=False)

@@ -25,6 +25,7 @@ from redis.asyncio import Redis as AsyncRedis
 from rsched.archive._paging import check_limit, decode_key, encode_key
 from rsched.archive.events import OUTCOMES, RUN_MARKERS, EventRow, decode, expand
 from rsched.archive.store import ENV_URL, Store
+from rsched.core import defaults
 from rsched.core.models import partition_of
 from rsched.rdb import keys
 
@@ -225,7 +226,7 @@ async def arecent_events(r: AsyncRedis, job_id: str, max_scan: int = DEFAULT_MAX
 
 
 def runs_page(store: Store | None, job_id: str, recent: list[EventRow], partial: bool,
-              limit: int = 50, cursor: str | None = None) -> RunsPage:
+              limit: int = defaults.PAGE_LIMIT, cursor: str | None = None) -> RunsPage:
     """One page of the job's attempts from the archive and ``recent`` (see recent_events).
 
     Read ``recent`` first and call this after: an event leaves Redis only once the archive has
@@ -263,7 +264,7 @@ def runs_page(store: Store | None, job_id: str, recent: list[EventRow], partial:
     return RunsPage(page, encode_key(page[-1].key) if more else None, partial)
 
 
-def job_runs(store: Store | None, r: Redis, job_id: str, limit: int = 50,
+def job_runs(store: Store | None, r: Redis, job_id: str, limit: int = defaults.PAGE_LIMIT,
              cursor: str | None = None, *, max_scan: int = DEFAULT_MAX_SCAN) -> RunsPage:
     """A job's attempts, newest first: archived ones and those only Redis knows yet, once each."""
     check_page(limit, cursor)

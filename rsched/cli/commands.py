@@ -19,6 +19,7 @@ from rsched.cli.context import client_of
 from rsched.cli.dead_letters import dlq
 from rsched.cli.jobs import jobs
 from rsched.cli.stats import stats
+from rsched.core import defaults
 from rsched.core.times import ms_to_iso, to_ms
 from rsched.core.views import Status
 from rsched.service import reads as query
@@ -60,7 +61,7 @@ def _render_status(s: Status) -> str:
 
 @click.command()
 @click.argument("cron")
-@click.option("--tz", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--tz", default=defaults.TZ, show_default=True, help="IANA time zone.")
 @click.option("--from", "start", default=None, help="ISO-8601 start (exclusive); default now.")
 @click.option("--count", default=5, show_default=True, type=int)
 @JSON_FLAG

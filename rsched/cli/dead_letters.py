@@ -6,6 +6,7 @@ import click
 
 from rsched.cli._output import JSON_FLAG, more, print_json, table
 from rsched.cli.context import client_of
+from rsched.core import defaults
 from rsched.service import reads as query
 from rsched.service.shapes import dead_letter_json
 
@@ -16,7 +17,7 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--limit", default=defaults.PAGE_LIMIT, show_default=True, type=int)
 @click.option("--cursor", default=None)
 @JSON_FLAG
 @click.pass_context

@@ -9,6 +9,7 @@ import click
 
 from rsched.cli._output import JSON_FLAG, more, print_json, show, table
 from rsched.cli.context import client_of
+from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.service import reads as query
 from rsched.service.inputs import spec_from_json
@@ -70,7 +71,7 @@ def jobsshow(ctx: click.Context, job_id: str, as_json: bool) -> None:
 @click.option("--status", default=None, help="scheduled, paused, cancelled, completed, dead.")
 @click.option("--type", "job_type", default=None)
 @click.option("--queue", default=None)
-@click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--limit", default=defaults.PAGE_LIMIT, show_default=True, type=int)
 @click.option("--cursor", default=None, help="From the previous page's 'more:' line.")
 @JSON_FLAG
 @click.pass_context

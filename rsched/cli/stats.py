@@ -12,6 +12,7 @@ from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store
 from rsched.cli._output import JSON_FLAG, more, print_json, show, table
 from rsched.cli.context import client_of
+from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.core.times import to_ms
 from rsched.service.shapes import durations_json, failures_json
@@ -53,7 +54,7 @@ def _stats_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 @stats.command("failures")
 @_stats_options
-@click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--limit", default=defaults.PAGE_LIMIT, show_default=True, type=int)
 @click.option("--cursor", default=None)
 @JSON_FLAG
 @click.pass_context

@@ -13,6 +13,12 @@ PARTITIONS = 16
 WAIT_REPLICAS_BY_URL = -1
 WAIT_TIMEOUT_MS = 1000
 
+# Scheduling (service.scheduling).
+SCHEDULE_CHUNK = 250  # jobs per schedule script call: bounded argument lists, short Redis pauses
+
+# Reads (clients, service, API, CLI).
+PAGE_LIMIT = 50  # items per page when the caller names no limit
+
 # A job's settings when the caller gives none (core.spec.JobSpec; core.models.Job reads a spec
 # blob without them with the same values).
 QUEUE = "default"
@@ -35,6 +41,7 @@ CATCHUP_MS = 1000  # lateness tolerated before missed cron occurrences collapse 
 CONCURRENCY = 16  # handlers running at once
 VISIBILITY_MS = 30_000  # idle time after which another worker reclaims a run
 HEARTBEAT_MS = 5_000  # at most half of VISIBILITY_MS
+CONSUMER_IDLE_MS = 3_600_000  # idle this long, nothing pending: a dead worker's or archiver's
 GRACE_S = 30.0  # seconds to finish runs on SIGTERM
 START_AFTER_MS = 200  # a run still going this long gets its start recorded on its own
 FLUSH_MS = 2.0  # how long reports wait to be batched

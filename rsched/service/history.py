@@ -13,6 +13,7 @@ from typing import Protocol
 
 from rsched.archive import history
 from rsched.archive.history import RunAttempt, RunsPage
+from rsched.core import defaults
 from rsched.core.cursor import MAX_PAGE, check_limit, decode_cursor, encode_cursor
 from rsched.core.models import Attempt
 from rsched.rdb.ops import Blocking, Commands, Op, cmd
@@ -21,8 +22,8 @@ from rsched.service.jobs import INFLIGHT_STATES, op_get, op_runs
 from rsched.service.reads import Page, is_count
 
 
-def op_history(svc: Service, job_id: str, limit: int = 50, cursor: str | None = None,
-               *, max_scan: int | None = None) -> Op[RunsPage]:
+def op_history(svc: Service, job_id: str, limit: int = defaults.PAGE_LIMIT,
+               cursor: str | None = None, *, max_scan: int | None = None) -> Op[RunsPage]:
     """A page of the job's attempts, newest first: the archive's and those whose events are
     still only in Redis's stream, each once (rsched.archive.history).  NotFound when neither
     knows the job and Redis has no such job."""
@@ -43,7 +44,8 @@ def op_history(svc: Service, job_id: str, limit: int = 50, cursor: str | None = 
     return page
 
 
-def op_redis_runs_page(job_id: str, limit: int = 50, cursor: str | None = None) -> Op[Page]:
+def op_redis_runs_page(job_id: str, limit: int = defaults.PAGE_LIMIT,
+                       cursor: str | None = None) -> Op[Page]:
     """A job's attempts from Redis, newest first: the in-flight one (first page), then finished
     ones.  The cursor counts finished attempts already returned; the history list grows at its
     head, so attempts finishing while a client pages may show up twice, never go missing."""
@@ -62,10 +64,12 @@ class RedisHistory:
 
     archived = False
 
-    def op_page(self, job_id: str, limit: int = 50, cursor: str | None = None) -> Op[Page]:
+    def op_page(self, job_id: str, limit: int = defaults.PAGE_LIMIT,
+                cursor: str | None = None) -> Op[Page]:
         return (yield from op_redis_runs_page(job_id, limit, cursor))
 
-    def op_attempts(self, job_id: str, limit: int = 50, offset: int = 0) -> Op[list[Attempt]]:
+    def op_attempts(self, job_id: str, limit: int = defaults.PAGE_LIMIT,
+                    offset: int = 0) -> Op[list[Attempt]]:
         return (yield from op_runs(job_id, limit, offset))
 
 
@@ -77,10 +81,11 @@ class ArchiveHistory:
     def __init__(self, svc: Service) -> None:
         self.svc = svc
 
-    def op_page(self, job_id: str, limit: int = 50, cursor: str | None = None) -> Op[RunsPage]:
+    def op_page(self, job_id: str, limit: int = defaults.PAGE_LIMIT,
+                cursor: str | None = None) -> Op[RunsPage]:
         return (yield from op_history(self.svc, job_id, limit, cursor))
 
-    def op_attempts(self, job_id: str, limit: int = 50, offset: int = 0
+    def op_attempts(self, job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0
                     ) -> Op[list[RunAttempt]]:
         """Pages of op_history walked from the newest until ``offset + limit`` attempts."""
         out: list[RunAttempt] = []
@@ -100,10 +105,10 @@ class HistorySource(Protocol):
 
     archived: bool
 
-    def op_page(self, job_id: str, limit: int = 50, cursor: str | None = None
+    def op_page(self, job_id: str, limit: int = defaults.PAGE_LIMIT, cursor: str | None = None
                 ) -> Op[Page | RunsPage]: ...
 
-    def op_attempts(self, job_id: str, limit: int = 50, offset: int = 0
+    def op_attempts(self, job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0
                     ) -> Op[list[Attempt] | list[RunAttempt]]: ...
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rsched.core import defaults
 from rsched.core.codes import ControlCode
 from rsched.core.errors import Conflict, NotFound, ValidationError
 from rsched.core.ids import run_id as make_run_id
@@ -48,7 +49,7 @@ def op_get_run(run_id: str) -> Op[Run]:
     return run
 
 
-def op_runs(job_id: str, limit: int = 50, offset: int = 0) -> Op[list[Attempt]]:
+def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> Op[list[Attempt]]:
     """The job's in-flight run (first page only) then its finished attempts, newest first, as
     Redis keeps them (a bounded list); ``offset`` counts finished attempts already seen."""
     p = partition_of(job_id)

@@ -60,7 +60,7 @@ def op_list_jobs(
     status: str | None = None,
     type: str | None = None,
     queue: str | None = None,
-    limit: int = 50,
+    limit: int = defaults.PAGE_LIMIT,
     cursor: str | None = None,
 ) -> Op[Page]:
     """One page of jobs matching every filter given; see the module docstring for the cost."""
@@ -110,7 +110,8 @@ class DeadLetter:
     dead_ms: int
 
 
-def op_dead_letter_page(svc: Service, limit: int = 50, cursor: str | None = None) -> Op[Page]:
+def op_dead_letter_page(svc: Service, limit: int = defaults.PAGE_LIMIT,
+                        cursor: str | None = None) -> Op[Page]:
     """Dead letters across partitions, most recent first; the cursor holds per-partition offsets
     (a letter dead-lettered while paging may show up twice; a replayed one may shift a page)."""
     check_limit(limit)

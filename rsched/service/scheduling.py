@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from rsched.core import defaults
 from rsched.core.codes import ControlCode, ScheduleCode
 from rsched.core.errors import Conflict, NotFound, RschedError
 from rsched.core.ids import keyed_job_id, random_job_ids
@@ -27,7 +28,6 @@ from rsched.service.context import Service, op_wake
 from rsched.service.jobs import op_get
 from rsched.service.patch import JobPatch
 
-SCHEDULE_CHUNK = 250  # jobs per script call: bounded argument lists, short Redis pauses
 UPDATE_TRIES = 5  # re-reads when a dispatcher advances a job between an update's read and write
 
 _FIXED_FIELDS = frozenset({"id", "type", "queue", "status", "next_ms"})
@@ -65,7 +65,7 @@ def op_schedule(
     created = [False] * len(specs)
     now = yield from svc.op_now()
     P = yield from svc.op_partitions()
-    parts, ids = random_job_ids(len(specs), P, spread=-(-len(specs) // SCHEDULE_CHUNK))
+    parts, ids = random_job_ids(len(specs), P, spread=-(-len(specs) // defaults.SCHEDULE_CHUNK))
     by_part: dict[int, list[int]] = defaultdict(list)
     for i, spec in enumerate(specs):
         key = spec.idempotency_key
@@ -122,10 +122,10 @@ def _calls(svc: Service, specs: Sequence[JobSpec], ids: list[str],
     ``layout`` with (partition, spec indexes, prepared jobs, group sizes) of each call."""
     max_payload = svc.settings.max_payload_bytes
     for p, items in by_part.items():
-        for c in range(0, len(items), SCHEDULE_CHUNK):
+        for c in range(0, len(items), defaults.SCHEDULE_CHUNK):
             chunk: list[int] = []
             preps: list[Prepared] = []
-            for i in items[c : c + SCHEDULE_CHUNK]:
+            for i in items[c : c + defaults.SCHEDULE_CHUNK]:
                 try:
                     preps.append(prepare(specs[i], ids[i], now, max_payload))
                     chunk.append(i)

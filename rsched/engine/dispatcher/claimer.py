@@ -23,6 +23,7 @@ from rsched.core import defaults
 from rsched.core.codes import ClaimCode
 from rsched.core.models import job_of_run
 from rsched.core.wire import CLAIM_RETRY, ClaimItem
+from rsched.engine._calls import CallMany
 from rsched.engine.dispatcher._recurring import Due as _Due
 from rsched.engine.dispatcher._recurring import RecurringJobs
 from rsched.rdb import keys, scripts
@@ -55,6 +56,7 @@ class Claimer:
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
     catchup_ms: int = defaults.CATCHUP_MS  # lateness before missed occurrences collapse into one
     full_read_s: float = FULL_READ_S  # skip_idle rounds still read every partition this often
+    call_many: CallMany = scripts.acall_many  # how the claim scripts are sent
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
     _queues: dict[int, list[str]] = field(default_factory=dict)  # each partition's queues
@@ -226,7 +228,7 @@ class Claimer:
             call = self._claim_call(p, owned[p], now_arg, calls_by_part.get(p, []),
                                     once.get(p, []))
             async with slots:
-                return (await scripts.acall_many(self.r, [call]))[0]
+                return (await self.call_many(self.r, [call]))[0]
 
         results = await asyncio.gather(*(claim(p) for p in parts))
         needs: _Due = {}

@@ -14,10 +14,11 @@ from rsched.core import defaults
 from rsched.core.ids import process_id
 from rsched.core.settings import Settings
 from rsched.engine import aio
+from rsched.engine._calls import CallMany
 from rsched.engine.dispatcher.claimer import FULL_READ_S, Claimer, ClaimResult
 from rsched.engine.dispatcher.leases import LeaseKeeper
 from rsched.obs import metrics
-from rsched.rdb import keys
+from rsched.rdb import keys, scripts
 from rsched.rdb.connect import connect_async
 from rsched.rdb.setup import (
     acheck_redis,
@@ -41,6 +42,7 @@ class Dispatcher:
         misfire_grace_ms: int = defaults.MISFIRE_GRACE_MS,
         clock: Callable[[], int] | None = None,
         full_read_s: float = FULL_READ_S,
+        call_many: CallMany = scripts.acall_many,
     ) -> None:
         self.settings = settings
         self.id = dispatcher_id or process_id("d")
@@ -50,6 +52,7 @@ class Dispatcher:
         self.misfire_grace_ms = misfire_grace_ms
         self.clock = clock
         self.full_read_s = full_read_s  # see Claimer.full_read_s
+        self.call_many = call_many  # how the lease and claim scripts are sent
         self.r: Redis = connect_async(settings.redis_url)
         self._wake = asyncio.Event()
         self.leases: LeaseKeeper | None = None
@@ -59,10 +62,11 @@ class Dispatcher:
         await acheck_redis(self.r, self.settings.allow_unsafe_redis)
         p = await aensure_partitions(self.r, self.settings.initial_partitions,
                                      self.settings.strict_partitions)
-        self.leases = LeaseKeeper(self.r, self.id, p, self.lease_ms, self.clock)
+        self.leases = LeaseKeeper(self.r, self.id, p, self.lease_ms, self.clock,
+                                  call_many=self.call_many)
         self.claimer = Claimer(self.r, self.id, self.batch, self.misfire_grace_ms,
                                self.settings.events_maxlen, self.clock,
-                               full_read_s=self.full_read_s)
+                               full_read_s=self.full_read_s, call_many=self.call_many)
 
     async def claim_once(self, *, skip_idle: bool = False) -> ClaimResult:
         """One claim round (see Claimer.run_once; the loop below skips idle partitions)."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from rsched.core import defaults
 from rsched.core.codes import LeaseCode
+from rsched.engine._calls import CallMany
 from rsched.obs import metrics
 from rsched.rdb import keys, scripts
 
@@ -80,6 +81,7 @@ class LeaseKeeper:
     partitions: int
     lease_ms: int = defaults.LEASE_MS
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
+    call_many: CallMany = scripts.acall_many  # how the lease scripts are sent
     owned: dict[int, int] = field(default_factory=dict)  # partition -> fence
     offered: dict[int, str] = field(default_factory=dict)  # partition -> member offered to
 
@@ -132,7 +134,7 @@ class LeaseKeeper:
         for p in plan.take:
             calls.append(self._call(p, "acquire", 0, now_arg))
             plan_ps.append((p, ""))
-        for (p, to), res in zip(plan_ps, await scripts.acall_many(self.r, calls), strict=True):
+        for (p, to), res in zip(plan_ps, await self.call_many(self.r, calls), strict=True):
             if isinstance(res, Exception):
                 log.warning("lease on partition %d failed: %s", p, res)
                 continue
@@ -172,7 +174,7 @@ class LeaseKeeper:
     async def release_all(self) -> None:
         now_arg = (await self._now()) if self.clock else 0
         calls = [self._call(p, "release", f, now_arg) for p, f in self.owned.items()]
-        await scripts.acall_many(self.r, calls)
+        await self.call_many(self.r, calls)
         await self.r.zrem(keys.dispatchers(), self.owner)
         self.owned.clear()
         self.offered.clear()

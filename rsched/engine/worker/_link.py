@@ -7,6 +7,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from rsched.engine._calls import CallMany
+from rsched.rdb import scripts
+
 
 @dataclass(slots=True)
 class Link:
@@ -16,6 +19,7 @@ class Link:
     r: Redis
     id: str  # consumer name in every group, and the worker's id in the registry
     streams: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (partition, queue)
+    call_many: CallMany = scripts.acall_many  # how every part sends its script calls
 
 
 def as_str(v: Any) -> str:

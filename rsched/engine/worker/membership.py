@@ -13,6 +13,7 @@ from typing import Any
 import msgpack
 from redis.exceptions import ResponseError
 
+from rsched.core import defaults
 from rsched.core.codes import HeartbeatCode
 from rsched.core.settings import Settings
 from rsched.engine.worker._link import Link
@@ -21,8 +22,6 @@ from rsched.engine.worker.inflight import STARTED, Inflight, Runs
 from rsched.engine.worker.reporter import Reporter
 from rsched.obs.metrics import RunMetrics
 from rsched.rdb import keys, scripts
-
-CONSUMER_IDLE_MS = 3_600_000  # a consumer this idle with nothing pending belonged to a dead worker
 
 
 @dataclass(slots=True)
@@ -65,7 +64,7 @@ class Membership:
                 args += [fl.run_id, fl.fence, fl.entry_id]
             calls.append(("heartbeat", ks, args))
         lost = 0
-        results = await scripts.acall_many(self.link.r, calls)
+        results = await self.link.call_many(self.link.r, calls)
         for items, res in zip(by_part.values(), results, strict=True):
             if isinstance(res, Exception):
                 continue
@@ -86,7 +85,7 @@ class Membership:
             "metrics": self.metrics.heartbeat(),
         }))
 
-    async def prune_consumers_once(self, idle_ms: int = CONSUMER_IDLE_MS) -> int:
+    async def prune_consumers_once(self, idle_ms: int = defaults.CONSUMER_IDLE_MS) -> int:
         """Delete consumers of killed workers: idle for ``idle_ms`` with nothing pending.
 
         A consumer with pending entries is kept (XAUTOCLAIM moves its runs first); a live

@@ -77,7 +77,7 @@ class Reporter:
             by_part[fl.partition].append(fl)
         calls = self._start_calls(by_part, reclaimed)
         try:
-            results = await scripts.acall_many(self.link.r, calls)
+            results = await self.link.call_many(self.link.r, calls)
         finally:
             for fl in fls:
                 fl.phase = NOT_STARTED
@@ -158,7 +158,7 @@ class Reporter:
         for o in batch:
             by_part[o.fl.partition].append(o)
         try:
-            results = await scripts.acall_many(self.link.r, self._complete_calls(by_part))
+            results = await self.link.call_many(self.link.r, self._complete_calls(by_part))
         except UNAVAILABLE as e:
             log.warning("cannot report %d outcomes (%s); will retry", len(batch), e)
             self.done = batch + self.done

@@ -29,15 +29,16 @@ from rsched.core.errors import ValidationError
 from rsched.core.ids import process_id
 from rsched.core.settings import Settings
 from rsched.engine import aio
+from rsched.engine._calls import CallMany
 from rsched.engine.worker._link import Link
 from rsched.engine.worker.inflight import Outcome, Runs
 from rsched.engine.worker.intake import Intake
 from rsched.engine.worker.loops import Every, Flusher
-from rsched.engine.worker.membership import CONSUMER_IDLE_MS, Membership
+from rsched.engine.worker.membership import Membership
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
 from rsched.obs.metrics import RunMetrics
-from rsched.rdb import keys
+from rsched.rdb import keys, scripts
 from rsched.rdb.cluster import same_slot_groups
 from rsched.rdb.connect import connect_async
 from rsched.rdb.setup import (
@@ -70,6 +71,7 @@ class Worker:
         threads: int | None = None,
         flush_ms: float = defaults.FLUSH_MS,
         start_after_ms: int = defaults.START_AFTER_MS,
+        call_many: CallMany = scripts.acall_many,
     ) -> None:
         if heartbeat_ms * 2 > visibility_ms:
             raise ValidationError(
@@ -91,7 +93,7 @@ class Worker:
         self.grace_s = grace_s
         self.flush_ms = flush_ms
         self.start_after_ms = start_after_ms
-        self.link = Link(connect_async(settings.redis_url), self.id)
+        self.link = Link(connect_async(settings.redis_url), self.id, call_many=call_many)
         self.runs = Runs(concurrency)
         self.metrics = RunMetrics(inflight=self.runs.__len__)
         self._slot = asyncio.Event()  # set when a run may have left its slot
@@ -146,7 +148,7 @@ class Worker:
     async def heartbeat_once(self) -> int:
         return await self.membership.heartbeat_once()
 
-    async def prune_consumers_once(self, idle_ms: int = CONSUMER_IDLE_MS) -> int:
+    async def prune_consumers_once(self, idle_ms: int = defaults.CONSUMER_IDLE_MS) -> int:
         return await self.membership.prune_consumers_once(idle_ms)
 
     async def wait_handlers(self, timeout_s: float) -> int:
