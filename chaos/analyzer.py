@@ -4,7 +4,7 @@ Definitions (README "Fault checker" says the same):
 
 * lost: an acknowledged one-off job that never ran to success and is not dead-lettered.  Lost
   inside the AOF window: a lost job that Redis no longer knows, acknowledged after the
-  simulated last fsync of a machine loss and before its kill (at most `aof_window_s` earlier).
+  simulated last fsync of a machine loss and before Redis was started again (`in_window`).
 * duplicate: an execution of a run after an earlier one that did not fail (a failed attempt is
   followed by its retry, by design).  Explained when a fault (chaos.faults) disturbed the earlier
   execution's process, or Redis, between its start and its end (or the later start) + 1.5 s,
@@ -35,6 +35,28 @@ from .sink import Execution
 
 EXAMPLES = 5
 SLACK_MS = 1500
+
+
+# appendfsync everysec: while a background fsync runs, Redis postpones write()ing its AOF buffer
+# for up to 2 s of its second-granularity clock and still replies, so a kill -9 alone can undo
+# what it acknowledged in the last < 3 s (README "The AOF window, honestly").
+KILL_UNWRITTEN_MS = 3000
+
+
+def in_window(fault: dict[str, Any], ack_ms: int) -> bool:
+    """Whether a write acknowledged at ``ack_ms`` may be undone by this Redis fault: for a
+    machine loss, read after its simulated last fsync; for a plain kill, in the
+    KILL_UNWRITTEN_MS before it; either way before Redis was started again.  The kill's ``t0``
+    is read before the signal lands, and the dying server still answers in between (a batch
+    acknowledged 1 ms after t0 was once reported lost); until the restart, no other server
+    can have sent a reply.  Logs without ``respawn_ms`` end the window at ``t0``."""
+    if fault["op"] == "redis_lose":
+        lo = fault["fsynced_ms"]
+    elif fault["op"] == "redis_kill":
+        lo = fault["t0"] - KILL_UNWRITTEN_MS
+    else:
+        return False
+    return bool(lo <= ack_ms <= fault.get("respawn_ms", fault["t0"]))
 
 
 def _pct(values: list[int]) -> dict[str, int]:
@@ -70,27 +92,32 @@ class Analyzer:
     def lost(self) -> dict[str, Any]:
         missing = [a for a in self.acks if not self.ok_run(a.run_id)]
         runs = self.client.run(self.client.op_read_runs([a.run_id for a in missing]))
-        lost, in_window, dead = [], [], 0
+        lost, windowed, dead = [], [], 0
         for a, run in zip(missing, runs, strict=True):
             if run is not None and run.state.value == "dead":
                 dead += 1
                 continue
-            loss = next((f for f in self.faults.log if f["op"] == "redis_lose"
-                         and f["fsynced_ms"] <= a.ack_ms <= f["t0"]), None)
+            loss = next((f for f in self.faults.log if in_window(f, a.ack_ms)), None)
             row = {"job": a.job_id, "type": a.type, "ack_ms": a.ack_ms,
                    "in_redis": run is not None, "state": run.state.value if run else None}
             if loss is not None and run is None:
-                in_window.append({**row, "before_kill_ms": loss["t0"] - a.ack_ms})
+                windowed.append({**row, "fault": loss["op"],
+                                 "before_kill_ms": loss["t0"] - a.ack_ms})
             else:
                 row["last_fault_before"] = next(
                     (f.label() for f in reversed(self.faults.all) if f.lo_ms <= a.ack_ms), None)
                 lost.append(row)
         return {"lost": {"count": len(lost), "examples": lost[:EXAMPLES]},
                 "lost_in_aof_window": {
-                    "count": len(in_window),
-                    "max_before_kill_ms": max((r["before_kill_ms"] for r in in_window),
-                                              default=None),
-                    "examples": in_window[:EXAMPLES]},
+                    "count": len(windowed),
+                    "max_before_kill_ms": max((r["before_kill_ms"] for r in windowed
+                                               if r["fault"] == "redis_lose"), default=None),
+                    "after_plain_kill": {
+                        "count": sum(r["fault"] == "redis_kill" for r in windowed),
+                        "max_before_kill_ms": max((r["before_kill_ms"] for r in windowed
+                                                   if r["fault"] == "redis_kill"),
+                                                  default=None)},
+                    "examples": windowed[:EXAMPLES]},
                 "dead_lettered": dead}
 
     # --- duplicates ----------------------------------------------------------------------

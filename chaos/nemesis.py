@@ -139,6 +139,9 @@ class Nemesis:
 
     def _restart_redis(self, entry: dict[str, Any]) -> None:
         self.idle(self.rng.uniform(0.3, 1.0))
+        # t0 is read before the kill, and the dying server answers until the signal lands: a
+        # reply read before this moment can only have come from it.
+        entry["respawn_ms"] = now_ms()
         started = time.monotonic()
         self.fleet.redis.start()  # returns once it answers PING (after loading the AOF)
         entry["t1"] = now_ms()

@@ -1,5 +1,6 @@
-"""The checker's machine loss (chaos/aof.py) against a real redis-server 7: a mark that falls
-inside a write() must not bring half of a script back one restart later."""
+"""The checker's machine loss: chaos/aof.py against a real redis-server 7 (a mark that falls
+inside a write() must not bring half of a script back one restart later), and which lost
+acknowledgements the analyzer puts inside its window."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import redis
 from redis_server import RedisServer
 
 from chaos import aof
+from chaos.analyzer import in_window
 
 pytestmark = [pytest.mark.chaos]
 
@@ -82,3 +84,44 @@ def test_the_whole_prefix_ends_after_a_whole_command_outside_every_block() -> No
     assert bounds[-1] == len(data)
     for cut in range(len(data) + 1):
         assert aof.whole_prefix(data[:cut]) == max(b for b in bounds if b <= cut), cut
+
+
+# The machine loss of a seed-1 run that reported 15 jobs lost: one batch acknowledged 1 ms
+# after t0, which is read before the kill; the dying server answered it.
+LOSS = {"op": "redis_lose", "target": "redis", "fsynced_ms": 1796131655305,
+        "t0": 1796131656221, "respawn_ms": 1796131656852, "t1": 1796131657219}
+
+
+@pytest.mark.parametrize(("ack_ms", "inside"), [
+    (1796131655304, False),  # acknowledged before the simulated last fsync: must survive
+    (1796131655305, True),
+    (1796131656221, True),
+    (1796131656222, True),  # after t0, before the server died: from the dying server
+    (1796131656852, True),
+    (1796131656853, False),  # after the restart began: only the new server can have sent it
+    (1796131657300, False),
+])
+def test_the_window_runs_from_the_last_fsync_until_redis_is_started_again(
+    ack_ms: int, inside: bool
+) -> None:
+    assert in_window(LOSS, ack_ms) is inside
+
+
+# The plain kill of a seed-2 run that reported 15 jobs lost: one batch acknowledged 6 ms before
+# the kill and never written to the AOF (README "The AOF window, honestly").
+KILL = {"op": "redis_kill", "target": "redis", "t0": 1796132546022,
+        "respawn_ms": 1796132546761, "t1": 1796132546924}
+
+
+@pytest.mark.parametrize(("ack_ms", "inside"), [
+    (1796132543021, False),  # 3 s and more before the kill: written, and kill -9 keeps it
+    (1796132543022, True),
+    (1796132546016, True),
+    (1796132546761, True),
+    (1796132546762, False),
+])
+def test_a_plain_kill_may_undo_what_redis_acknowledged_in_the_3_s_before_it(
+    ack_ms: int, inside: bool
+) -> None:
+    assert in_window(KILL, ack_ms) is inside
+    assert in_window({**KILL, "op": "drop"}, ack_ms) is False
