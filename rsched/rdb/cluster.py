@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +48,10 @@ _REROUTE = (AskError, ClusterDownError, TryAgainError, RedisConnectionError, Red
             ConnectionError, OSError)
 TARGET_NODE = "target_node"  # command option: see SlotMap.node_for
 REFRESH_MIN_INTERVAL_S = 0.1  # a storm of errors refreshes the slot map at most this often
+# A node that could not be reached is not sent anything for this long (its commands fail at
+# once, keyless ones go elsewhere): waiting for it would hold up every batch that also went to
+# healthy masters.  Meanwhile the slot map is refreshed, and a failover moves its slots away.
+DOWN_FOR_S = 1.0
 
 
 def _text(v: Any) -> str:
@@ -98,14 +102,16 @@ class SlotMap:
                     m.replicas[addr].append(raddr)
         return m
 
-    def node_for(self, args: Sequence[Any], options: dict[str, Any] | None = None) -> Address:
+    def node_for(self, args: Sequence[Any], options: dict[str, Any] | None = None,
+                 avoid: Collection[Address] = ()) -> Address:
         """The master for a command; option ``target_node`` (an index into `masters`, in slot
-        order) sends a keyless command such as SCAN to one master."""
+        order) sends a keyless command such as SCAN to one master.  Other keyless commands
+        (TIME, PUBLISH) go to the first master not in ``avoid`` (recently unreachable)."""
         if options and TARGET_NODE in options:
             return self.masters[int(options[TARGET_NODE])]
         key = key_of(args)
         if key is None:
-            return self.masters[0]
+            return next((m for m in self.masters if m not in avoid), self.masters[0])
         addr = self.owner[key_slot(key if isinstance(key, bytes) else str(key).encode())]
         if addr is None:  # an uncovered slot: the node that had it is down, no failover yet
             raise ClusterDownError(f"no master serves the slot of key {_text(key)!r}")
@@ -122,15 +128,20 @@ class SlotMap:
 Cmd = tuple[tuple[Any, ...], dict[str, Any]]
 
 
-def _groups(slots: SlotMap, cmds: Sequence[Cmd], todo: Sequence[int],
-            results: list[Any]) -> dict[Address, list[int]]:
+def _groups(slots: SlotMap, cmds: Sequence[Cmd], todo: Sequence[int], results: list[Any],
+            avoid: Collection[Address]) -> dict[Address, list[int]]:
     """Indexes of ``todo`` per master; a command no master serves gets its error in place."""
     by_node: dict[Address, list[int]] = {}
     for i in todo:
         try:
-            by_node.setdefault(slots.node_for(*cmds[i]), []).append(i)
+            addr = slots.node_for(*cmds[i], avoid)
         except RedisError as e:
             results[i] = e
+            continue
+        if addr in avoid:  # unreachable a moment ago: fail at once rather than wait for it
+            results[i] = RedisConnectionError(f"cluster node {addr[0]}:{addr[1]} is unreachable")
+        else:
+            by_node.setdefault(addr, []).append(i)
     return by_node
 
 
@@ -188,6 +199,8 @@ class _Nodes:
         self._nodes: dict[Address, Any] = {}
         self._lock = threading.Lock()
         self._refreshed = 0.0
+        self._down: dict[Address, float] = {}
+        self._pubsubs = -1
         self.slots = slots or SlotMap()
 
     def node(self, addr: Address) -> Any:
@@ -209,6 +222,23 @@ class _Nodes:
         self._refreshed = time.monotonic()
         known = [*self.slots.masters, *(r for rs in self.slots.replicas.values() for r in rs)]
         return list(dict.fromkeys([*known, *self._seeds]))
+
+    def _avoid(self) -> set[Address]:
+        now = time.monotonic()
+        return {a for a, until in self._down.items() if until > now}
+
+    def _failed(self, addr: Address, e: BaseException) -> None:
+        """Mark a node unreachable for DOWN_FOR_S after a connection error."""
+        if isinstance(e, (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)):
+            self._down[addr] = time.monotonic() + DOWN_FOR_S
+
+    def _pubsub_node(self) -> Address:
+        """Each new subscription (the first, or one after its connection failed) goes to the
+        next master in turn, so a listener on a dead master moves on (a seed before the first
+        slot map)."""
+        nodes = self.slots.masters or self._seeds
+        self._pubsubs += 1
+        return nodes[self._pubsubs % len(nodes)]
 
     def _take_nodes(self) -> list[Any]:
         with self._lock:
@@ -254,9 +284,10 @@ class ClusterRedis(_Nodes, CoreCommands):
     def execute_command(self, *args: Any, **options: Any) -> Any:
         for attempt in range(2):
             try:
-                addr = self.slots.node_for(args, options)
+                addr = self.slots.node_for(args, options, self._avoid())
                 return self.node(addr).execute_command(*args, **_sendable(options))
             except _REROUTE as e:
+                self._failed(addr, e)
                 if attempt:
                     raise
                 self._after_error(e)
@@ -282,7 +313,7 @@ class ClusterRedis(_Nodes, CoreCommands):
 
     def pubsub(self, **kwargs: Any) -> Any:
         """Pub/sub on one master: a cluster delivers PUBLISH on every node."""
-        return self.node(self.slots.masters[0]).pubsub(**kwargs)
+        return self.node(self._pubsub_node()).pubsub(**kwargs)
 
     def run_batch(self, cmds: Sequence[Cmd], wait: Wait | None = None) -> list[Any]:
         """Every command's reply or error, in order: one pipeline per master, concurrently;
@@ -290,7 +321,7 @@ class ClusterRedis(_Nodes, CoreCommands):
         results: list[Any] = [None] * len(cmds)
         todo: Sequence[int] = range(len(cmds))
         for attempt in range(2):
-            by_node = _groups(self.slots, cmds, todo, results)
+            by_node = _groups(self.slots, cmds, todo, results, self._avoid())
             if len(by_node) == 1:
                 ((addr, idx),) = by_node.items()
                 self._run_node(addr, cmds, idx, results, wait)
@@ -312,6 +343,7 @@ class ClusterRedis(_Nodes, CoreCommands):
             pipe = _node_pipeline(self.node(addr), cmds, idx, wait)
             replies = _confirmed(pipe.execute(raise_on_error=False), wait)
         except Exception as e:  # noqa: BLE001 - the node failed: each of its commands gets it
+            self._failed(addr, e)
             replies = [e] * len(idx)
         for i, res in zip(idx, replies, strict=True):
             results[i] = res
@@ -385,9 +417,10 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
         await self._ready()
         for attempt in range(2):
             try:
-                addr = self.slots.node_for(args, options)
+                addr = self.slots.node_for(args, options, self._avoid())
                 return await self.node(addr).execute_command(*args, **_sendable(options))
             except _REROUTE as e:
+                self._failed(addr, e)
                 if attempt:
                     raise
                 await self._after_error(e)
@@ -406,17 +439,15 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
         return AsyncClusterPipeline(self)
 
     def pubsub(self, **kwargs: Any) -> Any:
-        """Pub/sub on one master (a seed before the first slot map): a cluster delivers
-        PUBLISH on every node."""
-        return self.node(self.slots.masters[0] if self.slots.masters else self._seeds[0]
-                         ).pubsub(**kwargs)
+        """Pub/sub on one master: a cluster delivers PUBLISH on every node."""
+        return self.node(self._pubsub_node()).pubsub(**kwargs)
 
     async def run_batch(self, cmds: Sequence[Cmd], wait: Wait | None = None) -> list[Any]:
         await self._ready()
         results: list[Any] = [None] * len(cmds)
         todo: Sequence[int] = range(len(cmds))
         for attempt in range(2):
-            by_node = _groups(self.slots, cmds, todo, results)
+            by_node = _groups(self.slots, cmds, todo, results, self._avoid())
             await asyncio.gather(*(self._run_node(a, cmds, idx, results, wait)
                                    for a, idx in by_node.items()))
             todo = _rerouted(results, todo)
@@ -431,6 +462,7 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
             pipe = _node_pipeline(self.node(addr), cmds, idx, wait)
             replies = _confirmed(await pipe.execute(raise_on_error=False), wait)
         except Exception as e:  # noqa: BLE001 - the node failed: each of its commands gets it
+            self._failed(addr, e)
             replies = [e] * len(idx)
         for i, res in zip(idx, replies, strict=True):
             results[i] = res

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -144,8 +145,12 @@ def _connect(t: Target, options: dict[str, Any]) -> Any:
     if t.kind == "single":
         return fast_packing(Redis.from_url(t.url, **options))
     if t.kind == "cluster":
-        return ClusterRedis(
-            t.nodes, lambda h, p: fast_packing(Redis.from_url(t.node_url(h, p), **options)))
+        from redis.retry import Retry
+
+        # No retries of redis-py's own on a node: the router retries once after refreshing
+        # the slot map, and a dead node must fail fast (see cluster.DOWN_FOR_S).
+        return ClusterRedis(t.nodes, lambda h, p: fast_packing(Redis.from_url(
+            t.node_url(h, p), retry=Retry(NoBackoff(), 0), **options)))
     from redis.sentinel import Sentinel
 
     sentinel = Sentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, options),
@@ -185,8 +190,8 @@ def _async_retrying(make: Any, **options: Any) -> Any:
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialBackoff
 
-    retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
-    r = make(retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError], **options)
+    options.setdefault("retry", Retry(ExponentialBackoff(cap=1.0, base=0.05), 3))
+    r = make(retry_on_error=[RedisConnectionError, RedisTimeoutError], **options)
     return fast_packing(_mix_in(r, "Reconnecting", _ClosedTransportIsUnavailable))
 
 
@@ -203,8 +208,11 @@ def _connect_async(t: Target, options: dict[str, Any]) -> Any:
     if t.kind == "single":
         return _async_retrying(lambda **kw: Redis.from_url(t.url, **kw), **options)
     if t.kind == "cluster":
+        from redis.asyncio.retry import Retry
+
         return AsyncClusterRedis(t.nodes, lambda h, p: _async_retrying(
-            lambda **kw: Redis.from_url(t.node_url(h, p), **kw), **options))
+            lambda **kw: Redis.from_url(t.node_url(h, p), **kw),
+            retry=Retry(NoBackoff(), 0), **options))
     from redis.asyncio.sentinel import Sentinel
 
     sentinel = Sentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, options),

@@ -10,7 +10,13 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 from urllib.parse import urlsplit
 
-from redis.exceptions import AuthenticationError, DataError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    ClusterDownError,
+    DataError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -24,7 +30,8 @@ log = logging.getLogger("rsched")
 
 # Redis is away (restart, failover, network): redis-py's errors are not the builtin ones.  For
 # `except` clauses; is_unavailable() is the judgement (it also knows uvloop's closed transport).
-UNAVAILABLE = (ConnectionError, OSError, TimeoutError, RedisConnectionError, RedisTimeoutError)
+UNAVAILABLE = (ConnectionError, OSError, TimeoutError, RedisConnectionError, RedisTimeoutError,
+               ClusterDownError, TryAgainError)  # a cluster mid-failover: its slots come back
 
 # A daemon started before Redis tries again after 0.1 s, doubling up to 5 s between tries.
 STARTUP_RETRY_BASE_MS = 100

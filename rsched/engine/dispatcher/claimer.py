@@ -104,7 +104,7 @@ class Claimer:
             out.now_ms = now_est
             out.earliest_ms = self._earliest(owned)
             return out
-        now, res = await self._read_due(parts, horizon)
+        now, parts, res = await self._read_due(parts, horizon)
         out.now_ms = now
         plain, once, recurring = self._candidates(parts, res, now, out)
         if plain or once or recurring:
@@ -124,9 +124,14 @@ class Claimer:
             return sorted(owned)
         return [p for p in sorted(owned) if known.get(p, horizon) <= horizon]
 
-    async def _read_due(self, parts: list[int], horizon: int) -> tuple[int, list[Any]]:
+    async def _read_due(self, parts: list[int], horizon: int
+                        ) -> tuple[int, list[int], list[Any]]:
         """The round's clock, and Redis's TIME then per partition its due and retry entries up
-        to the horizon, each set's head, and its queues until known (one pipeline)."""
+        to the horizon, each set's head, and its queues until known (one pipeline).
+
+        A partition whose reads failed (its cluster master is down) is left out of this round
+        rather than failing it: partitions on healthy masters go on.  Without TIME the clock is
+        the local one plus the last offset seen."""
         pipe = self.r.pipeline(transaction=False)
         pipe.time()
         for p in parts:
@@ -135,11 +140,34 @@ class Claimer:
                 pipe.zrange(key, 0, 0, withscores=True)
             if p not in self._queues:
                 pipe.smembers(keys.queues(p))
-        res = await pipe.execute()
-        sec, usec = res[0]
-        redis_now = int(sec) * 1000 + int(usec) // 1000
-        self._offset_ms = redis_now - int(time.time() * 1000)
-        return (self.clock() if self.clock else redis_now), res
+        res = await pipe.execute(raise_on_error=False)
+        if isinstance(res[0], Exception):
+            redis_now = int(time.time() * 1000) + self._offset_ms
+        else:
+            sec, usec = res[0]
+            redis_now = int(sec) * 1000 + int(usec) // 1000
+            self._offset_ms = redis_now - int(time.time() * 1000)
+        if any(isinstance(x, Exception) for x in res[1:]):
+            first = res[0]
+            parts, res = self._readable(parts, res)
+            if not parts and isinstance(first, Exception):
+                raise first  # nothing answered: Redis is away (the dispatcher's loop waits)
+        return (self.clock() if self.clock else redis_now), parts, res
+
+    def _readable(self, parts: list[int], res: list[Any]) -> tuple[list[int], list[Any]]:
+        """The partitions whose reads all succeeded, and their slices of `_read_due`'s reply."""
+        ok_parts, ok_res, i = [], [res[0]], 1
+        for p in parts:
+            n = 4 if p in self._queues else 5
+            chunk = res[i:i + n]
+            i += n
+            if any(isinstance(x, Exception) for x in chunk):
+                log.warning("partition %d unreadable this round: %s", p,
+                            next(x for x in chunk if isinstance(x, Exception)))
+                continue
+            ok_parts.append(p)
+            ok_res += chunk
+        return ok_parts, ok_res
 
     def _candidates(self, parts: list[int], res: list[Any], now: int, out: ClaimResult,
                     ) -> tuple[dict[int, list[ClaimItem]], _Due, _Due]:

@@ -12,6 +12,7 @@ from rsched.core.codes import LeaseCode
 from rsched.engine._calls import CallMany
 from rsched.obs import metrics
 from rsched.rdb import keys, scripts
+from rsched.rdb.setup import is_unavailable
 
 log = logging.getLogger("rsched.dispatcher")
 
@@ -99,14 +100,23 @@ class LeaseKeeper:
         sec, usec = await self.r.time()
         return int(sec) * 1000 + int(usec) // 1000
 
-    async def read(self, now: int) -> tuple[list[str], list[LeaseView]]:
-        """The live members and every partition's lease."""
+    async def read(self, now: int) -> tuple[list[str], list[LeaseView]] | None:
+        """The live members and every partition's lease; None when part of it could not be
+        read (a cluster master is down): the round then only renews what it holds, since a
+        plan from a partial picture could take what a live member holds."""
         pipe = self.r.pipeline(transaction=False)
         pipe.zremrangebyscore(keys.dispatchers(), "-inf", now)
         pipe.zrange(keys.dispatchers(), 0, -1)
         for p in range(self.partitions):
             pipe.hmget(keys.lease(p), "owner", "expires_ms", "offer")
-        res = await pipe.execute()
+        res = await pipe.execute(raise_on_error=False)
+        failed = [x for x in res if isinstance(x, Exception)]
+        if failed:
+            if len(failed) == len(res):
+                raise failed[0]  # nothing answered: Redis is away
+            log.warning("leases: %d of %d reads failed (%s); renewing only", len(failed),
+                        len(res), failed[0])
+            return None
         views = []
         for owner, expires, offer in res[2:]:
             expires_ms = int(expires or 0)
@@ -122,8 +132,9 @@ class LeaseKeeper:
         Registering last, with the round's start time, keeps a member's entry from outliving
         the leases it renewed: a member that dies mid-round has registered no later."""
         now = await self._now()
-        live, views = await self.read(now)
-        plan = plan_round(self.owner, live, views, self.owned, now, self.renew_every_ms)
+        seen = await self.read(now)
+        plan = (Plan(dict.fromkeys(self.owned, ""), []) if seen is None else
+                plan_round(self.owner, *seen, self.owned, now, self.renew_every_ms))
         now_arg = now if self.clock else 0
         calls: list[scripts.Call] = []
         plan_ps: list[tuple[int, str]] = []
@@ -150,7 +161,12 @@ class LeaseKeeper:
             if to and self.offered.get(p) != to:
                 log.info("partition %d offered to %s", p, to)
             self.offered[p] = to
-        await self.r.zadd(keys.dispatchers(), {self.owner: now + self.member_ttl_ms})
+        try:
+            await self.r.zadd(keys.dispatchers(), {self.owner: now + self.member_ttl_ms})
+        except Exception as e:
+            if not is_unavailable(e):
+                raise
+            log.warning("could not register as a member this round: %s", e)
         metrics.PARTITIONS_OWNED.set(len(self.owned))
         return dict(self.owned)
 
