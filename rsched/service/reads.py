@@ -173,7 +173,8 @@ class Finding:
 
 _NODE_FACTS = (("info", ("server",)), ("config_get", ("maxmemory-policy",)),
                ("config_get", ("appendonly",)), ("config_get", ("appendfsync",)),
-               ("info", ("replication",)), ("config_get", ("min-replicas-to-write",)))
+               ("info", ("replication",)), ("config_get", ("min-replicas-to-write",)),
+               ("config_get", ("cluster-require-full-coverage",)))
 
 
 def _node_facts(res: list[Any]) -> dict[str, Any]:
@@ -189,6 +190,7 @@ def _node_facts(res: list[Any]) -> dict[str, Any]:
         "appendfsync": conf(3, "appendfsync"),
         "replicas": int(repl.get("connected_slaves", 0)),
         "min-replicas-to-write": int(conf(5, "min-replicas-to-write") or 0),
+        "cluster-require-full-coverage": conf(6, "cluster-require-full-coverage"),
     }
 
 
@@ -304,6 +306,10 @@ def _cluster_findings(cluster: dict[str, Any], wanted_partitions: int) -> list[F
             out.append(Finding(f"{name} min-replicas-to-write", "warn", "0: a master cut off "
                                "from its replica keeps taking writes a failover will drop; "
                                "set min-replicas-to-write 1, min-replicas-max-lag 10"))
+        if m["cluster-require-full-coverage"] == "yes":
+            out.append(Finding(f"{name} cluster-require-full-coverage", "warn",
+                               "yes: while one master is down every master refuses all "
+                               "commands; set cluster-require-full-coverage no"))
         level = "warn" if m["partitions"] > m["fair"] + 1 else "ok"
         out.append(Finding(f"{name} partitions", level,
                            f"{m['partitions']} on {m['slots']} slots (its share: {m['fair']})"))
