@@ -22,10 +22,14 @@ from redis_server import RedisCluster, RedisServer
 from test_chaos import Fleet, counts, started, wait_for
 
 from rsched import Client, Job, JobSpec
+from rsched.archive.archiver import Archiver
+from rsched.archive.config import ArchiverConfig
+from rsched.archive.stores import open_store
 from rsched.core.errors import RschedError
 from rsched.core.models import partition_of
 from rsched.core.settings import Settings
 from rsched.rdb import keys
+from rsched.rdb.connect import connect
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -185,3 +189,37 @@ def test_a_sentinel_failover_is_followed_without_a_restart_and_loses_nothing_ack
             print(fleet.logs())
         group.stop()
 
+
+
+def test_the_archiver_stores_only_events_a_replica_has(redis_available: None,
+                                                       tmp_path: Path) -> None:
+    """Under the durability setting the archiver's read ends in WAIT: while the replica lags,
+    events wait in the archiver's pending list instead of reaching the store, so a failover
+    cannot leave history of a job the promoted replica never had."""
+    primary = RedisServer().start()
+    replica = RedisServer(extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
+    try:
+        link = replica.client()
+        wait_for(lambda: link.info("replication").get("master_link_status") == "up" or None,
+                 20, "the replica to sync")
+        r = connect(primary.url, wait=1, wait_timeout_ms=200)
+        store = open_store(f"sqlite:///{tmp_path}/archive.db")
+        a = Archiver(r, store, 16, ArchiverConfig(poll_ms=10))
+        a.setup()
+        with Client(settings=Settings(redis_url=primary.url, wait_replicas=0)) as c:
+            replica.pause()
+            c.schedule_many([JobSpec(type="t", run_at="2099-01-01T00:00:00Z") for _ in range(5)])
+            held = a.run_once()
+            assert (held.read, held.inserted) == (0, 0)
+            replica.resume()
+            stored = 0
+            for _ in range(50):
+                stored += a.run_once().inserted
+                if stored >= 5:
+                    break
+            assert stored == 5
+        store.close()
+        r.close()
+    finally:
+        replica.close()
+        primary.close()

@@ -7,6 +7,7 @@ queues, prepares and commits what this reads; nothing here touches the store.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,8 +19,12 @@ from rsched.archive.events import Entry, expand, expand_flat, parse_sid
 from rsched.archive.lag import trim_point
 from rsched.archive.store import Prepared
 from rsched.core import defaults
-from rsched.rdb import keys
+from rsched.core.errors import NotReplicated
+from rsched.rdb import keys, scripts
 from rsched.rdb.cluster import with_raw_replies
+from rsched.rdb.durable import wait_of
+
+log = logging.getLogger("rsched.archive")
 
 
 @dataclass(slots=True)
@@ -97,8 +102,9 @@ class EventStreams:
         restart under the same id), new ones once those are done."""
         batch = Batch()
         todo = list(range(self.partitions))
+        wait = wait_of(self.r)
         while todo:
-            pipe = self._raw.pipeline(transaction=False)
+            pipe = scripts.pipeline(self._raw, wait)
             for p in todo:
                 start = "0" if p in self.own_pending else ">"
                 # Entries may hold up to EVENTS_PER_ENTRY_MAX events: once a partition's reads
@@ -106,8 +112,16 @@ class EventStreams:
                 per = self._per_entry.get(p, 1)
                 pipe.xreadgroup(keys.EVENTS_GROUP, self.consumer, {keys.events(p): start},
                                 count=max(1, self.batch // per))
+                if wait is not None:
+                    pipe.set(keys.replicated_mark(p), self.consumer)
+            replies = scripts.executed(self._raw, wait, list(scripts.confirm_last(
+                self._raw, pipe, wait).execute(raise_on_error=False)))
+            if wait is not None:
+                replies = self._confirmed(todo, replies[::2], replies[1::2])
             again = []
-            for p, res in zip(todo, pipe.execute(raise_on_error=False), strict=True):
+            for p, res in zip(todo, replies, strict=True):
+                if res is None:
+                    continue
                 if isinstance(res, Exception):
                     raise res
                 entries = _raw_entries(res)
@@ -132,6 +146,22 @@ class EventStreams:
                 self._per_entry[p] = max(most, self._per_entry.get(p, 1) // 2)
             todo = again
         return batch
+
+    def _confirmed(self, todo: list[int], reads: list[Any], marks: list[Any]) -> list[Any]:
+        """Under the durability setting, store only events a replica has (else a failover could
+        leave history of jobs Redis no longer knows): a partition whose read replicas did not
+        confirm in time is read again from its pending entries next round (None here)."""
+        out: list[Any] = []
+        for p, res, mark in zip(todo, reads, marks, strict=True):
+            if isinstance(mark, NotReplicated) or isinstance(res, NotReplicated):
+                if p not in self.own_pending:
+                    log.warning("partition %d: events not confirmed by a replica yet (%s); "
+                                "read again before storing", p, mark)
+                self.own_pending.add(p)
+                out.append(None)
+            else:
+                out.append(res)
+        return out
 
     def ack(self, batch: Batch) -> int:
         """XACK the batch, then trim each touched stream below its oldest unarchived entry."""

@@ -267,7 +267,9 @@ def serve(settings: Settings, config: ArchiverConfig, *, archiver_id: str | None
     # with the default thresholds the collector rescans them several times per batch, which
     # measured at a quarter of the archiver's CPU.
     gc.set_threshold(50_000, 20, 100)
-    r = connect(settings.redis_url, socket_timeout=30, socket_connect_timeout=5)
+    r = connect(settings.redis_url, wait=settings.wait_replicas,
+                wait_timeout_ms=settings.wait_timeout_ms, socket_timeout=30,
+                socket_connect_timeout=5)
     store = open_store(config.url)  # connects later: a bad URL fails here, Redis or not
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

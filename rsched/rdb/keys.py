@@ -126,6 +126,12 @@ def stats(p: int) -> str:
     return _pk(p, "stats")
 
 
+def replicated_mark(p: int) -> str:
+    """STRING: written by an archiver with each read under the durability setting, so that its
+    WAIT covers the events it read (WAIT waits for the connection's own last write)."""
+    return _pk(p, "archive-mark")
+
+
 def queues(p: int) -> str:
     """SET: queue names that have jobs in the partition (tells the dispatcher which streams)."""
     return _pk(p, "queues")
