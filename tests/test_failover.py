@@ -161,8 +161,9 @@ def test_killing_a_cluster_master_loses_no_acknowledged_job_and_spares_healthy_p
         cluster.stop()
 
 
+@pytest.mark.parametrize("how", ["kill -9", "SENTINEL FAILOVER"])
 def test_a_sentinel_failover_is_followed_without_a_restart_and_loses_nothing_acknowledged(
-    sink: RedisServer, tmp_path: Path
+    sink: RedisServer, tmp_path: Path, how: str
 ) -> None:
     group = RedisSentinelGroup(extra_args=["--appendonly", "yes"])
     group.start()
@@ -174,15 +175,18 @@ def test_a_sentinel_failover_is_followed_without_a_restart_and_loses_nothing_ack
         old = group.primary()
         with Load(client) as load:
             time.sleep(2)
-            old.kill()
-            group.wait_new_primary(old)
+            if how == "kill -9":
+                old.kill()
+                group.wait_new_primary(old)
+            else:
+                group.failover()
             time.sleep(4)
         ran = check_every_acked_job_ran(load, sink.client(), fleet)
         assert all(p.alive() for p in fleet.procs.values()), fleet.logs()
         assert max(ran[rid] for rid in load.acked) <= 2
         assert len(load.acked) > 200
         client.close()
-        print(f"FAILOVER sentinel acked={len(load.acked)} refused={dict(load.refused)}")
+        print(f"FAILOVER sentinel ({how}) acked={len(load.acked)} refused={dict(load.refused)}")
     finally:
         if fleet is not None:
             fleet.close()
