@@ -182,7 +182,9 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
         check_names(jtype, queue)
     try:
         payload = packer.pack(spec.payload)
-    except (TypeError, ValueError, OverflowError) as e:
+    except OverflowError:
+        raise ValidationError(*_too_big(spec.payload)) from None
+    except (TypeError, ValueError) as e:
         raise ValidationError("payload", f"not serializable: {e}") from None
     if len(payload) > max_payload_bytes:
         raise PayloadTooLarge("payload", f"{len(payload)} bytes encoded, over the limit of "
@@ -231,6 +233,26 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
 
 
 _new_tuple = tuple.__new__
+
+INT_RANGE = (-(2**63), 2**64 - 1)
+"""The integers a payload keeps exactly: what msgpack (the stored form, which workers in any
+language decode) holds.  One beyond them is refused, never turned into a float."""
+
+
+def _too_big(payload: Any) -> tuple[str, str]:
+    """(field, reason) for the first integer of ``payload`` outside INT_RANGE, named by its
+    path (``payload.items[2].n``); a loop, not recursion: payloads nest up to 1,024 deep."""
+    lo, hi = INT_RANGE
+    stack: list[tuple[str, Any]] = [("payload", payload)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack += [(f"{path}.{k}", v) for k, v in reversed(value.items())]
+        elif isinstance(value, (list, tuple)):
+            stack += [(f"{path}[{i}]", v) for i, v in reversed(list(enumerate(value)))]
+        elif isinstance(value, int) and not lo <= value <= hi:
+            return path, f"integer beyond 64 bits ({lo} to {hi}); send it as a string"
+    return "payload", "not serializable: an integer beyond 64 bits"
 
 
 def next_occurrence(

@@ -31,6 +31,11 @@ class UnknownJobType(Exception):
     """No handler is registered for the job's type: fail loudly, never drop silently."""
 
 
+class UnserializableResult(Exception):
+    """The handler returned what JSON cannot hold: the attempt fails rather than storing the
+    value's str() as if it were the result."""
+
+
 class Deadlines:
     """One timer for the earliest deadline of all runs, not one per run: most runs end long
     before theirs, so it fires about once per timeout period, at O(in-flight) each time."""
@@ -190,11 +195,13 @@ class Runner:
 
 
 def encode_result(result: Any) -> str:
-    """A handler's result as the JSON the run keeps, bounded so one result cannot bloat Redis."""
+    """A handler's result as the JSON the run keeps, bounded so one result cannot bloat Redis;
+    UnserializableResult when it is no JSON (an object, a set, NaN, a cycle)."""
     try:
-        text = json.dumps(result, default=str, separators=(",", ":"))
-    except (TypeError, ValueError) as e:
-        text = json.dumps({"unserializable": str(e)[:200]})
+        text = json.dumps(result, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise UnserializableResult(
+            f"the result could not be serialized as JSON: {str(e)[:200]}") from None
     if len(text) > MAX_RESULT_BYTES:
         text = json.dumps({"truncated": True, "bytes": len(text)})
     return text
