@@ -76,6 +76,8 @@ class Worker:
                 "or live runs get reclaimed between two heartbeats")
         if concurrency < 1:
             raise ValidationError("concurrency", "must be at least 1")
+        if not queues:  # nothing to read: the intake would divide by zero
+            raise ValidationError("queues", "give at least one queue")
         if start_after_ms < 0:
             # Heartbeats record every pending start first, so a start lands within
             # heartbeat_ms, well before the entry can look idle to other workers.
