@@ -18,12 +18,13 @@ from rsched.core.models import Job, JobStatus, Misfire, pack_spec, packer
 from rsched.core.times import ms_to_iso, to_ms
 
 # ms_to_iso and to_ms are re-exported: rsched.service.reads and the faces import them from here.
-__all__ = ["QUEUE_PATTERN", "TYPE_PATTERN", "JobSpec", "Prepared", "ms_to_iso", "prepare",
-           "to_ms"]
+__all__ = ["KEY_NAME_PATTERN", "QUEUE_PATTERN", "TYPE_PATTERN", "JobSpec", "Prepared",
+           "ms_to_iso", "prepare", "to_ms"]
 
 
 TYPE_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"  # a job type (the HTTP API's schema says the same)
 QUEUE_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
+KEY_NAME_PATTERN = r"^[A-Za-z0-9_.:@\- ]{1,64}$"  # an API key's name (checked by the service)
 _NAME = re.compile(TYPE_PATTERN)
 _QUEUE = re.compile(QUEUE_PATTERN)
 MAX_ATTEMPTS_LIMIT = 1000
