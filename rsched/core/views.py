@@ -81,7 +81,8 @@ class PartitionCounters:
 @dataclass(frozen=True, slots=True)
 class Cluster:
     """The /metrics cluster view: the status, per-partition counters and what live workers
-    report in their heartbeats (runs started, start-lag bucket counts)."""
+    report in their heartbeats (start-lag bucket counts), and the runs started in the cluster
+    (the partitions' ``started`` counts, which workers add to at each heartbeat)."""
 
     status: Status
     counters: tuple[PartitionCounters, ...]

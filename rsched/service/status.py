@@ -131,7 +131,8 @@ def _counters(p: int, stats: Any, length: Any, groups: Any) -> PartitionCounters
 
 def op_cluster(svc: Service) -> Op[Cluster]:
     """The status plus what only metrics show: each partition's counters, the archiver's lag,
-    and the run counts and start-lag buckets live workers report."""
+    the runs started (workers add them to the partitions' stats) and the start-lag buckets live
+    workers report."""
     status = yield from op_status(svc)
     cmds = [cmd("hgetall", keys.workers())]
     for pt in status.partitions:
@@ -154,7 +155,7 @@ def op_cluster(svc: Service) -> Op[Cluster]:
         counts = m.get("lag") or ()
         if len(counts) == len(lag):
             lag = [a + b for a, b in zip(lag, counts, strict=True)]
-    return Cluster(status, counters, sum(int(m.get("started") or 0) for m in reports),
+    return Cluster(status, counters, sum(pc.stats.get("started", 0) for pc in counters),
                    tuple(lag))
 
 
