@@ -7,12 +7,18 @@ from typing import Any
 
 import click
 
-from rsched.cli._output import JSON_FLAG, more, print_json, show, table
+from rsched.cli._output import JSON_FLAG, more, naming_flags, print_json, show, table
 from rsched.cli.context import client_of
 from rsched.core.errors import ValidationError
 from rsched.service import reads as query
 from rsched.service.inputs import spec_from_json
 from rsched.service.shapes import job_json, runs_json
+from rsched.service.status import op_workers
+
+ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cron": "--cron",
+             "timeZone": "--tz", "queue": "--queue", "maxAttempts": "--max-attempts",
+             "priority": "--priority", "idempotencyKey": "--idempotency-key"}
+"""`jobs add`'s flags by the API field each sets: its errors name the flag."""
 
 
 @click.group()
@@ -40,15 +46,21 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
         body = json.loads(payload) if payload is not None else None
     except ValueError as e:
         raise ValidationError("--payload", f"not JSON: {e}") from None
-    spec = spec_from_json({
-        "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
-        "queue": queue, "maxAttempts": max_attempts, "priority": priority,
-        "idempotencyKey": idempotency_key,
-    })
-    job = client_of(ctx).schedule_many([spec])[0]
-    if isinstance(job, Exception):
-        raise job
+    c = client_of(ctx)
+    with naming_flags(ADD_FLAGS):
+        spec = spec_from_json({
+            "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
+            "queue": queue, "maxAttempts": max_attempts, "priority": priority,
+            "idempotencyKey": idempotency_key,
+        })
+        job = c.schedule_many([spec])[0]
+        if isinstance(job, Exception):
+            raise job
     show(job_json(job), as_json, lambda j: j["id"])
+    if not any(w.serves(job.type, job.queue) for w in c.run(op_workers(c))):
+        click.echo(f"warning: no live worker has a handler for job type {job.type!r} on queue "
+                   f"{job.queue!r}; the job waits until one starts (rsched worker --app ... "
+                   f"--queues {job.queue})", err=True)
 
 
 def _render_job(j: dict[str, Any]) -> str:

@@ -177,7 +177,8 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     the spec blob and the Job come straight from the checked fields."""
     jtype, queue, cron, key = spec.type, spec.queue, spec.cron, spec.idempotency_key
     max_attempts, base, cap = spec.max_attempts, spec.backoff_base_ms, spec.backoff_cap_ms
-    priority, timeout, jitter, tz = spec.priority, spec.timeout_ms, spec.jitter_ms, spec.tz or "UTC"
+    priority, timeout, jitter = spec.priority, spec.timeout_ms, spec.jitter_ms
+    tz = "UTC" if spec.tz is None else spec.tz  # not `or`: an empty zone is refused, not UTC
     usual = usual_fast(jtype, queue, max_attempts, base, cap, priority, timeout, jitter)
     if not usual:
         check_names(jtype, queue)

@@ -111,8 +111,17 @@ def _workers(raw: dict[bytes, bytes], now: int) -> list[WorkerStatus]:
             concurrency=int(rec.get("concurrency") or 0),
             host=str(rec.get("host") or ""), pid=int(rec.get("pid") or 0),
             last_heartbeat_ms=beat or None, alive=now - beat < WORKER_STALE_MS,
+            types=tuple(str(t) for t in rec.get("types") or []),
         ))
     return out
+
+
+def op_workers(svc: Service) -> Op[list[WorkerStatus]]:
+    """The registered workers alone (one round trip): what `rsched jobs add` checks a new
+    job's type against."""
+    now = yield from svc.op_now()
+    (raw,) = yield Commands([cmd("hgetall", keys.workers())])
+    return _workers(raw, now)
 
 
 # --- the metrics' cluster view -------------------------------------------------------------------

@@ -36,6 +36,7 @@ class Membership:
     metrics: RunMetrics
     queues: list[str]
     concurrency: int
+    types: list[str]  # the job types it has handlers for, so the CLI can warn of a missing one
     started_added: dict[int, int] = field(default_factory=dict)  # started_in, as added to Redis
 
     async def join(self) -> None:
@@ -86,7 +87,7 @@ class Membership:
         pipe.hset(keys.workers(), self.link.id, msgpack.packb({
             "queues": self.queues, "inflight": len(self.runs), "pid": os.getpid(),
             "host": socket.gethostname(), "beat_ms": int(time.time() * 1000),
-            "concurrency": self.concurrency,
+            "concurrency": self.concurrency, "types": self.types,
             "metrics": self.metrics.heartbeat(),
         }))
         now = dict(self.metrics.started_in)

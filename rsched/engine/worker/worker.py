@@ -103,7 +103,8 @@ class Worker:
         self.intake = Intake(self.link, self.runs, self.runner, self.reporter, self.metrics,
                              visibility_ms)
         self.membership = Membership(self.link, settings, self.runs, self.reporter,
-                                     self.metrics, self.queues, concurrency)
+                                     self.metrics, self.queues, concurrency,
+                                     sorted(app.handlers))
         self.flusher = Flusher(self.reporter, self.runner, flush_ms)
 
     # --- what other code and tests see ---------------------------------------------------------
