@@ -57,7 +57,7 @@ class DevOptions:
     host: str = defaults.API_HOST
     port: int = defaults.API_PORT
     redis_url: str | None = None
-    data_dir: Path = Path(".rsched")
+    data_dir: Path = Path(defaults.DEV_DATA_DIR)
     fresh: bool = False
     verbose: bool = False
     metrics_ports: bool = True
@@ -69,6 +69,7 @@ class Dev:
         self.out = out
         self.data_dir = opts.data_dir.resolve()
         self.logs = self.data_dir / "logs"
+        self.url_file = self.data_dir / defaults.DEV_URL_FILE
         self.redis: Child | None = None
         self.children: list[Child] = []
         self.stop_requested = threading.Event()
@@ -138,6 +139,7 @@ class Dev:
             echo: LogEcho | None = None
             try:
                 redis_url = self.start_redis()
+                self.url_file.write_text(redis_url + "\n")  # for the CLI run beside it
                 archive = None
                 if importlib.util.find_spec("rsched.archive.archiver") is not None:
                     archive = f"sqlite:///{self.data_dir / 'history.db'}"
@@ -179,7 +181,12 @@ class Dev:
         self.say(f"  sample jobs {created} scheduled, {existing} already there")
         for p in problems:
             self.say(f"  ! {p}")
-        self.say(f"  try         RSCHED_REDIS_URL={redis_url} rsched jobs list")
+        if self.data_dir == (Path.cwd() / defaults.DEV_DATA_DIR).resolve():
+            # run here, the CLI reads the URL from the data directory (rsched.cli.context)
+            self.say(f"  try         rsched jobs list   (in this directory: the CLI reads "
+                     f"{_shown(self.url_file)})")
+        else:
+            self.say(f"  try         RSCHED_REDIS_URL={redis_url} rsched jobs list")
         self.say("Press Ctrl-C to stop (jobs are kept; --fresh starts over).")
         self.say("")
 
@@ -198,6 +205,7 @@ class Dev:
     def shutdown(self) -> None:
         """API first (no new requests), the dispatcher (no new runs), the worker (finishes its
         runs), the archiver (archives the last events), Redis last (flushes its AOF)."""
+        self.url_file.unlink(missing_ok=True)
         if not self.children and self.redis is None:
             return
         self.say("stopping…")

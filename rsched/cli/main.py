@@ -224,7 +224,7 @@ for _command in COMMANDS:
 @click.option("--port", default=defaults.API_PORT, show_default=True,
               help="API and dashboard port.")
 @click.option("--host", default=defaults.API_HOST, show_default=True)
-@click.option("--data-dir", default=".rsched", show_default=True, type=click.Path(),
+@click.option("--data-dir", default=defaults.DEV_DATA_DIR, show_default=True, type=click.Path(),
               help="Redis data (AOF), the SQLite history, the admin key and logs.")
 @click.option("--redis-url", "dev_redis_url", default=None,
               help="Use this Redis instead of starting one (RSCHED_REDIS_URL is ignored here).")
