@@ -68,11 +68,14 @@ def test_jobs_add_errors_name_the_flag_the_user_typed(
     assert "runAt" not in res.stderr and "timeZone" not in res.stderr
 
 
-def test_preview_and_keys_create_name_their_flags(redis_url: str) -> None:
+def test_preview_keys_create_and_jobs_list_name_their_flags(redis_url: str) -> None:
     res = run_main(redis_url, "preview", "* * * * *", "--tz", "")
     assert res.returncode == 1 and res.stderr.startswith("error: --tz: must not be empty"), res
     res = run_main(redis_url, "keys", "create", "--scope", "read", "--name", "a/b")
     assert res.returncode == 1 and res.stderr.startswith("error: --name: "), res
+    for flag, value in (("--status", "sleeping"), ("--limit", "0"), ("--cursor", "nope")):
+        res = run_main(redis_url, "jobs", "list", flag, value)
+        assert res.returncode == 1 and res.stderr.startswith(f"error: {flag}: "), res
 
 
 def test_the_api_refuses_an_empty_time_zone_for_a_cron_job_too(api: TestClient) -> None:

@@ -121,3 +121,12 @@ def test_a_result_that_is_no_json_fails_the_attempt_saying_so(
         assert run["result"] is None and "object at 0x" not in run["error"]
     run = api.get(f"/jobs/{ids['big']}/runs").json()["runs"][0]  # JSON has no integer limit
     assert run["status"] == "succeeded" and run["result"] == {"n": 2**70}
+
+
+def test_a_patch_with_a_big_integer_is_refused_naming_its_path(api: TestClient) -> None:
+    job = api.post("/jobs", json={"type": "t", "runAt": "2030-01-01T00:00:00Z"}).json()
+    res = api.patch(f"/jobs/{job['id']}", content=b'{"payload": {"n": 99999999999999999999}}',
+                    headers={"content-type": "application/json"})
+    assert res.status_code == 422, res.text
+    assert res.json()["errors"][0]["field"] == "payload.n"
+    assert api.get(f"/jobs/{job['id']}").json()["payload"] is None  # unchanged

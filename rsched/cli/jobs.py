@@ -90,8 +90,9 @@ def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queu
               limit: int, cursor: str | None, as_json: bool) -> None:
     """List jobs (SCAN-based: see rsched.query for the cost)."""
     c = client_of(ctx)
-    page = c.run(query.op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
-                                    cursor=cursor))
+    with naming_flags({f: f"--{f}" for f in ("status", "type", "queue", "limit", "cursor")}):
+        page = c.run(query.op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
+                                        cursor=cursor))
     items = [job_json(j) for j in page.items]
     if as_json:
         print_json({"jobs": items, "nextCursor": page.next_cursor})
