@@ -8,7 +8,10 @@ SHELL := /bin/bash
 PYTHON ?= $(firstword $(shell command -v python3.11 python3 2>/dev/null))
 VENV := .venv
 VPY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+STAMP := $(VENV)/.installed  # rsched and what running it needs (`make demo`)
+TEST_STAMP := $(VENV)/.installed-test  # plus the test extras (pytest, Playwright, mypy...)
+# `make demo PORT=8700` or `PORT=8700 make demo`: the API and dashboard port (default 8600).
+PORT ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # $(call need,COMMAND,DEBIAN_PACKAGE): install the package from Debian when COMMAND is missing,
@@ -35,15 +38,20 @@ define need
 }
 endef
 
-.PHONY: venv redis chromium test bench demo lint clean chaos
+.PHONY: venv test-venv redis chromium test bench demo lint clean chaos
 
 venv: $(STAMP)
+test-venv: $(TEST_STAMP)
 
 $(STAMP): pyproject.toml
 	@[ -n "$(PYTHON)" ] || { echo "install python3 (>= 3.11)"; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 		|| { echo "need Python >= 3.11, $(PYTHON) is $$($(PYTHON) --version 2>&1)"; exit 1; }
 	[ -x $(VPY) ] || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): $(STAMP)
 	$(VPY) -m pip install --quiet -e '.[test]'
 	touch $@
 
@@ -53,14 +61,14 @@ redis:
 chromium:
 	$(call need,chromium,chromium)
 
-test: venv redis chromium lint
+test: test-venv redis chromium lint
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
-bench: venv redis
+bench: test-venv redis
 	$(VPY) loadtest/bench_engine.py
 
 demo: venv redis
-	$(VENV)/bin/rsched dev
+	$(VENV)/bin/rsched dev $(if $(PORT),--port $(PORT))
 
 # The long fault-checker run (README "Fault checker"): CHAOS_SEEDS one after another, each
 # CHAOS_DURATION seconds of load and faults, then draining and analysis (4 x 150 s: ~12 min).
@@ -68,12 +76,12 @@ demo: venv redis
 # exits non-zero on any failure.  A 45-second run with a fixed seed is part of `make test`.
 CHAOS_SEEDS ?= 1,2,3,4
 CHAOS_DURATION ?= 150
-chaos: venv redis
+chaos: test-venv redis
 	mkdir -p tests/artifacts
 	set -o pipefail; $(VPY) -m chaos suite --seeds $(CHAOS_SEEDS) --duration $(CHAOS_DURATION) \
 		--out tests/artifacts/chaos | tee tests/artifacts/chaos-report.json
 
-lint: venv
+lint: test-venv
 	$(VENV)/bin/ruff check rsched tests loadtest chaos
 	$(VENV)/bin/mypy
 	MYPYPATH=tests $(VENV)/bin/mypy chaos

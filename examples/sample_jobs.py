@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from rsched import JobSpec
 
+FAIL_ON_PURPOSE = ("flaky", "always_fails")
+"""Job types whose failures are the demo: `rsched dev` keeps them out of its console."""
+
 SAMPLE_JOBS = [
     # One-off: runs as soon as the dispatcher sees it.
     JobSpec(type="hello", payload={"name": "rsched"}, idempotency_key="example-hello"),

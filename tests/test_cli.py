@@ -151,9 +151,9 @@ def test_keys_create_prints_the_secret_once_list_hides_it_and_revoke_removes_it(
     ("args", "message"),
     [
         (["jobs", "show", "3-NOPE"], "error: job '3-NOPE' not found"),
-        (["jobs", "add", "--type", "t", "--cron", "61 * * * *"], "error: cron: bad minute"),
+        (["jobs", "add", "--type", "t", "--cron", "61 * * * *"], "error: --cron: bad minute"),
         (["jobs", "add", "--type", "t", "--payload", "{nope"], "error: --payload: not JSON"),
-        (["preview", "* * * * *", "--tz", "Mars/Base"], "error: timeZone: unknown time zone"),
+        (["preview", "* * * * *", "--tz", "Mars/Base"], "error: --tz: unknown time zone"),
         (["keys", "revoke", "nobody"], "error: API key 'nobody' not found"),
     ],
 )

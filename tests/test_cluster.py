@@ -309,6 +309,7 @@ def test_a_fence_reissued_after_a_failover_does_not_let_its_former_owner_write(u
         async with Rig(url, dispatcher_id="d-a",
                        settings_overrides={"wait_replicas": 0}) as rig:
             await rig.lease()
+            assert rig.dispatcher.leases is not None
             fence = rig.dispatcher.leases.owned[0]
             with Client(settings=Settings(redis_url=url, wait_replicas=0)) as c:
                 job = c.schedule("t", run_at=c.now_ms(), idempotency_key=keys_in_partition(0, 1)[0])

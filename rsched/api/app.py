@@ -62,6 +62,7 @@ API_ROUTES: list[tuple[str, str, Endpoint, str | None]] = [
     ("POST", "/api-keys", routes.create_key, "admin"),
     ("DELETE", "/api-keys/{keyId}", routes.revoke_key, "admin"),
     ("GET", "/healthz", routes.healthz, None),
+    ("HEAD", "/healthz", routes.healthz_head, None),
     ("GET", "/readyz", routes.readyz, None),
 ]
 

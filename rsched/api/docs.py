@@ -27,8 +27,13 @@ h2{margin:22px 0 4px;font-size:15px;text-transform:capitalize}
 <script>
 "use strict";
 const keyBox = document.getElementById("key");
-keyBox.value = localStorage.getItem("rsched-key") || "";
-keyBox.addEventListener("change", () => localStorage.setItem("rsched-key", keyBox.value));
+// The dashboard's name for it (static/api.js), so a key pasted in either is there in the other.
+const KEY = "rsched.apiKey";
+keyBox.value = localStorage.getItem(KEY) || "";
+keyBox.addEventListener("change", () => {
+  const key = keyBox.value.trim();
+  if (key) localStorage.setItem(KEY, key); else localStorage.removeItem(KEY);
+});
 const el = (tag, attrs, ...kids) => {
   const e = document.createElement(tag);
   Object.entries(attrs || {}).forEach(([k, v]) => k === "class" ? e.className = v : e[k] = v);

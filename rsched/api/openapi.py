@@ -179,6 +179,8 @@ PATHS: dict[str, Any] = {
     "/healthz": {
         "get": _op("healthz", "operations", "The process is up",
                    {200: _json("Health", "Up.")}, [], scope=None),
+        "head": _op("healthzHead", "operations", "The process is up (no body)",
+                    {200: {"description": "Up."}}, [], scope=None),
     },
     "/readyz": {
         "get": _op("readyz", "operations", "Redis reachable and correctly configured",

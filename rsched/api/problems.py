@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import math
+import re
 from typing import Any
 
 import orjson
@@ -149,6 +150,21 @@ async def read_json(request: Request, limit: int) -> Any:
     if not body.strip():
         raise MalformedBody("body: empty; expected a JSON object")
     try:  # orjson refuses NaN and Infinity (not JSON), bad UTF-8 and nesting past 1024
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except ValueError as e:  # orjson.JSONDecodeError is one
         raise MalformedBody(f"body: malformed JSON: {e}") from None
+    return _exact(body) if _LONG_NUMBER.search(body) else value
+
+
+# orjson turns an integer beyond 64 bits into a float, silently; any such integer has 19 digits.
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+
+
+def _exact(body: bytes | bytearray) -> Any:
+    """The body parsed again by json, which keeps every integer exactly, so that validation
+    refuses one beyond 64 bits naming its field.  orjson accepted it: only the depth (Python's
+    recursion limit sits below orjson's 1,024) can fail here."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise MalformedBody("body: nested too deeply") from None

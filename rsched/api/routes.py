@@ -246,6 +246,12 @@ async def healthz(request: Request) -> Response:
     return JSON({"status": "ok"})
 
 
+async def healthz_head(request: Request) -> Response:
+    """HEAD /healthz, what load balancers send: GET's status and headers, no body."""
+    res = await healthz(request)
+    return Response(None, res.status_code, dict(res.headers))
+
+
 async def readyz(request: Request) -> Response:
     c = _client(request)
     try:

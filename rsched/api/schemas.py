@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from rsched.core.models import JobStatus
-from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
+from rsched.core.spec import KEY_NAME_PATTERN, QUEUE_PATTERN, TYPE_PATTERN
 
 REF = "#/components/schemas/"
 
@@ -274,7 +274,7 @@ SCHEMAS: dict[str, Any] = {
     },
     "ApiKeyCreate": {
         "type": "object", "additionalProperties": False, "required": ["name", "scope"],
-        "properties": {"name": {"type": "string", "pattern": r"^[A-Za-z0-9_.:@\- ]{1,64}$"},
+        "properties": {"name": {"type": "string", "pattern": KEY_NAME_PATTERN},
                        "scope": {"type": "string", "enum": ["read", "write", "admin"]}},
     },
     "ApiKeyCreated": {

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import click
+
+from rsched.core.errors import ValidationError
 
 JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
@@ -37,3 +41,25 @@ def show(value: Any, as_json: bool, render: Callable[[Any], str]) -> None:
         print_json(value)
     else:
         click.echo(render(value))
+
+
+_ROOT = re.compile(r"[A-Za-z]+")
+
+
+@contextmanager
+def naming_flags(flags: Mapping[str, str]) -> Iterator[None]:
+    """The service layer's errors name the API's fields (``runAt``); the user typed flags
+    (``--run-at``): re-raise them naming those, and the spot inside a JSON flag's value."""
+    try:
+        yield
+    except ValidationError as e:
+        m = _ROOT.match(e.field)
+        flag = flags.get(m.group()) if m else None
+        if m is None or flag is None:
+            raise
+        inner = e.field[m.end():].lstrip(".")
+        reason = _CAMEL.sub(lambda w: flags.get(w.group(), w.group()), e.reason)
+        raise type(e)(flag, f"at {inner}: {reason}" if inner else reason) from None
+
+
+_CAMEL = re.compile(r"\b[a-z]+[A-Z][A-Za-z]*\b")  # an API field a reason mentions (runAt)

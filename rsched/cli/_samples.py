@@ -37,12 +37,14 @@ def admin_key(redis_url: str, key_file: Path) -> str:
     return secret
 
 
-def schedule_samples(redis_url: str) -> tuple[int, int, list[str]]:
-    """Schedule examples/sample_jobs.py: (created, already there, problems)."""
+def schedule_samples(redis_url: str) -> tuple[int, int, list[str], set[str]]:
+    """Schedule examples/sample_jobs.py: (created, already there, problems, the ids of the jobs
+    that fail on purpose)."""
     root = str(examples_root())
     if root not in sys.path:
         sys.path.insert(0, root)
-    jobs = importlib.import_module("examples.sample_jobs").SAMPLE_JOBS
+    module = importlib.import_module("examples.sample_jobs")
+    jobs, failing = module.SAMPLE_JOBS, set(getattr(module, "FAIL_ON_PURPOSE", ()))
     client = Client(redis_url)
     try:
         results = client.run(client.op_schedule_created(jobs))
@@ -52,4 +54,5 @@ def schedule_samples(redis_url: str) -> tuple[int, int, list[str]]:
     existing = sum(1 for r in results if isinstance(r, tuple) and not r[1])
     problems = [f"{spec.idempotency_key}: {r}" for spec, r in zip(jobs, results, strict=True)
                 if isinstance(r, Exception)]
-    return created, existing, problems
+    quiet = {r[0].id for r in results if isinstance(r, tuple) and r[0].type in failing}
+    return created, existing, problems, quiet

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from rsched.cli._output import JSON_FLAG, show, table
+from rsched.cli._output import JSON_FLAG, naming_flags, show, table
 from rsched.cli.context import client_of
 from rsched.service import apikeys as auth
 from rsched.service.shapes import key_json
@@ -21,7 +21,8 @@ def keys() -> None:
 @click.pass_context
 def keys_create(ctx: click.Context, scope: str, name: str) -> None:
     """Create a key; prints its secret once (only a hash is stored)."""
-    key, secret = client_of(ctx).run(auth.op_create_key(name, scope))
+    with naming_flags({"name": "--name", "scope": "--scope"}):
+        key, secret = client_of(ctx).run(auth.op_create_key(name, scope))
     click.echo(f"created {key.id} ({key.name}, scope {key.scope}); the secret is shown once:",
                err=True)
     click.echo(secret)

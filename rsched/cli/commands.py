@@ -13,7 +13,7 @@ import time
 
 import click
 
-from rsched.cli._output import JSON_FLAG, print_json, show, table
+from rsched.cli._output import JSON_FLAG, naming_flags, print_json, show, table
 from rsched.cli.apikeys import keys
 from rsched.cli.context import client_of
 from rsched.cli.dead_letters import dlq
@@ -68,7 +68,8 @@ def _render_status(s: Status) -> str:
 def preview(cron: str, tz: str, start: str | None, count: int, as_json: bool) -> None:
     """Print the next fire times of CRON in a zone, with the DST rules applied."""
     from_ms = int(time.time() * 1000) if start is None else to_ms(start, "--from")
-    times = query.preview(cron, tz, from_ms, count)
+    with naming_flags({"cron": "CRON", "timeZone": "--tz", "count": "--count"}):
+        times = query.preview(cron, tz, from_ms, count)
     show(times, as_json, lambda ts: table(["utc", "local"], [[t["utc"], t["local"]] for t in ts]))
 
 

@@ -4,19 +4,40 @@ operator commands) both import it and not each other."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
 from rsched.client import Client
+from rsched.core import defaults
 from rsched.core.settings import Settings
 
 
 def settings_of(ctx: click.Context) -> Settings:
     """Settings from the root group's options (--redis-url, --partitions...), then the env."""
     obj: dict[str, Any] = ctx.find_root().obj or {}
+    if obj.get("redis_url") is None:  # neither --redis-url nor RSCHED_REDIS_URL
+        obj["redis_url"] = _fallback_url()
     return Settings.from_env(redis_url=obj.get("redis_url"), partitions=obj.get("partitions"),
                              allow_unsafe_redis=obj.get("allow_unsafe") or None)
+
+
+def _fallback_url() -> str:
+    """The Redis of the `rsched dev` running in this directory, else the default; either way
+    said on stderr, so nobody works on an unintended Redis without knowing."""
+    url_file = Path(defaults.DEV_DATA_DIR) / defaults.DEV_URL_FILE
+    try:
+        url = url_file.read_text().strip()
+    except OSError:
+        url = ""
+    if url:
+        click.echo(f"note: using {url}, the Redis of rsched dev ({url_file}); set "
+                   "RSCHED_REDIS_URL or --redis-url for another", err=True)
+        return url
+    url = Settings().redis_url
+    click.echo(f"note: RSCHED_REDIS_URL is not set: using the default {url}", err=True)
+    return url
 
 
 def client_of(ctx: click.Context) -> Client:

@@ -57,7 +57,7 @@ class DevOptions:
     host: str = defaults.API_HOST
     port: int = defaults.API_PORT
     redis_url: str | None = None
-    data_dir: Path = Path(".rsched")
+    data_dir: Path = Path(defaults.DEV_DATA_DIR)
     fresh: bool = False
     verbose: bool = False
     metrics_ports: bool = True
@@ -69,6 +69,7 @@ class Dev:
         self.out = out
         self.data_dir = opts.data_dir.resolve()
         self.logs = self.data_dir / "logs"
+        self.url_file = self.data_dir / defaults.DEV_URL_FILE
         self.redis: Child | None = None
         self.children: list[Child] = []
         self.stop_requested = threading.Event()
@@ -138,36 +139,41 @@ class Dev:
             echo: LogEcho | None = None
             try:
                 redis_url = self.start_redis()
+                self.url_file.write_text(redis_url + "\n")  # for the CLI run beside it
                 archive = None
                 if importlib.util.find_spec("rsched.archive.archiver") is not None:
                     archive = f"sqlite:///{self.data_dir / 'history.db'}"
                 key = admin_key(redis_url, self.data_dir / "admin.key")
-                created, existing, problems = schedule_samples(redis_url)
+                created, existing, problems, quiet = schedule_samples(redis_url)
                 self.children = self.plan(redis_url, archive)
                 for child in self.children:
                     child.start(Path.cwd())
-                echo = LogEcho(self.children, self.out, self.opts.verbose)
+                echo = LogEcho(self.children, self.out, self.opts.verbose, quiet)
                 echo.start()  # after every fork: preexec_fn and threads do not mix
                 api = self.children[0]
                 base = f"http://{self.opts.host}:{self.opts.port}"
                 wait_until(lambda: http_ok(base + "/healthz"), READY_TIMEOUT_S,
                            f"rsched api (log {api.log_path})", api.alive)
-                self.banner(base, key, redis_url, archive, created, existing, problems)
+                self.banner(base, key, redis_url, archive, created, existing, problems,
+                            bool(quiet))
                 return self.supervise()
             finally:
                 self.shutdown()
                 if echo is not None:
                     echo.stop.set()
                     echo.join(2)
+                    if echo.held:
+                        self.say(f"({echo.held} warnings and errors of the sample jobs that "
+                                 f"fail on purpose are in {_shown(self.logs)}/worker.log)")
 
     def banner(self, base: str, key: str, redis_url: str, archive: str | None, created: int,
-               existing: int, problems: list[str]) -> None:
+               existing: int, problems: list[str], quiet: bool = False) -> None:
         rel = _shown(self.data_dir)
         self.say("")
         self.say("rsched dev is running")
         self.say(f"  dashboard   {base}/ui/#key={key}")
         self.say(f"  API         {base}   (docs: {base}/docs, metrics: {base}/metrics)")
-        self.say(f"  admin key   {key}")
+        self.say(f"  admin key   {key}   (saved in {_shown(self.data_dir / 'admin.key')})")
         where = f"data in {rel}/, AOF everysec" if self.redis else "external"
         self.say(f"  redis       {redis_url}   ({where})")
         self.say(f"  history     {archive or 'not archived (rsched.archive missing)'}")
@@ -176,10 +182,17 @@ class Dev:
         if ports:
             self.say(f"  metrics     {', '.join(ports)}")
         self.say(f"  logs        {_shown(self.logs)}/ (warnings and errors shown here)")
-        self.say(f"  sample jobs {created} scheduled, {existing} already there")
+        self.say(f"  sample jobs {created} scheduled, {existing} already there"
+                 + ("; the failures of those that fail on purpose go to the worker log only"
+                    if quiet else ""))
         for p in problems:
             self.say(f"  ! {p}")
-        self.say(f"  try         RSCHED_REDIS_URL={redis_url} rsched jobs list")
+        if self.data_dir == (Path.cwd() / defaults.DEV_DATA_DIR).resolve():
+            # run here, the CLI reads the URL from the data directory (rsched.cli.context)
+            self.say(f"  try         rsched jobs list   (in this directory: the CLI reads "
+                     f"{_shown(self.url_file)})")
+        else:
+            self.say(f"  try         RSCHED_REDIS_URL={redis_url} rsched jobs list")
         self.say("Press Ctrl-C to stop (jobs are kept; --fresh starts over).")
         self.say("")
 
@@ -198,6 +211,7 @@ class Dev:
     def shutdown(self) -> None:
         """API first (no new requests), the dispatcher (no new runs), the worker (finishes its
         runs), the archiver (archives the last events), Redis last (flushes its AOF)."""
+        self.url_file.unlink(missing_ok=True)
         if not self.children and self.redis is None:
             return
         self.say("stopping…")

@@ -7,13 +7,19 @@ from typing import Any
 
 import click
 
-from rsched.cli._output import JSON_FLAG, more, print_json, show, table
+from rsched.cli._output import JSON_FLAG, more, naming_flags, print_json, show, table
 from rsched.cli.context import client_of
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.service import reads as query
 from rsched.service.inputs import spec_from_json
 from rsched.service.shapes import job_json, runs_json
+from rsched.service.status import op_workers
+
+ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cron": "--cron",
+             "timeZone": "--tz", "queue": "--queue", "maxAttempts": "--max-attempts",
+             "priority": "--priority", "idempotencyKey": "--idempotency-key"}
+"""`jobs add`'s flags by the API field each sets: its errors name the flag."""
 
 
 @click.group()
@@ -41,15 +47,21 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
         body = json.loads(payload) if payload is not None else None
     except ValueError as e:
         raise ValidationError("--payload", f"not JSON: {e}") from None
-    spec = spec_from_json({
-        "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
-        "queue": queue, "maxAttempts": max_attempts, "priority": priority,
-        "idempotencyKey": idempotency_key,
-    })
-    job = client_of(ctx).schedule_many([spec])[0]
-    if isinstance(job, Exception):
-        raise job
+    c = client_of(ctx)
+    with naming_flags(ADD_FLAGS):
+        spec = spec_from_json({
+            "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
+            "queue": queue, "maxAttempts": max_attempts, "priority": priority,
+            "idempotencyKey": idempotency_key,
+        })
+        job = c.schedule_many([spec])[0]
+        if isinstance(job, Exception):
+            raise job
     show(job_json(job), as_json, lambda j: j["id"])
+    if not any(w.serves(job.type, job.queue) for w in c.run(op_workers(c))):
+        click.echo(f"warning: no live worker has a handler for job type {job.type!r} on queue "
+                   f"{job.queue!r}; the job waits until one starts (rsched worker --app ... "
+                   f"--queues {job.queue})", err=True)
 
 
 def _render_job(j: dict[str, Any]) -> str:
@@ -79,8 +91,9 @@ def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queu
               limit: int, cursor: str | None, as_json: bool) -> None:
     """List jobs (SCAN-based: see rsched.query for the cost)."""
     c = client_of(ctx)
-    page = c.run(query.op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
-                                    cursor=cursor))
+    with naming_flags({f: f"--{f}" for f in ("status", "type", "queue", "limit", "cursor")}):
+        page = c.run(query.op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
+                                        cursor=cursor))
     items = [job_json(j) for j in page.items]
     if as_json:
         print_json({"jobs": items, "nextCursor": page.next_cursor})

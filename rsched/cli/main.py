@@ -6,6 +6,7 @@ import gc
 import importlib
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from rsched.cli.dev import run as run_dev
 from rsched.core import defaults
 from rsched.core.app import App
 from rsched.core.errors import RschedError
+from rsched.core.spec import QUEUE_PATTERN
 from rsched.engine.dispatcher.dispatcher import serve as serve_dispatcher
 from rsched.engine.worker.worker import serve as serve_worker
 from rsched.obs import logs, metrics
@@ -95,9 +97,23 @@ def dispatcher(ctx: click.Context, lease_ms: int, batch: int, max_sleep_ms: int,
           max_sleep_ms=max_sleep_ms, misfire_grace_ms=misfire_grace_ms)
 
 
+def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    """--queues as a list, refused at start (exit 2) when it names no queue or a bad one: an
+    empty list used to start a worker that died seconds later."""
+    queues = [q.strip() for q in value.split(",") if q.strip()]
+    if not queues:
+        raise click.BadParameter(f"names no queue ({value!r}); give one or more, comma-separated,"
+                                 f" e.g. {defaults.QUEUE}")
+    bad = [q for q in queues if not re.fullmatch(QUEUE_PATTERN, q)]
+    if bad:
+        raise click.BadParameter(f"{bad[0]!r} is no queue name: 1-64 characters of letters, "
+                                 "digits, _ . -")
+    return queues
+
+
 @cli.command()
 @click.option("--app", "app_spec", required=True, help="module:attr of an rsched.App.")
-@click.option("--queues", default=defaults.QUEUE, show_default=True,
+@click.option("--queues", default=defaults.QUEUE, show_default=True, callback=queue_list,
               help="Comma-separated queues.")
 @click.option("--concurrency", default=defaults.CONCURRENCY, show_default=True)
 @click.option("--visibility-ms", default=defaults.VISIBILITY_MS, show_default=True,
@@ -110,12 +126,13 @@ def dispatcher(ctx: click.Context, lease_ms: int, batch: int, max_sleep_ms: int,
                    "quicker runs have it recorded with their outcome.")
 @click.option("--id", "worker_id", default=None, help="Worker id (default host-pid).")
 @click.pass_context
-def worker(ctx: click.Context, app_spec: str, queues: str, concurrency: int, visibility_ms: int,
-           heartbeat_ms: int, grace: float, start_after_ms: int, worker_id: str | None) -> None:
+def worker(ctx: click.Context, app_spec: str, queues: list[str], concurrency: int,
+           visibility_ms: int, heartbeat_ms: int, grace: float, start_after_ms: int,
+           worker_id: str | None) -> None:
     """Run a worker for the handlers of APP."""
     sys.path.insert(0, ".")
     app = load_app(app_spec)
-    serve_worker(app, settings_of(ctx), queues=[q.strip() for q in queues.split(",") if q.strip()],
+    serve_worker(app, settings_of(ctx), queues=queues,
           concurrency=concurrency, worker_id=worker_id, visibility_ms=visibility_ms,
           heartbeat_ms=heartbeat_ms, grace_s=grace, start_after_ms=start_after_ms)
 
@@ -208,7 +225,7 @@ for _command in COMMANDS:
 @click.option("--port", default=defaults.API_PORT, show_default=True,
               help="API and dashboard port.")
 @click.option("--host", default=defaults.API_HOST, show_default=True)
-@click.option("--data-dir", default=".rsched", show_default=True, type=click.Path(),
+@click.option("--data-dir", default=defaults.DEV_DATA_DIR, show_default=True, type=click.Path(),
               help="Redis data (AOF), the SQLite history, the admin key and logs.")
 @click.option("--redis-url", "dev_redis_url", default=None,
               help="Use this Redis instead of starting one (RSCHED_REDIS_URL is ignored here).")

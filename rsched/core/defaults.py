@@ -51,3 +51,7 @@ API_HOST = "127.0.0.1"  # local only unless asked: the API schedules and cancels
 API_PORT = 8600
 MAX_BODY_BYTES = 1 << 20  # largest request body...
 MAX_BATCH_BYTES = 32 << 20  # ...except POST /jobs/batch (up to 1,000 jobs)
+
+# rsched dev.
+DEV_DATA_DIR = ".rsched"  # its Redis data, history, admin key and logs, below the working dir
+DEV_URL_FILE = "redis-url"  # in DEV_DATA_DIR while it runs: its Redis, which the CLI there uses

@@ -18,12 +18,13 @@ from rsched.core.models import Job, JobStatus, Misfire, pack_spec, packer
 from rsched.core.times import ms_to_iso, to_ms
 
 # ms_to_iso and to_ms are re-exported: rsched.service.reads and the faces import them from here.
-__all__ = ["QUEUE_PATTERN", "TYPE_PATTERN", "JobSpec", "Prepared", "ms_to_iso", "prepare",
-           "to_ms"]
+__all__ = ["KEY_NAME_PATTERN", "QUEUE_PATTERN", "TYPE_PATTERN", "JobSpec", "Prepared",
+           "ms_to_iso", "prepare", "to_ms"]
 
 
 TYPE_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"  # a job type (the HTTP API's schema says the same)
 QUEUE_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
+KEY_NAME_PATTERN = r"^[A-Za-z0-9_.:@\- ]{1,64}$"  # an API key's name (checked by the service)
 _NAME = re.compile(TYPE_PATTERN)
 _QUEUE = re.compile(QUEUE_PATTERN)
 MAX_ATTEMPTS_LIMIT = 1000
@@ -176,13 +177,16 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     the spec blob and the Job come straight from the checked fields."""
     jtype, queue, cron, key = spec.type, spec.queue, spec.cron, spec.idempotency_key
     max_attempts, base, cap = spec.max_attempts, spec.backoff_base_ms, spec.backoff_cap_ms
-    priority, timeout, jitter, tz = spec.priority, spec.timeout_ms, spec.jitter_ms, spec.tz or "UTC"
+    priority, timeout, jitter = spec.priority, spec.timeout_ms, spec.jitter_ms
+    tz = "UTC" if spec.tz is None else spec.tz  # not `or`: an empty zone is refused, not UTC
     usual = usual_fast(jtype, queue, max_attempts, base, cap, priority, timeout, jitter)
     if not usual:
         check_names(jtype, queue)
     try:
         payload = packer.pack(spec.payload)
-    except (TypeError, ValueError, OverflowError) as e:
+    except OverflowError:
+        raise ValidationError(*_too_big(spec.payload)) from None
+    except (TypeError, ValueError) as e:
         raise ValidationError("payload", f"not serializable: {e}") from None
     if len(payload) > max_payload_bytes:
         raise PayloadTooLarge("payload", f"{len(payload)} bytes encoded, over the limit of "
@@ -231,6 +235,26 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
 
 
 _new_tuple = tuple.__new__
+
+INT_RANGE = (-(2**63), 2**64 - 1)
+"""The integers a payload keeps exactly: what msgpack (the stored form, which workers in any
+language decode) holds.  One beyond them is refused, never turned into a float."""
+
+
+def _too_big(payload: Any) -> tuple[str, str]:
+    """(field, reason) for the first integer of ``payload`` outside INT_RANGE, named by its
+    path (``payload.items[2].n``); a loop, not recursion: payloads nest up to 1,024 deep."""
+    lo, hi = INT_RANGE
+    stack: list[tuple[str, Any]] = [("payload", payload)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack += [(f"{path}.{k}", v) for k, v in reversed(value.items())]
+        elif isinstance(value, (list, tuple)):
+            stack += [(f"{path}[{i}]", v) for i, v in reversed(list(enumerate(value)))]
+        elif isinstance(value, int) and not lo <= value <= hi:
+            return path, f"integer beyond 64 bits ({lo} to {hi}); send it as a string"
+    return "payload", "not serializable: an integer beyond 64 bits"
 
 
 def next_occurrence(

@@ -40,6 +40,11 @@ class WorkerStatus:
     pid: int
     last_heartbeat_ms: int | None
     alive: bool  # heard from within the staleness window
+    types: tuple[str, ...] = ()  # job types it has handlers for
+
+    def serves(self, job_type: str, queue: str) -> bool:
+        """Alive, reading ``queue``, with a handler for ``job_type``."""
+        return self.alive and queue in self.queues and job_type in self.types
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +86,8 @@ class PartitionCounters:
 @dataclass(frozen=True, slots=True)
 class Cluster:
     """The /metrics cluster view: the status, per-partition counters and what live workers
-    report in their heartbeats (runs started, start-lag bucket counts)."""
+    report in their heartbeats (start-lag bucket counts), and the runs started in the cluster
+    (the partitions' ``started`` counts, which workers add to at each heartbeat)."""
 
     status: Status
     counters: tuple[PartitionCounters, ...]

@@ -106,6 +106,9 @@ class RunMetrics:
     lag: Buckets = field(default_factory=lambda: Buckets(LAG_BUCKETS_S))
     duration: Buckets = field(default_factory=lambda: Buckets(DURATION_BUCKETS_S))
     inflight: Callable[[], int] = lambda: 0
+    # Runs started per partition, since the process began: the heartbeat adds what is new to
+    # the partition's stats hash, the cluster-wide total that outlives this worker.
+    started_in: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
 
     def __post_init__(self) -> None:
         with _lock:
@@ -162,13 +165,29 @@ REGISTRY.register(_WorkerCollector())
 
 # --- per-process: scheduling and dispatching --------------------------------------------------
 
-DISPATCHED = Counter("rsched_dispatched", "Runs moved onto queue streams by this dispatcher")
-SKIPPED = Counter("rsched_skipped", "Occurrences skipped by misfire=skip")
+# Registered by export_dispatching, when this process runs a dispatcher: the API (or a worker)
+# must not show a dispatcher's counters at zero.
+DISPATCHED = Counter("rsched_dispatched", "Runs moved onto queue streams by this dispatcher",
+                     registry=None)
+SKIPPED = Counter("rsched_skipped", "Occurrences skipped by misfire=skip", registry=None)
 LEASE_CHANGES = Counter("rsched_lease_changes", "Partition leases taken or given up",
-                        ["change"])
-PARTITIONS_OWNED = Gauge("rsched_partitions_owned", "Partitions this dispatcher holds")
+                        ["change"], registry=None)
+PARTITIONS_OWNED = Gauge("rsched_partitions_owned", "Partitions this dispatcher holds",
+                         registry=None)
 CLAIM_ROUND = Histogram("rsched_claim_round_seconds", "One claim round over owned partitions",
-                        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+                        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+                        registry=None)
+_DISPATCHING = (DISPATCHED, SKIPPED, LEASE_CHANGES, PARTITIONS_OWNED, CLAIM_ROUND)
+_dispatching_exported: list[bool] = []
+
+
+def export_dispatching() -> None:
+    """Export the dispatcher's metrics from this process (once, whatever the dispatchers)."""
+    with _lock:
+        if not _dispatching_exported:
+            for m in _DISPATCHING:
+                REGISTRY.register(m)
+            _dispatching_exported.append(True)
 
 
 class _ScheduledCollector:
@@ -292,8 +311,9 @@ def _queue_and_member_families(c: Cluster) -> Iterator[Metric]:
     for w in workers:
         inflight.add_metric([w.id], w.inflight)
     yield inflight
-    yield CounterMetricFamily("rsched_cluster_runs_started", "Runs started by live workers",
-                              value=c.runs_started)
+    yield CounterMetricFamily("rsched_cluster_runs_started", "Runs started in the cluster, as "
+                              "workers add them to Redis at each heartbeat (a worker killed "
+                              "between two beats leaves its last few out)", value=c.runs_started)
     yield _histogram("rsched_cluster_start_lag_seconds", "Start lag over live workers", "",
                      LAG_BUCKETS_S, {"": list(c.start_lag)})
 

@@ -19,12 +19,13 @@ from typing import Any
 import msgpack
 
 from rsched.core.errors import Conflict, NotFound, ValidationError
+from rsched.core.spec import KEY_NAME_PATTERN
 from rsched.rdb import keys
 from rsched.rdb.ops import Commands, Op, cmd
 
 SCOPES = ("read", "write", "admin")
 _RANK = {s: i for i, s in enumerate(SCOPES)}
-_NAME = re.compile(r"[A-Za-z0-9_.:@\- ]{1,64}")
+_NAME = re.compile(KEY_NAME_PATTERN)
 SECRET_PREFIX = "rsk_"
 
 

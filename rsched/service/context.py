@@ -14,6 +14,7 @@ from rsched.core.settings import Settings
 from rsched.rdb import keys
 from rsched.rdb.ops import Commands, Op, cmd
 from rsched.rdb.setup import _stored as stored_partitions
+from rsched.rdb.setup import op_ensure_partitions
 
 CLOCK_REFRESH_S = 30  # Redis's clock offset is re-read this often: drift stays far below a ms
 
@@ -38,12 +39,23 @@ class Service:
         return self._archive
 
     def op_partitions(self) -> Op[int]:
-        """The cluster's partition count, stored in Redis by the first process to start."""
+        """The cluster's partition count, stored in Redis by the first process to start; read
+        only, as every read op uses it.  With none stored yet (nothing scheduled, no daemon
+        started) the configured count, not kept: storing it here once fixed 16 partitions on a
+        Redis a later deployment wanted another count for."""
         if self._partitions is None:
             wanted = self.settings.partitions or defaults.PARTITIONS
-            res = yield Commands([cmd("hsetnx", keys.config(), "partitions", wanted),
-                                  cmd("hget", keys.config(), "partitions")])
-            self._partitions = stored_partitions(res[1], wanted, bool(self.settings.partitions))
+            (raw,) = yield Commands([cmd("hget", keys.config(), "partitions")])
+            if raw is None:
+                return wanted
+            self._partitions = stored_partitions(raw, wanted, bool(self.settings.partitions))
+        return self._partitions
+
+    def op_store_partitions(self) -> Op[int]:
+        """The partition count for a write that creates jobs: stored first if none is."""
+        if self._partitions is None:
+            self._partitions = yield from op_ensure_partitions(
+                self.settings.partitions or defaults.PARTITIONS, bool(self.settings.partitions))
         return self._partitions
 
     def op_now(self) -> Op[int]:

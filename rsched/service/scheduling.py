@@ -64,7 +64,7 @@ def op_schedule(
     out: list[Job | RschedError | None] = [None] * len(specs)
     created = [False] * len(specs)
     now = yield from svc.op_now()
-    P = yield from svc.op_partitions()
+    P = yield from svc.op_store_partitions()
     parts, ids = random_job_ids(len(specs), P, spread=-(-len(specs) // defaults.SCHEDULE_CHUNK))
     by_part: dict[int, list[int]] = defaultdict(list)
     for i, spec in enumerate(specs):

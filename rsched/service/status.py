@@ -111,8 +111,17 @@ def _workers(raw: dict[bytes, bytes], now: int) -> list[WorkerStatus]:
             concurrency=int(rec.get("concurrency") or 0),
             host=str(rec.get("host") or ""), pid=int(rec.get("pid") or 0),
             last_heartbeat_ms=beat or None, alive=now - beat < WORKER_STALE_MS,
+            types=tuple(str(t) for t in rec.get("types") or []),
         ))
     return out
+
+
+def op_workers(svc: Service) -> Op[list[WorkerStatus]]:
+    """The registered workers alone (one round trip): what `rsched jobs add` checks a new
+    job's type against."""
+    now = yield from svc.op_now()
+    (raw,) = yield Commands([cmd("hgetall", keys.workers())])
+    return _workers(raw, now)
 
 
 # --- the metrics' cluster view -------------------------------------------------------------------
@@ -131,7 +140,8 @@ def _counters(p: int, stats: Any, length: Any, groups: Any) -> PartitionCounters
 
 def op_cluster(svc: Service) -> Op[Cluster]:
     """The status plus what only metrics show: each partition's counters, the archiver's lag,
-    and the run counts and start-lag buckets live workers report."""
+    the runs started (workers add them to the partitions' stats) and the start-lag buckets live
+    workers report."""
     status = yield from op_status(svc)
     cmds = [cmd("hgetall", keys.workers())]
     for pt in status.partitions:
@@ -154,7 +164,7 @@ def op_cluster(svc: Service) -> Op[Cluster]:
         counts = m.get("lag") or ()
         if len(counts) == len(lag):
             lag = [a + b for a, b in zip(lag, counts, strict=True)]
-    return Cluster(status, counters, sum(int(m.get("started") or 0) for m in reports),
+    return Cluster(status, counters, sum(pc.stats.get("started", 0) for pc in counters),
                    tuple(lag))
 
 

@@ -1,6 +1,6 @@
 // The HTTP API, with the user's key as a Bearer token (kept in this browser's localStorage).
 
-const KEY = "rsched.apiKey";
+const KEY = "rsched.apiKey";  // the /docs page (rsched/api/docs.py) keeps it under this name too
 // The API serves the dashboard at <base>/ui/: every API path is relative to <base>.
 export const BASE = location.pathname.replace(/\/ui(\/.*)?$/, "");
 

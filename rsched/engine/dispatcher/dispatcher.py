@@ -57,6 +57,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self.leases: LeaseKeeper | None = None
         self.claimer: Claimer | None = None
+        metrics.export_dispatching()
 
     async def setup(self) -> None:
         await acheck_redis(self.r, self.settings.allow_unsafe_redis)

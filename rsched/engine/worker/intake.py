@@ -58,6 +58,7 @@ class Intake:
         now_s, now, lag = time.time(), time.perf_counter(), self.metrics.lag
         streams, by_id, run = self.link.streams, self.runs.by_id, self.runner.run
         started: dict[tuple[str, str], int] = defaultdict(int)
+        started_in = self.metrics.started_in
         for s, eid, f in entries:
             p, queue = streams[s]
             if f[ENTRY_RUN].decode() in by_id:  # delivered again while still running here
@@ -65,6 +66,7 @@ class Intake:
             attempt = int(f[ENTRY_ATTEMPT])
             fl = inflight(p, s, queue, eid, f, attempt, now)
             started[(fl.type, queue)] += 1
+            started_in[p] += 1
             if attempt == 1:  # retries wait for their backoff on purpose
                 lag.observe(queue, now_s - fl.sched_ms / 1000)
             run(fl, f)
@@ -108,6 +110,7 @@ class Intake:
             if fl.phase is STARTED and fl.run_id not in self.runs:
                 self.metrics.count("started", fl.type, fl.queue)
                 self.metrics.count("reclaimed", fl.type, fl.queue)
+                self.metrics.started_in[fl.partition] += 1
                 self.runner.run(fl, f)
                 started += 1
         return started

@@ -7,7 +7,7 @@ import os
 import socket
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -35,6 +35,8 @@ class Membership:
     metrics: RunMetrics
     queues: list[str]
     concurrency: int
+    types: list[str]  # the job types it has handlers for, so the CLI can warn of a missing one
+    started_added: dict[int, int] = field(default_factory=dict)  # started_in, as added to Redis
 
     async def join(self) -> None:
         """Create the consumer group of every stream (an existing one is fine)."""
@@ -77,13 +79,26 @@ class Membership:
         return lost
 
     async def _register(self) -> None:
-        """This worker's registry entry, for the CLI, the dashboard and the cluster metrics."""
-        await self.link.r.hset(keys.workers(), self.link.id, msgpack.packb({
+        """This worker's registry entry, for the CLI, the dashboard and the cluster metrics,
+        and the runs it started since the last beat, added to each partition's ``started``
+        count (a cluster-wide total that does not drop when the worker dies)."""
+        pipe = self.link.r.pipeline(transaction=False)  # keys in different slots
+        pipe.hset(keys.workers(), self.link.id, msgpack.packb({
             "queues": self.queues, "inflight": len(self.runs), "pid": os.getpid(),
             "host": socket.gethostname(), "beat_ms": int(time.time() * 1000),
-            "concurrency": self.concurrency,
+            "concurrency": self.concurrency, "types": self.types,
             "metrics": self.metrics.heartbeat(),
         }))
+        now = dict(self.metrics.started_in)
+        parts = [p for p, n in now.items() if n > self.started_added.get(p, 0)]
+        for p in parts:
+            pipe.hincrby(keys.stats(p), "started", now[p] - self.started_added.get(p, 0))
+        registered, *added = await pipe.execute(raise_on_error=False)
+        if isinstance(registered, Exception):
+            raise registered
+        for p, res in zip(parts, added, strict=True):
+            if not isinstance(res, Exception):  # else added at the next beat
+                self.started_added[p] = now[p]
 
     async def prune_consumers_once(self, idle_ms: int = defaults.CONSUMER_IDLE_MS) -> int:
         """Delete consumers of killed workers: idle for ``idle_ms`` with nothing pending.

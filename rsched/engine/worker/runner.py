@@ -31,6 +31,11 @@ class UnknownJobType(Exception):
     """No handler is registered for the job's type: fail loudly, never drop silently."""
 
 
+class UnserializableResult(Exception):
+    """The handler returned what JSON cannot hold: the attempt fails rather than storing the
+    value's str() as if it were the result."""
+
+
 class Deadlines:
     """One timer for the earliest deadline of all runs, not one per run: most runs end long
     before theirs, so it fires about once per timeout period, at O(in-flight) each time."""
@@ -134,8 +139,7 @@ class Runner:
                 if reg.is_async:
                     result = await reg.fn(ctx)
                 else:
-                    # A sync handler past its timeout keeps its thread (Python cannot stop it).
-                    result = await loop.run_in_executor(self.pool, reg.fn, ctx)
+                    result = await self._in_thread(fl, reg.fn, ctx)
                 text = "null" if result is None else encode_result(result)
             except asyncio.CancelledError:
                 if fl.timed_out:
@@ -167,6 +171,25 @@ class Runner:
         finally:
             self.tasks.discard(fl.task)
 
+    async def _in_thread(self, fl: Inflight, fn: Any, ctx: JobContext) -> Any:
+        """A sync handler in the pool.  Past its timeout Python cannot stop its thread, so the
+        outcome (and with it the retry) waits until the thread returns: two attempts of a run
+        never execute at once.  The run stays in flight meanwhile, its entry heartbeated."""
+        fut = asyncio.get_running_loop().run_in_executor(self.pool, fn, ctx)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if not fl.timed_out:
+                raise  # shutdown: the run is left to be reclaimed once this process is gone
+            log.warning("run %s attempt %d timed out; its sync handler still runs in its "
+                        "thread, and the retry waits until it returns", fl.run_id, fl.attempt,
+                        extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
+            try:
+                await asyncio.wait([fut])
+            except asyncio.CancelledError:
+                fl.timed_out = False  # shutdown while held: not reported, as above
+            raise
+
     async def drain(self, grace_s: float) -> None:
         """Let running jobs finish within the grace period; the rest are left to be reclaimed."""
         if self.tasks:
@@ -190,11 +213,13 @@ class Runner:
 
 
 def encode_result(result: Any) -> str:
-    """A handler's result as the JSON the run keeps, bounded so one result cannot bloat Redis."""
+    """A handler's result as the JSON the run keeps, bounded so one result cannot bloat Redis;
+    UnserializableResult when it is no JSON (an object, a set, NaN, a cycle)."""
     try:
-        text = json.dumps(result, default=str, separators=(",", ":"))
-    except (TypeError, ValueError) as e:
-        text = json.dumps({"unserializable": str(e)[:200]})
+        text = json.dumps(result, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise UnserializableResult(
+            f"the result could not be serialized as JSON: {str(e)[:200]}") from None
     if len(text) > MAX_RESULT_BYTES:
         text = json.dumps({"truncated": True, "bytes": len(text)})
     return text

@@ -79,6 +79,8 @@ class Worker:
                 "or live runs get reclaimed between two heartbeats")
         if concurrency < 1:
             raise ValidationError("concurrency", "must be at least 1")
+        if not queues:  # nothing to read: the intake would divide by zero
+            raise ValidationError("queues", "give at least one queue")
         if start_after_ms < 0:
             # Heartbeats record every pending start first, so a start lands within
             # heartbeat_ms, well before the entry can look idle to other workers.
@@ -104,7 +106,8 @@ class Worker:
         self.intake = Intake(self.link, self.runs, self.runner, self.reporter, self.metrics,
                              visibility_ms)
         self.membership = Membership(self.link, settings, self.runs, self.reporter,
-                                     self.metrics, self.queues, concurrency)
+                                     self.metrics, self.queues, concurrency,
+                                     sorted(app.handlers))
         self.flusher = Flusher(self.reporter, self.runner, flush_ms)
 
     # --- what other code and tests see ---------------------------------------------------------
