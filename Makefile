@@ -56,8 +56,9 @@ chromium:
 test: venv redis chromium lint
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
+# One Redis and a 3-master Redis Cluster, alternated, and the cost of WAIT (~3 min).
 bench: venv redis
-	$(VPY) loadtest/bench_engine.py
+	$(VPY) loadtest/bench_engine.py --cluster
 
 demo: venv redis
 	$(VENV)/bin/rsched dev
