@@ -64,8 +64,9 @@ chromium:
 test: test-venv redis chromium lint
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
+# One Redis and a 3-master Redis Cluster, alternated, and the cost of WAIT (~3 min).
 bench: test-venv redis
-	$(VPY) loadtest/bench_engine.py
+	$(VPY) loadtest/bench_engine.py --cluster
 
 demo: venv redis
 	$(VENV)/bin/rsched dev $(if $(PORT),--port $(PORT))
