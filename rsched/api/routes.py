@@ -18,10 +18,11 @@ from rsched.api.problems import JSON, Problem, classify, problem, problem_body, 
 from rsched.archive.history import check_page
 from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store, StoreUnavailable
-from rsched.core.errors import ValidationError
+from rsched.core.errors import NotFound, ValidationError
 from rsched.core.spec import TYPE_PATTERN
 from rsched.core.times import to_ms
 from rsched.service import apikeys as auth
+from rsched.service import dead_letters as dlq
 from rsched.service import reads as query
 from rsched.service.inputs import (
     MAX_TIME_MS,
@@ -46,6 +47,7 @@ from rsched.service.status import op_status
 
 MAX_BATCH = 1000
 _INT = re.compile(r"-?[0-9]{1,18}")
+_NUMBER = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
 _TYPE = re.compile(TYPE_PATTERN)  # a job type, as POST /jobs accepts it
 STATS_WINDOW_MS = 86_400_000  # /stats/* look back one day unless given ``from``
 NO_ARCHIVE = ("no run-history archive is configured for this API: start it with "
@@ -211,10 +213,27 @@ async def stats_durations(request: Request) -> Response:
 # --- dead letters ------------------------------------------------------------------------------
 
 
+def _dead_filter(request: Request) -> dlq.DeadFilter:
+    """GET /dead-letters's filter: the purge body's fields as query parameters."""
+    q = request.query_params
+    age = q.get("olderThanSeconds")
+    if age is not None and not _NUMBER.fullmatch(age):
+        raise ValidationError("olderThanSeconds", f"expected a number of seconds, got {age!r}")
+    return dlq.DeadFilter(q.get("type"), q.get("queue"), q.get("errorContains"),
+                          None if age is None else float(age))
+
+
+def _actor(request: Request) -> str:
+    """Who a deletion is recorded as: the API key's name (no key with auth off)."""
+    key = getattr(request.state, "api_key", None)
+    return key.name if key is not None else "api (auth off)"
+
+
 async def dead_letters(request: Request) -> Response:
     c = _client(request)
     page = await c.run(query.op_dead_letter_page(c, int_param(request, "limit", 50),
-                                                 request.query_params.get("cursor")))
+                                                 request.query_params.get("cursor"),
+                                                 _dead_filter(request)))
     return JSON({"deadLetters": [dead_letter_json(d) for d in page.items],
                  "nextCursor": page.next_cursor})
 
@@ -222,6 +241,26 @@ async def dead_letters(request: Request) -> Response:
 async def replay_dead_letter(request: Request) -> Response:
     run_id = query.run_id_or_404(request.path_params["runId"])
     return JSON(run_json(await _client(request).replay(run_id)))
+
+
+async def delete_dead_letter(request: Request) -> Response:
+    run_id = query.run_id_or_404(request.path_params["runId"])
+    c = _client(request)
+    (deleted,) = await c.run(dlq.op_delete(c, [run_id], _actor(request)))
+    if not deleted:
+        raise NotFound("dead letter", run_id)
+    return Response(status_code=204)
+
+
+async def purge_dead_letters(request: Request) -> Response:
+    body = as_object(await read_json(request, _limits(request).max_body_bytes), "body")
+    reject_unknown(body, ("type", "queue", "errorContains", "olderThanSeconds", "dryRun"))
+    dry = body.get("dryRun")
+    if not isinstance(dry, bool):
+        raise ValidationError("dryRun", "required: true to count the matches, false to delete")
+    c = _client(request)
+    count = await c.run(dlq.op_purge(c, dlq.filter_from_json(body), dry, _actor(request)))
+    return JSON({"dryRun": dry, "count": count})
 
 
 # --- schedules, status, health -----------------------------------------------------------------

@@ -197,6 +197,22 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"deadLetters": {"type": "array", "items": ref("DeadLetter")},
                        "nextCursor": _n("string")},
     },
+    "PurgeRequest": {
+        "type": "object", "additionalProperties": False, "required": ["dryRun"],
+        "description": "Which dead letters to purge: each field given must match; none = all.",
+        "properties": {
+            "type": {"type": "string", "pattern": TYPE_PATTERN},
+            "queue": {"type": "string", "pattern": QUEUE_PATTERN},
+            "errorContains": {"type": "string", "minLength": 1, "maxLength": 1000,
+                              "description": "Case-insensitive substring of the last error."},
+            "olderThanSeconds": {"type": "number", "minimum": 0, "maximum": 3153600000},
+            "dryRun": {"type": "boolean", "description": "true: only count the matches."},
+        },
+    },
+    "PurgeResult": {
+        "type": "object", "required": ["dryRun", "count"],
+        "properties": {"dryRun": {"type": "boolean"}, "count": {"type": "integer"}},
+    },
     "Trigger": {
         "type": "object", "required": ["jobId", "runId"],
         "properties": {"jobId": {"type": "string"}, "runId": {"type": "string"}},

@@ -36,6 +36,7 @@ class RunState(str, enum.Enum):
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     ABANDONED = "abandoned"
+    DELETED = "deleted"  # a one-off job's own run, deleted from the dead letters
 
 
 class Misfire(str, enum.Enum):

@@ -27,6 +27,7 @@ from rsched.rdb import keys
 from rsched.rdb.ops import Commands, Op, cmd
 from rsched.rdb.setup import SAFE_POLICIES
 from rsched.service.context import Service
+from rsched.service.dead_letters import DeadFilter
 from rsched.service.jobs import op_read_runs
 
 LIST_SCAN_COUNT = 500
@@ -102,15 +103,24 @@ class DeadLetter:
     dead_ms: int
 
 
-def op_dead_letter_page(svc: Service, limit: int = 50, cursor: str | None = None) -> Op[Page]:
+def op_dead_letter_page(svc: Service, limit: int = 50, cursor: str | None = None,
+                        flt: DeadFilter | None = None) -> Op[Page]:
     """Dead letters across partitions, most recent first; the cursor holds per-partition offsets
-    (a letter dead-lettered while paging may show up twice; a replayed one may shift a page)."""
+    (a letter dead-lettered while paging may show up twice; a replayed one may shift a page).
+    With a filter, a page holds the matches among the next ``limit`` letters: it may be short,
+    even empty, with a cursor for more."""
     check_limit(limit)
     P = yield from svc.op_partitions()
     offsets = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == P
                             and all(is_count(x) for x in v)) or [0] * P
-    res = yield Commands([cmd("zrevrange", keys.dead(p), off, off + limit - 1, withscores=True)
-                          for p, off in enumerate(offsets)])
+    if flt is not None and flt.older_than_s is not None:
+        top = flt.max_score((yield from svc.op_now()))
+        reads = [cmd("zrevrangebyscore", keys.dead(p), top, "-inf", start=off, num=limit,
+                     withscores=True) for p, off in enumerate(offsets)]
+    else:
+        reads = [cmd("zrevrange", keys.dead(p), off, off + limit - 1, withscores=True)
+                 for p, off in enumerate(offsets)]
+    res = yield Commands(reads)
     entries = sorted(((score, _s(rid), p) for p, r in enumerate(res) for rid, score in r),
                      key=lambda e: (-e[0], e[1]))
     taken = entries[:limit]
@@ -119,7 +129,7 @@ def op_dead_letter_page(svc: Service, limit: int = 50, cursor: str | None = None
     for _, _, p in taken:
         offsets[p] += 1
     items = [DeadLetter(run, int(score)) for (score, _, _), run in zip(taken, runs, strict=True)
-             if run is not None]
+             if run is not None and (flt is None or flt.matches(run))]
     return Page(items, encode_cursor(offsets) if more and taken else None)
 
 
