@@ -239,8 +239,9 @@ def test_a_read_only_key_sees_everything_but_no_button(browser: Any, stack: Stac
         assert p.locator("button", has_text="Pause").count() == 0
         assert p.locator("button", has_text="Trigger").count() == 0
         p.goto(f"{stack.base}/ui/#/dead-letters")
-        p.wait_for_selector("text=Replaying needs an admin key")
+        p.wait_for_selector("text=Replaying and deleting need an admin key")
         assert p.locator("button", has_text="Replay").count() == 0
+        assert p.locator("button", has_text="Delete").count() == 0
     finally:
         context.close()
 
@@ -258,3 +259,52 @@ def test_a_wrong_key_gets_the_sign_in_form(browser: Any, stack: Stack) -> None:
         p.wait_for_selector("[data-test=partitions-owned]")
     finally:
         context.close()
+
+
+def test_dead_letters_show_error_and_payload_and_delete_one_then_all_matching(
+    page: Any, stack: Stack
+) -> None:
+    gates = {g: stack.gate.with_name(f"gate-{g}") for g in ("a", "b")}
+    for g in gates.values():
+        g.write_text("closed")
+    jobs = all_jobs(stack.client.schedule_many([
+        JobSpec(type="gated", payload={"gate": str(gates[g]), "n": i}, max_attempts=1)
+        for g, i in [("a", 0), ("a", 1), ("b", 2), ("b", 3), ("b", 4)]]))
+    by_n = {j.payload["n"]: j.id for j in jobs}
+
+    def letters() -> dict[int, str]:
+        got = stack.api.get("/dead-letters", params={"limit": 200}).json()["deadLetters"]
+        return {n: d["runId"] for d in got for n, j in by_n.items() if d["jobId"] == j}
+
+    dead = stack.wait("five dead letters", lambda: d if len(d := letters()) == 5 else None)
+    page.goto(f"{stack.base}/ui/#/dead-letters")
+    row = f"tr[data-run='{dead[0]}']"
+    page.wait_for_selector(row)
+    page.click(f"{row} summary")  # opens the full error and the job's payload
+    page.wait_for_selector(f"{row} pre.payload[data-loaded]")
+    assert '"n": 0' in text(page, f"{row} pre.payload")
+    assert str(gates["a"]) in text(page, f"{row} pre.payload")
+    page.locator(row).get_by_role("button", name="Delete").click()
+    page.locator(row).get_by_role("button", name="Really delete?").click()
+    page.wait_for_selector("#toast >> text='Deleted 1 run'")
+    page.wait_for_selector(row, state="detached")
+    assert 0 not in letters()
+    top = stack.api.get(f"/jobs/{by_n[0]}/runs").json()["runs"][0]
+    assert top["status"] == "deleted" and top["error"].endswith("by dashboard-admin")
+    # Filter on gate b's path, select all that match (the dry run's count), delete them.
+    page.fill("input[name=errorContains]", "gate-b")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_selector(f"tr[data-run='{dead[1]}']", state="detached")
+    for n in (2, 3, 4):
+        page.wait_for_selector(f"tr[data-run='{dead[n]}']")
+    page.get_by_role("button", name="Select all matching").click()
+    page.wait_for_selector("button >> text='All 3 matching selected (clear)'")
+    shot(page, "dead-letters-purge")
+    page.get_by_role("button", name="Delete all 3 matching").click()
+    page.get_by_role("button", name="Really delete 3 dead letters?").click()
+    page.wait_for_selector("#toast >> text='Deleted 3 dead letters'")
+    for n in (2, 3, 4):
+        page.wait_for_selector(f"tr[data-run='{dead[n]}']", state="detached")
+    assert letters() == {1: dead[1]}
+    for g in gates.values():
+        g.unlink()
