@@ -14,6 +14,7 @@ from rsched.api.schemas import SCHEMAS, TIME, ref
 from rsched.core.models import JobStatus
 from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
 from rsched.service.dead_letters import MAX_AGE_S
+from rsched.service.last_runs import LAST_RUN_FILTERS
 
 _ERRORS = {
     400: "Malformed JSON.", 401: "Missing, unknown or revoked API key.",
@@ -109,7 +110,11 @@ PATHS: dict[str, Any] = {
                        _param("status", "query",
                               {"type": "string", "enum": [s.value for s in JobStatus]}),
                        _param("type", "query", {"type": "string"}),
-                       _param("queue", "query", {"type": "string"}), LIMIT, CURSOR]),
+                       _param("queue", "query", {"type": "string"}),
+                       _param("lastRun", "query", {"type": "string",
+                                                   "enum": list(LAST_RUN_FILTERS)},
+                              "The latest run's status (failed includes dead)."),
+                       LIMIT, CURSOR]),
     },
     "/jobs/batch": {
         "post": _op("createJobs", "jobs", "Schedule up to 1,000 jobs",

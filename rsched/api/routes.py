@@ -31,6 +31,7 @@ from rsched.service.inputs import (
     reject_unknown,
     spec_from_json,
 )
+from rsched.service.last_runs import op_last_runs
 from rsched.service.shapes import (
     dead_letter_json,
     durations_json,
@@ -39,6 +40,7 @@ from rsched.service.shapes import (
     iso,
     job_json,
     key_json,
+    last_run_json,
     run_json,
     runs_json,
     status_json,
@@ -117,11 +119,16 @@ def _item_error(exc: Exception) -> dict[str, Any]:
 
 async def list_jobs(request: Request) -> Response:
     q = request.query_params
-    page = await _client(request).run(query.op_list_jobs(
+    c = _client(request)
+    page = await c.run(query.op_list_jobs(
         status=q.get("status"), type=q.get("type"), queue=q.get("queue"),
         limit=int_param(request, "limit", 50), cursor=q.get("cursor"),
+        last_run=q.get("lastRun"),
     ))
-    return JSON({"jobs": [job_json(j) for j in page.items], "nextCursor": page.next_cursor})
+    last = await c.run(op_last_runs(page.items))
+    return JSON({"jobs": [dict(job_json(j), lastRun=last_run_json(lr))
+                          for j, lr in zip(page.items, last, strict=True)],
+                 "nextCursor": page.next_cursor})
 
 
 async def get_job(request: Request) -> Response:

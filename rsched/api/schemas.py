@@ -89,9 +89,18 @@ SCHEMAS: dict[str, Any] = {
     },
     "JobPage": {
         "type": "object", "required": ["jobs", "nextCursor"],
-        "properties": {"jobs": {"type": "array", "items": ref("Job")},
+        "properties": {"jobs": {"type": "array", "items": ref("JobListed")},
                        "nextCursor": _n("string")},
     },
+    "JobListed": {"allOf": [ref("Job"), {
+        "type": "object", "required": ["lastRun"],
+        "properties": {"lastRun": {
+            "type": "object", "description": "The latest run, and how many finished runs in a "
+            "row failed (back to the latest success; streakCapped: at least that many).",
+            "required": ["runId", "status", "at", "failureStreak", "streakCapped"],
+            "properties": {"runId": _n("string"), "status": _n("string"), "at": NTIME,
+                           "failureStreak": {"type": "integer", "minimum": 0},
+                           "streakCapped": {"type": "boolean"}}}}}]},
     "BatchRequest": {
         "type": "object", "additionalProperties": False, "required": ["jobs"],
         "properties": {"jobs": {
@@ -199,13 +208,14 @@ SCHEMAS: dict[str, Any] = {
     },
     "PurgeRequest": {
         "type": "object", "additionalProperties": False, "required": ["dryRun"],
-        "description": "Which dead letters to purge: each field given must match; none = all.",
+        "description": "Which dead letters to purge: each field given must match; none (or "
+                       "null) matches all.",
         "properties": {
-            "type": {"type": "string", "pattern": TYPE_PATTERN},
-            "queue": {"type": "string", "pattern": QUEUE_PATTERN},
-            "errorContains": {"type": "string", "minLength": 1, "maxLength": 1000,
-                              "description": "Case-insensitive substring of the last error."},
-            "olderThanSeconds": {"type": "number", "minimum": 0, "maximum": 3153600000},
+            "type": _n("string", pattern=TYPE_PATTERN),
+            "queue": _n("string", pattern=QUEUE_PATTERN),
+            "errorContains": _n("string", minLength=1, maxLength=1000,
+                                description="Case-insensitive substring of the last error."),
+            "olderThanSeconds": _n("number", minimum=0, maximum=3153600000),
             "dryRun": {"type": "boolean", "description": "true: only count the matches."},
         },
     },

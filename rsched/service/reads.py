@@ -29,6 +29,8 @@ from rsched.rdb.setup import SAFE_POLICIES
 from rsched.service.context import Service
 from rsched.service.dead_letters import DeadFilter
 from rsched.service.jobs import op_read_runs
+from rsched.service.last_runs import check_filter as check_last_run
+from rsched.service.last_runs import op_last_runs
 
 LIST_SCAN_COUNT = 500
 LIST_MAX_SCANS = 20
@@ -62,9 +64,12 @@ def op_list_jobs(
     queue: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
+    last_run: str | None = None,
 ) -> Op[Page]:
-    """One page of jobs matching every filter given; see the module docstring for the cost."""
+    """One page of jobs matching every filter given; see the module docstring for the cost.
+    ``last_run`` (failed, dead, succeeded) also reads each candidate's latest run."""
     check_limit(limit)
+    check_last_run(last_run)
     if status is not None and status not in {s.value for s in JobStatus}:
         raise ValidationError("status", "must be one of " + ", ".join(s.value for s in JobStatus))
     state = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == 2
@@ -84,8 +89,13 @@ def op_list_jobs(
             vals = yield Commands([cmd("hmget", n, "status", "type", "queue") for n in names])
             names = [n for n, v in zip(names, vals, strict=True)
                      if all(v[i] is not None and _s(v[i]) == w for i, w in want)]
+        if last_run is not None and names:
+            found_jobs = yield from _with_last_run(names, last_run)
+            names = list(found_jobs)
         take = names[: limit - len(jobs)]
-        if take:
+        if take and last_run is not None:
+            jobs += [found_jobs[n] for n in take]
+        elif take:
             hashes = yield Commands([cmd("hgetall", n) for n in take])
             jobs += [Job.from_hash(h) for h in hashes if h]
         if len(take) < len(names):
@@ -95,6 +105,14 @@ def op_list_jobs(
         if len(jobs) >= limit:
             break
     return Page(jobs, encode_cursor([scan_at, ""]))
+
+
+def _with_last_run(names: list[str], wanted: str) -> Op[dict[str, Job]]:
+    """The jobs (by key, in order) among ``names`` whose latest run is as ``wanted``."""
+    hashes = yield Commands([cmd("hgetall", n) for n in names])
+    found = [(n, Job.from_hash(h)) for n, h in zip(names, hashes, strict=True) if h]
+    last = yield from op_last_runs([j for _, j in found])
+    return {n: j for (n, j), lr in zip(found, last, strict=True) if lr.matches(wanted)}
 
 
 @dataclass(frozen=True, slots=True)
