@@ -308,3 +308,64 @@ def test_dead_letters_show_error_and_payload_and_delete_one_then_all_matching(
     assert letters() == {1: dead[1]}
     for g in gates.values():
         g.unlink()
+
+
+def test_the_jobs_list_refreshes_by_itself_with_the_last_run_and_failure_streak(
+    page: Any, stack: Stack
+) -> None:
+    stack.gate.write_text("closed")
+    failing = stack.client.schedule("gated", payload={"gate": str(stack.gate)}, max_attempts=1,
+                                    cron="0 0 1 1 *", idempotency_key="list-failing")
+    fine = stack.client.schedule("tick", cron="0 0 1 1 *", idempotency_key="list-fine")
+    page.goto(f"{stack.base}/ui/#/jobs")
+    row = f"tr[data-job='{failing.id}']"
+    page.wait_for_selector(f"{row} [data-test=last-run] >> text='—'")
+    assert text(page, f"{row} td:nth-child(4)") == "scheduled"
+    stack.api.post(f"/jobs/{failing.id}/trigger")
+    stack.api.post(f"/jobs/{fine.id}/trigger")
+    # No reload: the list reads the jobs again every 3 s; 20 s leaves the run time to spare.
+    page.wait_for_selector(f"{row} [data-test=last-run] [data-status=dead]")
+    page.wait_for_selector(f"{row} [data-test=streak] >> text='1 in a row'")
+    page.wait_for_selector(f"tr[data-job='{fine.id}'] [data-test=last-run] [data-status=succeeded]")
+    stack.api.post(f"/jobs/{failing.id}/trigger")
+    page.wait_for_selector(f"{row} [data-test=streak] >> text='2 in a row'")
+    assert text(page, f"{row} td:nth-child(4)") == "scheduled"  # the job's own status
+    shot(page, "jobs-last-run")
+    page.goto(f"{stack.base}/ui/#/jobs?lastRun=dead")
+    page.wait_for_selector(f"tr[data-job='{fine.id}']", state="detached")
+    page.wait_for_selector(row)
+    api_ids = {j["id"] for j in stack.api.get("/jobs", params={"lastRun": "dead", "limit": 1000})
+               .json()["jobs"]}
+    shown = page.locator("tr[data-job]").evaluate_all("els => els.map(e => e.dataset.job)")
+    assert set(shown) == api_ids
+    stack.gate.unlink()
+
+
+def test_a_job_page_marks_dead_runs_replays_them_shows_results_and_refreshes_after_a_prompt(
+    page: Any, stack: Stack
+) -> None:
+    stack.gate.write_text("closed")
+    job = stack.client.schedule("gated", payload={"gate": str(stack.gate)}, max_attempts=1,
+                                cron="0 0 1 1 *", idempotency_key="page-dead")
+    dead_run = stack.api.post(f"/jobs/{job.id}/trigger").json()["runId"]
+    stack.wait("a dead letter", lambda: any(
+        d["runId"] == dead_run for d in stack.api.get("/dead-letters").json()["deadLetters"]))
+    page.goto(f"{stack.base}/ui/#/jobs/{job.id}")
+    li = f"ol.timeline > li[data-run='{dead_run}']"
+    page.wait_for_selector(f"{li} .t-head [data-status=dead]")
+    assert page.locator(f"{li} .attempts [data-status=failed]").count() == 1
+    # Arm "Really cancel?" and walk away: the page goes on refreshing, and disarms.
+    page.get_by_role("button", name="Cancel").click()
+    page.wait_for_selector("button >> text='Really cancel?'")
+    stack.gate.unlink()
+    new_run = stack.api.post(f"/jobs/{job.id}/trigger").json()["runId"]
+    new_li = f"ol.timeline > li[data-run='{new_run}']"
+    page.wait_for_selector(f"{new_li} .t-head [data-status=succeeded]")
+    page.wait_for_selector("button >> text='Cancel'")
+    assert stack.api.get(f"/jobs/{job.id}").json()["status"] == "scheduled"
+    assert "passed" in text(page, f"{new_li} pre.result")
+    shot(page, "job-dead-run")
+    page.locator(li).get_by_role("button", name="Replay").click()
+    page.wait_for_selector(f"#toast >> text='Replayed {dead_run}'")
+    page.wait_for_selector(f"{li} .t-head [data-status=succeeded]")
+    assert page.locator(f"{li} button", has_text="Replay").count() == 0

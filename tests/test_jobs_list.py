@@ -109,6 +109,11 @@ def test_last_run_filters_failed_dead_and_succeeded(api: TestClient, redis_url: 
     assert set(_listed(api, lastRun="dead")) == {dead}
     assert set(_listed(api, lastRun="succeeded")) == {ok}
     assert never in _listed(api)
+    # The job's runs say which run is a dead letter (its newest attempt), not only "failed".
+    runs = api.get(f"/jobs/{dead}/runs").json()["runs"]
+    assert [(r["status"], r["deadLettered"]) for r in runs] == [("failed", True)]
+    runs = api.get(f"/jobs/{retrying}/runs").json()["runs"]
+    assert [r["deadLettered"] for r in runs] == [False, False]  # in flight, then attempt 1
     # Paging with the filter visits every match once.
     seen, cursor = [], None
     while True:

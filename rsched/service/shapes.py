@@ -67,7 +67,7 @@ def attempt_json(a: Attempt) -> dict[str, Any]:
         "runId": a.run_id, "attempt": a.attempt, "status": a.status, "worker": a.worker,
         "scheduledAt": iso(a.sched_ms), "startedAt": iso(a.started_ms),
         "endedAt": iso(a.ended_ms), "durationMs": a.duration_ms, "error": a.error,
-        "result": a.result,
+        "result": a.result, "deadLettered": a.dead_lettered,
     }
 
 
