@@ -310,12 +310,17 @@ def test_dead_letters_show_error_and_payload_and_delete_one_then_all_matching(
         g.unlink()
 
 
+def _failing_yearly(stack: Stack, key: str) -> Any:
+    """A cron job (next run next January) whose runs fail while the gate is closed; closes it."""
+    stack.gate.write_text("closed")
+    return stack.client.schedule("gated", payload={"gate": str(stack.gate)}, max_attempts=1,
+                                 cron="0 0 1 1 *", idempotency_key=key)
+
+
 def test_the_jobs_list_refreshes_by_itself_with_the_last_run_and_failure_streak(
     page: Any, stack: Stack
 ) -> None:
-    stack.gate.write_text("closed")
-    failing = stack.client.schedule("gated", payload={"gate": str(stack.gate)}, max_attempts=1,
-                                    cron="0 0 1 1 *", idempotency_key="list-failing")
+    failing = _failing_yearly(stack, "list-failing")
     fine = stack.client.schedule("tick", cron="0 0 1 1 *", idempotency_key="list-fine")
     page.goto(f"{stack.base}/ui/#/jobs")
     row = f"tr[data-job='{failing.id}']"
@@ -344,9 +349,7 @@ def test_the_jobs_list_refreshes_by_itself_with_the_last_run_and_failure_streak(
 def test_a_job_page_marks_dead_runs_replays_them_shows_results_and_refreshes_after_a_prompt(
     page: Any, stack: Stack
 ) -> None:
-    stack.gate.write_text("closed")
-    job = stack.client.schedule("gated", payload={"gate": str(stack.gate)}, max_attempts=1,
-                                cron="0 0 1 1 *", idempotency_key="page-dead")
+    job = _failing_yearly(stack, "page-dead")
     dead_run = stack.api.post(f"/jobs/{job.id}/trigger").json()["runId"]
     stack.wait("a dead letter", lambda: any(
         d["runId"] == dead_run for d in stack.api.get("/dead-letters").json()["deadLetters"]))
