@@ -60,7 +60,9 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
     _, read = admin_client.run(op_create_key("dashboard-viewer", "read"))
     tmp = tmp_path_factory.mktemp("dashboard")
     port = free_port()
+    # The API samples the overview's history every second (a minute in production).
     env = dict(os.environ, RSCHED_REDIS_URL=redis_server.url, PYTHONUNBUFFERED="1",
+               RSCHED_STATS_SAMPLE_MS="1000",
                PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     procs = [
         Proc("api", ["api", "--port", str(port)], env, tmp),
@@ -372,3 +374,31 @@ def test_a_job_page_marks_dead_runs_replays_them_shows_results_and_refreshes_aft
     page.wait_for_selector(f"#toast >> text='Replayed {dead_run}'")
     page.wait_for_selector(f"{li} .t-head [data-status=succeeded]")
     assert page.locator(f"{li} button", has_text="Replay").count() == 0
+
+
+def test_the_overview_charts_show_the_stored_history_at_first_load_then_go_on_live(
+    browser: Any, stack: Stack
+) -> None:
+    stack.client.schedule("tick", cron="* * * * * *", idempotency_key="history-every-second")
+    stack.wait("20 s of samples with runs in them", lambda: len(
+        s := stack.api.get("/stats/overview").json()["samples"]) >= 20
+        and s[-1]["succeeded"] > s[-20]["succeeded"])
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        p = context.new_page()
+        p.set_default_timeout(UI_TIMEOUT_MS)
+        p.goto(f"{stack.base}/ui/#key={stack.admin}")
+        for chart in ("throughput", "lag", "backlog"):
+            p.wait_for_selector(f"#chart-{chart}[data-first]:not([data-first=''])")
+        # Points older than the page itself cannot come from its own polling: the stored ones.
+        for chart in ("throughput", "backlog"):
+            age_ms = p.evaluate(f"performance.timeOrigin - Number(document.querySelector("
+                                f"'#chart-{chart}').dataset.first)")
+            assert age_ms > 10_000, (chart, age_ms)
+        first = int(p.locator("#chart-throughput").get_attribute("data-points") or 0)
+        assert first >= 15
+        p.wait_for_function("n => Number(document.querySelector('#chart-throughput')"
+                            ".dataset.points) >= n + 3", arg=first)  # and live points follow
+        shot(p, "overview-history")
+    finally:
+        context.close()

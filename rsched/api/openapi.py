@@ -191,6 +191,13 @@ PATHS: dict[str, Any] = {
                       "DurationReport", "One entry per job type with finished attempts.",
                       STATS_PARAMS),
     },
+    "/stats/overview": {
+        "get": _op("overviewHistory", "stats", "The overview charts' history: samples of the "
+                   "cluster's counters the API takes (RSCHED_STATS_SAMPLE_MS, default a minute)",
+                   {200: _json("OverviewHistory", "Samples, oldest first.")}, [422],
+                   params=[_param("minutes", "query", {"type": "integer", "minimum": 1,
+                                                       "maximum": 120}, "default 60")]),
+    },
     "/api-keys": {
         "get": _op("listApiKeys", "keys", "List API keys (never their secrets)",
                    {200: _json("ApiKeyList", "The keys.")}, [], scope="admin"),

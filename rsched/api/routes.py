@@ -32,6 +32,7 @@ from rsched.service.inputs import (
     spec_from_json,
 )
 from rsched.service.last_runs import op_last_runs
+from rsched.service.samples import op_samples
 from rsched.service.shapes import (
     dead_letter_json,
     durations_json,
@@ -215,6 +216,17 @@ async def stats_durations(request: Request) -> Response:
     except StoreUnavailable as e:
         return _archive_down(e)
     return JSON({"type": job_type, "from": iso(lo), "to": iso(hi), "types": durations_json(stats)})
+
+
+async def stats_overview(request: Request) -> Response:
+    """The overview charts' history: the API's samples of the last ``minutes`` (default 60)."""
+    minutes = int_param(request, "minutes", 60)
+    if not 1 <= minutes <= 120:
+        raise ValidationError("minutes", "must be between 1 and 120")
+    c = _client(request)
+    now = await c.run(c.op_now())
+    got = await c.run(op_samples(c, now - minutes * 60_000))
+    return JSON({"sampleSeconds": c.settings.stats_sample_ms / 1000, "samples": got})
 
 
 # --- dead letters ------------------------------------------------------------------------------

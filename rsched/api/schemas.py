@@ -206,6 +206,20 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"deadLetters": {"type": "array", "items": ref("DeadLetter")},
                        "nextCursor": _n("string")},
     },
+    "OverviewHistory": {
+        "type": "object", "required": ["sampleSeconds", "samples"],
+        "properties": {"sampleSeconds": {"type": "number"}, "samples": {"type": "array", "items": {
+            "type": "object", "required": ["t", "started", "succeeded", "failed", "lag", "due",
+                                           "retry", "oldest"],
+            "description": "Cumulative counters at t (ms since the epoch): rates are the "
+                           "differences of consecutive samples; lag is [upper bound in "
+                           "seconds (null: +Inf), cumulative count] per start-lag bucket.",
+            "properties": {"t": {"type": "integer"}, "started": {"type": "number"},
+                           "succeeded": {"type": "number"}, "failed": {"type": "number"},
+                           "lag": {"type": "array", "items": {"type": "array"}},
+                           "due": {"type": "integer"}, "retry": {"type": "integer"},
+                           "oldest": {"type": "number"}}}}},
+    },
     "PurgeRequest": {
         "type": "object", "additionalProperties": False, "required": ["dryRun"],
         "description": "Which dead letters to purge: each field given must match; none (or "

@@ -37,3 +37,7 @@ API_HOST = "127.0.0.1"  # local only unless asked: the API schedules and cancels
 API_PORT = 8600
 MAX_BODY_BYTES = 1 << 20  # largest request body...
 MAX_BATCH_BYTES = 32 << 20  # ...except POST /jobs/batch (up to 1,000 jobs)
+
+# --- the overview's history (rsched.service.samples) -----------------------------------------
+STATS_SAMPLE_MS = 60_000  # one sample of the cluster's counters per minute, by the API
+STATS_KEEP_MS = 2 * 3_600_000  # samples kept in Redis: the overview shows the last hour

@@ -43,6 +43,9 @@ class Settings:
     events_maxlen: int = 0
     # Allow a Redis that may evict keys or has AOF off: tests and throwaway setups only.
     allow_unsafe_redis: bool = False
+    # How often (ms) an API process samples the cluster's counters for the overview's history
+    # charts; a minute suits the last hour they show (tests sample faster).
+    stats_sample_ms: int = defaults.STATS_SAMPLE_MS
 
     @property
     def initial_partitions(self) -> int:
@@ -66,9 +69,12 @@ class Settings:
             run_ttl_ms=_int_env("RSCHED_RUN_TTL_MS", d.run_ttl_ms),
             finished_ttl_ms=_int_env("RSCHED_FINISHED_TTL_MS", d.finished_ttl_ms),
             allow_unsafe_redis=os.environ.get("RSCHED_ALLOW_UNSAFE_REDIS", "") in ("1", "true"),
+            stats_sample_ms=_int_env("RSCHED_STATS_SAMPLE_MS", d.stats_sample_ms),
         )
         known = {f.name for f in fields(cls)}
         s = replace(s, **{k: v for k, v in overrides.items() if k in known and v is not None})
         if not 0 <= s.partitions <= 1024:
             raise ValidationError("RSCHED_PARTITIONS", "must be between 1 and 1024")
+        if not 100 <= s.stats_sample_ms <= 3_600_000:
+            raise ValidationError("RSCHED_STATS_SAMPLE_MS", "must be between 100 and 3600000")
         return s
