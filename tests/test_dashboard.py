@@ -285,6 +285,9 @@ def test_dead_letters_show_error_and_payload_and_delete_one_then_all_matching(
     page.click(f"{row} summary")  # opens the full error and the job's payload
     page.wait_for_selector(f"{row} pre.payload[data-loaded]")
     assert '"n": 0' in text(page, f"{row} pre.payload")
+    full = text(page, f"{row} pre.err.full")  # the error with its traceback
+    assert "gate" in full and "Traceback (most recent call last)" in full
+    assert "dashboard_app.py" in full and ", in gated" in full
     assert str(gates["a"]) in text(page, f"{row} pre.payload")
     page.locator(row).get_by_role("button", name="Delete").click()
     page.locator(row).get_by_role("button", name="Really delete?").click()

@@ -37,3 +37,8 @@ def show(value: Any, as_json: bool, render: Callable[[Any], str]) -> None:
         print_json(value)
     else:
         click.echo(render(value))
+
+
+def summary(error: str | None) -> str | None:
+    """An error's first line: a table cell holds no traceback (--json has it all)."""
+    return None if error is None else error.partition("\n")[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from rsched.cli._output import JSON_FLAG, more, print_json, table
+from rsched.cli._output import JSON_FLAG, more, print_json, summary, table
 from rsched.cli.context import client_of
 from rsched.core.errors import ValidationError
 from rsched.service import dead_letters as dlq_ops
@@ -35,7 +35,7 @@ def dlq_list(ctx: click.Context, limit: int, cursor: str | None, as_json: bool) 
         print_json({"deadLetters": items, "nextCursor": page.next_cursor})
         return
     click.echo(table(["run", "type", "attempt", "dead at", "error"],
-                     [[d["runId"], d["type"], d["attempt"], d["deadAt"], d["error"]]
+                     [[d["runId"], d["type"], d["attempt"], d["deadAt"], summary(d["error"])]
                       for d in items]))
     more(page.next_cursor, "rsched dlq list")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from rsched.cli._output import JSON_FLAG, more, print_json, show, table
+from rsched.cli._output import JSON_FLAG, more, print_json, show, summary, table
 from rsched.cli.context import client_of
 from rsched.core.errors import ValidationError
 from rsched.service import reads as query
@@ -126,7 +126,7 @@ def jobs_runs(ctx: click.Context, job_id: str, limit: int, cursor: str | None,
     click.echo(table(["run", "attempt", "status", "worker", "scheduled", "started", "ms",
                       "error"],
                      [[a["runId"], a["attempt"], a["status"], a["worker"], a["scheduledAt"],
-                       a["startedAt"], a["durationMs"], a["error"]] for a in items]))
+                       a["startedAt"], a["durationMs"], summary(a["error"])] for a in items]))
     more(body["nextCursor"], f"rsched jobs runs {job_id}")
 
 

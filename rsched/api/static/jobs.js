@@ -101,6 +101,14 @@ export function jobList(main, params) {
   return () => { stopped = true; clearInterval(timer); };
 }
 
+// An attempt's error: its first line, and the traceback under it when opened.
+function errorText(error) {
+  const [first, ...rest] = error.split("\n");
+  if (!rest.length) return el("pre", { class: "err" }, error);
+  return el("details", { class: "more" }, el("summary", {}, el("pre", { class: "err" }, first)),
+    el("pre", { class: "err full" }, error));
+}
+
 // A run's status: its newest attempt's, or dead while it is a dead letter.
 const runStatus = (a) => (a.deadLettered ? "dead" : a.status);
 
@@ -126,7 +134,7 @@ function timeline(runs, replay) {
         el("span", { class: "muted" }, "started "), time(a.startedAt),
         a.durationMs !== null ? el("span", { class: "muted" }, ` · ${duration(a.durationMs)}`) : null,
         a.worker ? el("span", { class: "muted mono small" }, ` · ${a.worker}`) : null,
-        a.error ? el("pre", { class: "err" }, a.error) : null,
+        a.error ? errorText(a.error) : null,
         a.result !== null && a.result !== undefined
           ? el("pre", { class: "result", title: "The handler's result" }, JSON.stringify(a.result, null, 2)) : null))));
   }));
