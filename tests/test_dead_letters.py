@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 from rsched import App, Client, JobContext, RunState
 from rsched.api.app import create_app
 from rsched.cli.main import cli
+from rsched.core import wire
 from rsched.core.models import partition_of
 from rsched.rdb import keys
 from rsched.service import dead_letters as dlq
@@ -107,7 +108,8 @@ def test_delete_removes_one_dead_letter_and_records_who_and_when_in_the_runs_his
         assert runs[1]["status"] == "failed" and "boom on attempt 1" in runs[1]["error"]
         p = partition_of(d["jobId"])
         ev = [e for e in events(r, p, job_id=d["jobId"]) if e["e"] == "dead_deleted"]
-        assert len(ev) == 1 and ev[0]["by"] == "ops-alice" and ev[0]["r"] == d["runId"]
+        assert len(ev) == 1 and ev[0][wire.EV_BY.decode()] == "ops-alice"
+        assert ev[0]["r"] == d["runId"]
     assert not r.exists(keys.run(partition_of(plain["jobId"]), plain["runId"]))
     assert c.get_run(own["runId"]).state is RunState.DELETED
     left = {d["runId"] for d in api.get("/dead-letters").json()["deadLetters"]}
@@ -225,3 +227,20 @@ def test_rsched_dlq_delete_and_purge_with_dry_run(redis_url: str, r: redis.Redis
     assert bad.exit_code == 2 and "--older-than" in bad.stderr
     bad = _cli(redis_url, "dlq", "purge", "--type", "a b")
     assert bad.exit_code == 2 and "--type" in bad.stderr
+
+
+def test_the_archives_history_keeps_the_dead_attempt_and_the_deletion_event_does_not_add_one(
+    admin: tuple[TestClient, dict[str, str], Client], redis_url: str, tmp_path: Any
+) -> None:
+    api, _, _ = admin
+    letters = _dead_letters(api, redis_url)
+    d = next(iter(letters.values()))
+    assert api.delete(f"/dead-letters/{d['runId']}").status_code == 204
+    archived = Client(settings=_settings(redis_url),
+                      archive_url=f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        attempts = archived.runs(d["jobId"])  # Redis's events, folded as the archive does
+    finally:
+        archived.close()
+    assert [(a.run_id, a.attempt, a.status, a.dead_lettered) for a in attempts
+            if a.run_id == d["runId"]] == [(d["runId"], 1, "failed", True)]
