@@ -51,6 +51,11 @@ def xrevrange(r: redis.Redis, name: str, *, count: int | None = None) -> Entries
     return cast(Entries, r.xrevrange(name, count=count))
 
 
+def summary(error: str | None) -> str | None:
+    """A recorded error's first line: ``Type: message``, before its traceback."""
+    return None if error is None else error.partition("\n")[0]
+
+
 def all_jobs(results: list[Job | RschedError]) -> list[Job]:
     """``schedule_many``'s results, each a job: a failed spec fails the test."""
     errors = [j for j in results if isinstance(j, Exception)]

@@ -283,7 +283,7 @@ def test_runs_list_every_attempt_newest_first_with_cursor_pages(
     assert len(runs["runs"]) == 4
     first = runs["runs"][0]
     assert set(first) == {"runId", "attempt", "status", "worker", "scheduledAt", "startedAt",
-                          "endedAt", "durationMs", "error", "result"}
+                          "endedAt", "durationMs", "error", "result", "deadLettered"}
     assert first["status"] == "succeeded" and first["result"] == {"doubled": 42}
     assert first["worker"] == "w-test" and first["endedAt"] >= first["startedAt"]
     ended = [x["endedAt"] for x in runs["runs"]]

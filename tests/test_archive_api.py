@@ -19,7 +19,7 @@ import pytest
 import redis
 import schemathesis
 from click.testing import CliRunner
-from helpers import ManualClock, Rig, redis_now_ms, settings
+from helpers import ManualClock, Rig, redis_now_ms, settings, summary
 from redis_server import RedisServer
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from starlette.testclient import TestClient
@@ -158,7 +158,7 @@ def test_runs_show_every_attempt_once_whether_archived_trimmed_or_still_in_redis
         assert newest["result"] == {"n": 6} and newest["worker"] == "w-test"
         assert (newest["jobId"], newest["type"], newest["queue"]) == (job_id, "flaky", "default")
         assert newest["endedAt"] >= newest["startedAt"] and newest["dispatchedAt"] is not None
-        assert oldest["error"] == "RuntimeError: boom 1" and oldest["retryAt"] is not None
+        assert summary(oldest["error"]) == "RuntimeError: boom 1" and oldest["retryAt"] is not None
         assert oldest["durationMs"] is not None and oldest["replays"] == 0
 
         engine.run(triggers=1)  # a new attempt whose events are only in Redis
@@ -219,7 +219,7 @@ def test_failures_and_duration_percentiles_of_a_type_over_http_and_the_cli(
         page2 = http.get("/stats/failures", params={"type": "flaky", "from": since, "limit": 1,
                                                     "cursor": page1["nextCursor"]}).json()
         fails = page1["failures"] + page2["failures"]
-        assert [(f["runId"], f["attempt"], f["status"], f["error"]) for f in fails] == [
+        assert [(f["runId"], f["attempt"], f["status"], summary(f["error"])) for f in fails] == [
             (first, 2, "failed", "RuntimeError: boom 2"),
             (first, 1, "failed", "RuntimeError: boom 1")]
         assert page2["nextCursor"] is None and fails[0]["at"] > fails[1]["at"]

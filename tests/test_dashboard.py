@@ -60,7 +60,9 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
     _, read = admin_client.run(op_create_key("dashboard-viewer", "read"))
     tmp = tmp_path_factory.mktemp("dashboard")
     port = free_port()
+    # The API samples the overview's history every second (a minute in production).
     env = dict(os.environ, RSCHED_REDIS_URL=redis_server.url, PYTHONUNBUFFERED="1",
+               RSCHED_STATS_SAMPLE_MS="1000",
                PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     procs = [
         Proc("api", ["api", "--port", str(port)], env, tmp),
@@ -239,8 +241,9 @@ def test_a_read_only_key_sees_everything_but_no_button(browser: Any, stack: Stac
         assert p.locator("button", has_text="Pause").count() == 0
         assert p.locator("button", has_text="Trigger").count() == 0
         p.goto(f"{stack.base}/ui/#/dead-letters")
-        p.wait_for_selector("text=Replaying needs an admin key")
+        p.wait_for_selector("text=Replaying and deleting need an admin key")
         assert p.locator("button", has_text="Replay").count() == 0
+        assert p.locator("button", has_text="Delete").count() == 0
     finally:
         context.close()
 
@@ -256,5 +259,149 @@ def test_a_wrong_key_gets_the_sign_in_form(browser: Any, stack: Stack) -> None:
         p.click("button[type=submit]")
         p.wait_for_selector("[data-scope=read]")
         p.wait_for_selector("[data-test=partitions-owned]")
+    finally:
+        context.close()
+
+
+def test_dead_letters_show_error_and_payload_and_delete_one_then_all_matching(
+    page: Any, stack: Stack
+) -> None:
+    gates = {g: stack.gate.with_name(f"gate-{g}") for g in ("a", "b")}
+    for g in gates.values():
+        g.write_text("closed")
+    jobs = all_jobs(stack.client.schedule_many([
+        JobSpec(type="gated", payload={"gate": str(gates[g]), "n": i}, max_attempts=1)
+        for g, i in [("a", 0), ("a", 1), ("b", 2), ("b", 3), ("b", 4)]]))
+    by_n = {j.payload["n"]: j.id for j in jobs}
+
+    def letters() -> dict[int, str]:
+        got = stack.api.get("/dead-letters", params={"limit": 200}).json()["deadLetters"]
+        return {n: d["runId"] for d in got for n, j in by_n.items() if d["jobId"] == j}
+
+    dead = stack.wait("five dead letters", lambda: d if len(d := letters()) == 5 else None)
+    page.goto(f"{stack.base}/ui/#/dead-letters")
+    row = f"tr[data-run='{dead[0]}']"
+    page.wait_for_selector(row)
+    page.click(f"{row} summary")  # opens the full error and the job's payload
+    page.wait_for_selector(f"{row} pre.payload[data-loaded]")
+    assert '"n": 0' in text(page, f"{row} pre.payload")
+    full = text(page, f"{row} pre.err.full")  # the error with its traceback
+    assert "gate" in full and "Traceback (most recent call last)" in full
+    assert "dashboard_app.py" in full and ", in gated" in full
+    assert str(gates["a"]) in text(page, f"{row} pre.payload")
+    page.locator(row).get_by_role("button", name="Delete").click()
+    page.locator(row).get_by_role("button", name="Really delete?").click()
+    page.wait_for_selector("#toast >> text='Deleted 1 run'")
+    page.wait_for_selector(row, state="detached")
+    assert 0 not in letters()
+    top = stack.api.get(f"/jobs/{by_n[0]}/runs").json()["runs"][0]
+    assert top["status"] == "deleted" and top["error"].endswith("by dashboard-admin")
+    # Filter on gate b's path, select all that match (the dry run's count), delete them.
+    page.fill("input[name=errorContains]", "gate-b")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_selector(f"tr[data-run='{dead[1]}']", state="detached")
+    for n in (2, 3, 4):
+        page.wait_for_selector(f"tr[data-run='{dead[n]}']")
+    page.get_by_role("button", name="Select all matching").click()
+    page.wait_for_selector("button >> text='All 3 matching selected (clear)'")
+    shot(page, "dead-letters-purge")
+    page.get_by_role("button", name="Delete all 3 matching").click()
+    page.get_by_role("button", name="Really delete 3 dead letters?").click()
+    page.wait_for_selector("#toast >> text='Deleted 3 dead letters'")
+    for n in (2, 3, 4):
+        page.wait_for_selector(f"tr[data-run='{dead[n]}']", state="detached")
+    assert letters() == {1: dead[1]}
+    for g in gates.values():
+        g.unlink()
+
+
+def _failing_yearly(stack: Stack, key: str) -> Any:
+    """A cron job (next run next January) whose runs fail while the gate is closed; closes it."""
+    stack.gate.write_text("closed")
+    return stack.client.schedule("gated", payload={"gate": str(stack.gate)}, max_attempts=1,
+                                 cron="0 0 1 1 *", idempotency_key=key)
+
+
+def test_the_jobs_list_refreshes_by_itself_with_the_last_run_and_failure_streak(
+    page: Any, stack: Stack
+) -> None:
+    failing = _failing_yearly(stack, "list-failing")
+    fine = stack.client.schedule("tick", cron="0 0 1 1 *", idempotency_key="list-fine")
+    page.goto(f"{stack.base}/ui/#/jobs")
+    row = f"tr[data-job='{failing.id}']"
+    page.wait_for_selector(f"{row} [data-test=last-run] >> text='—'")
+    assert text(page, f"{row} td:nth-child(4)") == "scheduled"
+    stack.api.post(f"/jobs/{failing.id}/trigger")
+    stack.api.post(f"/jobs/{fine.id}/trigger")
+    # No reload: the list reads the jobs again every 3 s; 20 s leaves the run time to spare.
+    page.wait_for_selector(f"{row} [data-test=last-run] [data-status=dead]")
+    page.wait_for_selector(f"{row} [data-test=streak] >> text='1 in a row'")
+    page.wait_for_selector(f"tr[data-job='{fine.id}'] [data-test=last-run] [data-status=succeeded]")
+    stack.api.post(f"/jobs/{failing.id}/trigger")
+    page.wait_for_selector(f"{row} [data-test=streak] >> text='2 in a row'")
+    assert text(page, f"{row} td:nth-child(4)") == "scheduled"  # the job's own status
+    shot(page, "jobs-last-run")
+    page.goto(f"{stack.base}/ui/#/jobs?lastRun=dead")
+    page.wait_for_selector(f"tr[data-job='{fine.id}']", state="detached")
+    page.wait_for_selector(row)
+    api_ids = {j["id"] for j in stack.api.get("/jobs", params={"lastRun": "dead", "limit": 1000})
+               .json()["jobs"]}
+    shown = page.locator("tr[data-job]").evaluate_all("els => els.map(e => e.dataset.job)")
+    assert set(shown) == api_ids
+    stack.gate.unlink()
+
+
+def test_a_job_page_marks_dead_runs_replays_them_shows_results_and_refreshes_after_a_prompt(
+    page: Any, stack: Stack
+) -> None:
+    job = _failing_yearly(stack, "page-dead")
+    dead_run = stack.api.post(f"/jobs/{job.id}/trigger").json()["runId"]
+    stack.wait("a dead letter", lambda: any(
+        d["runId"] == dead_run for d in stack.api.get("/dead-letters").json()["deadLetters"]))
+    page.goto(f"{stack.base}/ui/#/jobs/{job.id}")
+    li = f"ol.timeline > li[data-run='{dead_run}']"
+    page.wait_for_selector(f"{li} .t-head [data-status=dead]")
+    assert page.locator(f"{li} .attempts [data-status=failed]").count() == 1
+    # Arm "Really cancel?" and walk away: the page goes on refreshing, and disarms.
+    page.get_by_role("button", name="Cancel").click()
+    page.wait_for_selector("button >> text='Really cancel?'")
+    stack.gate.unlink()
+    new_run = stack.api.post(f"/jobs/{job.id}/trigger").json()["runId"]
+    new_li = f"ol.timeline > li[data-run='{new_run}']"
+    page.wait_for_selector(f"{new_li} .t-head [data-status=succeeded]")
+    page.wait_for_selector("button >> text='Cancel'")
+    assert stack.api.get(f"/jobs/{job.id}").json()["status"] == "scheduled"
+    assert "passed" in text(page, f"{new_li} pre.result")
+    shot(page, "job-dead-run")
+    page.locator(li).get_by_role("button", name="Replay").click()
+    page.wait_for_selector(f"#toast >> text='Replayed {dead_run}'")
+    page.wait_for_selector(f"{li} .t-head [data-status=succeeded]")
+    assert page.locator(f"{li} button", has_text="Replay").count() == 0
+
+
+def test_the_overview_charts_show_the_stored_history_at_first_load_then_go_on_live(
+    browser: Any, stack: Stack
+) -> None:
+    stack.client.schedule("tick", cron="* * * * * *", idempotency_key="history-every-second")
+    stack.wait("20 s of samples with runs in them", lambda: len(
+        s := stack.api.get("/stats/overview").json()["samples"]) >= 20
+        and s[-1]["succeeded"] > s[-20]["succeeded"])
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        p = context.new_page()
+        p.set_default_timeout(UI_TIMEOUT_MS)
+        p.goto(f"{stack.base}/ui/#key={stack.admin}")
+        for chart in ("throughput", "lag", "backlog"):
+            p.wait_for_selector(f"#chart-{chart}[data-first]:not([data-first=''])")
+        # Points older than the page itself cannot come from its own polling: the stored ones.
+        for chart in ("throughput", "backlog"):
+            age_ms = p.evaluate(f"performance.timeOrigin - Number(document.querySelector("
+                                f"'#chart-{chart}').dataset.first)")
+            assert age_ms > 10_000, (chart, age_ms)
+        first = int(p.locator("#chart-throughput").get_attribute("data-points") or 0)
+        assert first >= 15
+        p.wait_for_function("n => Number(document.querySelector('#chart-throughput')"
+                            ".dataset.points) >= n + 3", arg=first)  # and live points follow
+        shot(p, "overview-history")
     finally:
         context.close()

@@ -43,6 +43,7 @@ from rsched.engine.dispatcher import LeaseKeeper
 from rsched.engine.dispatcher.claimer import Claimer
 from rsched.engine.worker.worker import Worker
 from rsched.rdb import keys, scripts
+from rsched.service.dead_letters import op_delete
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 SOURCES = sorted(LUA.glob("*.lua")) + sorted((LUA / "include").glob("*.lua"))
@@ -107,6 +108,7 @@ SCRIPT_CODES: dict[str, type[IntEnum]] = {
     "start": codes.StartFence, "heartbeat": codes.HeartbeatCode, "complete": codes.CompleteCode,
     "pause": codes.ControlCode, "resume": codes.ControlCode, "cancel": codes.ControlCode,
     "trigger": codes.ControlCode, "replay": codes.ControlCode, "update": codes.ControlCode,
+    "delete_dead": codes.DeleteDeadCode,
 }
 
 
@@ -187,7 +189,8 @@ async def until_done(w: Worker, n: int) -> None:
 
 async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> None:
     """Schedule, lease, claim, start, heartbeat, complete (success, retry, dead letter, fenced),
-    reclaim, replay, trigger, update, pause, resume, cancel and release, on two partitions."""
+    reclaim, replay, delete_dead, trigger, update, pause, resume, cancel and release, on two
+    partitions."""
     app, gate = scenario_app()
     s = client.settings
     ka, kb = keys_in_partition(PA, 2, "a"), keys_in_partition(PB, 2, "b")
@@ -231,6 +234,7 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         bad_run = f"{bad.id}@{bad.next_ms}"
         assert client.get_run(bad_run).state is RunState.DEAD
         client.replay(bad_run)
+        assert client.run(op_delete(client, [bad_run], "test")) == [False]  # replayed: kept
         client.trigger(tick.id)
         client.update(tick.id, JobPatch(priority=5))
         client.pause(tick.id)

@@ -28,6 +28,7 @@ from helpers import (
     redis_now_ms,
     snapshot,
     stats,
+    summary,
     xrange,
 )
 
@@ -111,7 +112,7 @@ def test_failed_attempts_are_retried_with_capped_exponential_backoff_then_dead_l
                 after = redis_now_ms(r)
                 run = client.get_run(rid)
                 assert run.state is RunState.RETRY_WAIT and run.attempt == attempt
-                assert run.error == f"ValueError: boom {attempt}"
+                assert summary(run.error) == f"ValueError: boom {attempt}"
                 ceiling = min(base_ms * 2**attempt, cap_ms)
                 assert ceiling == backoff_ceiling_ms(attempt, base_ms, cap_ms)
                 assert before <= retry_score(r, p, rid) <= after + ceiling
@@ -123,17 +124,20 @@ def test_failed_attempts_are_retried_with_capped_exponential_backoff_then_dead_l
     with caplog.at_level(logging.ERROR, logger="rsched.worker"):
         asyncio.run(scenario())
     run = client.get_run(rid)
-    assert run.state is RunState.DEAD and run.attempt == 3 and run.error == "ValueError: boom 3"
+    assert run.state is RunState.DEAD and run.attempt == 3
+    assert summary(run.error) == "ValueError: boom 3"
+    assert run.error and "Traceback (most recent call last)" in run.error  # where it failed
     assert r.zscore(keys.retry(p), rid) is None and r.zscore(keys.dead(p), rid) is not None
     assert [d.id for d in client.dead_letters()] == [rid]
     assert client.get(job.id).status is JobStatus.DEAD
     s = stats(r, p)
     assert (s["failed"], s["retried"], s["dead_lettered"]) == (3, 2, 1)
     assert [a.status for a in client.runs(job.id)] == ["failed"] * 3
-    assert [a.error for a in client.runs(job.id)] == [f"ValueError: boom {n}" for n in (3, 2, 1)]
+    assert [summary(a.error) for a in client.runs(job.id)] == [
+        f"ValueError: boom {n}" for n in (3, 2, 1)]
     assert any("ALERT" in m and rid in m for m in caplog.messages)
     dead = [e for e in events(r, p, job_id=job.id) if e["e"] == "dead_lettered"]
-    assert len(dead) == 1 and dead[0]["err"] == "ValueError: boom 3"
+    assert len(dead) == 1 and summary(dead[0]["err"]) == "ValueError: boom 3"
 
 
 def test_a_replayed_dead_letter_starts_again_from_attempt_one_and_can_succeed(
@@ -298,8 +302,8 @@ def test_a_job_type_without_a_handler_fails_with_a_clear_error_and_dead_letters_
     asyncio.run(scenario())
     [dead] = client.dead_letters()
     assert dead.id == rid and dead.attempt == 2
-    assert dead.error == ("UnknownJobType: no handler registered for job type 'nobody-home' "
-                          "in app 'billing' (registered: invoice)")
+    assert summary(dead.error) == ("UnknownJobType: no handler registered for job type "
+                                   "'nobody-home' in app 'billing' (registered: invoice)")
     assert stats(r, p)["dead_lettered"] == 1
 
 

@@ -27,6 +27,7 @@ from rsched.api.docs import DOCS_HTML
 from rsched.api.guard import Endpoint, KeyCache, protect
 from rsched.api.openapi import document
 from rsched.api.problems import JSON, problem
+from rsched.api.sampler import Sampler
 from rsched.api.ui import routes as ui_routes
 from rsched.core import defaults
 from rsched.core.settings import Settings
@@ -53,11 +54,14 @@ API_ROUTES: list[tuple[str, str, Endpoint, str | None]] = [
     ("POST", "/jobs/{id}/trigger", routes.trigger_job, "write"),
     ("GET", "/jobs/{id}/runs", routes.job_runs, "read"),
     ("GET", "/dead-letters", routes.dead_letters, "read"),
+    ("POST", "/dead-letters/purge", routes.purge_dead_letters, "admin"),
     ("POST", "/dead-letters/{runId}/replay", routes.replay_dead_letter, "admin"),
+    ("DELETE", "/dead-letters/{runId}", routes.delete_dead_letter, "admin"),
     ("GET", "/schedules/preview", routes.preview, "read"),
     ("GET", "/status", routes.status, "read"),
     ("GET", "/stats/failures", routes.stats_failures, "read"),
     ("GET", "/stats/durations", routes.stats_durations, "read"),
+    ("GET", "/stats/overview", routes.stats_overview, "read"),
     ("GET", "/api-keys", routes.list_keys, "admin"),
     ("POST", "/api-keys", routes.create_key, "admin"),
     ("DELETE", "/api-keys/{keyId}", routes.revoke_key, "admin"),
@@ -190,10 +194,12 @@ def create_app(
                 raise
             # Serve anyway: /readyz answers 503 until Redis is up (and safe).
             checker = asyncio.create_task(_check_redis_when_up(client, settings, stopping))
+        sampler = asyncio.create_task(Sampler(client).run(stopping))
         try:
             yield
         finally:
             stopping.set()
+            await asyncio.wait([sampler])
             if checker is not None:
                 await asyncio.wait([checker])
             await client.close()

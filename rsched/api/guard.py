@@ -51,6 +51,7 @@ async def _check_key(request: Request, scope: str) -> Response | None:
         return problem(401, "unknown or revoked API key", headers=challenge)
     if not key.allows(scope):
         return problem(403, f"API key {key.id!r} has scope {key.scope!r}; this needs {scope!r}")
+    request.state.api_key = key  # who did it, for what records its actor (dead-letter deletes)
     return None
 
 

@@ -12,7 +12,9 @@ from typing import Any
 
 from rsched.api.schemas import SCHEMAS, TIME, ref
 from rsched.core.models import JobStatus
-from rsched.core.spec import TYPE_PATTERN
+from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
+from rsched.service.dead_letters import MAX_AGE_S
+from rsched.service.last_runs import LAST_RUN_FILTERS
 
 _ERRORS = {
     400: "Malformed JSON.", 401: "Missing, unknown or revoked API key.",
@@ -42,6 +44,14 @@ STATS_PARAMS = [
     _param("type", "query", {"type": "string", "pattern": TYPE_PATTERN}, "Only this job type."),
     _param("from", "query", TIME, "Start (inclusive), default 24 hours ago."),
     _param("to", "query", TIME, "End (exclusive), default none."),
+]
+DEAD_FILTER = [
+    _param("type", "query", {"type": "string", "pattern": TYPE_PATTERN}, "Only this job type."),
+    _param("queue", "query", {"type": "string", "pattern": QUEUE_PATTERN}, "Only this queue."),
+    _param("errorContains", "query", {"type": "string", "minLength": 1, "maxLength": 1000},
+           "Last error contains this (case-insensitive)."),
+    _param("olderThanSeconds", "query", {"type": "number", "minimum": 0, "maximum": MAX_AGE_S},
+           "Dead-lettered at least this long ago."),
 ]
 NO_ARCHIVE = {"description": "No run-history archive is configured (RSCHED_ARCHIVE_URL).",
               "content": {"application/problem+json": {"schema": ref("Problem")}}}
@@ -100,7 +110,11 @@ PATHS: dict[str, Any] = {
                        _param("status", "query",
                               {"type": "string", "enum": [s.value for s in JobStatus]}),
                        _param("type", "query", {"type": "string"}),
-                       _param("queue", "query", {"type": "string"}), LIMIT, CURSOR]),
+                       _param("queue", "query", {"type": "string"}),
+                       _param("lastRun", "query", {"type": "string",
+                                                   "enum": list(LAST_RUN_FILTERS)},
+                              "The latest run's status (failed includes dead)."),
+                       LIMIT, CURSOR]),
     },
     "/jobs/batch": {
         "post": _op("createJobs", "jobs", "Schedule up to 1,000 jobs",
@@ -129,8 +143,21 @@ PATHS: dict[str, Any] = {
     },
     "/dead-letters": {
         "get": _op("listDeadLetters", "dead letters", "Dead-lettered runs, newest first",
-                   {200: _json("DeadLetterPage", "A page of dead letters.")}, [422],
-                   params=[LIMIT, CURSOR]),
+                   {200: _json("DeadLetterPage", "A page of dead letters; with a filter, "
+                               "the matches among the next `limit` (a page may be short).")},
+                   [422], params=[LIMIT, CURSOR, *DEAD_FILTER]),
+    },
+    "/dead-letters/purge": {
+        "post": _op("purgeDeadLetters", "dead letters", "Count (dryRun) or delete every dead "
+                    "letter the filter matches; no filter field matches all",
+                    {200: _json("PurgeResult", "How many match (dryRun) or were deleted.")},
+                    [], body="PurgeRequest", scope="admin"),
+    },
+    "/dead-letters/{runId}": {
+        "delete": _op("deleteDeadLetter", "dead letters", "Delete a dead letter for good "
+                      "(recorded in the run's history)",
+                      {204: {"description": "Deleted."}}, [404],
+                      params=[_param("runId", "path", {"type": "string"})], scope="admin"),
     },
     "/dead-letters/{runId}/replay": {
         "post": _op("replayDeadLetter", "dead letters", "Replay: attempts counted from zero",
@@ -163,6 +190,13 @@ PATHS: dict[str, Any] = {
         "get": _stats("durationStats", "Duration percentiles per job type in a time range",
                       "DurationReport", "One entry per job type with finished attempts.",
                       STATS_PARAMS),
+    },
+    "/stats/overview": {
+        "get": _op("overviewHistory", "stats", "The overview charts' history: samples of the "
+                   "cluster's counters the API takes (RSCHED_STATS_SAMPLE_MS, default a minute)",
+                   {200: _json("OverviewHistory", "Samples, oldest first.")}, [422],
+                   params=[_param("minutes", "query", {"type": "integer", "minimum": 1,
+                                                       "maximum": 120}, "default 60")]),
     },
     "/api-keys": {
         "get": _op("listApiKeys", "keys", "List API keys (never their secrets)",

@@ -19,10 +19,11 @@ from rsched.archive.history import check_page
 from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store, StoreUnavailable
 from rsched.core import defaults
-from rsched.core.errors import ValidationError
+from rsched.core.errors import NotFound, ValidationError
 from rsched.core.spec import TYPE_PATTERN
 from rsched.core.times import to_ms
 from rsched.service import apikeys as auth
+from rsched.service import dead_letters as dlq
 from rsched.service import reads as query
 from rsched.service.inputs import (
     MAX_TIME_MS,
@@ -31,6 +32,8 @@ from rsched.service.inputs import (
     reject_unknown,
     spec_from_json,
 )
+from rsched.service.last_runs import op_last_runs
+from rsched.service.samples import op_samples
 from rsched.service.shapes import (
     dead_letter_json,
     durations_json,
@@ -39,6 +42,7 @@ from rsched.service.shapes import (
     iso,
     job_json,
     key_json,
+    last_run_json,
     run_json,
     runs_json,
     status_json,
@@ -47,6 +51,7 @@ from rsched.service.status import op_status
 
 MAX_BATCH = 1000
 _INT = re.compile(r"-?[0-9]{1,18}")
+_NUMBER = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
 _TYPE = re.compile(TYPE_PATTERN)  # a job type, as POST /jobs accepts it
 STATS_WINDOW_MS = 86_400_000  # /stats/* look back one day unless given ``from``
 NO_ARCHIVE = ("no run-history archive is configured for this API: start it with "
@@ -116,11 +121,16 @@ def _item_error(exc: Exception) -> dict[str, Any]:
 
 async def list_jobs(request: Request) -> Response:
     q = request.query_params
-    page = await _client(request).run(query.op_list_jobs(
+    c = _client(request)
+    page = await c.run(query.op_list_jobs(
         status=q.get("status"), type=q.get("type"), queue=q.get("queue"),
         limit=int_param(request, "limit", defaults.PAGE_LIMIT), cursor=q.get("cursor"),
+        last_run=q.get("lastRun"),
     ))
-    return JSON({"jobs": [job_json(j) for j in page.items], "nextCursor": page.next_cursor})
+    last = await c.run(op_last_runs(page.items))
+    return JSON({"jobs": [dict(job_json(j), lastRun=last_run_json(lr))
+                          for j, lr in zip(page.items, last, strict=True)],
+                 "nextCursor": page.next_cursor})
 
 
 async def get_job(request: Request) -> Response:
@@ -209,13 +219,41 @@ async def stats_durations(request: Request) -> Response:
     return JSON({"type": job_type, "from": iso(lo), "to": iso(hi), "types": durations_json(stats)})
 
 
+async def stats_overview(request: Request) -> Response:
+    """The overview charts' history: the API's samples of the last ``minutes`` (default 60)."""
+    minutes = int_param(request, "minutes", 60)
+    if not 1 <= minutes <= 120:
+        raise ValidationError("minutes", "must be between 1 and 120")
+    c = _client(request)
+    now = await c.run(c.op_now())
+    got = await c.run(op_samples(c, now - minutes * 60_000))
+    return JSON({"sampleSeconds": c.settings.stats_sample_ms / 1000, "samples": got})
+
+
 # --- dead letters ------------------------------------------------------------------------------
+
+
+def _dead_filter(request: Request) -> dlq.DeadFilter:
+    """GET /dead-letters's filter: the purge body's fields as query parameters."""
+    q = request.query_params
+    age = q.get("olderThanSeconds")
+    if age is not None and not _NUMBER.fullmatch(age):
+        raise ValidationError("olderThanSeconds", f"expected a number of seconds, got {age!r}")
+    return dlq.DeadFilter(q.get("type"), q.get("queue"), q.get("errorContains"),
+                          None if age is None else float(age))
+
+
+def _actor(request: Request) -> str:
+    """Who a deletion is recorded as: the API key's name (no key with auth off)."""
+    key = getattr(request.state, "api_key", None)
+    return key.name if key is not None else "api (auth off)"
 
 
 async def dead_letters(request: Request) -> Response:
     c = _client(request)
     limit = int_param(request, "limit", defaults.PAGE_LIMIT)
-    page = await c.run(query.op_dead_letter_page(c, limit, request.query_params.get("cursor")))
+    page = await c.run(query.op_dead_letter_page(c, limit, request.query_params.get("cursor"),
+                                                 _dead_filter(request)))
     return JSON({"deadLetters": [dead_letter_json(d) for d in page.items],
                  "nextCursor": page.next_cursor})
 
@@ -223,6 +261,26 @@ async def dead_letters(request: Request) -> Response:
 async def replay_dead_letter(request: Request) -> Response:
     run_id = query.run_id_or_404(request.path_params["runId"])
     return JSON(run_json(await _client(request).replay(run_id)))
+
+
+async def delete_dead_letter(request: Request) -> Response:
+    run_id = query.run_id_or_404(request.path_params["runId"])
+    c = _client(request)
+    (deleted,) = await c.run(dlq.op_delete(c, [run_id], _actor(request)))
+    if not deleted:
+        raise NotFound("dead letter", run_id)
+    return Response(status_code=204)
+
+
+async def purge_dead_letters(request: Request) -> Response:
+    body = as_object(await read_json(request, _limits(request).max_body_bytes), "body")
+    reject_unknown(body, ("type", "queue", "errorContains", "olderThanSeconds", "dryRun"))
+    dry = body.get("dryRun")
+    if not isinstance(dry, bool):
+        raise ValidationError("dryRun", "required: true to count the matches, false to delete")
+    c = _client(request)
+    count = await c.run(dlq.op_purge(c, dlq.filter_from_json(body), dry, _actor(request)))
+    return JSON({"dryRun": dry, "count": count})
 
 
 # --- schedules, status, health -----------------------------------------------------------------

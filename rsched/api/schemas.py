@@ -89,9 +89,18 @@ SCHEMAS: dict[str, Any] = {
     },
     "JobPage": {
         "type": "object", "required": ["jobs", "nextCursor"],
-        "properties": {"jobs": {"type": "array", "items": ref("Job")},
+        "properties": {"jobs": {"type": "array", "items": ref("JobListed")},
                        "nextCursor": _n("string")},
     },
+    "JobListed": {"allOf": [ref("Job"), {
+        "type": "object", "required": ["lastRun"],
+        "properties": {"lastRun": {
+            "type": "object", "description": "The latest run, and how many finished runs in a "
+            "row failed (back to the latest success; streakCapped: at least that many).",
+            "required": ["runId", "status", "at", "failureStreak", "streakCapped"],
+            "properties": {"runId": _n("string"), "status": _n("string"), "at": NTIME,
+                           "failureStreak": {"type": "integer", "minimum": 0},
+                           "streakCapped": {"type": "boolean"}}}}}]},
     "BatchRequest": {
         "type": "object", "additionalProperties": False, "required": ["jobs"],
         "properties": {"jobs": {
@@ -196,6 +205,37 @@ SCHEMAS: dict[str, Any] = {
         "type": "object", "required": ["deadLetters", "nextCursor"],
         "properties": {"deadLetters": {"type": "array", "items": ref("DeadLetter")},
                        "nextCursor": _n("string")},
+    },
+    "OverviewHistory": {
+        "type": "object", "required": ["sampleSeconds", "samples"],
+        "properties": {"sampleSeconds": {"type": "number"}, "samples": {"type": "array", "items": {
+            "type": "object", "required": ["t", "started", "succeeded", "failed", "lag", "due",
+                                           "retry", "oldest"],
+            "description": "Cumulative counters at t (ms since the epoch): rates are the "
+                           "differences of consecutive samples; lag is [upper bound in "
+                           "seconds (null: +Inf), cumulative count] per start-lag bucket.",
+            "properties": {"t": {"type": "integer"}, "started": {"type": "number"},
+                           "succeeded": {"type": "number"}, "failed": {"type": "number"},
+                           "lag": {"type": "array", "items": {"type": "array"}},
+                           "due": {"type": "integer"}, "retry": {"type": "integer"},
+                           "oldest": {"type": "number"}}}}},
+    },
+    "PurgeRequest": {
+        "type": "object", "additionalProperties": False, "required": ["dryRun"],
+        "description": "Which dead letters to purge: each field given must match; none (or "
+                       "null) matches all.",
+        "properties": {
+            "type": _n("string", pattern=TYPE_PATTERN),
+            "queue": _n("string", pattern=QUEUE_PATTERN),
+            "errorContains": _n("string", minLength=1, maxLength=1000,
+                                description="Case-insensitive substring of the last error."),
+            "olderThanSeconds": _n("number", minimum=0, maximum=3153600000),
+            "dryRun": {"type": "boolean", "description": "true: only count the matches."},
+        },
+    },
+    "PurgeResult": {
+        "type": "object", "required": ["dryRun", "count"],
+        "properties": {"dryRun": {"type": "boolean"}, "count": {"type": "integer"}},
     },
     "Trigger": {
         "type": "object", "required": ["jobId", "runId"],

@@ -63,3 +63,8 @@ def naming_flags(flags: Mapping[str, str]) -> Iterator[None]:
 
 
 _CAMEL = re.compile(r"\b[a-z]+[A-Z][A-Za-z]*\b")  # an API field a reason mentions (runAt)
+
+
+def summary(error: str | None) -> str | None:
+    """An error's first line: a table cell holds no traceback (--json has it all)."""
+    return None if error is None else error.partition("\n")[0]

@@ -1,14 +1,20 @@
-"""`rsched dlq`: list and replay dead-lettered runs."""
+"""`rsched dlq`: list, replay and delete dead-lettered runs."""
 
 from __future__ import annotations
 
 import click
 
-from rsched.cli._output import JSON_FLAG, more, print_json, table
+from rsched.cli._output import JSON_FLAG, more, print_json, summary, table
 from rsched.cli.context import client_of
 from rsched.core import defaults
+from rsched.core.errors import ValidationError
+from rsched.service import dead_letters as dlq_ops
 from rsched.service import reads as query
 from rsched.service.shapes import dead_letter_json
+
+CLI_ACTOR = "cli"  # who a deletion from the CLI is recorded as
+_FLAGS = {"type": "--type", "queue": "--queue", "errorContains": "--error-contains",
+          "olderThanSeconds": "--older-than"}
 
 
 @click.group()
@@ -30,7 +36,7 @@ def dlq_list(ctx: click.Context, limit: int, cursor: str | None, as_json: bool) 
         print_json({"deadLetters": items, "nextCursor": page.next_cursor})
         return
     click.echo(table(["run", "type", "attempt", "dead at", "error"],
-                     [[d["runId"], d["type"], d["attempt"], d["deadAt"], d["error"]]
+                     [[d["runId"], d["type"], d["attempt"], d["deadAt"], summary(d["error"])]
                       for d in items]))
     more(page.next_cursor, "rsched dlq list")
 
@@ -42,3 +48,49 @@ def dlq_replay(ctx: click.Context, run_id: str) -> None:
     """Send a dead letter back for a new round of attempts."""
     run = client_of(ctx).replay(run_id)
     click.echo(f"{run.id} {run.state.value}")
+
+
+@dlq.command("delete")
+@click.argument("run_ids", nargs=-1, required=True, metavar="RUN_ID...")
+@click.pass_context
+def dlq_delete(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
+    """Delete dead letters for good (recorded in each run's history as deleted by "cli").
+    Exits 1 when one of them was not a dead letter."""
+    c = client_of(ctx)
+    deleted = c.run(dlq_ops.op_delete(c, run_ids, CLI_ACTOR))
+    for run_id, ok in zip(run_ids, deleted, strict=True):
+        if ok:
+            click.echo(f"{run_id} deleted")
+        else:
+            click.echo(f"{run_id}: not a dead letter (replayed or deleted already?)", err=True)
+    if not all(deleted):
+        ctx.exit(1)
+
+
+@dlq.command("purge")
+@click.option("--type", "job_type", default=None, help="Only dead letters of this job type.")
+@click.option("--queue", default=None, help="Only dead letters of this queue.")
+@click.option("--error-contains", default=None,
+              help="Only those whose last error contains this (case-insensitive).")
+@click.option("--older-than", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Only those dead-lettered at least this many seconds ago.")
+@click.option("--dry-run", is_flag=True, help="Only count the dead letters that match.")
+@JSON_FLAG
+@click.pass_context
+def dlq_purge(ctx: click.Context, job_type: str | None, queue: str | None,
+              error_contains: str | None, older_than: float | None, dry_run: bool,
+              as_json: bool) -> None:
+    """Delete every dead letter matching all filters given (no filter: every dead letter)."""
+    try:
+        flt = dlq_ops.DeadFilter(job_type, queue, error_contains, older_than)
+    except ValidationError as e:
+        flag = _FLAGS.get(e.field, e.field)
+        raise click.BadParameter(e.reason, param_hint=f"'{flag}'") from None
+    c = client_of(ctx)
+    count = c.run(dlq_ops.op_purge(c, flt, dry_run, CLI_ACTOR))
+    if as_json:
+        print_json({"dryRun": dry_run, "count": count})
+    elif dry_run:
+        click.echo(f"{count} dead letter{'' if count == 1 else 's'} would be deleted")
+    else:
+        click.echo(f"{count} dead letter{'' if count == 1 else 's'} deleted")

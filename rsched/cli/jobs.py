@@ -7,13 +7,14 @@ from typing import Any
 
 import click
 
-from rsched.cli._output import JSON_FLAG, more, naming_flags, print_json, show, table
+from rsched.cli._output import JSON_FLAG, more, naming_flags, print_json, show, summary, table
 from rsched.cli.context import client_of
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.service import reads as query
 from rsched.service.inputs import spec_from_json
-from rsched.service.shapes import job_json, runs_json
+from rsched.service.last_runs import LAST_RUN_FILTERS, op_last_runs
+from rsched.service.shapes import job_json, last_run_json, runs_json
 from rsched.service.status import op_workers
 
 ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cron": "--cron",
@@ -83,26 +84,40 @@ def jobsshow(ctx: click.Context, job_id: str, as_json: bool) -> None:
 @click.option("--status", default=None, help="scheduled, paused, cancelled, completed, dead.")
 @click.option("--type", "job_type", default=None)
 @click.option("--queue", default=None)
+@click.option("--last-run", type=click.Choice(LAST_RUN_FILTERS), default=None,
+              help="Only jobs whose latest run is so (failed includes dead).")
 @click.option("--limit", default=defaults.PAGE_LIMIT, show_default=True, type=int)
 @click.option("--cursor", default=None, help="From the previous page's 'more:' line.")
 @JSON_FLAG
 @click.pass_context
 def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queue: str | None,
-              limit: int, cursor: str | None, as_json: bool) -> None:
-    """List jobs (SCAN-based: see rsched.query for the cost)."""
+              last_run: str | None, limit: int, cursor: str | None, as_json: bool) -> None:
+    """List jobs (SCAN-based: see rsched.query for the cost), with each one's latest run and
+    how many runs in a row failed."""
     c = client_of(ctx)
-    with naming_flags({f: f"--{f}" for f in ("status", "type", "queue", "limit", "cursor")}):
+    with naming_flags({f: f"--{f}" for f in ("status", "type", "queue", "limit", "cursor")}
+                      | {"lastRun": "--last-run"}):
         page = c.run(query.op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
-                                        cursor=cursor))
-    items = [job_json(j) for j in page.items]
+                                        cursor=cursor, last_run=last_run))
+    last = c.run(op_last_runs(page.items))
+    items = [dict(job_json(j), lastRun=last_run_json(lr))
+             for j, lr in zip(page.items, last, strict=True)]
     if as_json:
         print_json({"jobs": items, "nextCursor": page.next_cursor})
         return
-    click.echo(table(["id", "type", "queue", "status", "next run", "schedule"],
-                     [[j["id"], j["type"], j["queue"], j["status"], j["nextRunAt"],
+    click.echo(table(["id", "type", "queue", "status", "last run", "failing", "next run",
+                      "schedule"],
+                     [[j["id"], j["type"], j["queue"], j["status"],
+                       f"{j['lastRun']['status']} {j['lastRun']['at']}" if j["lastRun"]["status"]
+                       else None, _streak(j["lastRun"]), j["nextRunAt"],
                        f"{j['cron']} ({j['timeZone']})" if j["cron"] else j["runAt"]]
                       for j in items]))
     more(page.next_cursor, "rsched jobs list")
+
+
+def _streak(last: dict[str, Any]) -> str:
+    n = last["failureStreak"]
+    return f"{n}{'+' if last['streakCapped'] else ''} in a row" if n else ""
 
 
 @jobs.command("runs")
@@ -126,7 +141,7 @@ def jobs_runs(ctx: click.Context, job_id: str, limit: int, cursor: str | None,
     click.echo(table(["run", "attempt", "status", "worker", "scheduled", "started", "ms",
                       "error"],
                      [[a["runId"], a["attempt"], a["status"], a["worker"], a["scheduledAt"],
-                       a["startedAt"], a["durationMs"], a["error"]] for a in items]))
+                       a["startedAt"], a["durationMs"], summary(a["error"])] for a in items]))
     more(body["nextCursor"], f"rsched jobs runs {job_id}")
 
 

@@ -61,3 +61,10 @@ class ControlCode(IntEnum):
     NOT_FOUND = -1
     REFUSED = -2  # not allowed in the current status (the status says why)
     CHANGED = -3  # update.lua only: changed since it was read
+
+
+class DeleteDeadCode(IntEnum):
+    """delete_dead.lua, per run."""
+
+    DELETED = 1
+    NOT_DEAD = 0  # not in the dead set (replayed or deleted meanwhile, or never dead)

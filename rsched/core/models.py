@@ -36,6 +36,7 @@ class RunState(str, enum.Enum):
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     ABANDONED = "abandoned"
+    DELETED = "deleted"  # a one-off job's own run, deleted from the dead letters
 
 
 class Misfire(str, enum.Enum):
@@ -231,6 +232,7 @@ class Attempt:
     duration_ms: int | None
     error: str | None = None
     result: Any = None
+    dead_lettered: bool = False  # the run's newest attempt, and the run is a dead letter now
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Attempt:

@@ -46,6 +46,9 @@ class Settings:
     # Replicas that must confirm each client-facing write (see rdb.durable); -1: by URL.
     wait_replicas: int = defaults.WAIT_REPLICAS_BY_URL
     wait_timeout_ms: int = defaults.WAIT_TIMEOUT_MS
+    # How often (ms) an API process samples the cluster's counters for the overview's history
+    # charts; a minute suits the last hour they show (tests sample faster).
+    stats_sample_ms: int = defaults.STATS_SAMPLE_MS
 
     @property
     def initial_partitions(self) -> int:
@@ -71,6 +74,7 @@ class Settings:
             allow_unsafe_redis=os.environ.get("RSCHED_ALLOW_UNSAFE_REDIS", "") in ("1", "true"),
             wait_replicas=_int_env("RSCHED_WAIT_REPLICAS", d.wait_replicas),
             wait_timeout_ms=_int_env("RSCHED_WAIT_TIMEOUT_MS", d.wait_timeout_ms),
+            stats_sample_ms=_int_env("RSCHED_STATS_SAMPLE_MS", d.stats_sample_ms),
         )
         known = {f.name for f in fields(cls)}
         s = replace(s, **{k: v for k, v in overrides.items() if k in known and v is not None})
@@ -80,4 +84,6 @@ class Settings:
             raise ValidationError("RSCHED_WAIT_REPLICAS", "must be -1 (by URL), 0 or more")
         if s.wait_timeout_ms < 1:
             raise ValidationError("RSCHED_WAIT_TIMEOUT_MS", "must be 1 or more")
+        if not 100 <= s.stats_sample_ms <= 3_600_000:
+            raise ValidationError("RSCHED_STATS_SAMPLE_MS", "must be between 100 and 3600000")
         return s

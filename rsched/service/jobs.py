@@ -4,6 +4,7 @@ pause, resume, cancel, trigger and replay.  Each operation is written once, as a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from rsched.core import defaults
@@ -88,7 +89,24 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
         done = own + [Attempt.from_json(raw) for raw in raws]
         done.sort(key=lambda a: (a.ended_ms or 0, a.attempt), reverse=True)
         out += done[offset : offset + want]
-    return out[:limit]
+    return (yield from _mark_dead(p, out[:limit]))
+
+
+def _mark_dead(p: int, attempts: list[Attempt]) -> Op[list[Attempt]]:
+    """Flag the newest attempt (on this page) of each run that is a dead letter now, so a job's
+    page can say dead, not failed, and offer Replay: one ZSCORE per run that did not succeed."""
+    ids = list(dict.fromkeys(a.run_id for a in attempts if a.status != "succeeded"))
+    if not ids:
+        return attempts
+    scores = yield Commands([cmd("zscore", keys.dead(p), rid) for rid in ids])
+    dead = {rid for rid, score in zip(ids, scores, strict=True) if score is not None}
+    out = []
+    for a in attempts:
+        if a.run_id in dead:
+            dead.discard(a.run_id)
+            a = replace(a, dead_lettered=True)
+        out.append(a)
+    return out
 
 
 def op_dead_letters(svc: Service, limit: int = 100) -> Op[list[Run]]:

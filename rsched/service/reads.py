@@ -28,7 +28,10 @@ from rsched.rdb.cluster import SlotMap
 from rsched.rdb.ops import Commands, Masters, Op, cmd
 from rsched.rdb.setup import SAFE_POLICIES
 from rsched.service.context import Service
+from rsched.service.dead_letters import DeadFilter
 from rsched.service.jobs import op_read_runs
+from rsched.service.last_runs import check_filter as check_last_run
+from rsched.service.last_runs import op_last_runs
 
 LIST_SCAN_COUNT = 500
 LIST_MAX_SCANS = 20
@@ -62,9 +65,12 @@ def op_list_jobs(
     queue: str | None = None,
     limit: int = defaults.PAGE_LIMIT,
     cursor: str | None = None,
+    last_run: str | None = None,
 ) -> Op[Page]:
-    """One page of jobs matching every filter given; see the module docstring for the cost."""
+    """One page of jobs matching every filter given; see the module docstring for the cost.
+    ``last_run`` (failed, dead, succeeded) also reads each candidate's latest run."""
     check_limit(limit)
+    check_last_run(last_run)
     if status is not None and status not in {s.value for s in JobStatus}:
         raise ValidationError("status", "must be one of " + ", ".join(s.value for s in JobStatus))
     state = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == 3
@@ -88,8 +94,13 @@ def op_list_jobs(
             vals = yield Commands([cmd("hmget", n, "status", "type", "queue") for n in names])
             names = [n for n, v in zip(names, vals, strict=True)
                      if all(v[i] is not None and _s(v[i]) == w for i, w in want)]
+        if last_run is not None and names:
+            found_jobs = yield from _with_last_run(names, last_run)
+            names = list(found_jobs)
         take = names[: limit - len(jobs)]
-        if take:
+        if take and last_run is not None:
+            jobs += [found_jobs[n] for n in take]
+        elif take:
             hashes = yield Commands([cmd("hgetall", n) for n in take])
             jobs += [Job.from_hash(h) for h in hashes if h]
         if len(take) < len(names):
@@ -104,6 +115,14 @@ def op_list_jobs(
     return Page(jobs, encode_cursor([node, scan_at, ""]))
 
 
+def _with_last_run(names: list[str], wanted: str) -> Op[dict[str, Job]]:
+    """The jobs (by key, in order) among ``names`` whose latest run is as ``wanted``."""
+    hashes = yield Commands([cmd("hgetall", n) for n in names])
+    found = [(n, Job.from_hash(h)) for n, h in zip(names, hashes, strict=True) if h]
+    last = yield from op_last_runs([j for _, j in found])
+    return {n: j for (n, j), lr in zip(found, last, strict=True) if lr.matches(wanted)}
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     run: Run
@@ -111,15 +130,23 @@ class DeadLetter:
 
 
 def op_dead_letter_page(svc: Service, limit: int = defaults.PAGE_LIMIT,
-                        cursor: str | None = None) -> Op[Page]:
+                        cursor: str | None = None, flt: DeadFilter | None = None) -> Op[Page]:
     """Dead letters across partitions, most recent first; the cursor holds per-partition offsets
-    (a letter dead-lettered while paging may show up twice; a replayed one may shift a page)."""
+    (a letter dead-lettered while paging may show up twice; a replayed one may shift a page).
+    With a filter, a page holds the matches among the next ``limit`` letters: it may be short,
+    even empty, with a cursor for more."""
     check_limit(limit)
     P = yield from svc.op_partitions()
     offsets = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == P
                             and all(is_count(x) for x in v)) or [0] * P
-    res = yield Commands([cmd("zrevrange", keys.dead(p), off, off + limit - 1, withscores=True)
-                          for p, off in enumerate(offsets)])
+    if flt is not None and flt.older_than_s is not None:
+        top = flt.max_score((yield from svc.op_now()))
+        reads = [cmd("zrevrangebyscore", keys.dead(p), top, "-inf", start=off, num=limit,
+                     withscores=True) for p, off in enumerate(offsets)]
+    else:
+        reads = [cmd("zrevrange", keys.dead(p), off, off + limit - 1, withscores=True)
+                 for p, off in enumerate(offsets)]
+    res = yield Commands(reads)
     entries = sorted(((score, _s(rid), p) for p, r in enumerate(res) for rid, score in r),
                      key=lambda e: (-e[0], e[1]))
     taken = entries[:limit]
@@ -128,7 +155,7 @@ def op_dead_letter_page(svc: Service, limit: int = defaults.PAGE_LIMIT,
     for _, _, p in taken:
         offsets[p] += 1
     items = [DeadLetter(run, int(score)) for (score, _, _), run in zip(taken, runs, strict=True)
-             if run is not None]
+             if run is not None and (flt is None or flt.matches(run))]
     return Page(items, encode_cursor(offsets) if more and taken else None)
 
 

@@ -14,6 +14,7 @@ from rsched.core.models import Attempt, Job, JobStatus, Misfire, Run
 from rsched.core.times import ms_to_iso, ms_to_iso_fast
 from rsched.core.views import DispatcherStatus, PartitionStatus, Status, WorkerStatus
 from rsched.service.apikeys import ApiKey
+from rsched.service.last_runs import LastRun
 from rsched.service.reads import DeadLetter, Finding, Page
 
 iso = ms_to_iso_fast  # a batch's jobs share their creation and run times: cached
@@ -66,7 +67,7 @@ def attempt_json(a: Attempt) -> dict[str, Any]:
         "runId": a.run_id, "attempt": a.attempt, "status": a.status, "worker": a.worker,
         "scheduledAt": iso(a.sched_ms), "startedAt": iso(a.started_ms),
         "endedAt": iso(a.ended_ms), "durationMs": a.duration_ms, "error": a.error,
-        "result": a.result,
+        "result": a.result, "deadLettered": a.dead_lettered,
     }
 
 
@@ -158,3 +159,9 @@ def status_json(s: Status) -> dict[str, Any]:
         "dueBacklog": s.due_backlog,
         "deadLetters": s.dead_letters,
     }
+
+
+def last_run_json(lr: LastRun) -> dict[str, Any]:
+    """GET /jobs's ``lastRun`` of each job (rsched.service.last_runs)."""
+    return {"runId": lr.run_id, "status": lr.status, "at": iso(lr.at_ms),
+            "failureStreak": lr.failure_streak, "streakCapped": lr.streak_capped}

@@ -40,6 +40,7 @@ async function request(method, path, body, accept = "application/json") {
 
 export const get = (path) => request("GET", path);
 export const post = (path, body) => request("POST", path, body);
+export const del = (path) => request("DELETE", path);
 export const metricsText = () => request("GET", "/metrics", undefined, "text/plain");
 
 export function query(params) {

@@ -47,10 +47,21 @@ export function quantile(q, now, before) {
   return lower;
 }
 
-// Samples of counters and gauges kept for WINDOW_MS, so rates survive a dashboard re-render.
-const HISTORY_MS = 5 * 60 * 1000;
+// Samples of counters and gauges kept for HISTORY_MS, so rates survive a dashboard re-render:
+// the API's stored samples of the last hour (seed), then the live ones.
+const HISTORY_MS = 60 * 60 * 1000;
 const RATE_WINDOW_MS = 10 * 1000;
+const MAX_GAP_MS = 3 * 60 * 1000; // a rate over a longer gap (no API was sampling) is no rate
 export const history = [];
+
+// The API's samples (GET /stats/overview) older than the first live one, in time order.
+export function seed(samples) {
+  const first = history.length ? history[0].t : Infinity;
+  const older = samples.filter((s) => s.t < first).map((s) => ({
+    ...s, lag: s.lag.map(([le, c]) => [le === null ? Infinity : le, c]) }));
+  history.unshift(...older);
+  return older.length;
+}
 
 export function record(metrics, t = Date.now()) {
   const sample = {
@@ -68,10 +79,13 @@ export function record(metrics, t = Date.now()) {
   return sample;
 }
 
+// The sample a rate at i is measured from: the oldest within RATE_WINDOW_MS, else (stored
+// samples are a minute apart) the one before, unless a gap lies between.
 function baseline(i) {
   const s = history[i];
   let j = i;
   while (j > 0 && s.t - history[j - 1].t <= RATE_WINDOW_MS) j--;
+  if (j === i && i > 0 && s.t - history[i - 1].t <= MAX_GAP_MS) return history[i - 1];
   return j === i ? null : history[j];
 }
 
@@ -150,7 +164,9 @@ export function draw(canvas, lines, format = (v) => String(v), integer = false) 
     });
     g.stroke();
   }
-  canvas.dataset.points = String(lines.length ? lines[0].points.filter((p) => p[1] !== null).length : 0);
+  const shown = lines.length ? lines[0].points.filter((p) => p[1] !== null) : [];
+  canvas.dataset.points = String(shown.length);
+  canvas.dataset.first = shown.length ? String(shown[0][0]) : "";
   if (!values.length) {
     g.fillStyle = "#9ca3af"; g.textAlign = "center"; g.textBaseline = "middle";
     g.fillText("collecting samples…", (left + w - right) / 2, (top + h - bottom) / 2);

@@ -5,23 +5,43 @@ import { badge, clear, duration, el, relative, table, time, toast } from "./dom.
 
 const STATUSES = ["scheduled", "paused", "completed", "dead", "cancelled"];
 const REFRESH_MS = 3000;
+const CONFIRM_MS = 5000; // how long "Really cancel?" waits for its second click
 
 function schedule(job) {
   return job.cron ? el("span", { class: "mono" }, `${job.cron}`, el("span", { class: "muted" }, ` ${job.timeZone}`))
     : el("span", {}, "once at ", time(job.runAt || job.createdAt));
 }
 
+const LAST_RUNS = ["failed", "dead", "succeeded"];
+
+function lastRun(j) {
+  const lr = j.lastRun;
+  if (!lr || !lr.status) return el("span", { class: "muted" }, "—");
+  return el("span", { class: "nowrap" }, badge(lr.status), " ",
+    lr.at ? el("span", { class: "muted small", title: lr.at }, relative(lr.at, Date.now(), true)) : null);
+}
+
+function streak(j) {
+  const lr = j.lastRun;
+  if (!lr || !lr.failureStreak) return "";
+  return el("span", { class: "streak", title: "Finished runs in a row whose last attempt failed" },
+    `${lr.failureStreak}${lr.streakCapped ? "+" : ""} in a row`);
+}
+
 export function jobList(main, params) {
-  const f = { status: params.get("status") || "", type: params.get("type") || "", queue: params.get("queue") || "" };
+  const f = { status: params.get("status") || "", type: params.get("type") || "", queue: params.get("queue") || "",
+    lastRun: params.get("lastRun") || "" };
   const statusSel = el("select", { name: "status" }, el("option", { value: "" }, "any status"),
     STATUSES.map((s) => el("option", { value: s, selected: s === f.status }, s)));
+  const lastSel = el("select", { name: "lastRun" }, el("option", { value: "" }, "any last run"),
+    LAST_RUNS.map((s) => el("option", { value: s, selected: s === f.lastRun }, `last run ${s}`)));
   const typeIn = el("input", { name: "type", placeholder: "type", value: f.type });
   const queueIn = el("input", { name: "queue", placeholder: "queue", value: f.queue });
   const idIn = el("input", { name: "id", placeholder: "job id", class: "mono wide" });
   const filters = el("form", { class: "filters", onsubmit: (e) => {
     e.preventDefault();
-    location.hash = "#/jobs" + query({ status: statusSel.value, type: typeIn.value.trim(), queue: queueIn.value.trim() });
-  } }, statusSel, typeIn, queueIn, el("button", { type: "submit" }, "Filter"));
+    location.hash = "#/jobs" + query({ status: statusSel.value, lastRun: lastSel.value, type: typeIn.value.trim(), queue: queueIn.value.trim() });
+  } }, statusSel, lastSel, typeIn, queueIn, el("button", { type: "submit" }, "Filter"));
   const search = el("form", { class: "filters", onsubmit: async (e) => {
     e.preventDefault();
     const id = idIn.value.trim();
@@ -37,35 +57,64 @@ export function jobList(main, params) {
   const more = el("button", { class: "secondary", hidden: true }, "Load more");
   clear(main).append(el("h1", {}, "Jobs"), el("div", { class: "toolbar" }, filters, search), list, more);
 
-  let rows = [], cursor = null;
+  // The pages loaded so far, by the cursor each was read with; a refresh reads them again.
+  let rows = [], pages = [null], next = null, busy = false, stopped = false;
   function render() {
     const sorted = [...rows].sort((a, b) => (b.createdAt || "").localeCompare(a.createdAt || ""));
-    clear(list).append(table(["Job", "Type", "Queue", "Status", "Schedule", "Next run"],
+    clear(list).append(table(["Job", "Type", "Queue", "Status", "Last run", "Failing", "Schedule", "Next run"],
       sorted.map((j) => el("tr", { "data-job": j.id },
         el("td", {}, el("a", { class: "mono", href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id)),
         el("td", {}, j.type), el("td", {}, j.queue), el("td", {}, badge(j.status)),
+        el("td", { "data-test": "last-run" }, lastRun(j)),
+        el("td", { "data-test": "streak" }, streak(j)),
         el("td", {}, schedule(j)),
         el("td", {}, j.nextRunAt ? el("span", { title: j.nextRunAt }, relative(j.nextRunAt)) : "—"))),
       "No job matches these filters."));
   }
   async function load() {
+    if (busy) return;
+    busy = true;
     try {
-      const page = await get("/jobs" + query({ ...f, limit: 100, cursor }));
-      rows = rows.concat(page.jobs);
-      cursor = page.nextCursor;
-      more.hidden = !cursor;
+      const got = [];
+      let cursor = null;
+      for (const at of pages) {
+        const page = await get("/jobs" + query({ ...f, limit: 100, cursor: at }));
+        got.push(...page.jobs);
+        cursor = page.nextCursor;
+        if (!cursor) break;
+      }
+      if (stopped) return;
+      const seen = new Set();
+      rows = got.filter((j) => !seen.has(j.id) && seen.add(j.id));
+      next = cursor;
+      more.hidden = !next;
       render();
     } catch (err) {
       clear(list).append(el("p", { class: "error" }, err.message));
+    } finally {
+      busy = false;
     }
   }
-  more.addEventListener("click", load);
+  more.addEventListener("click", () => { if (next) { pages.push(next); load(); } });
   load();
-  return () => {};
+  const timer = setInterval(load, REFRESH_MS);
+  return () => { stopped = true; clearInterval(timer); };
 }
 
-// Attempts grouped by run (one occurrence), newest first, as a timeline.
-function timeline(runs) {
+// An attempt's error: its first line, and the traceback under it when opened.
+function errorText(error) {
+  const [first, ...rest] = error.split("\n");
+  if (!rest.length) return el("pre", { class: "err" }, error);
+  return el("details", { class: "more" }, el("summary", {}, el("pre", { class: "err" }, first)),
+    el("pre", { class: "err full" }, error));
+}
+
+// A run's status: its newest attempt's, or dead while it is a dead letter.
+const runStatus = (a) => (a.deadLettered ? "dead" : a.status);
+
+// Attempts grouped by run (one occurrence), newest first, as a timeline; a dead run offers
+// Replay (``replay`` is null for a key that may not).
+function timeline(runs, replay) {
   const groups = [];
   for (const a of runs) {
     const g = groups.find((x) => x.runId === a.runId);
@@ -74,16 +123,20 @@ function timeline(runs) {
   if (!groups.length) return el("p", { class: "empty" }, "No run yet.");
   return el("ol", { class: "timeline" }, groups.map((g) => {
     const final = g.attempts[0];
-    return el("li", { class: `t-${final.status}`, "data-run": g.runId },
-      el("div", { class: "t-head" }, badge(final.status), " ",
+    const status = runStatus(final);
+    return el("li", { class: `t-${status}`, "data-run": g.runId },
+      el("div", { class: "t-head" }, badge(status), " ",
         el("span", { class: "mono small" }, g.runId), " ",
-        el("span", { class: "muted" }, "scheduled ", time(final.scheduledAt))),
+        el("span", { class: "muted" }, "scheduled ", time(final.scheduledAt)),
+        status === "dead" && replay ? [" ", el("button", { class: "small", onclick: () => replay(g.runId) }, "Replay")] : null),
       el("ul", { class: "attempts" }, g.attempts.map((a) => el("li", {},
         el("span", { class: "attempt" }, `#${a.attempt}`), " ", badge(a.status), " ",
         el("span", { class: "muted" }, "started "), time(a.startedAt),
         a.durationMs !== null ? el("span", { class: "muted" }, ` · ${duration(a.durationMs)}`) : null,
         a.worker ? el("span", { class: "muted mono small" }, ` · ${a.worker}`) : null,
-        a.error ? el("pre", { class: "err" }, a.error) : null))));
+        a.error ? errorText(a.error) : null,
+        a.result !== null && a.result !== undefined
+          ? el("pre", { class: "result", title: "The handler's result" }, JSON.stringify(a.result, null, 2)) : null))));
   }));
 }
 
@@ -92,7 +145,7 @@ function strip(runs) {
   for (const a of runs) if (!seen.has(a.runId)) seen.set(a.runId, a);
   const last = [...seen.values()].slice(0, 40).reverse();
   return el("div", { class: "strip", title: "Latest runs, oldest left" },
-    last.map((a) => el("span", { class: `cell c-${a.status}`, title: `${a.runId}: ${a.status}` })));
+    last.map((a) => el("span", { class: `cell c-${runStatus(a)}`, title: `${a.runId}: ${runStatus(a)}` })));
 }
 
 export function jobPage(main, id, session) {
@@ -100,7 +153,17 @@ export function jobPage(main, id, session) {
   const body = el("div", { class: "two" });
   const runsBox = el("section", { class: "panel" }, el("h3", {}, "Runs"));
   clear(main).append(el("p", {}, el("a", { href: "#/jobs" }, "← Jobs")), head, body, runsBox);
-  let stopped = false, busy = false, confirmCancel = false;
+  let stopped = false, busy = false, confirmCancel = false, disarm = null;
+
+  async function replay(runId) {
+    try {
+      await post(`/dead-letters/${encodeURIComponent(runId)}/replay`);
+      toast(`Replayed ${runId}`);
+      await refresh();
+    } catch (err) {
+      toast(`replay failed: ${err.message}`, "bad");
+    }
+  }
 
   async function act(name) {
     if (busy) return;
@@ -124,7 +187,14 @@ export function jobPage(main, id, session) {
     if (job.status !== "cancelled") b.push(el("button", { class: "secondary", onclick: () => act("trigger") }, "Trigger now"));
     if (job.status === "scheduled" || job.status === "paused") {
       b.push(el("button", { class: "danger", onclick: (e) => {
-        if (!confirmCancel) { confirmCancel = true; e.target.textContent = "Really cancel?"; return; }
+        if (!confirmCancel) {
+          // Armed for CONFIRM_MS: a prompt left alone disarms, and the page refreshes again.
+          confirmCancel = true;
+          e.target.textContent = "Really cancel?";
+          disarm = setTimeout(() => { confirmCancel = false; refresh(); }, CONFIRM_MS);
+          return;
+        }
+        clearTimeout(disarm);
         confirmCancel = false;
         act("cancel");
       } }, "Cancel"));
@@ -170,10 +240,12 @@ export function jobPage(main, id, session) {
       el("section", { class: "panel" }, el("h3", {}, "Payload"),
         el("pre", { class: "payload" }, JSON.stringify(job.payload, null, 2))));
     clear(runsBox).append(el("h3", {}, "Runs"));
-    if (runs.status === "fulfilled") runsBox.append(strip(runs.value.runs), timeline(runs.value.runs));
+    if (runs.status === "fulfilled") {
+      runsBox.append(strip(runs.value.runs), timeline(runs.value.runs, session.can("admin") ? replay : null));
+    }
     else runsBox.append(el("p", { class: "error" }, runs.reason.message));
   }
   refresh();
   const timer = setInterval(() => { if (!busy && !confirmCancel) refresh(); }, REFRESH_MS);
-  return () => { stopped = true; clearInterval(timer); };
+  return () => { stopped = true; clearInterval(timer); clearTimeout(disarm); };
 }

@@ -1,7 +1,8 @@
-// Overview: live throughput, start lag and backlog charts; partitions, workers and queues.
+// Overview: throughput, start lag and backlog charts (the API's samples of the last hour, then
+// live); partitions, workers and queues.
 
 import { get, metricsText } from "./api.js";
-import { draw, parseMetrics, record, series } from "./charts.js";
+import { draw, parseMetrics, record, seed, series } from "./charts.js";
 import { clear, el, relative, seconds, table } from "./dom.js";
 
 const COLORS = { started: "#2563eb", succeeded: "#16a34a", failed: "#dc2626",
@@ -103,8 +104,11 @@ export function overview(main) {
     ));
   }
 
+  let seeded = false;
   async function tick() {
-    const [st, text] = await Promise.allSettled([get("/status"), metricsText()]);
+    const [st, text, past] = await Promise.allSettled([get("/status"), metricsText(),
+      seeded ? Promise.resolve(null) : get("/stats/overview?minutes=60")]);
+    if (past.status === "fulfilled" && past.value) { seed(past.value.samples); seeded = true; }
     if (st.status === "fulfilled") renderStatus(st.value);
     if (text.status === "fulfilled") record(parseMetrics(text.value));
     const s = series();

@@ -212,7 +212,8 @@ class Reporter:
                 self.metrics.count("retried", o.type, o.queue)
             elif code == CompleteCode.DEAD:
                 self.metrics.count("dead_lettered", o.type, o.queue)
-                log.error("ALERT run %s dead-lettered: %s", fl.run_id, o.text, extra=ids)
+                log.error("ALERT run %s dead-lettered: %s", fl.run_id,
+                          o.text.partition("\n")[0], extra=ids)  # the traceback: in the run
         self.runs.finished -= reported
         for (status, jtype, queue), n in counted.items():
             self.metrics.count(status, jtype, queue, n)

@@ -15,6 +15,7 @@ from rsched.core.app import App, JobContext
 from rsched.core.models import unpack_payload, unpack_spec
 from rsched.core.retry import retry_delay_ms
 from rsched.core.wire import ENTRY_SPEC
+from rsched.engine.worker._failure import failure_text
 from rsched.engine.worker.inflight import Inflight, Outcome, Runs
 from rsched.engine.worker.reporter import Reporter
 from rsched.obs.metrics import RunMetrics
@@ -22,7 +23,6 @@ from rsched.obs.metrics import RunMetrics
 log = logging.getLogger("rsched.worker")
 
 MAX_RESULT_BYTES = 16 * 1024
-MAX_ERROR_CHARS = 2000
 SPEC_CACHE = 4096  # distinct packed specs kept unpacked...
 SPEC_CACHE_BYTES = 512  # ...of at most this size (a spec holds the payload: keep memory small)
 
@@ -149,7 +149,7 @@ class Runner:
                     self.slot.set()
                     raise  # shutdown past the grace period: no report, the run will be reclaimed
             except Exception as e:  # noqa: BLE001 - any handler error is a failed attempt
-                status, text = "failed", f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
+                status, text = "failed", failure_text(e)
             finally:
                 self._sem.release()
                 fl.deadline = float("inf")
@@ -159,7 +159,8 @@ class Runner:
                 delay = retry_delay_ms(
                     fl.attempt, int(sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS)),
                     int(sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS)))
-                log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status, text,
+                log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status,
+                            text.partition("\n")[0],
                             extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
             self.metrics.duration.observe(jtype, duration / 1000)
             rep = self.reporter

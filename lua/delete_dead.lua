@@ -1,0 +1,46 @@
+--[[ delete_dead: delete dead letters for good, each deletion recorded in its run's history.
+
+A plain run's hash is deleted and a record (status 'deleted', error 'deleted by <who>', ended_ms
+the deletion time) goes on the job's history list; a one-off job's own run, whose fields live in
+the job hash, is marked 'deleted' there and its record kept as an 'h:' field, like its attempts
+(remember in util).  Each deletion emits a 'dead_deleted' event carrying 'by' (the archive keeps
+it).  A run id no longer in the dead set (replayed or deleted meanwhile) changes nothing.
+
+KEYS[1] rsched:{pN}:dead ZSET   KEYS[2] rsched:{pN}:events STREAM
+then per run 3 keys: rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH,
+                     rsched:{pN}:hist:<id> LIST
+ARGV[1] now_ms (0 = Redis TIME)   ARGV[2] events_maxlen   ARGV[3] who (API key name, 'cli')
+ARGV[4] history length            ARGV[5] n runs          then per run 1 value: run id
+Returns {code_1, ..., code_n}: 1 deleted, 0 not a dead letter (gone, replayed or deleted)
+]]
+--!include util
+local dead_key, events_key = KEYS[1], KEYS[2]
+local now, maxlen, who = now_ms(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local hlen, n = tonumber(ARGV[4]), tonumber(ARGV[5])
+local out = {}
+for i = 1, n do
+  local run_id = ARGV[5 + i]
+  local b = 2 + 3 * (i - 1)
+  local run_key, job_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3]
+  out[i] = 0
+  if redis.call('ZREM', dead_key, run_id) == 1 then
+    local rkey, F = run_home(run_id, run_key, job_key, redis.call('HGET', job_key, 'own_run'))
+    local r = redis.call('HMGET', rkey, F.state, F.attempt, F.type)
+    if r[1] == 'dead' then
+      local own = F == OWN_RUN
+      local rec = {run = run_id, attempt = tonumber(r[2]) or 0, status = 'deleted',
+                   sched_ms = tonumber(string.match(run_id, '@(%d+)$')), ended_ms = now,
+                   error = 'deleted from the dead letters by ' .. who}
+      if own then
+        redis.call('HSET', job_key, F.state, 'deleted')
+      else
+        redis.call('DEL', run_key)
+      end
+      remember(job_key, hist_key, hlen, own, 'deleted-' .. string.format('%d', now), rec)
+      emit(events_key, maxlen, 'e', 'dead_deleted', 'j', string.match(run_id, '^(.*)@%d+$'),
+           'r', run_id, 'a', r[2] or '', 't', now, 'by', who, 'ty', r[3] or '')
+      out[i] = 1
+    end
+  end
+end
+return out
