@@ -89,11 +89,19 @@ def test_the_same_idempotency_key_returns_200_with_the_same_job_and_another_body
     problem_of(conflict, 409, "idempotencyKey")
 
 
+def test_a_cron_macro_is_kept_as_given_and_runs_on_its_five_field_times(api: TestClient) -> None:
+    job = api.post("/jobs", json={"type": "report", "cron": "@daily",
+                                  "timeZone": "Asia/Kolkata"}).json()
+    assert job["cron"] == "@daily"
+    assert job["nextRunAt"].endswith("T18:30:00.000Z")  # local midnight, UTC+05:30
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
         ({"type": "t", "cron": "61 * * * *"}, "cron"),
         ({"type": "t", "cron": "0 0 30 2 *"}, "cron"),
+        ({"type": "t", "cron": "@reboot"}, "cron"),
         ({"type": "t", "cron": "0 3 * * *", "timeZone": "Mars/Olympus"}, "timeZone"),
         ({"type": "t", "runAt": "tomorrow"}, "runAt"),
         ({"type": "t", "runAt": "2030-01-01T00:00:00"}, "runAt"),

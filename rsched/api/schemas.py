@@ -36,7 +36,8 @@ SCHEMAS: dict[str, Any] = {
             "payload": {"description": "Any JSON value; at most 64 KiB once msgpack-encoded "
                                        "(configurable)."},
             "runAt": {**NTIME, "description": "When to run a one-off job; the past means now."},
-            "cron": _n("string", description="5 fields, or 6 with seconds first."),
+            "cron": _n("string", description="5 fields, or 6 with seconds first, or a macro "
+                        "(@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly)."),
             "timeZone": _n("string", description="IANA zone for cron (default UTC)."),
             "queue": _n("string", pattern=QUEUE_PATTERN),
             "maxAttempts": _n("integer", minimum=1, maximum=1000),
