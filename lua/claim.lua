@@ -34,7 +34,11 @@ then per item 8 values: kind, job id, run id, score, expected, next_ms, next_sco
   kind 'j' (an occurrence the dispatcher read, with the next time computed for a recurring
            job): score = its due score, expected = the job's next_ms (compare-and-set);
            next_ms/next_score = the following occurrence and its due score, '0' = none;
-           fire '0' = skip this occurrence (misfire policy skip)
+           run id = the occurrence to run (the latest of a gap, see core.catchup);
+           fire '1' = run it, '0' = run nothing; either may be followed by
+           ' <count> <first_ms> <last_ms> <exact 0|1>': occurrences missed by more than the
+           job's catch-up window, skipped together: one 'skipped' event (its run id the
+           first's), and the job's 'gap' field
   kind 'r' (retry, replay or trigger of a run): score = its due ms in the retry set
 Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
   {-1} when the caller's lease or fence is stale; nothing was written
@@ -141,6 +145,17 @@ for i = 1, n do
       dispatch_own(job_key, stream_key, job_id, run_id, j)
     else
       local last_run = nil
+      local gap = ''
+      if #fire > 1 then fire, gap = string.sub(fire, 1, 1), string.sub(fire, 3) end
+      if gap ~= '' then
+        local count, first, last = string.match(gap, '^(%d+) (%d+) (%d+)')
+        emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', job_id .. '@' .. first,
+             't', now_s, 's', first, 'ty', j[3], 'q', j[4],
+             'err', 'catch-up: ' .. count .. ' occurrence(s) up to ' .. last ..
+                    ' missed by more than the catch-up window')
+        redis.call('HSET', job_key, 'gap', gap)
+        skipped = skipped + tonumber(count)
+      end
       if fire ~= '0' then
         local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5])
         used[stream_key] = true
@@ -151,9 +166,9 @@ for i = 1, n do
         dispatch_event(run_id, '1', j[3], j[4])
         dispatched = dispatched + 1
         last_run = run_id
-      else
+      elseif gap == '' then
         emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now_s, 's', expected,
-             'ty', j[3], 'q', j[4], 'err', 'misfire: skipped an occurrence missed by more than the grace period')
+             'ty', j[3], 'q', j[4], 'err', 'skipped')
         skipped = skipped + 1
       end
       if once then

@@ -89,6 +89,17 @@ def test_the_same_idempotency_key_returns_200_with_the_same_job_and_another_body
     problem_of(conflict, 409, "idempotencyKey")
 
 
+def test_the_catch_up_window_defaults_to_60_s_and_round_trips_in_seconds(api: TestClient) -> None:
+    default = api.post("/jobs", json={"type": "t", "cron": "@hourly"}).json()
+    assert (default["catchUpWindowSeconds"], default["misfire"], default["lastGap"]) == (
+        60, "run_once", None)
+    job = api.post("/jobs", json={"type": "t", "cron": "*/5 * * * *", "misfire": "runOnce",
+                                  "catchUpWindowSeconds": 2.5}).json()
+    assert (job["catchUpWindowSeconds"], job["misfire"]) == (2.5, "run_once")
+    patched = api.patch(f"/jobs/{job['id']}", json={"priority": 3}).json()
+    assert patched["catchUpWindowSeconds"] == 2.5  # a change keeps the window
+
+
 def test_a_cron_macro_is_kept_as_given_and_runs_on_its_five_field_times(api: TestClient) -> None:
     job = api.post("/jobs", json={"type": "report", "cron": "@daily",
                                   "timeZone": "Asia/Kolkata"}).json()
@@ -116,6 +127,10 @@ def test_a_cron_macro_is_kept_as_given_and_runs_on_its_five_field_times(api: Tes
         ({"type": "t", "backoff": {"base": 1}}, "backoff.base"),
         ({"type": "t", "backoff": 5}, "backoff"),
         ({"type": "t", "misfire": "catch_up"}, "misfire"),
+        ({"type": "t", "cron": "@daily", "catchUpWindowSeconds": -1}, "catchUpWindowSeconds"),
+        ({"type": "t", "cron": "@daily", "catchUpWindowSeconds": "60"}, "catchUpWindowSeconds"),
+        ({"type": "t", "cron": "@daily", "catchUpWindowSeconds": 2_592_001},
+         "catchUpWindowSeconds"),
         ({"type": "t", "queue": "no spaces"}, "queue"),
         ({"type": "t", "idempotencyKey": ""}, "idempotencyKey"),
         ({"type": "t", "paused": "yes"}, "paused"),

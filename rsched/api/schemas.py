@@ -53,7 +53,14 @@ SCHEMAS: dict[str, Any] = {
                     "capSeconds": _n("number", minimum=0, maximum=2592000),
                 },
             },
-            "misfire": {"type": ["string", "null"], "enum": ["run_once", "skip", None]},
+            "misfire": {"type": ["string", "null"], "enum": ["run_once", "runOnce", "skip", None],
+                        "description": "Occurrences missed by more than catchUpWindowSeconds: "
+                                       "the latest runs once (run_once, the default) or none "
+                                       "(skip); either way they are recorded once per gap."},
+            "catchUpWindowSeconds": _n("number", minimum=0, maximum=2592000,
+                                       description="Occurrences missed by less than this "
+                                                   "all run, once each, in order (default "
+                                                   "60)."),
             "jitterSeconds": _n("number", minimum=0, maximum=86400),
             "paused": _n("boolean", description="Create the job paused."),
         },
@@ -73,7 +80,7 @@ SCHEMAS: dict[str, Any] = {
         "required": ["id", "type", "queue", "status", "payload", "runAt", "cron", "timeZone",
                      "nextRunAt", "maxAttempts", "backoff", "priority", "timeoutSeconds",
                      "idempotencyKey", "misfire", "jitterSeconds", "lastRunId", "createdAt",
-                     "updatedAt"],
+                     "updatedAt", "catchUpWindowSeconds", "lastGap"],
         "properties": {
             "id": {"type": "string"}, "type": {"type": "string"}, "queue": {"type": "string"},
             "status": {"type": "string", "enum": [s.value for s in JobStatus]},
@@ -85,7 +92,15 @@ SCHEMAS: dict[str, Any] = {
             "priority": {"type": "integer"}, "timeoutSeconds": {"type": "number"},
             "idempotencyKey": _n("string"), "misfire": {"type": "string"},
             "jitterSeconds": {"type": "number"}, "lastRunId": _n("string"),
-            "createdAt": TIME, "updatedAt": TIME,
+            "createdAt": TIME, "updatedAt": TIME, "catchUpWindowSeconds": {"type": "number"},
+            "lastGap": {
+                "type": ["object", "null"], "required": ["count", "exact", "from", "to"],
+                "description": "The latest occurrences missed by more than the catch-up "
+                               "window, skipped together (count is a lower bound unless "
+                               "exact).",
+                "properties": {"count": {"type": "integer"}, "exact": {"type": "boolean"},
+                               "from": TIME, "to": TIME},
+            },
         },
     },
     "JobPage": {

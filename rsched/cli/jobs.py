@@ -30,25 +30,40 @@ def jobs() -> None:
 @click.option("--max-attempts", type=int, default=None)
 @click.option("--priority", type=int, default=None)
 @click.option("--idempotency-key", default=None)
+@click.option("--misfire", default=None,
+              help="run_once or skip: what happens to occurrences older than the window.")
+@click.option("--catch-up-window", "catch_up", type=float, default=None,
+              help="Seconds: occurrences missed by less than this all run (default 60).")
 @JSON_FLAG
 @click.pass_context
 def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str | None,
              cron: str | None, tz: str | None, queue: str | None, max_attempts: int | None,
-             priority: int | None, idempotency_key: str | None, as_json: bool) -> None:
+             priority: int | None, idempotency_key: str | None, misfire: str | None,
+             catch_up: float | None, as_json: bool) -> None:
     """Schedule a job and print its id."""
     try:
         body = json.loads(payload) if payload is not None else None
     except ValueError as e:
         raise ValidationError("--payload", f"not JSON: {e}") from None
-    spec = spec_from_json({
-        "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
-        "queue": queue, "maxAttempts": max_attempts, "priority": priority,
-        "idempotencyKey": idempotency_key,
-    })
-    job = client_of(ctx).schedule_many([spec])[0]
-    if isinstance(job, Exception):
-        raise job
+    try:
+        spec = spec_from_json({
+            "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
+            "queue": queue, "maxAttempts": max_attempts, "priority": priority,
+            "idempotencyKey": idempotency_key, "misfire": misfire,
+            "catchUpWindowSeconds": catch_up,
+        })
+        job = client_of(ctx).schedule_many([spec])[0]
+        if isinstance(job, Exception):
+            raise job
+    except ValidationError as e:
+        if e.field not in _FLAGS:
+            raise
+        raise ValidationError(_FLAGS[e.field], e.reason) from None
     show(job_json(job), as_json, lambda j: j["id"])
+
+
+_FLAGS = {"misfire": "--misfire", "catchUpWindowSeconds": "--catch-up-window"}
+"""Fields whose errors name their flag (the others keep the API's field name)."""
 
 
 def _render_job(j: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import msgpack
 
 from rsched.core import defaults
+from rsched.core.catchup import Gap
 from rsched.core.errors import ValidationError
 
 
@@ -39,8 +40,10 @@ class RunState(str, enum.Enum):
 
 
 class Misfire(str, enum.Enum):
-    RUN_ONCE = "run_once"  # run the missed occurrence once, then resume the schedule
-    SKIP = "skip"  # skip occurrences missed by more than the grace period
+    """What happens to occurrences missed by more than the job's catch-up window (core.catchup)."""
+
+    RUN_ONCE = "run_once"  # the latest of them runs once; the others are recorded as skipped
+    SKIP = "skip"  # all of them are recorded as skipped
 
 
 def _s(v: Any, default: str = "") -> str:
@@ -71,7 +74,7 @@ def unpack_payload(raw: Any) -> Any:
 # pack_spec writes these fields in this order and unpack_spec names them; tests/test_wire.py
 # holds the two together and against every reader of the unpacked spec.
 SPEC_ORDER = ("timeout_ms", "backoff_base_ms", "backoff_cap_ms", "priority", "tz", "misfire",
-              "jitter_ms", "idem_key", "run_at_ms", "payload")
+              "jitter_ms", "idem_key", "run_at_ms", "payload", "catch_up_ms")
 
 
 class _Packer(threading.local):
@@ -87,11 +90,11 @@ packer = _Packer()
 
 def pack_spec(timeout_ms: int, backoff_base_ms: int, backoff_cap_ms: int, priority: int,
               tz: str, misfire: str, jitter_ms: int, idem_key: str, run_at_ms: int,
-              payload: bytes) -> bytes:
+              payload: bytes, catch_up_ms: int) -> bytes:
     """The job hash's spec field: SPEC_ORDER's values as one array (``payload`` packed already,
     ``idem_key`` and ``run_at_ms`` '' and 0 when absent)."""
     return packer.pack([timeout_ms, backoff_base_ms, backoff_cap_ms, priority, tz, misfire,
-                        jitter_ms, idem_key, run_at_ms, payload])
+                        jitter_ms, idem_key, run_at_ms, payload, catch_up_ms])
 
 
 def unpack_spec(raw: Any) -> dict[str, Any]:
@@ -123,6 +126,8 @@ class Job:
     created_ms: int
     updated_ms: int
     last_run_id: str | None
+    catch_up_window_ms: int = defaults.CATCH_UP_WINDOW_MS
+    last_gap: Gap | None = None  # the latest occurrences skipped together (lua/claim.lua)
 
     @property
     def partition(self) -> int:
@@ -154,7 +159,22 @@ class Job:
             # lua/schedule.lua stores no updated_ms: until a change, it is created_ms.
             updated_ms=_i(g("updated_ms")) or _i(g("created_ms")),
             last_run_id=_s(g("last_run_id")) or None,
+            catch_up_window_ms=sp.get("catch_up_ms", defaults.CATCH_UP_WINDOW_MS),
+            last_gap=gap_of(_s(g("gap"))),
         )
+
+
+def gap_of(text: str) -> Gap | None:
+    """The job hash's ``gap`` field, 'count first_ms last_ms exact' (lua/claim.lua), or None."""
+    if not text:
+        return None
+    count, first, last, exact = text.split()
+    return Gap(int(count), int(first), int(last), exact == "1")
+
+
+def gap_text(gap: Gap) -> str:
+    """A gap as lua/claim.lua stores it in the job hash (gap_of reads it back)."""
+    return f"{gap.size} {gap.first_ms} {gap.last_ms} {int(gap.exact)}"
 
 
 @dataclass(frozen=True, slots=True)

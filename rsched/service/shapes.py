@@ -10,6 +10,7 @@ from typing import Any
 
 from rsched.archive.history import RunsPage
 from rsched.archive.stats import DurationStats, FailuresPage
+from rsched.core.catchup import Gap
 from rsched.core.models import Attempt, Job, JobStatus, Misfire, Run
 from rsched.core.times import ms_to_iso, ms_to_iso_fast
 from rsched.core.views import DispatcherStatus, PartitionStatus, Status, WorkerStatus
@@ -58,7 +59,15 @@ def job_json(job: Job) -> dict[str, Any]:
         "idempotencyKey": job.idempotency_key, "misfire": _TEXT[job.misfire],
         "jitterSeconds": secs[job.jitter_ms], "lastRunId": job.last_run_id,
         "createdAt": times[job.created_ms], "updatedAt": times[job.updated_ms],
+        "catchUpWindowSeconds": secs[job.catch_up_window_ms],
+        "lastGap": gap_json(job.last_gap) if job.last_gap else None,
     }
+
+
+def gap_json(gap: Gap) -> dict[str, Any]:
+    """Occurrences missed by more than the catch-up window and skipped together."""
+    return {"count": gap.size, "exact": gap.exact, "from": iso(gap.first_ms),
+            "to": iso(gap.last_ms)}
 
 
 def attempt_json(a: Attempt) -> dict[str, Any]:

@@ -50,10 +50,8 @@ class Claimer:
     r: Any  # redis.asyncio.Redis
     owner: str
     batch: int = defaults.CLAIM_BATCH
-    misfire_grace_ms: int = defaults.MISFIRE_GRACE_MS
     events_maxlen: int = 0
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
-    catchup_ms: int = defaults.CATCHUP_MS  # lateness before missed occurrences collapse into one
     full_read_s: float = FULL_READ_S  # skip_idle rounds still read every partition this often
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
@@ -64,7 +62,7 @@ class Claimer:
     _recurring: RecurringJobs = field(init=False, repr=False)  # which ids recur; their items
 
     def __post_init__(self) -> None:
-        self._recurring = RecurringJobs(self.misfire_grace_ms, self.catchup_ms)
+        self._recurring = RecurringJobs()
 
     def _estimate_now(self) -> int:
         return int(time.time() * 1000) + self._offset_ms

@@ -38,7 +38,6 @@ class Dispatcher:
         lease_ms: int = defaults.LEASE_MS,
         batch: int = defaults.CLAIM_BATCH,
         max_sleep_ms: int = defaults.MAX_SLEEP_MS,
-        misfire_grace_ms: int = defaults.MISFIRE_GRACE_MS,
         clock: Callable[[], int] | None = None,
         full_read_s: float = FULL_READ_S,
     ) -> None:
@@ -47,7 +46,6 @@ class Dispatcher:
         self.lease_ms = lease_ms
         self.batch = batch
         self.max_sleep_ms = max_sleep_ms
-        self.misfire_grace_ms = misfire_grace_ms
         self.clock = clock
         self.full_read_s = full_read_s  # see Claimer.full_read_s
         self.r: Redis = connect_async(settings.redis_url)
@@ -60,8 +58,8 @@ class Dispatcher:
         p = await aensure_partitions(self.r, self.settings.initial_partitions,
                                      self.settings.strict_partitions)
         self.leases = LeaseKeeper(self.r, self.id, p, self.lease_ms, self.clock)
-        self.claimer = Claimer(self.r, self.id, self.batch, self.misfire_grace_ms,
-                               self.settings.events_maxlen, self.clock,
+        self.claimer = Claimer(self.r, self.id, self.batch, self.settings.events_maxlen,
+                               self.clock,
                                full_read_s=self.full_read_s)
 
     async def claim_once(self, *, skip_idle: bool = False) -> ClaimResult:
