@@ -93,6 +93,11 @@ def test_the_catch_up_window_defaults_to_60_s_and_round_trips_in_seconds(api: Te
     default = api.post("/jobs", json={"type": "t", "cron": "@hourly"}).json()
     assert (default["catchUpWindowSeconds"], default["misfire"], default["lastGap"]) == (
         60, "run_once", None)
+    assert default["overlap"] == "allow"
+    buffered = api.post("/jobs", json={"type": "t", "cron": "@hourly", "overlap": "bufferOne"})
+    assert buffered.json()["overlap"] == "bufferOne"
+    to_one_off = api.patch(f"/jobs/{buffered.json()['id']}", json={"runAt": LATER}).json()
+    assert to_one_off["overlap"] == "allow"  # a one-off job has no overlap to decide
     job = api.post("/jobs", json={"type": "t", "cron": "*/5 * * * *", "misfire": "runOnce",
                                   "catchUpWindowSeconds": 2.5}).json()
     assert (job["catchUpWindowSeconds"], job["misfire"]) == (2.5, "run_once")
@@ -128,6 +133,8 @@ def test_a_cron_macro_is_kept_as_given_and_runs_on_its_five_field_times(api: Tes
         ({"type": "t", "backoff": 5}, "backoff"),
         ({"type": "t", "misfire": "catch_up"}, "misfire"),
         ({"type": "t", "cron": "@daily", "catchUpWindowSeconds": -1}, "catchUpWindowSeconds"),
+        ({"type": "t", "cron": "@daily", "overlap": "never"}, "overlap"),
+        ({"type": "t", "overlap": "skip"}, "overlap"),
         ({"type": "t", "cron": "@daily", "catchUpWindowSeconds": "60"}, "catchUpWindowSeconds"),
         ({"type": "t", "cron": "@daily", "catchUpWindowSeconds": 2_592_001},
          "catchUpWindowSeconds"),

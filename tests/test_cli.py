@@ -71,11 +71,11 @@ def test_jobs_add_prints_the_id_and_show_list_runs_read_it_back(redis_url: str) 
 
 def test_jobs_add_takes_the_catch_up_window_and_misfire_policy(redis_url: str) -> None:
     job_id = ok(redis_url, "jobs", "add", "--type", "tick", "--cron", "@hourly",
-                "--catch-up-window", "300", "--misfire", "skip").strip()
+                "--catch-up-window", "300", "--misfire", "skip", "--overlap", "skip").strip()
     shown = as_json(redis_url, "jobs", "show", job_id)
     assert (shown["cron"], shown["catchUpWindowSeconds"], shown["misfire"]) == (
         "@hourly", 300, "skip")
-    assert shown["lastGap"] is None
+    assert shown["lastGap"] is None and shown["overlap"] == "skip"
 
 
 def test_pause_resume_cancel_and_trigger_change_the_job(redis_url: str) -> None:
@@ -164,6 +164,8 @@ def test_keys_create_prints_the_secret_once_list_hides_it_and_revoke_removes_it(
         (["jobs", "add", "--type", "t", "--payload", "{nope"], "error: --payload: not JSON"),
         (["jobs", "add", "--type", "t", "--cron", "@daily", "--catch-up-window", "-1"],
          "error: --catch-up-window: must be between 0 and 2592000 seconds"),
+        (["jobs", "add", "--type", "t", "--cron", "@daily", "--overlap", "twice"],
+         "error: --overlap: must be 'allow', 'skip' or 'bufferOne'"),
         (["jobs", "add", "--type", "t", "--cron", "@daily", "--misfire", "later"],
          "error: --misfire: must be 'run_once'"),
         (["preview", "* * * * *", "--tz", "Mars/Base"], "error: timeZone: unknown time zone"),

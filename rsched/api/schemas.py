@@ -61,6 +61,11 @@ SCHEMAS: dict[str, Any] = {
                                        description="Occurrences missed by less than this "
                                                    "all run, once each, in order (default "
                                                    "60)."),
+            "overlap": {"type": ["string", "null"], "enum": ["allow", "skip", "bufferOne", None],
+                        "description": "A recurring job's occurrence while its previous run "
+                                       "is still queued, running or waiting for a retry: runs "
+                                       "anyway (allow, the default), is recorded as a skipped "
+                                       "run (skip), or waits for it, one at most (bufferOne)."},
             "jitterSeconds": _n("number", minimum=0, maximum=86400),
             "paused": _n("boolean", description="Create the job paused."),
         },
@@ -80,7 +85,7 @@ SCHEMAS: dict[str, Any] = {
         "required": ["id", "type", "queue", "status", "payload", "runAt", "cron", "timeZone",
                      "nextRunAt", "maxAttempts", "backoff", "priority", "timeoutSeconds",
                      "idempotencyKey", "misfire", "jitterSeconds", "lastRunId", "createdAt",
-                     "updatedAt", "catchUpWindowSeconds", "lastGap"],
+                     "updatedAt", "catchUpWindowSeconds", "lastGap", "overlap"],
         "properties": {
             "id": {"type": "string"}, "type": {"type": "string"}, "queue": {"type": "string"},
             "status": {"type": "string", "enum": [s.value for s in JobStatus]},
@@ -93,6 +98,7 @@ SCHEMAS: dict[str, Any] = {
             "idempotencyKey": _n("string"), "misfire": {"type": "string"},
             "jitterSeconds": {"type": "number"}, "lastRunId": _n("string"),
             "createdAt": TIME, "updatedAt": TIME, "catchUpWindowSeconds": {"type": "number"},
+            "overlap": {"type": "string", "enum": ["allow", "skip", "bufferOne"]},
             "lastGap": {
                 "type": ["object", "null"], "required": ["count", "exact", "from", "to"],
                 "description": "The latest occurrences missed by more than the catch-up "

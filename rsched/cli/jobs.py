@@ -34,12 +34,14 @@ def jobs() -> None:
               help="run_once or skip: what happens to occurrences older than the window.")
 @click.option("--catch-up-window", "catch_up", type=float, default=None,
               help="Seconds: occurrences missed by less than this all run (default 60).")
+@click.option("--overlap", default=None,
+              help="allow, skip or bufferOne: a recurring occurrence while the last one runs.")
 @JSON_FLAG
 @click.pass_context
 def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str | None,
              cron: str | None, tz: str | None, queue: str | None, max_attempts: int | None,
              priority: int | None, idempotency_key: str | None, misfire: str | None,
-             catch_up: float | None, as_json: bool) -> None:
+             catch_up: float | None, overlap: str | None, as_json: bool) -> None:
     """Schedule a job and print its id."""
     try:
         body = json.loads(payload) if payload is not None else None
@@ -50,7 +52,7 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
             "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
             "queue": queue, "maxAttempts": max_attempts, "priority": priority,
             "idempotencyKey": idempotency_key, "misfire": misfire,
-            "catchUpWindowSeconds": catch_up,
+            "catchUpWindowSeconds": catch_up, "overlap": overlap,
         })
         job = client_of(ctx).schedule_many([spec])[0]
         if isinstance(job, Exception):
@@ -62,7 +64,8 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
     show(job_json(job), as_json, lambda j: j["id"])
 
 
-_FLAGS = {"misfire": "--misfire", "catchUpWindowSeconds": "--catch-up-window"}
+_FLAGS = {"misfire": "--misfire", "catchUpWindowSeconds": "--catch-up-window",
+          "overlap": "--overlap"}
 """Fields whose errors name their flag (the others keep the API's field name)."""
 
 

@@ -37,6 +37,17 @@ class RunState(str, enum.Enum):
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     ABANDONED = "abandoned"
+    SKIPPED = "skipped"  # not run: the overlap policy (its error says why)
+    BUFFERED = "buffered"  # overlap=bufferOne: waits for the job's active run to end
+
+
+class Overlap(str, enum.Enum):
+    """Whether a recurring job's occurrence runs while an earlier run of the job is active
+    (dispatched, running or waiting for a retry); decided in lua/claim.lua."""
+
+    ALLOW = "allow"  # runs may overlap
+    SKIP = "skip"  # the occurrence is recorded as a skipped run
+    BUFFER_ONE = "bufferOne"  # one occurrence waits and starts when the active run ends
 
 
 class Misfire(str, enum.Enum):
@@ -74,7 +85,7 @@ def unpack_payload(raw: Any) -> Any:
 # pack_spec writes these fields in this order and unpack_spec names them; tests/test_wire.py
 # holds the two together and against every reader of the unpacked spec.
 SPEC_ORDER = ("timeout_ms", "backoff_base_ms", "backoff_cap_ms", "priority", "tz", "misfire",
-              "jitter_ms", "idem_key", "run_at_ms", "payload", "catch_up_ms")
+              "jitter_ms", "idem_key", "run_at_ms", "payload", "catch_up_ms", "overlap")
 
 
 class _Packer(threading.local):
@@ -90,11 +101,11 @@ packer = _Packer()
 
 def pack_spec(timeout_ms: int, backoff_base_ms: int, backoff_cap_ms: int, priority: int,
               tz: str, misfire: str, jitter_ms: int, idem_key: str, run_at_ms: int,
-              payload: bytes, catch_up_ms: int) -> bytes:
+              payload: bytes, catch_up_ms: int, overlap: str) -> bytes:
     """The job hash's spec field: SPEC_ORDER's values as one array (``payload`` packed already,
     ``idem_key`` and ``run_at_ms`` '' and 0 when absent)."""
     return packer.pack([timeout_ms, backoff_base_ms, backoff_cap_ms, priority, tz, misfire,
-                        jitter_ms, idem_key, run_at_ms, payload, catch_up_ms])
+                        jitter_ms, idem_key, run_at_ms, payload, catch_up_ms, overlap])
 
 
 def unpack_spec(raw: Any) -> dict[str, Any]:
@@ -128,6 +139,7 @@ class Job:
     last_run_id: str | None
     catch_up_window_ms: int = defaults.CATCH_UP_WINDOW_MS
     last_gap: Gap | None = None  # the latest occurrences skipped together (lua/claim.lua)
+    overlap: Overlap = Overlap.ALLOW
 
     @property
     def partition(self) -> int:
@@ -161,6 +173,7 @@ class Job:
             last_run_id=_s(g("last_run_id")) or None,
             catch_up_window_ms=sp.get("catch_up_ms", defaults.CATCH_UP_WINDOW_MS),
             last_gap=gap_of(_s(g("gap"))),
+            overlap=Overlap(sp.get("overlap") or "allow"),
         )
 
 

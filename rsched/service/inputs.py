@@ -18,7 +18,7 @@ from rsched.service.patch import UNSET, JobPatch
 
 JOB_FIELDS = ("type", "payload", "runAt", "cron", "timeZone", "queue", "maxAttempts",
               "idempotencyKey", "priority", "timeoutSeconds", "backoff", "misfire",
-              "jitterSeconds", "paused", "catchUpWindowSeconds")
+              "jitterSeconds", "paused", "catchUpWindowSeconds", "overlap")
 PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority")
 BACKOFF_FIELDS = ("baseSeconds", "capSeconds")
 MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant ISO-8601 writes
@@ -110,6 +110,7 @@ _JOB_INPUT: dict[str, tuple[str, Any]] = {
     "maxAttempts": ("max_attempts", _integer), "priority": ("priority", _integer),
     "timeoutSeconds": ("timeout_ms", _seconds_ms), "jitterSeconds": ("jitter_ms", _seconds_ms),
     "paused": ("paused", _flag), "catchUpWindowSeconds": ("catch_up_window_ms", _seconds_ms),
+    "overlap": ("overlap", _string),
 }
 assert set(_JOB_INPUT) | {"backoff"} == set(JOB_FIELDS)
 

@@ -23,6 +23,10 @@ log = logging.getLogger("rsched.dispatcher")
 JOB_FIELDS = ("status", "next_ms", "queue", "cron", "spec")
 CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra claim call)
 
+# The claim item's fire value for an occurrence that runs, by the job's stored overlap policy
+# ('' = allow): lua/claim.lua decides skip and bufferOne against the job's active run.
+_FIRE: dict[str, int | str] = {"skip": "s", "bufferOne": "b"}
+
 Due = dict[int, list[tuple[str, float]]]  # per partition: due job ids with their scores
 
 
@@ -88,6 +92,7 @@ class RecurringJobs:
                 fire = 0
             else:
                 run_ms = plan.run_ms
+                fire = _FIRE.get(sp.get("overlap") or "", 1)
             if plan.gap is not None:
                 fire = f"{fire} {gap_text(plan.gap)}"
         else:

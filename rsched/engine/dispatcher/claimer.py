@@ -53,6 +53,7 @@ class Claimer:
     events_maxlen: int = 0
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
     full_read_s: float = FULL_READ_S  # skip_idle rounds still read every partition this often
+    run_ttl_ms: int = 0  # how long a run its overlap policy skipped is kept (Settings; 0 = ever)
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
     _queues: dict[int, list[str]] = field(default_factory=dict)  # each partition's queues
@@ -272,7 +273,7 @@ class Claimer:
         ks = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p), keys.stats(p)]
         ks += [keys.stream(p, q) for q in queues]
         args: list[Any] = [self.owner, fence, now, self.events_maxlen, len(queues), len(items),
-                           keys.GROUP, len(once)]
+                           keys.GROUP, len(once), self.run_ttl_ms]
         # One-off jobs: a key and two values each (see lua/claim.lua), built without a call.
         prefix = keys.job(p, "")
         for job_id, score in once:

@@ -60,7 +60,8 @@ class Dispatcher:
         self.leases = LeaseKeeper(self.r, self.id, p, self.lease_ms, self.clock)
         self.claimer = Claimer(self.r, self.id, self.batch, self.settings.events_maxlen,
                                self.clock,
-                               full_read_s=self.full_read_s)
+                               full_read_s=self.full_read_s,
+                               run_ttl_ms=self.settings.run_ttl_ms)
 
     async def claim_once(self, *, skip_idle: bool = False) -> ClaimResult:
         """One claim round (see Claimer.run_once; the loop below skips idle partitions)."""
