@@ -78,6 +78,17 @@ def test_jobs_add_takes_the_catch_up_window_and_misfire_policy(redis_url: str) -
     assert shown["lastGap"] is None and shown["overlap"] == "skip"
 
 
+def test_control_commands_take_if_match_and_name_the_flag_on_a_mismatch(redis_url: str) -> None:
+    job_id = ok(redis_url, "jobs", "add", "--type", "tick", "--cron", "@hourly").strip()
+    assert ok(redis_url, "jobs", "pause", job_id, "--if-match", "1").strip() == f"{job_id} paused"
+    stale = run_main(redis_url, "jobs", "resume", job_id, "--if-match", "1")
+    assert stale.returncode == 1
+    assert stale.stderr.startswith("error: --if-match: the job is at another version than 1")
+    assert as_json(redis_url, "jobs", "show", job_id)["status"] == "paused"
+    assert ok(redis_url, "jobs", "resume", job_id, "--if-match", "2").strip() == \
+        f"{job_id} scheduled"
+
+
 def test_pause_resume_cancel_and_trigger_change_the_job(redis_url: str) -> None:
     job_id = ok(redis_url, "jobs", "add", "--type", "t", "--run-at",
                 "2030-01-01T00:00:00Z").strip()

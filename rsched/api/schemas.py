@@ -85,7 +85,7 @@ SCHEMAS: dict[str, Any] = {
         "required": ["id", "type", "queue", "status", "payload", "runAt", "cron", "timeZone",
                      "nextRunAt", "maxAttempts", "backoff", "priority", "timeoutSeconds",
                      "idempotencyKey", "misfire", "jitterSeconds", "lastRunId", "createdAt",
-                     "updatedAt", "catchUpWindowSeconds", "lastGap", "overlap"],
+                     "updatedAt", "catchUpWindowSeconds", "lastGap", "overlap", "version"],
         "properties": {
             "id": {"type": "string"}, "type": {"type": "string"}, "queue": {"type": "string"},
             "status": {"type": "string", "enum": [s.value for s in JobStatus]},
@@ -99,6 +99,9 @@ SCHEMAS: dict[str, Any] = {
             "jitterSeconds": {"type": "number"}, "lastRunId": _n("string"),
             "createdAt": TIME, "updatedAt": TIME, "catchUpWindowSeconds": {"type": "number"},
             "overlap": {"type": "string", "enum": ["allow", "skip", "bufferOne"]},
+            "version": {"type": "integer", "minimum": 1,
+                        "description": "1, plus one per change (PATCH, pause, resume, cancel); "
+                                       "send it as If-Match to change only this version."},
             "lastGap": {
                 "type": ["object", "null"], "required": ["count", "exact", "from", "to"],
                 "description": "The latest occurrences missed by more than the catch-up "

@@ -9,7 +9,7 @@ import click
 
 from rsched.cli._output import JSON_FLAG, more, print_json, show, table
 from rsched.cli.context import client_of
-from rsched.core.errors import ValidationError
+from rsched.core.errors import Conflict, ValidationError, VersionMismatch
 from rsched.service import reads as query
 from rsched.service.inputs import spec_from_json
 from rsched.service.shapes import job_json, runs_json
@@ -137,9 +137,14 @@ def jobs_runs(ctx: click.Context, job_id: str, limit: int, cursor: str | None,
 def _control(name: str, doc: str) -> click.Command:
     @click.command(name, help=doc)
     @click.argument("job_id")
+    @click.option("--if-match", "if_match", type=click.IntRange(min=1), default=None,
+                  help="Only if the job is at this version (else an error, nothing changes).")
     @click.pass_context
-    def command(ctx: click.Context, job_id: str) -> None:
-        job = getattr(client_of(ctx), name)(job_id)
+    def command(ctx: click.Context, job_id: str, if_match: int | None) -> None:
+        try:
+            job = getattr(client_of(ctx), name)(job_id, if_match=if_match)
+        except VersionMismatch as e:
+            raise Conflict("--if-match", e.reason) from None
         click.echo(f"{job.id} {job.status.value}")
 
     return command

@@ -44,3 +44,11 @@ class PayloadTooLarge(ValidationError):
 
 class UnsafeRedis(RschedError):
     """Redis is configured so that it could lose jobs (eviction policy, wrong partition count)."""
+
+
+class VersionMismatch(Conflict):
+    """The job's version is not the one the caller's If-Match names (HTTP 412)."""
+
+    def __init__(self, expected: int, actual: str) -> None:
+        super().__init__("If-Match", f"the job is at another version than {expected}"
+                                     + (f" ({actual})" if actual else ""))

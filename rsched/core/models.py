@@ -140,6 +140,7 @@ class Job:
     catch_up_window_ms: int = defaults.CATCH_UP_WINDOW_MS
     last_gap: Gap | None = None  # the latest occurrences skipped together (lua/claim.lua)
     overlap: Overlap = Overlap.ALLOW
+    version: int = 1  # 1 + changes by update, pause, resume and cancel (If-Match compares it)
 
     @property
     def partition(self) -> int:
@@ -174,6 +175,7 @@ class Job:
             catch_up_window_ms=sp.get("catch_up_ms", defaults.CATCH_UP_WINDOW_MS),
             last_gap=gap_of(_s(g("gap"))),
             overlap=Overlap(sp.get("overlap") or "allow"),
+            version=_i(g("version"), 1),
         )
 
 

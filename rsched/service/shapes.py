@@ -61,6 +61,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "jitterSeconds": secs[job.jitter_ms], "lastRunId": job.last_run_id,
         "createdAt": times[job.created_ms], "updatedAt": times[job.updated_ms],
         "catchUpWindowSeconds": secs[job.catch_up_window_ms], "overlap": _TEXT[job.overlap],
+        "version": job.version,
         "lastGap": gap_json(job.last_gap) if job.last_gap else None,
     }
 
