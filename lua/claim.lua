@@ -42,7 +42,8 @@ then per item 8 values: kind, job id, run id, score, expected, next_ms, next_sco
            recorded as a 'skipped' run, or with bufferOne becomes the job's one 'buffered'
            run (job field 'buffered'), which release_active (include overlap) sends through
            the retry set when the active run ends; a run dispatched so gets field 'ov' = '1'
-           and is the job's active run.  Any of them may be followed by
+           and is the job's active run.  Every run hash written here records the job's
+           version as 'v'.  Any of them may be followed by
            ' <count> <first_ms> <last_ms> <exact 0|1>': occurrences missed by more than the
            job's catch-up window, skipped together: one 'skipped' event (its run id the
            first's), and the job's 'gap' field
@@ -139,7 +140,8 @@ for i = 1, n do
     -- Due by Redis's clock, and still the occurrence that was read (compare-and-set on status
     -- and next_ms): a second apply, a paused or rescheduled job all find nothing to do.
     local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec', 'cron',
-                         'own_run')
+                         'own_run', 'version')
+    local version = j[8] or '1'  -- recorded with the run (field 'v'): the job version it ran with
     local once = (not j[6] or j[6] == '')
     local qi = stream_at[j[4]] or 0
     local stream_key = KEYS[qi]
@@ -176,13 +178,13 @@ for i = 1, n do
       if held then
         if fire == 'b' and (not held[2] or held[2] == '') then
           redis.call('HSET', run_key, 'attempt', '0', 'state', 'buffered', 'queue', j[4],
-                     'type', j[3], 'ov', '1')
+                     'type', j[3], 'ov', '1', 'v', version)
           redis.call('HSET', job_key, 'buffered', run_id)
         else
           local why = 'overlap: run ' .. held[1] .. ' of this job is still active'
           if fire == 'b' then why = why .. ' and ' .. held[2] .. ' waits already' end
           redis.call('HSET', run_key, 'attempt', '0', 'state', 'skipped', 'queue', j[4],
-                     'type', j[3], 'ended_ms', now_s, 'error', why)
+                     'type', j[3], 'ended_ms', now_s, 'error', why, 'v', version)
           if run_ttl ~= '0' then redis.call('PEXPIRE', run_key, run_ttl) end
           emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now_s,
                'ty', j[3], 'q', j[4], 'err', why)
@@ -194,7 +196,7 @@ for i = 1, n do
         -- No fence and no worker yet (read as 0 and none); id, job id and scheduled time are
         -- in the run id.
         redis.call('HSET', run_key, 'attempt', '1', 'state', 'dispatched', 'dispatched_ms', now_s,
-                   'stream_id', sid, 'queue', j[4], 'type', j[3])
+                   'stream_id', sid, 'queue', j[4], 'type', j[3], 'v', version)
         if fire ~= '1' then
           redis.call('HSET', run_key, 'ov', '1')
           redis.call('HSET', job_key, 'active', run_id)

@@ -15,6 +15,7 @@ from rsched import App, Client, JobContext, RunState
 from rsched.core.errors import ValidationError
 from rsched.core.models import Run
 from rsched.rdb import keys
+from rsched.service.shapes import run_json
 
 MINUTE = 60_000
 
@@ -113,7 +114,9 @@ def test_allow_jobs_and_one_off_jobs_keep_no_active_run_record(
     cron = client.schedule("ok", cron="* * * * *")
     once = client.schedule("ok")
     assert cron.overlap.value == "allow"
-    assert cron.next_ms is not None
+    client.pause(cron.id)
+    cron = client.resume(cron.id)  # two changes: version 3
+    assert cron.next_ms is not None and cron.version == 3
 
     async def scenario() -> None:
         async with Rig(redis_url, failing_app(), clock=clock) as rig:
@@ -124,6 +127,9 @@ def test_allow_jobs_and_one_off_jobs_keep_no_active_run_record(
 
     asyncio.run(scenario())
     assert job_field(r, cron.id, "active") is None and job_field(r, once.id, "active") is None
+    run = run_of(client, f"{cron.id}@{cron.next_ms}")
+    assert run.job_version == 3  # the version it was dispatched at
+    assert run_json(run)["jobVersion"] == 3
 
 
 @pytest.mark.parametrize(

@@ -213,6 +213,9 @@ SCHEMAS: dict[str, Any] = {
             "attempt": {"type": "integer"}, "worker": _n("string"), "scheduledAt": NTIME,
             "dispatchedAt": NTIME, "startedAt": NTIME, "endedAt": NTIME,
             "durationMs": _n("integer"), "error": _n("string"), "result": {},
+            "jobVersion": _n("integer", description="The job's version when this run was "
+                                                    "dispatched (null: a one-off job's own "
+                                                    "run, which runs at the job's version)."),
         },
     },
     "DeadLetter": {"allOf": [ref("Run"), {"type": "object", "required": ["deadAt"],

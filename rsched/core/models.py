@@ -211,6 +211,7 @@ class Run:
     duration_ms: int | None
     error: str | None
     result: Any
+    job_version: int | None = None  # the job's version at dispatch (None: a one-off's own run)
 
     @classmethod
     def from_hash(cls, h: Mapping[Any, Any], run_id: str) -> Run:
@@ -235,6 +236,7 @@ class Run:
             duration_ms=_i(g("duration_ms")) if g("duration_ms") is not None else None,
             error=_s(g("error")) or None,
             result=json.loads(res) if res else None,
+            job_version=_i(g("v")) or None,
         )
 
 

@@ -111,6 +111,7 @@ def run_json(r: Run) -> dict[str, Any]:
         "scheduledAt": iso(r.sched_ms), "dispatchedAt": iso(r.dispatched_ms),
         "startedAt": iso(r.started_ms), "endedAt": iso(r.ended_ms),
         "durationMs": r.duration_ms, "error": r.error, "result": r.result,
+        "jobVersion": r.job_version,
     }
 
 
