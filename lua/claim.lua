@@ -26,16 +26,29 @@ The call's 'dispatched' events share one events-stream entry (batch_flush in uti
 ARGV[1]  owner        ARGV[2] fence        ARGV[3] now_ms (0 = Redis TIME)
 ARGV[4]  events_maxlen (0 = unbounded)      ARGV[5] nq      ARGV[6] n items
 ARGV[7]  consumer group of the queue streams (acknowledged entries are trimmed)
-ARGV[8]  no: one-off items, then 2 values each: job id, due score as read from the due set (the
-         job's next_ms it implies, round(score), is the compare-and-set; the run id is
-         <job id>@<next_ms>).  Only a job's first occurrence is claimed this way: anything else
-         (recurring, unknown queue, gone, or a one-off job run before) is handed back.
+ARGV[8]  no: one-off items, then 2 values each (from ARGV[10]): job id, due score as read from
+         the due set (the job's next_ms it implies, round(score), is the compare-and-set; the
+         run id is <job id>@<next_ms>).  Only a job's first occurrence is claimed this way:
+         anything else (recurring, unknown queue, gone, or a one-off job run before) is handed
+         back.
+ARGV[9]  run_ttl_ms: how long the hash of a run skipped by its overlap policy is kept (0 = ever)
 then per item 8 values: kind, job id, run id, score, expected, next_ms, next_score, fire
   kind 'j' (an occurrence the dispatcher read, with the next time computed for a recurring
            job): score = its due score, expected = the job's next_ms (compare-and-set);
            next_ms/next_score = the following occurrence and its due score, '0' = none;
-           fire '0' = skip this occurrence (misfire policy skip)
-  kind 'r' (retry, replay or trigger of a run): score = its due ms in the retry set
+           run id = the occurrence to run (the latest of a gap, see core.catchup);
+           fire '1' = run it, '0' = run nothing, 's' / 'b' = run it under overlap skip /
+           bufferOne: only if the job has no active run (job field 'active'), else it is
+           recorded as a 'skipped' run, or with bufferOne becomes the job's one 'buffered'
+           run (job field 'buffered'), which release_active (include overlap) sends through
+           the retry set when the active run ends; a run dispatched so gets field 'ov' = '1'
+           and is the job's active run.  Every run hash written here records the job's
+           version as 'v'.  Any of them may be followed by
+           ' <count> <first_ms> <last_ms> <exact 0|1>': occurrences missed by more than the
+           job's catch-up window, skipped together: one 'skipped' event (its run id the
+           first's), and the job's 'gap' field
+  kind 'r' (retry, replay or trigger of a run, or a buffered run let go): score = its due ms
+           in the retry set
 Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
   {-1} when the caller's lease or fence is stale; nothing was written
   earliest: the earliest due score left in the due or retry set ('' when both are empty)
@@ -45,6 +58,7 @@ Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
 ]]
 --!include util
 --!include trim_acked
+--!include overlap
 local lease_key, due_key, retry_key, events_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, fence = ARGV[1], ARGV[2]
 local now = now_ms(ARGV[3])
@@ -53,6 +67,7 @@ local now_s = string.format('%d', now)
 local maxlen, nq, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local group = ARGV[7]
 local no = tonumber(ARGV[8])
+local run_ttl = ARGV[9]
 
 local l = redis.call('HMGET', lease_key, 'owner', 'fence', 'expires_ms')
 if l[1] ~= owner or l[2] ~= fence or tonumber(l[3] or '0') <= now then
@@ -93,7 +108,7 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, j)
 end
 for i = 1, no do
   -- A one-off job's first occurrence: two arguments and one key, nothing computed in Python.
-  local job_id, score = ARGV[7 + 2 * i], tonumber(ARGV[8 + 2 * i])
+  local job_id, score = ARGV[8 + 2 * i], tonumber(ARGV[9 + 2 * i])
   local job_key = KEYS[5 + nq + i]
   local expected = string.format('%d', math.floor(score + 0.5))
   local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec', 'cron',
@@ -113,7 +128,7 @@ for i = 1, no do
     dispatch_own(job_key, stream_key, job_id, job_id .. '@' .. expected, j)
   end
 end
-local a = 9 + 2 * no
+local a = 10 + 2 * no
 local base = 5 + nq + no
 for i = 1, n do
   local kind, job_id, run_id, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
@@ -125,7 +140,8 @@ for i = 1, n do
     -- Due by Redis's clock, and still the occurrence that was read (compare-and-set on status
     -- and next_ms): a second apply, a paused or rescheduled job all find nothing to do.
     local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec', 'cron',
-                         'own_run')
+                         'own_run', 'version')
+    local version = j[8] or '1'  -- recorded with the run (field 'v'): the job version it ran with
     local once = (not j[6] or j[6] == '')
     local qi = stream_at[j[4]] or 0
     local stream_key = KEYS[qi]
@@ -141,19 +157,56 @@ for i = 1, n do
       dispatch_own(job_key, stream_key, job_id, run_id, j)
     else
       local last_run = nil
-      if fire ~= '0' then
+      local gap = ''
+      if #fire > 1 then fire, gap = string.sub(fire, 1, 1), string.sub(fire, 3) end
+      if gap ~= '' then
+        local count, first, last = string.match(gap, '^(%d+) (%d+) (%d+)')
+        emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', job_id .. '@' .. first,
+             't', now_s, 's', first, 'ty', j[3], 'q', j[4],
+             'err', 'catch-up: ' .. count .. ' occurrence(s) up to ' .. last ..
+                    ' missed by more than the catch-up window')
+        redis.call('HSET', job_key, 'gap', gap)
+        skipped = skipped + tonumber(count)
+      end
+      local held = nil  -- overlap skip / bufferOne: the job's active run, if any
+      if fire == 's' or fire == 'b' then
+        local a = redis.call('HMGET', job_key, 'active', 'buffered')
+        if a[1] and a[1] ~= '' then
+          held = a
+        end
+      end
+      if held then
+        if fire == 'b' and (not held[2] or held[2] == '') then
+          redis.call('HSET', run_key, 'attempt', '0', 'state', 'buffered', 'queue', j[4],
+                     'type', j[3], 'ov', '1', 'v', version)
+          redis.call('HSET', job_key, 'buffered', run_id)
+        else
+          local why = 'overlap: run ' .. held[1] .. ' of this job is still active'
+          if fire == 'b' then why = why .. ' and ' .. held[2] .. ' waits already' end
+          redis.call('HSET', run_key, 'attempt', '0', 'state', 'skipped', 'queue', j[4],
+                     'type', j[3], 'ended_ms', now_s, 'error', why, 'v', version)
+          if run_ttl ~= '0' then redis.call('PEXPIRE', run_key, run_ttl) end
+          emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now_s,
+               'ty', j[3], 'q', j[4], 'err', why)
+          skipped = skipped + 1
+        end
+      elseif fire ~= '0' then
         local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5])
         used[stream_key] = true
         -- No fence and no worker yet (read as 0 and none); id, job id and scheduled time are
         -- in the run id.
         redis.call('HSET', run_key, 'attempt', '1', 'state', 'dispatched', 'dispatched_ms', now_s,
-                   'stream_id', sid, 'queue', j[4], 'type', j[3])
+                   'stream_id', sid, 'queue', j[4], 'type', j[3], 'v', version)
+        if fire ~= '1' then
+          redis.call('HSET', run_key, 'ov', '1')
+          redis.call('HSET', job_key, 'active', run_id)
+        end
         dispatch_event(run_id, '1', j[3], j[4])
         dispatched = dispatched + 1
         last_run = run_id
-      else
+      elseif gap == '' then
         emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now_s, 's', expected,
-             'ty', j[3], 'q', j[4], 'err', 'misfire: skipped an occurrence missed by more than the grace period')
+             'ty', j[3], 'q', j[4], 'err', 'skipped')
         skipped = skipped + 1
       end
       if once then
@@ -179,16 +232,16 @@ for i = 1, n do
                          'r.attempt')
     local rkey, F = run_home(run_id, run_key, job_key, j[4])
     local own = F == OWN_RUN
-    local state, attempt_s, queue = j[6], j[7], j[5]
+    local state, attempt_s, queue, ov = j[6], j[7], j[5], nil
     if not own then
-      local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue')
-      state, attempt_s, queue = r[1], r[2], r[3]
+      local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue', 'ov')
+      state, attempt_s, queue, ov = r[1], r[2], r[3], r[4]
     end
     local qi = stream_at[queue] or 0
     local stream_key = KEYS[qi]
     if not due or tonumber(due) > now then
       skipped = skipped + 1
-    elseif state ~= 'retry_wait' then
+    elseif state ~= 'retry_wait' and state ~= 'buffered' then
       -- Due, but its run no longer waits for a retry (its hash is gone, or it moved on): a
       -- left-over entry would look due forever and keep the dispatcher from sleeping.
       redis.call('ZREM', retry_key, run_id)
@@ -201,6 +254,7 @@ for i = 1, n do
         redis.call('HSET', rkey, F.state, 'abandoned', F.ended_ms, now, F.error, 'job cancelled')
         emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt_s,
              't', now, 'ty', j[2] or '', 'q', queue, 'err', 'job cancelled before the retry ran')
+        if ov == '1' then release_active(job_key, retry_key, run_id, now) end
         skipped = skipped + 1
       else
         local attempt = tonumber(attempt_s) + 1

@@ -12,7 +12,9 @@ start lands later finds the run finished, acknowledges it and runs nothing.  Ask
 XPENDING per run on the hottest path (about 2 us of Redis time).
 Such a run has no 'started' history event: its outcome event records the start as 'st' (the
 handler's start time) and 'f' (its fence), and the archive reads the start from there.  The
-call's 'succeeded' events share one events-stream entry (batch_flush in util).
+call's 'succeeded' events share one events-stream entry (batch_flush in util).  A run dispatched
+under an overlap policy (field 'ov') lets go of its job's active-run record when it succeeds or
+is dead-lettered (release_active in include overlap), not when it waits for a retry.
 
 KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
 KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
@@ -34,6 +36,7 @@ Returns {code_1, ..., code_n}
 ]]
 --!include util
 --!include dead_letter
+--!include overlap
 local events_key, stats_key, retry_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local worker = ARGV[1]
 local now = now_ms(ARGV[2])
@@ -75,7 +78,7 @@ for i = 1, n do
   local own = F == OWN_RUN
   -- An own run is read with the job fields that decide whether the job ends with it: one HMGET.
   local r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
-                       F.type, F.started_ms, F.queue, 'status', 'cron', 'next_ms')
+                       F.type, F.started_ms, F.queue, 'status', 'cron', 'next_ms', 'ov')
   local state, run_worker, run_fence, attempt_s, stream_id = r[1], r[2], r[3], r[4], r[5]
   local jtype, started_ms, queue = r[6], r[7], r[8]
   -- A run the claim created has no fence or worker field until it starts.
@@ -131,6 +134,7 @@ for i = 1, n do
           b[7][k], b[8][k] = '', ''
         end
       end
+      if r[12] == '1' then release_active(job_key, retry_key, run_id, now_s) end
       ok_count = ok_count + 1
       out[i] = 1
     else
@@ -152,6 +156,7 @@ for i = 1, n do
         redis.call('HSET', run_key, F.duration_ms, duration)
         dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                     job_id, attempt, text, jtype)
+        if r[12] == '1' then release_active(job_key, retry_key, run_id, now) end
         out[i] = 3
       end
     end

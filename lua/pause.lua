@@ -2,16 +2,22 @@
 
 KEYS[1] rsched:{pN}:job:<id> HASH   KEYS[2] rsched:{pN}:due ZSET   KEYS[3] rsched:{pN}:events STREAM
 ARGV[1] job id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
-Returns {code, status}: 1 paused now, 0 already paused, -1 no such job, -2 not pausable (status says why)
+ARGV[4] expected version (If-Match; '' = any): a change increments the job's 'version'
+Returns {code, status}: 1 paused now, 0 already paused, -1 no such job, -2 not pausable (status says why),
+  -4 the job's version is not the expected one (nothing written)
 ]]
 --!include util
 local job_key, due_key, events_key = KEYS[1], KEYS[2], KEYS[3]
 local job_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
-local j = redis.call('HMGET', job_key, 'status', 'type')
+local want_version = ARGV[4]
+local j = redis.call('HMGET', job_key, 'status', 'type', 'version')
 if not j[1] then return {-1, ''} end
+-- If-Match: the caller's version ('' = any) against the job's (absent = 1, a job never changed)
+local version = tonumber(j[3] or '1')
+if want_version ~= '' and tostring(version) ~= want_version then return {-4, j[1]} end
 if j[1] == 'paused' then return {0, 'paused'} end
 if j[1] ~= 'scheduled' then return {-2, j[1]} end
-redis.call('HSET', job_key, 'status', 'paused', 'updated_ms', now)
+redis.call('HSET', job_key, 'status', 'paused', 'updated_ms', now, 'version', version + 1)
 redis.call('ZREM', due_key, job_id)
 emit(events_key, maxlen, 'e', 'paused', 'j', job_id, 't', now, 'ty', j[2])
 return {1, 'paused'}

@@ -4,17 +4,24 @@ KEYS[1] rsched:{pN}:job:<id> HASH   KEYS[2] rsched:{pN}:due ZSET   KEYS[3] rsche
 ARGV[1] job id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] next_ms (nominal next occurrence, '0' = none: a one-off that already ran)
 ARGV[5] next_score (due ms with jitter)
-Returns {code, status}: 1 resumed, 0 already scheduled, -1 no such job, -2 not resumable
+ARGV[6] expected version (If-Match; '' = any): a change increments the job's 'version'
+Returns {code, status}: 1 resumed, 0 already scheduled, -1 no such job, -2 not resumable,
+  -4 the job's version is not the expected one (nothing written)
 ]]
 --!include util
 local job_key, due_key, events_key = KEYS[1], KEYS[2], KEYS[3]
 local job_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
 local next_ms, next_score = ARGV[4], ARGV[5]
-local j = redis.call('HMGET', job_key, 'status', 'type')
+local want_version = ARGV[6]
+local j = redis.call('HMGET', job_key, 'status', 'type', 'version')
 if not j[1] then return {-1, ''} end
+-- If-Match: the caller's version ('' = any) against the job's (absent = 1, a job never changed)
+local version = tonumber(j[3] or '1')
+if want_version ~= '' and tostring(version) ~= want_version then return {-4, j[1]} end
 if j[1] == 'scheduled' then return {0, 'scheduled'} end
 if j[1] ~= 'paused' then return {-2, j[1]} end
-redis.call('HSET', job_key, 'status', 'scheduled', 'updated_ms', now, 'next_ms', next_ms)
+redis.call('HSET', job_key, 'status', 'scheduled', 'updated_ms', now, 'next_ms', next_ms,
+           'version', version + 1)
 if next_ms ~= '0' then redis.call('ZADD', due_key, next_score, job_id) end
 emit(events_key, maxlen, 'e', 'resumed', 'j', job_id, 't', now, 'ty', j[2])
 return {1, 'scheduled'}

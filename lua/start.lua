@@ -15,7 +15,8 @@ run is gone, finished or re-dispatched under a newer entry are acknowledged (cla
 acknowledged entries).
 
 KEYS[1]  rsched:{pN}:events  STREAM     KEYS[2] rsched:{pN}:stats HASH
-KEYS[3]  rsched:{pN}:dead    ZSET
+KEYS[3]  rsched:{pN}:dead    ZSET       KEYS[4] rsched:{pN}:retry ZSET (a buffered run let go
+         when an abandoned run under an overlap policy ends: release_active in include overlap)
 then per run 4 keys: rsched:{pN}:run:<run id> HASH (the job key again for a one-off job's own
                      run: see run_fields in util), rsched:{pN}:job:<id> HASH,
                      rsched:{pN}:q:<queue> STREAM, rsched:{pN}:hist:<id> LIST
@@ -33,7 +34,8 @@ The call's 'started' events share one events-stream entry (batch_flush in util).
 --!include util
 --!include dead_letter
 --!include delivery
-local events_key, stats_key, dead_key = KEYS[1], KEYS[2], KEYS[3]
+--!include overlap
+local events_key, stats_key, dead_key, retry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local worker = ARGV[1]
 local now = now_ms(ARGV[2])
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -44,11 +46,11 @@ local started_events = batch_new(events_key, maxlen, {'e', 'started', 'w', worke
 for i = 1, n do
   local c = 6 + 4 * (i - 1)
   local run_id, sid, elapsed, reclaimed = ARGV[c + 1], ARGV[c + 2], tonumber(ARGV[c + 3]), ARGV[c + 4]
-  local b = 3 + 4 * (i - 1)
+  local b = 4 + 4 * (i - 1)
   local run_key, job_key, stream_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   local F = run_fields(run_key, job_key)
   local r = redis.call('HMGET', run_key, F.state, F.attempt, F.fence, F.stream_id, F.worker,
-                       F.type, F.started_ms)
+                       F.type, F.started_ms, 'ov')
   -- The run id holds the job id and the scheduled time; a run the claim created has no fence or
   -- worker field yet.
   local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
@@ -85,6 +87,7 @@ for i = 1, n do
       if attempt > max_attempts then
         dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                     job_id, attempt - 1, err, jtype)
+        if r[8] == '1' then release_active(job_key, retry_key, run_id, now) end
         redis.call('XACK', stream_key, group, sid)
         state = nil
       end
@@ -94,6 +97,7 @@ for i = 1, n do
       redis.call('HSET', run_key, F.state, 'abandoned', F.ended_ms, now, F.error, 'job cancelled')
       emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
            'ty', jtype, 'err', 'job cancelled: its abandoned run is not started again')
+      if r[8] == '1' then release_active(job_key, retry_key, run_id, now) end
       redis.call('XACK', stream_key, group, sid)
     elseif state then
       fence_out = fence + 1

@@ -87,8 +87,8 @@ class AsyncClient(ClientBase):
         """Schedule a batch; each spec gets (job, created) or its own error, in order."""
         return await self.run(scheduling.op_schedule_created(self, specs))
 
-    async def update(self, job_id: str, patch: JobPatch) -> Job:
-        return await self.run(scheduling.op_update(self, job_id, patch))
+    async def update(self, job_id: str, patch: JobPatch, *, if_match: int | None = None) -> Job:
+        return await self.run(scheduling.op_update(self, job_id, patch, if_match))
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -114,14 +114,14 @@ class AsyncClient(ClientBase):
 
     # --- control -----------------------------------------------------------------------------
 
-    async def pause(self, job_id: str) -> Job:
-        return await self.run(jobs.op_pause(self, job_id))
+    async def pause(self, job_id: str, *, if_match: int | None = None) -> Job:
+        return await self.run(jobs.op_pause(self, job_id, if_match))
 
-    async def cancel(self, job_id: str) -> Job:
-        return await self.run(jobs.op_cancel(self, job_id))
+    async def cancel(self, job_id: str, *, if_match: int | None = None) -> Job:
+        return await self.run(jobs.op_cancel(self, job_id, if_match))
 
-    async def resume(self, job_id: str) -> Job:
-        return await self.run(jobs.op_resume(self, job_id))
+    async def resume(self, job_id: str, *, if_match: int | None = None) -> Job:
+        return await self.run(jobs.op_resume(self, job_id, if_match))
 
     async def trigger(self, job_id: str) -> str:
         return await self.run(jobs.op_trigger(self, job_id))

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -89,11 +90,35 @@ def test_the_same_idempotency_key_returns_200_with_the_same_job_and_another_body
     problem_of(conflict, 409, "idempotencyKey")
 
 
+def test_the_catch_up_window_defaults_to_60_s_and_round_trips_in_seconds(api: TestClient) -> None:
+    default = api.post("/jobs", json={"type": "t", "cron": "@hourly"}).json()
+    assert (default["catchUpWindowSeconds"], default["misfire"], default["lastGap"]) == (
+        60, "run_once", None)
+    assert default["overlap"] == "allow"
+    buffered = api.post("/jobs", json={"type": "t", "cron": "@hourly", "overlap": "bufferOne"})
+    assert buffered.json()["overlap"] == "bufferOne"
+    to_one_off = api.patch(f"/jobs/{buffered.json()['id']}", json={"runAt": LATER}).json()
+    assert to_one_off["overlap"] == "allow"  # a one-off job has no overlap to decide
+    job = api.post("/jobs", json={"type": "t", "cron": "*/5 * * * *", "misfire": "runOnce",
+                                  "catchUpWindowSeconds": 2.5}).json()
+    assert (job["catchUpWindowSeconds"], job["misfire"]) == (2.5, "run_once")
+    patched = api.patch(f"/jobs/{job['id']}", json={"priority": 3}).json()
+    assert patched["catchUpWindowSeconds"] == 2.5  # a change keeps the window
+
+
+def test_a_cron_macro_is_kept_as_given_and_runs_on_its_five_field_times(api: TestClient) -> None:
+    job = api.post("/jobs", json={"type": "report", "cron": "@daily",
+                                  "timeZone": "Asia/Kolkata"}).json()
+    assert job["cron"] == "@daily"
+    assert job["nextRunAt"].endswith("T18:30:00.000Z")  # local midnight, UTC+05:30
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
         ({"type": "t", "cron": "61 * * * *"}, "cron"),
         ({"type": "t", "cron": "0 0 30 2 *"}, "cron"),
+        ({"type": "t", "cron": "@reboot"}, "cron"),
         ({"type": "t", "cron": "0 3 * * *", "timeZone": "Mars/Olympus"}, "timeZone"),
         ({"type": "t", "runAt": "tomorrow"}, "runAt"),
         ({"type": "t", "runAt": "2030-01-01T00:00:00"}, "runAt"),
@@ -108,6 +133,12 @@ def test_the_same_idempotency_key_returns_200_with_the_same_job_and_another_body
         ({"type": "t", "backoff": {"base": 1}}, "backoff.base"),
         ({"type": "t", "backoff": 5}, "backoff"),
         ({"type": "t", "misfire": "catch_up"}, "misfire"),
+        ({"type": "t", "cron": "@daily", "catchUpWindowSeconds": -1}, "catchUpWindowSeconds"),
+        ({"type": "t", "cron": "@daily", "overlap": "never"}, "overlap"),
+        ({"type": "t", "overlap": "skip"}, "overlap"),
+        ({"type": "t", "cron": "@daily", "catchUpWindowSeconds": "60"}, "catchUpWindowSeconds"),
+        ({"type": "t", "cron": "@daily", "catchUpWindowSeconds": 2_592_001},
+         "catchUpWindowSeconds"),
         ({"type": "t", "queue": "no spaces"}, "queue"),
         ({"type": "t", "idempotencyKey": ""}, "idempotencyKey"),
         ({"type": "t", "paused": "yes"}, "paused"),
@@ -393,11 +424,11 @@ def test_the_update_script_is_a_compare_and_set_safe_to_apply_twice(
     p = job.partition
     call = ("update", [keys.job(p, job.id), keys.due(p), keys.events(p)],
             [job.id, 0, 0, "scheduled", 1893456000000, 1900000000000, 1900000000000,
-             1, "max_attempts", 7])
+             "", 1, "max_attempts", 7])  # "": any version
     assert sync_client.run(_script(call)) == [1, b"scheduled"]
     assert sync_client.run(_script(call)) == [0, b"scheduled"]  # a retried call: no-op
     stale = (call[0], call[1], [*call[2][:4], 1893456000000, 1800000000000, 1800000000000,
-                                1, "max_attempts", 8])
+                                "", 1, "max_attempts", 8])
     assert sync_client.run(_script(stale)) == [-3, b"scheduled"]  # read before the change
     assert r.zscore(keys.due(p), job.id) == 1900000000000
     assert sync_client.get(job.id).max_attempts == 7
@@ -574,3 +605,51 @@ def test_the_docs_page_renders_the_spec_without_loading_anything_from_elsewhere(
     assert "openapi.json" in res.text
     assert "http://" not in res.text and "https://" not in res.text
     assert json.loads(json.dumps(api.get("/openapi.json").json()))["info"]["title"] == "rsched"
+
+
+# --- versions and If-Match -----------------------------------------------------------------------
+
+
+def test_every_change_increments_the_version_and_if_match_guards_it(api: TestClient) -> None:
+    job = api.post("/jobs", json={"type": "t", "cron": "@hourly"}).json()
+    assert job["version"] == 1
+    url = f"/jobs/{job['id']}"
+    assert api.get(url).json()["version"] == 1  # reads change nothing
+    assert api.patch(url, json={"priority": 2}, headers={"If-Match": "1"}).json()["version"] == 2
+    stale = api.patch(url, json={"priority": 3}, headers={"If-Match": "1"})
+    problem_of(stale, 412, "If-Match")
+    assert api.get(url).json()["priority"] == 2  # the stale change wrote nothing
+    problem_of(api.post(f"{url}/pause", headers={"If-Match": "9"}), 412, "If-Match")
+    assert api.post(f"{url}/pause", headers={"If-Match": "2"}).json()["version"] == 3
+    problem_of(api.post(f"{url}/resume", headers={"If-Match": "2"}), 412, "If-Match")
+    assert api.post(f"{url}/resume", headers={"If-Match": "3"}).json()["version"] == 4
+    problem_of(api.post(f"{url}/cancel", headers={"If-Match": '"3"'}), 412, "If-Match")
+    cancelled = api.post(f"{url}/cancel", headers={"If-Match": '"4"'}).json()
+    assert (cancelled["status"], cancelled["version"]) == ("cancelled", 5)
+    assert api.post(f"{url}/cancel").json()["version"] == 5  # no If-Match: any version
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "", "1.5"])
+def test_a_malformed_if_match_is_422_naming_it(api: TestClient, value: str) -> None:
+    job = api.post("/jobs", json={"type": "t", "cron": "@hourly"}).json()
+    problem_of(api.post(f"/jobs/{job['id']}/pause", headers={"If-Match": value}), 422, "If-Match")
+
+
+def test_two_concurrent_patches_with_the_same_if_match_one_wins_one_is_412(
+    redis_url: str,
+) -> None:
+    """Real threads, one API app each (own connections): the loser sees 412, never both 200."""
+    with TestClient(create_app(_settings(redis_url), auth=False)) as a, \
+            TestClient(create_app(_settings(redis_url), auth=False)) as b:
+        for round_ in range(10):
+            job = a.post("/jobs", json={"type": "t", "cron": "@hourly"}).json()
+            url = f"/jobs/{job['id']}"
+            def patch(c: tuple[TestClient, int], url: str = url) -> Any:
+                return c[0].patch(url, json={"priority": c[1]}, headers={"If-Match": "1"})
+
+            with ThreadPoolExecutor(2) as pool:
+                got = list(pool.map(patch, [(a, 5), (b, 6)]))
+            assert sorted(g.status_code for g in got) == [200, 412], round_
+            winner = next(g for g in got if g.status_code == 200).json()
+            assert a.get(url).json()["priority"] == winner["priority"]
+            assert winner["version"] == 2

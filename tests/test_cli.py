@@ -69,6 +69,26 @@ def test_jobs_add_prints_the_id_and_show_list_runs_read_it_back(redis_url: str) 
     assert as_json(redis_url, "jobs", "runs", job_id) == {"runs": [], "nextCursor": None}
 
 
+def test_jobs_add_takes_the_catch_up_window_and_misfire_policy(redis_url: str) -> None:
+    job_id = ok(redis_url, "jobs", "add", "--type", "tick", "--cron", "@hourly",
+                "--catch-up-window", "300", "--misfire", "skip", "--overlap", "skip").strip()
+    shown = as_json(redis_url, "jobs", "show", job_id)
+    assert (shown["cron"], shown["catchUpWindowSeconds"], shown["misfire"]) == (
+        "@hourly", 300, "skip")
+    assert shown["lastGap"] is None and shown["overlap"] == "skip"
+
+
+def test_control_commands_take_if_match_and_name_the_flag_on_a_mismatch(redis_url: str) -> None:
+    job_id = ok(redis_url, "jobs", "add", "--type", "tick", "--cron", "@hourly").strip()
+    assert ok(redis_url, "jobs", "pause", job_id, "--if-match", "1").strip() == f"{job_id} paused"
+    stale = run_main(redis_url, "jobs", "resume", job_id, "--if-match", "1")
+    assert stale.returncode == 1
+    assert stale.stderr.startswith("error: --if-match: the job is at another version than 1")
+    assert as_json(redis_url, "jobs", "show", job_id)["status"] == "paused"
+    assert ok(redis_url, "jobs", "resume", job_id, "--if-match", "2").strip() == \
+        f"{job_id} scheduled"
+
+
 def test_pause_resume_cancel_and_trigger_change_the_job(redis_url: str) -> None:
     job_id = ok(redis_url, "jobs", "add", "--type", "t", "--run-at",
                 "2030-01-01T00:00:00Z").strip()
@@ -153,7 +173,13 @@ def test_keys_create_prints_the_secret_once_list_hides_it_and_revoke_removes_it(
         (["jobs", "show", "3-NOPE"], "error: job '3-NOPE' not found"),
         (["jobs", "add", "--type", "t", "--cron", "61 * * * *"], "error: --cron: bad minute"),
         (["jobs", "add", "--type", "t", "--payload", "{nope"], "error: --payload: not JSON"),
-        (["preview", "* * * * *", "--tz", "Mars/Base"], "error: --tz: unknown time zone"),
+        (["jobs", "add", "--type", "t", "--cron", "@daily", "--catch-up-window", "-1"],
+         "error: --catch-up-window: must be between 0 and 2592000 seconds"),
+        (["jobs", "add", "--type", "t", "--cron", "@daily", "--overlap", "twice"],
+         "error: --overlap: must be 'allow', 'skip' or 'bufferOne'"),
+        (["jobs", "add", "--type", "t", "--cron", "@daily", "--misfire", "later"],
+         "error: --misfire: must be 'run_once'"),
+                (["preview", "* * * * *", "--tz", "Mars/Base"], "error: --tz: unknown time zone"),
         (["keys", "revoke", "nobody"], "error: API key 'nobody' not found"),
     ],
 )

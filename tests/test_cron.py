@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
-from rsched.core.cron import CronSchedule, parse_cron, validate_zone
+from rsched.core.cron import MACROS, CronSchedule, parse_cron, validate_zone
 from rsched.core.errors import ScheduleError, ValidationError
 from rsched.core.times import ms_to_iso, ms_to_iso_fast, to_ms
 
@@ -418,3 +418,40 @@ def test_the_fast_iso_formatter_writes_what_the_plain_one_writes(ms: int | None)
     assert ms_to_iso_fast(ms) == ms_to_iso(ms)
     if ms is not None:
         assert to_ms(ms_to_iso(ms), "t") == ms
+
+
+@pytest.mark.parametrize(
+    ("macro", "zone", "start", "fires"),
+    [
+        ("@yearly", "UTC", "2026-06-01T00:00:00Z",
+         ["2027-01-01T00:00:00Z", "2028-01-01T00:00:00Z"]),
+        ("@annually", NY, "2026-06-01T00:00:00Z", ["2027-01-01T05:00:00Z", "2028-01-01T05:00:00Z"]),
+        ("@monthly", BERLIN, "2026-02-15T00:00:00Z",
+         ["2026-02-28T23:00:00Z", "2026-03-31T22:00:00Z"]),  # CET, then CEST from 03-29
+        ("@weekly", "UTC", "2026-06-01T00:00:00Z",
+         ["2026-06-07T00:00:00Z", "2026-06-14T00:00:00Z"]),
+        ("@daily", NY, "2026-03-07T06:00:00Z", ["2026-03-08T05:00:00Z", "2026-03-09T04:00:00Z"]),
+        ("@midnight", "UTC", "2026-06-01T00:00:00Z",
+         ["2026-06-02T00:00:00Z", "2026-06-03T00:00:00Z"]),
+        # Elapsed time across New York's autumn night: 01:00 EDT and 01:00 EST both fire.
+        ("@hourly", NY, "2026-11-01T04:30:00Z",
+         ["2026-11-01T05:00:00Z", "2026-11-01T06:00:00Z", "2026-11-01T07:00:00Z"]),
+        (" @DAILY ", "UTC", "2026-06-01T00:00:00Z",
+         ["2026-06-02T00:00:00Z", "2026-06-03T00:00:00Z"]),
+    ],
+)
+def test_cron_macros_fire_like_their_five_field_forms(
+    macro: str, zone: str, start: str, fires: list[str]
+) -> None:
+    got = parse_cron(macro, zone).preview(ms(start), len(fires))
+    assert [iso(f) for f in got] == fires
+    plain = parse_cron(MACROS[macro.strip().lower()], zone).preview(ms(start), len(fires))
+    assert got == plain
+
+
+@pytest.mark.parametrize("expr", ["@reboot", "@every 5m", "@"])
+def test_unknown_cron_macros_name_the_cron_field(expr: str) -> None:
+    with pytest.raises(ScheduleError) as caught:
+        parse_cron(expr, "UTC")
+    assert caught.value.field == "cron"
+    assert caught.value.reason.startswith(f"unknown macro {expr!r}; expected one of @yearly")

@@ -20,6 +20,7 @@ from helpers import (
     Rig,
     aredis,
     event_types,
+    events,
     hgetall,
     keys_in_partition,
     record_script_calls,
@@ -32,11 +33,12 @@ from helpers import (
 from rsched import App, Client, JobContext, JobStatus, RunState
 from rsched.core.cron import parse_cron
 from rsched.core.errors import UnsafeRedis
-from rsched.core.spec import jitter_offset_ms
+from rsched.core.spec import jitter_offset_ms, ms_to_iso
 from rsched.engine.dispatcher import Dispatcher, LeaseKeeper
 from rsched.engine.dispatcher.claimer import retry_item, retry_item_plain
 from rsched.engine.worker.worker import Worker
 from rsched.rdb import keys, scripts
+from rsched.service.shapes import job_json
 
 LEASE_MS = 10_000
 MINUTE = 60_000
@@ -260,7 +262,7 @@ def test_a_recurring_job_advances_by_compare_and_set_so_a_claim_applied_twice_di
     # First seen, a recurring job goes as a one-off item (ARGV[8] counts them) and comes back from
     # the claim script for its next time in Python, then goes again as an item of kind 'j'.
     assert [(c[2][5], c[2][7]) for c in calls] == [(0, 1), (1, 0)]
-    assert calls[1][2][8] == "j"
+    assert calls[1][2][9] == "j"  # after ARGV[9], the run ttl
     nxt = parse_cron("*/5 * * * *", "UTC").next_after(job.next_ms)
     assert client.get(job.id).next_ms == nxt
     assert r.zscore(keys.due(job.partition), job.id) == nxt
@@ -405,38 +407,52 @@ def test_partitions_rebalance_to_an_even_split_as_dispatchers_join_and_leave(
 
 
 @pytest.mark.parametrize(
-    ("misfire", "late_ms", "fires"),
+    ("misfire", "late_min", "ran_min", "resume_min", "gap"),
     [
-        ("run_once", 10 * MINUTE + 30_000, True),  # down for 10 occurrences: runs the first once
-        ("skip", 10 * MINUTE + 30_000, False),  # skip: straight on to the next future time
-        ("skip", 30_000, True),  # late by less than the 60 s grace: not a misfire
+        # Down 10.5 minutes, 60 s window: 0..9 are older than the window; run_once runs the
+        # latest of them (9) and skips 0..8 as one gap; 10 (30 s late) runs; then 11 on time.
+        ("run_once", 10.5, [9, 10], 11, (9, 0, 8)),
+        ("skip", 10.5, [10], 11, (10, 0, 9)),  # skip: none of the old ones runs
+        ("skip", 0.5, [0], 1, None),  # late by less than the window: not a misfire
+        ("run_once", 0.5, [0], 1, None),
     ],
 )
-def test_a_recurring_job_after_a_dispatcher_outage_runs_at_most_the_missed_occurrence_then_resumes(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
-    misfire: str, late_ms: int, fires: bool,
+def test_a_recurring_job_after_a_dispatcher_outage_runs_its_window_and_records_the_gap_once(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, misfire: str,
+    late_min: float, ran_min: list[int], resume_min: int, gap: tuple[int, int, int] | None,
 ) -> None:
     job = client.schedule("tick", cron="* * * * *", misfire=misfire)
-    assert job.next_ms is not None
-    clock.ms = job.next_ms + late_ms
-    resume_at = parse_cron("* * * * *", "UTC").next_after(clock())
+    t0 = job.next_ms
+    assert t0 is not None
+    clock.ms = t0 + int(late_min * MINUTE)
 
     async def scenario() -> None:
         async with Rig(redis_url, clock=clock) as rig:
             await rig.lease()
-            first = await rig.claim()
-            assert (first.dispatched, first.skipped) == ((1, 0) if fires else (0, 1))
-            assert client.get(job.id).next_ms == resume_at  # no catch-up storm
-            assert (await rig.claim()).dispatched == 0
-            clock.ms = resume_at
+            for _ in range(5):  # more rounds than due occurrences: each round runs one
+                await rig.claim()
+            assert client.get(job.id).next_ms == t0 + resume_min * MINUTE  # no storm
+            clock.ms = t0 + resume_min * MINUTE
             assert (await rig.claim()).dispatched == 1
 
     asyncio.run(scenario())
     runs = [e["r"] for e in stream_entries(r, job.partition)]
-    missed = [f"{job.id}@{job.next_ms}"] if fires else []
-    assert runs == missed + [f"{job.id}@{resume_at}"]
-    if not fires:
-        assert "skipped" in event_types(r, job.partition, job.id)
+    assert runs == [f"{job.id}@{t0 + m * MINUTE}" for m in [*ran_min, resume_min]]
+    stored = client.get(job.id).last_gap
+    skipped = [e for e in events(r, job.partition, job_id=job.id) if e["e"] == "skipped"]
+    if gap is None:
+        assert stored is None and skipped == []
+    else:
+        size, first, last = gap
+        assert stored is not None
+        assert (stored.size, stored.first_ms, stored.last_ms, stored.exact) == (
+            size, t0 + first * MINUTE, t0 + last * MINUTE, True)
+        assert len(skipped) == 1  # recorded once per gap
+        assert skipped[0]["r"] == f"{job.id}@{t0 + first * MINUTE}"
+        assert skipped[0]["err"].startswith(f"catch-up: {size} occurrence(s)")
+        assert job_json(client.get(job.id))["lastGap"] == {
+            "count": size, "exact": True, "from": ms_to_iso(t0 + first * MINUTE),
+            "to": ms_to_iso(t0 + last * MINUTE)}
 
 
 def test_jitter_spreads_occurrences_within_plus_minus_n_seconds_deterministically(

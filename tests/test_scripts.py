@@ -124,6 +124,8 @@ def test_every_return_code_a_header_documents_is_mirrored_by_its_intenum(name: s
     negatives = {m for m in members if m < 0}
     if name != "update":
         negatives.discard(int(codes.ControlCode.CHANGED))
+    if name in ("trigger", "replay"):
+        negatives.discard(int(codes.ControlCode.VERSION))
     assert negatives <= documented, name
 
 

@@ -103,20 +103,24 @@ def test_a_claim_item_has_the_per_item_values_claims_header_lists_in_order() -> 
 def test_a_packed_spec_unpacks_to_its_values_under_the_names_of_spec_order() -> None:
     assert tuple(inspect.signature(pack_spec).parameters) == SPEC_ORDER
     values = (30_000, 1_000, 60_000, -3, "Europe/Paris", "skip", 500, "key-1", 1_700_000_000_000,
-              b"\x81\xa1k\x01")
+              b"\x81\xa1k\x01", 90_000, "bufferOne")
     assert unpack_spec(pack_spec(*values)) == dict(zip(SPEC_ORDER, values, strict=True))
 
 
 def test_a_prepared_jobs_spec_blob_holds_its_settings_where_every_reader_looks() -> None:
     spec = JobSpec("email.send", {"to": "a@b.c"}, run_at=1_700_000_000_000, tz="Europe/Paris",
                    priority=-3, timeout_ms=9_000, backoff_base_ms=2_000, backoff_cap_ms=70_000,
-                   jitter_ms=400, idempotency_key="k-7", misfire="skip")
+                   jitter_ms=400, idempotency_key="k-7", misfire="skip",
+                   catch_up_window_ms=5_000)
     prep = prepare(spec, "3-01JABC", 1_699_999_000_000, 1 << 20)
     sp, job = unpack_spec(prep.blob), prep.job
-    assert {name: sp[name] for name in SPEC_ORDER if name not in ("misfire", "payload")} == {
+    assert sp["overlap"] == ""  # allow, stored as '' (a one-off job has no other)
+    skipped = ("misfire", "payload", "overlap")
+    assert {name: sp[name] for name in SPEC_ORDER if name not in skipped} == {
         "timeout_ms": job.timeout_ms, "backoff_base_ms": job.backoff_base_ms,
         "backoff_cap_ms": job.backoff_cap_ms, "priority": job.priority, "tz": job.tz,
-        "jitter_ms": job.jitter_ms, "idem_key": job.idempotency_key, "run_at_ms": job.run_at_ms}
+        "jitter_ms": job.jitter_ms, "idem_key": job.idempotency_key, "run_at_ms": job.run_at_ms,
+        "catch_up_ms": job.catch_up_window_ms}
     assert sp["misfire"] == job.misfire.value and unpack_payload(sp["payload"]) == job.payload
     # Every reader of an unpacked spec (the worker's runner, the claimer, Job.from_hash) asks
     # for names SPEC_ORDER has.

@@ -20,6 +20,7 @@ _ERRORS = {
     400: "Malformed JSON.", 401: "Missing, unknown or revoked API key.",
     403: "The API key's scope does not allow this.", 404: "No such job, run or key.",
     409: "Conflicts with the stored state.", 413: "Body or payload over the limit.",
+    412: "The job is not at the If-Match version; nothing changed.",
     405: "Method not allowed here; Allow lists the methods.",
     422: "Invalid values; errors[].field names each.",
     503: "Redis (or the run-history archive) is unavailable.",
@@ -40,6 +41,8 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str = "",
 JOB_ID = _param("id", "path", {"type": "string"}, "Job id, e.g. 7-01JD...")
 LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}, "Page size.")
 CURSOR = _param("cursor", "query", {"type": "string"}, "nextCursor of the previous page.")
+IF_MATCH = _param("If-Match", "header", {"type": "string", "pattern": "^[0-9]{1,18}$"},
+                  "Change the job only at this version (its `version`); else 412.")
 STATS_PARAMS = [
     _param("type", "query", {"type": "string", "pattern": TYPE_PATTERN}, "Only this job type."),
     _param("from", "query", TIME, "Start (inclusive), default 24 hours ago."),
@@ -95,7 +98,7 @@ def _op(op_id: str, tag: str, summary: str, ok: dict[int, dict[str, Any]], error
 
 def _control(verb: str, summary: str) -> dict[str, Any]:
     return {"post": _op(f"{verb}Job", "jobs", summary, {200: _json("Job", "The job.")},
-                        [404, 409], params=[JOB_ID], scope="write")}
+                        [404, 409, 412], params=[JOB_ID, IF_MATCH], scope="write")}
 
 
 PATHS: dict[str, Any] = {
@@ -126,7 +129,8 @@ PATHS: dict[str, Any] = {
                    params=[JOB_ID]),
         "patch": _op("updateJob", "jobs", "Reschedule a job or change its payload, "
                      "maxAttempts or priority", {200: _json("Job", "The updated job.")},
-                     [404, 409], params=[JOB_ID], body="JobPatch", scope="write"),
+                     [404, 409, 412], params=[JOB_ID, IF_MATCH], body="JobPatch",
+                     scope="write"),
     },
     "/jobs/{id}/pause": _control("pause", "Pause: no new runs; a run in progress finishes"),
     "/jobs/{id}/resume": _control("resume", "Resume; a cron job's next run is computed from now"),

@@ -25,6 +25,7 @@ from rsched.core.errors import (
     RschedError,
     UnsafeRedis,
     ValidationError,
+    VersionMismatch,
 )
 
 log = logging.getLogger("rsched.api")
@@ -81,12 +82,14 @@ class Problem(JSON):
 
 _TITLES = {
     400: "Malformed request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
-    405: "Method not allowed", 409: "Conflict", 413: "Content too large",
-    422: "Invalid request", 500: "Internal error", 503: "Service unavailable",
+    405: "Method not allowed", 409: "Conflict", 412: "Precondition failed",
+    413: "Content too large", 422: "Invalid request", 500: "Internal error",
+    503: "Service unavailable",
 }
 _SLUGS = {
     400: "malformed-json", 401: "unauthorized", 403: "forbidden", 404: "not-found",
-    405: "method-not-allowed", 409: "conflict", 413: "too-large", 422: "validation",
+    405: "method-not-allowed", 409: "conflict", 412: "version-mismatch", 413: "too-large",
+    422: "validation",
     500: "internal", 503: "unavailable",
 }
 
@@ -111,6 +114,8 @@ def classify(exc: Exception) -> dict[str, Any]:
     """The problem body for an error rsched raises on purpose (or for Redis being away)."""
     if isinstance(exc, PayloadTooLarge):
         return problem_body(413, str(exc), exc.field, exc.reason)
+    if isinstance(exc, VersionMismatch):
+        return problem_body(412, str(exc), exc.field, exc.reason)
     if isinstance(exc, (ValidationError, Conflict)):
         return problem_body(422 if isinstance(exc, ValidationError) else 409, str(exc),
                             exc.field, exc.reason)
@@ -135,6 +140,17 @@ def error_response(exc: Exception) -> Problem:
     body = classify(exc)
     retry = {"Retry-After": str(NotReplicated.retry_after_s)} if body["status"] == 503 else None
     return Problem(body, body["status"], retry)
+
+
+def if_match(request: Request) -> int | None:
+    """The If-Match header as a job version (a quoted ETag-style value is accepted)."""
+    raw = request.headers.get("if-match")
+    if raw is None:
+        return None
+    text = raw.strip().removeprefix("W/").strip('"')
+    if not text.isdigit() or not 1 <= len(text) <= 18:
+        raise ValidationError("If-Match", f"expected a job version (an integer), got {raw!r}")
+    return int(text)
 
 
 async def read_json(request: Request, limit: int) -> Any:

@@ -14,7 +14,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from rsched.aclient import AsyncClient
-from rsched.api.problems import JSON, Problem, classify, problem, problem_body, read_json
+from rsched.api.problems import (
+    JSON,
+    Problem,
+    classify,
+    if_match,
+    problem,
+    problem_body,
+    read_json,
+)
 from rsched.archive.history import check_page
 from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store, StoreUnavailable
@@ -140,19 +148,23 @@ async def get_job(request: Request) -> Response:
 async def update_job(request: Request) -> Response:
     job_id = _job_id(request)
     patch = patch_from_json(await read_json(request, _limits(request).max_body_bytes))
-    return JSON(job_json(await _client(request).update(job_id, patch)))
+    return JSON(job_json(await _client(request).update(job_id, patch,
+                                                       if_match=if_match(request))))
 
 
 async def pause_job(request: Request) -> Response:
-    return JSON(job_json(await _client(request).pause(_job_id(request))))
+    return JSON(job_json(await _client(request).pause(_job_id(request),
+                                                      if_match=if_match(request))))
 
 
 async def resume_job(request: Request) -> Response:
-    return JSON(job_json(await _client(request).resume(_job_id(request))))
+    return JSON(job_json(await _client(request).resume(_job_id(request),
+                                                       if_match=if_match(request))))
 
 
 async def cancel_job(request: Request) -> Response:
-    return JSON(job_json(await _client(request).cancel(_job_id(request))))
+    return JSON(job_json(await _client(request).cancel(_job_id(request),
+                                                       if_match=if_match(request))))
 
 
 async def trigger_job(request: Request) -> Response:

@@ -36,7 +36,8 @@ SCHEMAS: dict[str, Any] = {
             "payload": {"description": "Any JSON value; at most 64 KiB once msgpack-encoded "
                                        "(configurable)."},
             "runAt": {**NTIME, "description": "When to run a one-off job; the past means now."},
-            "cron": _n("string", description="5 fields, or 6 with seconds first."),
+            "cron": _n("string", description="5 fields, or 6 with seconds first, or a macro "
+                        "(@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly)."),
             "timeZone": _n("string", description="IANA zone for cron (default UTC)."),
             "queue": _n("string", pattern=QUEUE_PATTERN),
             "maxAttempts": _n("integer", minimum=1, maximum=1000),
@@ -52,7 +53,19 @@ SCHEMAS: dict[str, Any] = {
                     "capSeconds": _n("number", minimum=0, maximum=2592000),
                 },
             },
-            "misfire": {"type": ["string", "null"], "enum": ["run_once", "skip", None]},
+            "misfire": {"type": ["string", "null"], "enum": ["run_once", "runOnce", "skip", None],
+                        "description": "Occurrences missed by more than catchUpWindowSeconds: "
+                                       "the latest runs once (run_once, the default) or none "
+                                       "(skip); either way they are recorded once per gap."},
+            "catchUpWindowSeconds": _n("number", minimum=0, maximum=2592000,
+                                       description="Occurrences missed by less than this "
+                                                   "all run, once each, in order (default "
+                                                   "60)."),
+            "overlap": {"type": ["string", "null"], "enum": ["allow", "skip", "bufferOne", None],
+                        "description": "A recurring job's occurrence while its previous run "
+                                       "is still queued, running or waiting for a retry: runs "
+                                       "anyway (allow, the default), is recorded as a skipped "
+                                       "run (skip), or waits for it, one at most (bufferOne)."},
             "jitterSeconds": _n("number", minimum=0, maximum=86400),
             "paused": _n("boolean", description="Create the job paused."),
         },
@@ -72,7 +85,7 @@ SCHEMAS: dict[str, Any] = {
         "required": ["id", "type", "queue", "status", "payload", "runAt", "cron", "timeZone",
                      "nextRunAt", "maxAttempts", "backoff", "priority", "timeoutSeconds",
                      "idempotencyKey", "misfire", "jitterSeconds", "lastRunId", "createdAt",
-                     "updatedAt"],
+                     "updatedAt", "catchUpWindowSeconds", "lastGap", "overlap", "version"],
         "properties": {
             "id": {"type": "string"}, "type": {"type": "string"}, "queue": {"type": "string"},
             "status": {"type": "string", "enum": [s.value for s in JobStatus]},
@@ -84,7 +97,19 @@ SCHEMAS: dict[str, Any] = {
             "priority": {"type": "integer"}, "timeoutSeconds": {"type": "number"},
             "idempotencyKey": _n("string"), "misfire": {"type": "string"},
             "jitterSeconds": {"type": "number"}, "lastRunId": _n("string"),
-            "createdAt": TIME, "updatedAt": TIME,
+            "createdAt": TIME, "updatedAt": TIME, "catchUpWindowSeconds": {"type": "number"},
+            "overlap": {"type": "string", "enum": ["allow", "skip", "bufferOne"]},
+            "version": {"type": "integer", "minimum": 1,
+                        "description": "1, plus one per change (PATCH, pause, resume, cancel); "
+                                       "send it as If-Match to change only this version."},
+            "lastGap": {
+                "type": ["object", "null"], "required": ["count", "exact", "from", "to"],
+                "description": "The latest occurrences missed by more than the catch-up "
+                               "window, skipped together (count is a lower bound unless "
+                               "exact).",
+                "properties": {"count": {"type": "integer"}, "exact": {"type": "boolean"},
+                               "from": TIME, "to": TIME},
+            },
         },
     },
     "JobPage": {
@@ -197,6 +222,9 @@ SCHEMAS: dict[str, Any] = {
             "attempt": {"type": "integer"}, "worker": _n("string"), "scheduledAt": NTIME,
             "dispatchedAt": NTIME, "startedAt": NTIME, "endedAt": NTIME,
             "durationMs": _n("integer"), "error": _n("string"), "result": {},
+            "jobVersion": _n("integer", description="The job's version when this run was "
+                                                    "dispatched (null: a one-off job's own "
+                                                    "run, which runs at the job's version)."),
         },
     },
     "DeadLetter": {"allOf": [ref("Run"), {"type": "object", "required": ["deadAt"],

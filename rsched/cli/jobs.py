@@ -10,7 +10,7 @@ import click
 from rsched.cli._output import JSON_FLAG, more, naming_flags, print_json, show, summary, table
 from rsched.cli.context import client_of
 from rsched.core import defaults
-from rsched.core.errors import ValidationError
+from rsched.core.errors import Conflict, ValidationError, VersionMismatch
 from rsched.service import reads as query
 from rsched.service.inputs import spec_from_json
 from rsched.service.last_runs import LAST_RUN_FILTERS, op_last_runs
@@ -19,7 +19,9 @@ from rsched.service.status import op_workers
 
 ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cron": "--cron",
              "timeZone": "--tz", "queue": "--queue", "maxAttempts": "--max-attempts",
-             "priority": "--priority", "idempotencyKey": "--idempotency-key"}
+             "priority": "--priority", "idempotencyKey": "--idempotency-key",
+             "misfire": "--misfire", "catchUpWindowSeconds": "--catch-up-window",
+             "overlap": "--overlap"}
 """`jobs add`'s flags by the API field each sets: its errors name the flag."""
 
 
@@ -38,11 +40,18 @@ def jobs() -> None:
 @click.option("--max-attempts", type=int, default=None)
 @click.option("--priority", type=int, default=None)
 @click.option("--idempotency-key", default=None)
+@click.option("--misfire", default=None,
+              help="run_once or skip: what happens to occurrences older than the window.")
+@click.option("--catch-up-window", "catch_up", type=float, default=None,
+              help="Seconds: occurrences missed by less than this all run (default 60).")
+@click.option("--overlap", default=None,
+              help="allow, skip or bufferOne: a recurring occurrence while the last one runs.")
 @JSON_FLAG
 @click.pass_context
 def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str | None,
              cron: str | None, tz: str | None, queue: str | None, max_attempts: int | None,
-             priority: int | None, idempotency_key: str | None, as_json: bool) -> None:
+             priority: int | None, idempotency_key: str | None, misfire: str | None,
+             catch_up: float | None, overlap: str | None, as_json: bool) -> None:
     """Schedule a job and print its id."""
     try:
         body = json.loads(payload) if payload is not None else None
@@ -53,7 +62,8 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
         spec = spec_from_json({
             "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
             "queue": queue, "maxAttempts": max_attempts, "priority": priority,
-            "idempotencyKey": idempotency_key,
+            "idempotencyKey": idempotency_key, "misfire": misfire,
+            "catchUpWindowSeconds": catch_up, "overlap": overlap,
         })
         job = c.schedule_many([spec])[0]
         if isinstance(job, Exception):
@@ -148,9 +158,14 @@ def jobs_runs(ctx: click.Context, job_id: str, limit: int, cursor: str | None,
 def _control(name: str, doc: str) -> click.Command:
     @click.command(name, help=doc)
     @click.argument("job_id")
+    @click.option("--if-match", "if_match", type=click.IntRange(min=1), default=None,
+                  help="Only if the job is at this version (else an error, nothing changes).")
     @click.pass_context
-    def command(ctx: click.Context, job_id: str) -> None:
-        job = getattr(client_of(ctx), name)(job_id)
+    def command(ctx: click.Context, job_id: str, if_match: int | None) -> None:
+        try:
+            job = getattr(client_of(ctx), name)(job_id, if_match=if_match)
+        except VersionMismatch as e:
+            raise Conflict("--if-match", e.reason) from None
         click.echo(f"{job.id} {job.status.value}")
 
     return command

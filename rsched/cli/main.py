@@ -86,15 +86,13 @@ def cli(ctx: click.Context, redis_url: str | None, partitions: int | None, allow
               help="Jobs per claim script call (per partition); smaller calls let workers' "
                    "reads and reports interleave.")
 @click.option("--max-sleep-ms", default=defaults.MAX_SLEEP_MS, show_default=True)
-@click.option("--misfire-grace-ms", default=defaults.MISFIRE_GRACE_MS, show_default=True,
-              help="Lateness after which misfire=skip jobs skip an occurrence.")
 @click.option("--id", "dispatcher_id", default=None, help="Dispatcher id (default host-pid).")
 @click.pass_context
 def dispatcher(ctx: click.Context, lease_ms: int, batch: int, max_sleep_ms: int,
-               misfire_grace_ms: int, dispatcher_id: str | None) -> None:
+               dispatcher_id: str | None) -> None:
     """Run a dispatcher: lease partitions and move due jobs onto the queues."""
     serve_dispatcher(settings_of(ctx), dispatcher_id=dispatcher_id, lease_ms=lease_ms, batch=batch,
-          max_sleep_ms=max_sleep_ms, misfire_grace_ms=misfire_grace_ms)
+          max_sleep_ms=max_sleep_ms)
 
 
 def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:

@@ -61,6 +61,7 @@ class ControlCode(IntEnum):
     NOT_FOUND = -1
     REFUSED = -2  # not allowed in the current status (the status says why)
     CHANGED = -3  # update.lua only: changed since it was read
+    VERSION = -4  # pause, resume, cancel, update: the job's version is not the If-Match one
 
 
 class DeleteDeadCode(IntEnum):

@@ -10,7 +10,9 @@ hour (`30 1 * * *` from New York 01:10 EST on 2026-11-01 gives 05:30Z) and skips
 Expressions have 5 fields, `minute hour day-of-month month day-of-week` (second 0), or 6 fields
 with seconds FIRST, `second minute hour day-of-month month day-of-week` (cronsim's convention;
 croniter reads a sixth field as seconds last). Names (JAN, MON), `L`, `LW` and `#` work as in
-cronsim.
+cronsim. The macros `@yearly` (`@annually`), `@monthly`, `@weekly`, `@daily` (`@midnight`) and
+`@hourly` stand for their 5-field forms (MACROS) and follow the same DST rules: `@daily` is a
+fixed-time job at 00:00, `@hourly` follows elapsed time.
 
 DST contract (each rule has a table in tests/test_cron.py):
 * Fixed-time jobs (minute and hour fields are numbers or comma lists of numbers): a wall time in a
@@ -45,7 +47,14 @@ from cronsim.cronsim import Field
 
 from rsched.core.errors import ScheduleError
 
-__all__ = ["CronSchedule", "parse_cron", "validate_zone"]
+__all__ = ["MACROS", "CronSchedule", "parse_cron", "validate_zone"]
+
+MACROS = {
+    "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+"""Cron macros and the 5-field form each stands for (the stored job keeps the macro)."""
 
 _EPOCH = datetime(1970, 1, 1)
 _SECOND = timedelta(seconds=1)
@@ -69,6 +78,9 @@ def validate_zone(tz: str) -> ZoneInfo:
 
 def _check_cron(expr: str) -> list[str]:
     """Validate field by field, so the reason names the bad field instead of cronsim's guess."""
+    if expr.lstrip().startswith("@"):
+        raise ScheduleError("cron", f"unknown macro {expr!r}; expected one of "
+                                    + ", ".join(MACROS))
     parts = expr.split()
     if not parts:
         raise ScheduleError("cron", "must not be empty")
@@ -194,5 +206,6 @@ class CronSchedule:
 
 @lru_cache(maxsize=4096)
 def parse_cron(expr: str, tz: str) -> CronSchedule:
-    """Validate once per (expr, tz): the dispatcher calls this for every job it schedules."""
-    return CronSchedule(expr, tz)
+    """Validate once per (expr, tz): the dispatcher calls this for every job it schedules.
+    A macro (MACROS) is read as its 5-field form, so it shares that form's DST rules."""
+    return CronSchedule(MACROS.get(expr.strip().lower(), expr), tz)

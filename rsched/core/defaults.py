@@ -28,14 +28,14 @@ BACKOFF_CAP_MS = 3_600_000  # a retry waits at most an hour
 TIMEOUT_MS = 300_000  # a handler running longer is timed out
 PRIORITY = 0
 JITTER_MS = 0
+CATCH_UP_WINDOW_MS = 60_000  # occurrences missed by less than this all run (core.catchup)
+OVERLAP = "allow"  # a recurring job's runs may overlap (README, "Overlap" says why)
 TZ = "UTC"
 
 # Dispatcher.
 LEASE_MS = 10_000  # partition lease: renewed every LEASE_MS / 3, so it outlives two missed rounds
 CLAIM_BATCH = 250  # jobs per claim script call: workers' reads and reports interleave
 MAX_SLEEP_MS = 1000  # longest idle sleep between rounds
-MISFIRE_GRACE_MS = 60_000  # lateness after which misfire=skip jobs skip an occurrence
-CATCHUP_MS = 1000  # lateness tolerated before missed cron occurrences collapse into one
 
 # Worker.
 CONCURRENCY = 16  # handlers running at once

@@ -57,3 +57,11 @@ class NotReplicated(RschedError):
         super().__init__(f"write not confirmed by {wanted} replica(s) within {timeout_ms} ms "
                          f"({got} confirmed); retry it")
         self.wanted, self.got, self.timeout_ms = wanted, got, timeout_ms
+
+
+class VersionMismatch(Conflict):
+    """The job's version is not the one the caller's If-Match names (HTTP 412)."""
+
+    def __init__(self, expected: int, actual: str) -> None:
+        super().__init__("If-Match", f"the job is at another version than {expected}"
+                                     + (f" ({actual})" if actual else ""))

@@ -16,6 +16,7 @@ from typing import Any
 import msgpack
 
 from rsched.core import defaults
+from rsched.core.catchup import Gap
 from rsched.core.errors import ValidationError
 
 
@@ -37,11 +38,24 @@ class RunState(str, enum.Enum):
     DEAD = "dead"
     ABANDONED = "abandoned"
     DELETED = "deleted"  # a one-off job's own run, deleted from the dead letters
+    SKIPPED = "skipped"  # not run: the overlap policy (its error says why)
+    BUFFERED = "buffered"  # overlap=bufferOne: waits for the job's active run to end
+
+
+class Overlap(str, enum.Enum):
+    """Whether a recurring job's occurrence runs while an earlier run of the job is active
+    (dispatched, running or waiting for a retry); decided in lua/claim.lua."""
+
+    ALLOW = "allow"  # runs may overlap
+    SKIP = "skip"  # the occurrence is recorded as a skipped run
+    BUFFER_ONE = "bufferOne"  # one occurrence waits and starts when the active run ends
 
 
 class Misfire(str, enum.Enum):
-    RUN_ONCE = "run_once"  # run the missed occurrence once, then resume the schedule
-    SKIP = "skip"  # skip occurrences missed by more than the grace period
+    """What happens to occurrences missed by more than the job's catch-up window (core.catchup)."""
+
+    RUN_ONCE = "run_once"  # the latest of them runs once; the others are recorded as skipped
+    SKIP = "skip"  # all of them are recorded as skipped
 
 
 def _s(v: Any, default: str = "") -> str:
@@ -72,7 +86,7 @@ def unpack_payload(raw: Any) -> Any:
 # pack_spec writes these fields in this order and unpack_spec names them; tests/test_wire.py
 # holds the two together and against every reader of the unpacked spec.
 SPEC_ORDER = ("timeout_ms", "backoff_base_ms", "backoff_cap_ms", "priority", "tz", "misfire",
-              "jitter_ms", "idem_key", "run_at_ms", "payload")
+              "jitter_ms", "idem_key", "run_at_ms", "payload", "catch_up_ms", "overlap")
 
 
 class _Packer(threading.local):
@@ -88,11 +102,11 @@ packer = _Packer()
 
 def pack_spec(timeout_ms: int, backoff_base_ms: int, backoff_cap_ms: int, priority: int,
               tz: str, misfire: str, jitter_ms: int, idem_key: str, run_at_ms: int,
-              payload: bytes) -> bytes:
+              payload: bytes, catch_up_ms: int, overlap: str) -> bytes:
     """The job hash's spec field: SPEC_ORDER's values as one array (``payload`` packed already,
     ``idem_key`` and ``run_at_ms`` '' and 0 when absent)."""
     return packer.pack([timeout_ms, backoff_base_ms, backoff_cap_ms, priority, tz, misfire,
-                        jitter_ms, idem_key, run_at_ms, payload])
+                        jitter_ms, idem_key, run_at_ms, payload, catch_up_ms, overlap])
 
 
 def unpack_spec(raw: Any) -> dict[str, Any]:
@@ -124,6 +138,10 @@ class Job:
     created_ms: int
     updated_ms: int
     last_run_id: str | None
+    catch_up_window_ms: int = defaults.CATCH_UP_WINDOW_MS
+    last_gap: Gap | None = None  # the latest occurrences skipped together (lua/claim.lua)
+    overlap: Overlap = Overlap.ALLOW
+    version: int = 1  # 1 + changes by update, pause, resume and cancel (If-Match compares it)
 
     @property
     def partition(self) -> int:
@@ -155,7 +173,24 @@ class Job:
             # lua/schedule.lua stores no updated_ms: until a change, it is created_ms.
             updated_ms=_i(g("updated_ms")) or _i(g("created_ms")),
             last_run_id=_s(g("last_run_id")) or None,
+            catch_up_window_ms=sp.get("catch_up_ms", defaults.CATCH_UP_WINDOW_MS),
+            last_gap=gap_of(_s(g("gap"))),
+            overlap=Overlap(sp.get("overlap") or "allow"),
+            version=_i(g("version"), 1),
         )
+
+
+def gap_of(text: str) -> Gap | None:
+    """The job hash's ``gap`` field, 'count first_ms last_ms exact' (lua/claim.lua), or None."""
+    if not text:
+        return None
+    count, first, last, exact = text.split()
+    return Gap(int(count), int(first), int(last), exact == "1")
+
+
+def gap_text(gap: Gap) -> str:
+    """A gap as lua/claim.lua stores it in the job hash (gap_of reads it back)."""
+    return f"{gap.size} {gap.first_ms} {gap.last_ms} {int(gap.exact)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +212,7 @@ class Run:
     duration_ms: int | None
     error: str | None
     result: Any
+    job_version: int | None = None  # the job's version at dispatch (None: a one-off's own run)
 
     @classmethod
     def from_hash(cls, h: Mapping[Any, Any], run_id: str) -> Run:
@@ -201,6 +237,7 @@ class Run:
             duration_ms=_i(g("duration_ms")) if g("duration_ms") is not None else None,
             error=_s(g("error")) or None,
             result=json.loads(res) if res else None,
+            job_version=_i(g("v")) or None,
         )
 
 

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from rsched.core import defaults
 from rsched.core.cron import parse_cron, validate_zone
 from rsched.core.errors import PayloadTooLarge, ValidationError
-from rsched.core.models import Job, JobStatus, Misfire, pack_spec, packer
+from rsched.core.models import Job, JobStatus, Misfire, Overlap, pack_spec, packer
 from rsched.core.times import ms_to_iso, to_ms
 
 # ms_to_iso and to_ms are re-exported: rsched.service.reads and the faces import them from here.
@@ -33,9 +33,13 @@ MAX_BACKOFF_BASE_MS = 86_400_000
 MAX_BACKOFF_CAP_MS = 30 * 86_400_000
 MAX_PRIORITY = 1000
 MAX_JITTER_MS = 86_400_000
+MAX_CATCH_UP_MS = 30 * 86_400_000
 # (member, its text): Enum.value goes through a descriptor, which costs ~0.5 us a job here.
 _MISFIRES = {m.value: (m, m.value) for m in Misfire}
+_MISFIRES["runOnce"] = _MISFIRES["run_once"]  # the camelCase spelling the API's fields use
 _NO_MISFIRE = (None, "")
+# Stored text of each policy: '' for allow, so a one-off job's spec grows by one byte only.
+_OVERLAPS = {m.value: (m, "" if m is Overlap.ALLOW else m.value) for m in Overlap}
 _STATUS_TEXT = {s: s.value for s in JobStatus}
 # A new job's two statuses as constants: JobStatus.PAUSED is an enum lookup of ~0.1 us.
 _SCHEDULED, _PAUSED = JobStatus.SCHEDULED, JobStatus.PAUSED
@@ -111,6 +115,8 @@ class JobSpec:
     misfire: str = Misfire.RUN_ONCE.value
     jitter_ms: int = defaults.JITTER_MS
     paused: bool = False
+    catch_up_window_ms: int = defaults.CATCH_UP_WINDOW_MS
+    overlap: str = defaults.OVERLAP
 
 
 SHARED_FIELDS = ("type", "queue", "status", "max_attempts", "cron")
@@ -211,12 +217,21 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     misfire, misfire_text = (_MISFIRES.get(m, _NO_MISFIRE) if m.__class__ is str
                              or isinstance(m, str) else _NO_MISFIRE)
     if misfire is None:
-        raise ValidationError("misfire", "must be 'run_once' or 'skip'")
+        raise ValidationError("misfire", "must be 'run_once' (or 'runOnce') or 'skip'")
+    o = spec.overlap
+    overlap, overlap_text = _OVERLAPS.get(o, _NO_MISFIRE) if isinstance(o, str) else _NO_MISFIRE
+    if overlap is None:
+        raise ValidationError("overlap", "must be 'allow', 'skip' or 'bufferOne'")
+    if overlap is not Overlap.ALLOW and cron is None:
+        raise ValidationError("overlap", "applies to recurring jobs only (give cron)")
+    catch_up = spec.catch_up_window_ms
+    if catch_up.__class__ is not int or not 0 <= catch_up <= MAX_CATCH_UP_MS:
+        _int(catch_up, "catchUpWindowSeconds", 0, MAX_CATCH_UP_MS)
     if key is not None:
         check_idempotency_key(key)
     # The spec blob holds every other setting, so it doubles as the canonical body to hash.
     blob = pack_spec(timeout, base, cap, priority, tz, misfire_text, jitter, key or "",
-                     run_at_ms, payload)
+                     run_at_ms, payload, catch_up, overlap_text)
     body_hash = ""
     if key is not None:  # the formula stays as is: stored jobs' hashes must keep matching
         head = f"{jtype}\0{queue}\0{max_attempts}\0{cron}\0{bool(spec.paused)}\0"
@@ -229,7 +244,8 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
         score = nominal - priority / PRIORITY_SCALE if priority else nominal  # due_score
     job = Job(job_id, jtype, queue, spec.payload, _PAUSED if spec.paused else _SCHEDULED,
               run_at_ms or None, cron or None, tz, nominal or None, max_attempts, base, cap,
-              priority, timeout, key or None, misfire, jitter, now_ms, now_ms, None)
+              priority, timeout, key or None, misfire, jitter, now_ms, now_ms, None, catch_up,
+              None, overlap)
     # tuple.__new__ is what Prepared(...) calls, without the Python-level __new__ (0.2 us a job)
     return _new_tuple(Prepared, (job, blob, body_hash, nominal, score))
 

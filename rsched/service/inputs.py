@@ -18,7 +18,7 @@ from rsched.service.patch import UNSET, JobPatch
 
 JOB_FIELDS = ("type", "payload", "runAt", "cron", "timeZone", "queue", "maxAttempts",
               "idempotencyKey", "priority", "timeoutSeconds", "backoff", "misfire",
-              "jitterSeconds", "paused")
+              "jitterSeconds", "paused", "catchUpWindowSeconds", "overlap")
 PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority")
 BACKOFF_FIELDS = ("baseSeconds", "capSeconds")
 MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant ISO-8601 writes
@@ -65,6 +65,7 @@ def _integer(v: Any, field: str) -> int:
 SECONDS_RANGE = {
     "timeoutSeconds": (0.001, 604_800), "jitterSeconds": (0, 86_400),
     "backoff.baseSeconds": (0, 86_400), "backoff.capSeconds": (0, 2_592_000),
+    "catchUpWindowSeconds": (0, 2_592_000),
 }
 
 
@@ -108,7 +109,8 @@ _JOB_INPUT: dict[str, tuple[str, Any]] = {
     "idempotencyKey": ("idempotency_key", _string), "misfire": ("misfire", _string),
     "maxAttempts": ("max_attempts", _integer), "priority": ("priority", _integer),
     "timeoutSeconds": ("timeout_ms", _seconds_ms), "jitterSeconds": ("jitter_ms", _seconds_ms),
-    "paused": ("paused", _flag),
+    "paused": ("paused", _flag), "catchUpWindowSeconds": ("catch_up_window_ms", _seconds_ms),
+    "overlap": ("overlap", _string),
 }
 assert set(_JOB_INPUT) | {"backoff"} == set(JOB_FIELDS)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from rsched.core import defaults
 from rsched.core.codes import ControlCode
-from rsched.core.errors import Conflict, NotFound, ValidationError
+from rsched.core.errors import Conflict, NotFound, ValidationError, VersionMismatch
 from rsched.core.ids import run_id as make_run_id
 from rsched.core.models import Attempt, Job, JobStatus, Run, job_of_run, partition_of, run_fields
 from rsched.core.spec import due_score, next_occurrence
@@ -123,33 +123,38 @@ def op_dead_letters(svc: Service, limit: int = 100) -> Op[list[Run]]:
 # --- control -------------------------------------------------------------------------------------
 
 
-def op_control(svc: Service, name: str, job_id: str, extra: Sequence[Any] = ()) -> Op[Job]:
+def op_control(svc: Service, name: str, job_id: str, extra: Sequence[Any] = (),
+               if_match: int | None = None) -> Op[Job]:
     """pause.lua, cancel.lua or resume.lua on one job; the job as it is afterwards."""
     p = partition_of(job_id)
     code, status = one((yield Scripts([(
         name, [keys.job(p, job_id), keys.due(p), keys.events(p)],
-        [job_id, 0, svc.settings.events_maxlen, *extra],
+        [job_id, 0, svc.settings.events_maxlen, *extra, "" if if_match is None else if_match],
     )], durable=True)))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("job", job_id)
+    if code == ControlCode.VERSION:
+        raise VersionMismatch(if_match or 0, "")
     if code == ControlCode.REFUSED:
         raise Conflict("status", f"cannot {name} a job that is {status.decode()}")
     return (yield from op_get(job_id))
 
 
-def op_pause(svc: Service, job_id: str) -> Op[Job]:
+def op_pause(svc: Service, job_id: str, if_match: int | None = None) -> Op[Job]:
     """Stop future occurrences; a run in progress finishes."""
-    return (yield from op_control(svc, "pause", job_id))
+    return (yield from op_control(svc, "pause", job_id, if_match=if_match))
 
 
-def op_cancel(svc: Service, job_id: str) -> Op[Job]:
+def op_cancel(svc: Service, job_id: str, if_match: int | None = None) -> Op[Job]:
     """Stop the job for good; a run in progress finishes, pending retries are abandoned."""
-    return (yield from op_control(svc, "cancel", job_id))
+    return (yield from op_control(svc, "cancel", job_id, if_match=if_match))
 
 
-def op_resume(svc: Service, job_id: str) -> Op[Job]:
+def op_resume(svc: Service, job_id: str, if_match: int | None = None) -> Op[Job]:
     """Resume a paused job; a cron job's next run is computed from now."""
     job = yield from op_get(job_id)
+    if if_match is not None and job.version != if_match:
+        raise VersionMismatch(if_match, f"it is at {job.version}")
     if job.status is not JobStatus.PAUSED:
         if job.status is JobStatus.SCHEDULED:
             return job
@@ -161,7 +166,7 @@ def op_resume(svc: Service, job_id: str) -> Op[Job]:
     else:
         nominal = job.next_ms or 0
         score = due_score(nominal, job.priority)
-    job = yield from op_control(svc, "resume", job_id, [nominal, score])
+    job = yield from op_control(svc, "resume", job_id, [nominal, score], if_match)
     yield from op_wake([job.partition])
     return job
 

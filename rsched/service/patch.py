@@ -57,4 +57,6 @@ class JobPatch:
             priority=job.priority if self.priority is UNSET else self.priority,
             idempotency_key=job.idempotency_key, misfire=job.misfire.value,
             jitter_ms=job.jitter_ms, paused=job.status is JobStatus.PAUSED,
+            catch_up_window_ms=job.catch_up_window_ms,
+            overlap=job.overlap.value if cron else "allow",  # a one-off job has no overlap
         )

@@ -8,7 +8,7 @@ from typing import Any
 
 from rsched.core import defaults
 from rsched.core.codes import ControlCode, ScheduleCode
-from rsched.core.errors import Conflict, NotFound, RschedError
+from rsched.core.errors import Conflict, NotFound, RschedError, VersionMismatch
 from rsched.core.ids import keyed_job_id, random_job_ids
 from rsched.core.models import Job, JobStatus, partition_of
 from rsched.core.spec import (
@@ -175,8 +175,10 @@ def _as_bytes(v: Any) -> bytes | None:
     return str(v).encode()
 
 
-def op_update(svc: Service, job_id: str, patch: JobPatch) -> Op[Job]:
-    """Change a scheduled or paused job (update.lua, compare-and-set on what was read)."""
+def op_update(svc: Service, job_id: str, patch: JobPatch,
+              if_match: int | None = None) -> Op[Job]:
+    """Change a scheduled or paused job (update.lua, compare-and-set on what was read; with
+    ``if_match``, only at that version)."""
     p = partition_of(job_id)
     key = keys.job(p, job_id)
     for _ in range(UPDATE_TRIES):
@@ -204,10 +206,12 @@ def op_update(svc: Service, job_id: str, patch: JobPatch) -> Op[Job]:
         code, status = one((yield Scripts([(
             "update", [key, keys.due(p), keys.events(p)],
             [job_id, 0, svc.settings.events_maxlen, job.status.value, job.next_ms or 0,
-             new_next, score, len(pairs) // 2, *pairs],
+             new_next, score, "" if if_match is None else if_match, len(pairs) // 2, *pairs],
         )], durable=True)))
         if code == ControlCode.CHANGED:
             continue
+        if code == ControlCode.VERSION:
+            raise VersionMismatch(if_match or 0, "")
         if code == ControlCode.NOT_FOUND:
             raise NotFound("job", job_id)
         if code == ControlCode.REFUSED:

@@ -1,6 +1,6 @@
 """Recurring jobs in a claim round (rsched.engine.dispatcher.claimer): which job ids are
 recurring, and their claim items, with the next time computed here in Python from the job's
-schedule fields (cron, zone, jitter, misfire) and the catch-up rule.
+schedule fields (cron, zone, jitter, misfire, catch-up window) by rsched.core.catchup.
 """
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from rsched.core import defaults
+from rsched.core.catchup import plan_catch_up
 from rsched.core.cron import parse_cron
 from rsched.core.ids import run_id as make_run_id
-from rsched.core.models import unpack_spec
+from rsched.core.models import gap_text, unpack_spec
 from rsched.core.spec import due_score, jitter_offset_ms
 from rsched.core.wire import CLAIM_JOB, ClaimItem
 from rsched.rdb import keys
@@ -21,13 +23,15 @@ log = logging.getLogger("rsched.dispatcher")
 JOB_FIELDS = ("status", "next_ms", "queue", "cron", "spec")
 CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra claim call)
 
+# The claim item's fire value for an occurrence that runs, by the job's stored overlap policy
+# ('' = allow): lua/claim.lua decides skip and bufferOne against the job's active run.
+_FIRE: dict[str, int | str] = {"skip": "s", "bufferOne": "b"}
+
 Due = dict[int, list[tuple[str, float]]]  # per partition: due job ids with their scores
 
 
 @dataclass
 class RecurringJobs:
-    misfire_grace_ms: int
-    catchup_ms: int  # lateness before missed occurrences collapse into one
     ids: set[str] = field(default_factory=set)  # job ids known to be recurring
 
     async def items(self, r: Any, cands: Due, now: int,
@@ -66,26 +70,32 @@ class RecurringJobs:
         next_ms, queue, cron = (v.decode() if v is not None else "" for v in f[1:4])
         if queue not in queues.setdefault(p, []):
             queues[p] = sorted({*queues[p], queue})
-        expected = int(next_ms or 0)
+        expected = run_ms = int(next_ms or 0)
         nxt: int = 0
         nxt_score: float | int = 0
-        fire = 1
+        fire: int | str = 1
         if cron:
             if len(self.ids) >= CRON_CACHE:
                 self.ids.clear()
             self.ids.add(job_id)
             sp = unpack_spec(f[4])
             sched = parse_cron(cron, sp.get("tz") or "UTC")
-            nxt = sched.next_after(expected)
-            if nxt <= now - self.catchup_ms:
-                # Missed more than one occurrence (downtime): run the missed one once, then resume
-                # from now, instead of a catch-up storm.  Mere lag below catchup_ms loses nothing.
-                nxt = sched.next_after(now)
+            # Inside the window the occurrence runs and the schedule steps to the next nominal
+            # time (due already after an outage: the next round runs it); older ones are a gap.
+            plan = plan_catch_up(sched.next_after, expected, now,
+                                 sp.get("catch_up_ms", defaults.CATCH_UP_WINDOW_MS),
+                                 sp.get("misfire") != "skip")
+            nxt = plan.next_ms
             jit = jitter_offset_ms(job_id, nxt, int(sp.get("jitter_ms") or 0))
             nxt_score = due_score(nxt + jit, int(sp.get("priority") or 0))
-            if sp.get("misfire") == "skip" and now - expected > self.misfire_grace_ms:
+            if plan.run_ms is None:
                 fire = 0
+            else:
+                run_ms = plan.run_ms
+                fire = _FIRE.get(sp.get("overlap") or "", 1)
+            if plan.gap is not None:
+                fire = f"{fire} {gap_text(plan.gap)}"
         else:
             self.ids.discard(job_id)
-        return ClaimItem(CLAIM_JOB, job_id, make_run_id(job_id, expected), score, next_ms or "0",
+        return ClaimItem(CLAIM_JOB, job_id, make_run_id(job_id, run_ms), score, next_ms or "0",
                          nxt, nxt_score, fire)

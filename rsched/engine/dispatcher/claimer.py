@@ -51,12 +51,11 @@ class Claimer:
     r: Any  # redis.asyncio.Redis
     owner: str
     batch: int = defaults.CLAIM_BATCH
-    misfire_grace_ms: int = defaults.MISFIRE_GRACE_MS
     events_maxlen: int = 0
     clock: Callable[[], int] | None = None  # injected ms clock (tests); None = Redis TIME
-    catchup_ms: int = defaults.CATCHUP_MS  # lateness before missed occurrences collapse into one
     full_read_s: float = FULL_READ_S  # skip_idle rounds still read every partition this often
     call_many: CallMany = scripts.acall_many  # how the claim scripts are sent
+    run_ttl_ms: int = 0  # how long a run its overlap policy skipped is kept (Settings; 0 = ever)
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
     _queues: dict[int, list[str]] = field(default_factory=dict)  # each partition's queues
@@ -66,7 +65,7 @@ class Claimer:
     _recurring: RecurringJobs = field(init=False, repr=False)  # which ids recur; their items
 
     def __post_init__(self) -> None:
-        self._recurring = RecurringJobs(self.misfire_grace_ms, self.catchup_ms)
+        self._recurring = RecurringJobs()
 
     def _estimate_now(self) -> int:
         return int(time.time() * 1000) + self._offset_ms
@@ -304,7 +303,7 @@ class Claimer:
         ks = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p), keys.stats(p)]
         ks += [keys.stream(p, q) for q in queues]
         args: list[Any] = [self.owner, fence, now, self.events_maxlen, len(queues), len(items),
-                           keys.GROUP, len(once)]
+                           keys.GROUP, len(once), self.run_ttl_ms]
         # One-off jobs: a key and two values each (see lua/claim.lua), built without a call.
         prefix = keys.job(p, "")
         for job_id, score in once:

@@ -39,7 +39,6 @@ class Dispatcher:
         lease_ms: int = defaults.LEASE_MS,
         batch: int = defaults.CLAIM_BATCH,
         max_sleep_ms: int = defaults.MAX_SLEEP_MS,
-        misfire_grace_ms: int = defaults.MISFIRE_GRACE_MS,
         clock: Callable[[], int] | None = None,
         full_read_s: float = FULL_READ_S,
         call_many: CallMany = scripts.acall_many,
@@ -49,7 +48,6 @@ class Dispatcher:
         self.lease_ms = lease_ms
         self.batch = batch
         self.max_sleep_ms = max_sleep_ms
-        self.misfire_grace_ms = misfire_grace_ms
         self.clock = clock
         self.full_read_s = full_read_s  # see Claimer.full_read_s
         self.call_many = call_many  # how the lease and claim scripts are sent
@@ -65,9 +63,9 @@ class Dispatcher:
                                      self.settings.strict_partitions)
         self.leases = LeaseKeeper(self.r, self.id, p, self.lease_ms, self.clock,
                                   call_many=self.call_many)
-        self.claimer = Claimer(self.r, self.id, self.batch, self.misfire_grace_ms,
-                               self.settings.events_maxlen, self.clock,
-                               full_read_s=self.full_read_s, call_many=self.call_many)
+        self.claimer = Claimer(self.r, self.id, self.batch, self.settings.events_maxlen,
+                               self.clock, full_read_s=self.full_read_s,
+                               call_many=self.call_many, run_ttl_ms=self.settings.run_ttl_ms)
 
     async def claim_once(self, *, skip_idle: bool = False) -> ClaimResult:
         """One claim round (see Claimer.run_once; the loop below skips idle partitions)."""

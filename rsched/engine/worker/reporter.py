@@ -96,7 +96,7 @@ class Reporter:
         s, now = self.settings, time.perf_counter()
         calls: list[scripts.Call] = []
         for p, items in by_part.items():
-            ks = [keys.events(p), keys.stats(p), keys.dead(p)]
+            ks = [keys.events(p), keys.stats(p), keys.dead(p), keys.retry(p)]
             args: list[Any] = [self.link.id, 0, s.events_maxlen, keys.GROUP, len(items),
                                s.history_len]
             for fl in items:

@@ -1,0 +1,13 @@
+-- A run dispatched under overlap skip or bufferOne (field 'ov' in its hash) has ended: the job's
+-- active-run record lets go of it, and a buffered occurrence becomes the active run, due now
+-- through the retry set (claim.lua dispatches a 'buffered' run as its attempt 1).
+local function release_active(job_key, retry_key, run_id, now)
+  local a = redis.call('HMGET', job_key, 'active', 'buffered')
+  if a[1] ~= run_id then return end
+  if a[2] and a[2] ~= '' then
+    redis.call('HSET', job_key, 'active', a[2], 'buffered', '')
+    redis.call('ZADD', retry_key, now, a[2])
+  else
+    redis.call('HDEL', job_key, 'active')
+  end
+end

@@ -1,0 +1,148 @@
+"""Overlap policies decided in lua/claim.lua against the job's active-run record, stepped by hand
+(a real Dispatcher and Worker, real redis-server, an injected clock), and the record's release
+when the active run is dead-lettered or its job cancelled.  The multi-process behaviour is in
+tests/test_overlap_fleet.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+from helpers import ManualClock, Rig, hgetall
+
+from rsched import App, Client, JobContext, RunState
+from rsched.core.errors import ValidationError
+from rsched.core.models import Run
+from rsched.rdb import keys
+from rsched.service.shapes import run_json
+
+MINUTE = 60_000
+
+
+def failing_app() -> App:
+    app = App("overlap")
+
+    @app.job("boom")
+    def boom(ctx: JobContext) -> None:
+        raise RuntimeError("boom")
+
+    @app.job("ok")
+    def ok(ctx: JobContext) -> None:
+        return None
+
+    return app
+
+
+def run_of(client: Client, run_id: str) -> Run:
+    run = client.run(client.op_read_runs([run_id]))[0]
+    assert run is not None, run_id
+    return run
+
+
+def job_field(r: redis.Redis, job_id: str, name: str) -> str | None:
+    v = hgetall(r, keys.job(int(job_id.split("-")[0]), job_id)).get(name.encode())
+    return v.decode() if v is not None else None
+
+
+def test_buffer_one_holds_one_occurrence_skips_the_next_and_a_dead_letter_lets_it_go(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    job = client.schedule("boom", cron="* * * * *", overlap="bufferOne", max_attempts=1)
+    t0 = job.next_ms
+    assert t0 is not None
+    a, b, c, d = (f"{job.id}@{t0 + k * MINUTE}" for k in range(4))
+
+    async def scenario() -> None:
+        async with Rig(redis_url, failing_app(), clock=clock) as rig:
+            clock.ms = t0
+            assert (await rig.claim()).dispatched == 1  # a: nothing active
+            assert job_field(r, job.id, "active") == a
+            clock.ms = t0 + MINUTE
+            assert (await rig.claim()).dispatched == 0  # b waits: a is still queued
+            assert run_of(client, b).state is RunState.BUFFERED
+            clock.ms = t0 + 2 * MINUTE
+            assert (await rig.claim()).skipped == 1  # c: a is active and b waits already
+            skipped = run_of(client, c)
+            assert skipped.state is RunState.SKIPPED and skipped.attempt == 0
+            assert skipped.error == f"overlap: run {a} of this job is still active and {b} " \
+                                    "waits already"
+            assert await rig.fetch() == 1 and await rig.finish() == 1  # a dead-letters
+            assert run_of(client, a).state is RunState.DEAD
+            assert job_field(r, job.id, "active") == b  # released: b is the active run now
+            claimed = await rig.claim()  # b, through the retry set, as its attempt 1
+            assert claimed.dispatched == 1
+            assert (run_of(client, b).state, run_of(client, b).attempt) == (
+                RunState.DISPATCHED, 1)
+            assert await rig.fetch() == 1 and await rig.finish() == 1  # b dead-letters too
+            assert job_field(r, job.id, "active") is None
+            clock.ms = t0 + 3 * MINUTE
+            assert (await rig.claim()).dispatched == 1  # d runs: nothing is active
+            assert job_field(r, job.id, "active") == d
+
+    asyncio.run(scenario())
+
+
+def test_skip_records_the_occurrence_and_a_success_or_a_cancel_releases_the_record(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    job = client.schedule("ok", cron="* * * * *", overlap="skip")
+    t0 = job.next_ms
+    assert t0 is not None
+
+    async def scenario() -> None:
+        async with Rig(redis_url, failing_app(), clock=clock) as rig:
+            clock.ms = t0
+            assert (await rig.claim()).dispatched == 1
+            clock.ms = t0 + MINUTE
+            assert (await rig.claim()).skipped == 1
+            assert run_of(client, f"{job.id}@{t0 + MINUTE}").state is RunState.SKIPPED
+            assert await rig.fetch() == 1 and await rig.finish() == 1  # succeeds: released
+            assert job_field(r, job.id, "active") is None
+            clock.ms = t0 + 2 * MINUTE
+            assert (await rig.claim()).dispatched == 1
+            client.cancel(job.id)  # the run in progress finishes, and lets go of the record
+            assert await rig.fetch() == 1 and await rig.finish() == 1
+            assert job_field(r, job.id, "active") is None
+
+    asyncio.run(scenario())
+
+
+def test_allow_jobs_and_one_off_jobs_keep_no_active_run_record(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    cron = client.schedule("ok", cron="* * * * *")
+    once = client.schedule("ok")
+    assert cron.overlap.value == "allow"
+    client.pause(cron.id)
+    cron = client.resume(cron.id)  # two changes: version 3
+    assert cron.next_ms is not None and cron.version == 3
+
+    async def scenario() -> None:
+        async with Rig(redis_url, failing_app(), clock=clock) as rig:
+            clock.ms = cron.next_ms or 0
+            assert (await rig.claim()).dispatched == 2
+            clock.ms += MINUTE
+            assert (await rig.claim()).dispatched == 1  # the previous one is still queued
+
+    asyncio.run(scenario())
+    assert job_field(r, cron.id, "active") is None and job_field(r, once.id, "active") is None
+    run = run_of(client, f"{cron.id}@{cron.next_ms}")
+    assert run.job_version == 3  # the version it was dispatched at
+    assert run_json(run)["jobVersion"] == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"cron": "* * * * *", "overlap": "cancelPrevious"}, "must be 'allow', 'skip' or"),
+        ({"cron": "* * * * *", "overlap": "Skip"}, "must be 'allow', 'skip' or"),
+        ({"overlap": "skip"}, "applies to recurring jobs only"),
+    ],
+)
+def test_bad_overlap_values_name_the_overlap_field(
+    client: Client, options: dict[str, str], reason: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        client.schedule("ok", **options)
+    assert caught.value.field == "overlap" and caught.value.reason.startswith(reason)
