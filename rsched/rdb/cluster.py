@@ -283,11 +283,13 @@ class ClusterRedis(_Nodes, CoreCommands):
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         for attempt in range(2):
+            addr: Address | None = None  # none yet when no master serves the key's slot
             try:
                 addr = self.slots.node_for(args, options, self._avoid())
                 return self.node(addr).execute_command(*args, **_sendable(options))
             except _REROUTE as e:
-                self._failed(addr, e)
+                if addr is not None:
+                    self._failed(addr, e)
                 if attempt:
                     raise
                 self._after_error(e)
@@ -416,11 +418,13 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         await self._ready()
         for attempt in range(2):
+            addr: Address | None = None  # none yet when no master serves the key's slot
             try:
                 addr = self.slots.node_for(args, options, self._avoid())
                 return await self.node(addr).execute_command(*args, **_sendable(options))
             except _REROUTE as e:
-                self._failed(addr, e)
+                if addr is not None:
+                    self._failed(addr, e)
                 if attempt:
                     raise
                 await self._after_error(e)
