@@ -4,16 +4,18 @@ key's slot, and splits every pipeline into one pipeline per master, sent concurr
 Why not redis-py's cluster client: its pipeline refuses EVALSHA, TIME and PUBLISH by method
 name, its async pipeline closes every connection of the client on a retryable error (other
 tasks' included), and its response handling breaks rsched's raw-reply fast paths.  Here each
-master is served by a plain client (the same options, packing and retries as a single Redis),
-so everything built for one Redis keeps working per node, and a node that fails only fails
-the commands sent to it: a dead master never stalls partitions on healthy ones.
+master is served by a plain client (the same options and packing as a single Redis, but no
+retries of its own), so everything built for one Redis keeps working per node, and a node
+that fails only fails the commands sent to it: a dead master never stalls partitions on
+healthy ones.
 
 Routing is by the first key of each command (`key_of`); rsched never sends a command whose keys
 span slots (a partition's keys share one hash tag).  Keyless commands go to one master
 (`TIME`, `PUBLISH`, which a cluster broadcasts, `CONFIG`, `INFO`); `SCRIPT LOAD` goes to all.
-A MOVED or ASK reply, or a node that cannot be reached, refreshes the slot map (CLUSTER SLOTS
-from any node that answers) and sends that node's part again once: every rsched script and
-pipelined command is safe to apply twice.
+A MOVED reply, or a node that cannot be reached, refreshes the slot map (CLUSTER SLOTS from any
+node that answers) and sends that node's part again once: every rsched script and pipelined
+command is safe to apply twice.  ASK (a slot being resharded) is not followed: the command
+fails and its caller's next round tries again.
 """
 
 from __future__ import annotations
