@@ -25,9 +25,10 @@ from rsched.core.errors import UnsafeRedis
 from rsched.core.models import Job
 from rsched.core.settings import Settings
 from rsched.rdb import keys
-from rsched.rdb.cluster import ClusterRedis, SlotMap, key_of, same_slot_groups
+from rsched.rdb.cluster import ClusterRedis, same_slot_groups
 from rsched.rdb.connect import BadRedisUrl, connect, parse
 from rsched.rdb.setup import check_redis
+from rsched.rdb.slots import SlotMap, key_of
 from rsched.service import reads
 
 # --- pure: routing keys, slot maps, URLs, placement --------------------------------------------

@@ -23,152 +23,34 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from redis.commands.core import AsyncCoreCommands, CoreCommands
-from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
-from redis.exceptions import AskError, ClusterDownError, RedisError, TryAgainError
+from redis.crc import key_slot
+from redis.exceptions import AskError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsched.rdb.durable import Wait
+from rsched.rdb.slots import (
+    REROUTE,
+    Address,
+    Cmd,
+    SlotMap,
+    confirmed,
+    groups,
+    node_pipeline,
+    rerouted,
+    sendable,
+)
 
-Address = tuple[str, int]
-
-# Commands without a key: sent to one master (the first in slot order).
-_KEYLESS = frozenset({
-    "TIME", "PING", "INFO", "CONFIG", "SCRIPT", "PUBLISH", "CLUSTER", "DBSIZE", "COMMAND",
-    "CLIENT", "WAIT", "WAITAOF", "ROLE", "LATENCY", "SLOWLOG", "FUNCTION", "ECHO", "LASTSAVE",
-    "SCAN",
-})
-_KEY_AFTER_SUBCOMMAND = frozenset({"XINFO", "XGROUP", "OBJECT", "MEMORY"})
-# Errors after which the node's part of a batch is sent again (to the new owner, once known).
-_REROUTE = (AskError, ClusterDownError, TryAgainError, RedisConnectionError, RedisTimeoutError,
-            ConnectionError, OSError)
-TARGET_NODE = "target_node"  # command option: see SlotMap.node_for
 REFRESH_MIN_INTERVAL_S = 0.1  # a storm of errors refreshes the slot map at most this often
 # A node that could not be reached is not sent anything for this long (its commands fail at
 # once, keyless ones go elsewhere): waiting for it would hold up every batch that also went to
 # healthy masters.  Meanwhile the slot map is refreshed, and a failover moves its slots away.
 DOWN_FOR_S = 1.0
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def key_of(args: Sequence[Any]) -> Any:
-    """The key a command is routed by, None for a keyless one."""
-    name = _text(args[0]).upper()
-    if " " in name:  # redis-py folds a subcommand into the name ("XGROUP CREATE", key, ...)
-        name = name.split(" ", 1)[0]
-        return None if name in _KEYLESS else (args[1] if len(args) > 1 else None)
-    if name in _KEYLESS:
-        return None
-    if name in ("EVALSHA", "EVAL", "FCALL", "EVALSHA_RO", "EVAL_RO"):
-        return args[3] if int(args[2]) > 0 else None
-    if name in ("XREADGROUP", "XREAD"):
-        for i, a in enumerate(args):
-            if _text(a).upper() == "STREAMS":
-                return args[i + 1]
-        return None
-    if name in _KEY_AFTER_SUBCOMMAND:
-        return args[2] if len(args) > 2 else None
-    return args[1] if len(args) > 1 else None
-
-
-@dataclass(slots=True)
-class SlotMap:
-    """Which master serves each of the 16384 slots, from CLUSTER SLOTS."""
-
-    owner: list[Address | None] = field(default_factory=lambda: [None] * REDIS_CLUSTER_HASH_SLOTS)
-    masters: list[Address] = field(default_factory=list)
-    replicas: dict[Address, list[Address]] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, reply: Sequence[Any]) -> SlotMap:
-        m = cls()
-        for row in sorted(reply, key=lambda r: int(r[0])):
-            lo, hi, master = int(row[0]), int(row[1]), row[2]
-            addr = (_text(master[0]), int(master[1]))
-            m.owner[lo:hi + 1] = [addr] * (hi - lo + 1)
-            if addr not in m.replicas:
-                m.masters.append(addr)
-                m.replicas[addr] = []
-            for rep in row[3:]:
-                raddr = (_text(rep[0]), int(rep[1]))
-                if raddr not in m.replicas[addr]:
-                    m.replicas[addr].append(raddr)
-        return m
-
-    def node_for(self, args: Sequence[Any], options: dict[str, Any] | None = None,
-                 avoid: Collection[Address] = ()) -> Address:
-        """The master for a command; option ``target_node`` (an index into `masters`, in slot
-        order) sends a keyless command such as SCAN to one master.  Other keyless commands
-        (TIME, PUBLISH) go to the first master not in ``avoid`` (recently unreachable)."""
-        if options and TARGET_NODE in options:
-            return self.masters[int(options[TARGET_NODE])]
-        key = key_of(args)
-        if key is None:
-            return next((m for m in self.masters if m not in avoid), self.masters[0])
-        addr = self.owner[key_slot(key if isinstance(key, bytes) else str(key).encode())]
-        if addr is None:  # an uncovered slot: the node that had it is down, no failover yet
-            raise ClusterDownError(f"no master serves the slot of key {_text(key)!r}")
-        return addr
-
-    def slots_per_master(self) -> dict[Address, int]:
-        counts = dict.fromkeys(self.masters, 0)
-        for addr in self.owner:
-            if addr is not None:
-                counts[addr] += 1
-        return counts
-
-
-Cmd = tuple[tuple[Any, ...], dict[str, Any]]
-
-
-def _groups(slots: SlotMap, cmds: Sequence[Cmd], todo: Sequence[int], results: list[Any],
-            avoid: Collection[Address]) -> dict[Address, list[int]]:
-    """Indexes of ``todo`` per master; a command no master serves gets its error in place."""
-    by_node: dict[Address, list[int]] = {}
-    for i in todo:
-        try:
-            addr = slots.node_for(*cmds[i], avoid)
-        except RedisError as e:
-            results[i] = e
-            continue
-        if addr in avoid:  # unreachable a moment ago: fail at once rather than wait for it
-            results[i] = RedisConnectionError(f"cluster node {addr[0]}:{addr[1]} is unreachable")
-        else:
-            by_node.setdefault(addr, []).append(i)
-    return by_node
-
-
-def _sendable(options: dict[str, Any]) -> dict[str, Any]:
-    if TARGET_NODE in options:
-        return {k: v for k, v in options.items() if k != TARGET_NODE}
-    return options
-
-
-def _node_pipeline(node: Any, cmds: Sequence[Cmd], idx: list[int], wait: Wait | None) -> Any:
-    pipe = node.pipeline(transaction=False)
-    for i in idx:
-        args, options = cmds[i]
-        pipe.execute_command(*args, **_sendable(options))
-    if wait is not None:
-        pipe.execute_command(*wait.command())
-    return pipe
-
-
-def _confirmed(replies: list[Any], wait: Wait | None) -> list[Any]:
-    return wait.confirm(list(replies)) if wait is not None else replies
-
-
-def _rerouted(results: list[Any], todo: Sequence[int]) -> list[int]:
-    return [i for i in todo if isinstance(results[i], _REROUTE)]
 
 
 class _Recorder(CoreCommands):
@@ -288,8 +170,8 @@ class ClusterRedis(_Nodes, CoreCommands):
             addr: Address | None = None  # none yet when no master serves the key's slot
             try:
                 addr = self.slots.node_for(args, options, self._avoid())
-                return self.node(addr).execute_command(*args, **_sendable(options))
-            except _REROUTE as e:
+                return self.node(addr).execute_command(*args, **sendable(options))
+            except REROUTE as e:
                 if addr is not None:
                     self._failed(addr, e)
                 if attempt:
@@ -325,7 +207,7 @@ class ClusterRedis(_Nodes, CoreCommands):
         results: list[Any] = [None] * len(cmds)
         todo: Sequence[int] = range(len(cmds))
         for attempt in range(2):
-            by_node = _groups(self.slots, cmds, todo, results, self._avoid())
+            by_node = groups(self.slots, cmds, todo, results, self._avoid())
             if len(by_node) == 1:
                 ((addr, idx),) = by_node.items()
                 self._run_node(addr, cmds, idx, results, wait)
@@ -335,7 +217,7 @@ class ClusterRedis(_Nodes, CoreCommands):
                 list(self._pool.map(
                     lambda kv: self._run_node(kv[0], cmds, kv[1], results, wait),
                     by_node.items()))
-            todo = _rerouted(results, todo)
+            todo = rerouted(results, todo)
             if not todo or attempt:
                 break
             self._after_error(results[todo[0]])
@@ -344,8 +226,8 @@ class ClusterRedis(_Nodes, CoreCommands):
     def _run_node(self, addr: Address, cmds: Sequence[Cmd], idx: list[int],
                   results: list[Any], wait: Wait | None) -> None:
         try:
-            pipe = _node_pipeline(self.node(addr), cmds, idx, wait)
-            replies = _confirmed(pipe.execute(raise_on_error=False), wait)
+            pipe = node_pipeline(self.node(addr), cmds, idx, wait)
+            replies = confirmed(pipe.execute(raise_on_error=False), wait)
         except Exception as e:  # noqa: BLE001 - the node failed: each of its commands gets it
             self._failed(addr, e)
             replies = [e] * len(idx)
@@ -423,8 +305,8 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
             addr: Address | None = None  # none yet when no master serves the key's slot
             try:
                 addr = self.slots.node_for(args, options, self._avoid())
-                return await self.node(addr).execute_command(*args, **_sendable(options))
-            except _REROUTE as e:
+                return await self.node(addr).execute_command(*args, **sendable(options))
+            except REROUTE as e:
                 if addr is not None:
                     self._failed(addr, e)
                 if attempt:
@@ -453,10 +335,10 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
         results: list[Any] = [None] * len(cmds)
         todo: Sequence[int] = range(len(cmds))
         for attempt in range(2):
-            by_node = _groups(self.slots, cmds, todo, results, self._avoid())
+            by_node = groups(self.slots, cmds, todo, results, self._avoid())
             await asyncio.gather(*(self._run_node(a, cmds, idx, results, wait)
                                    for a, idx in by_node.items()))
-            todo = _rerouted(results, todo)
+            todo = rerouted(results, todo)
             if not todo or attempt:
                 break
             await self._after_error(results[todo[0]])
@@ -465,8 +347,8 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
     async def _run_node(self, addr: Address, cmds: Sequence[Cmd], idx: list[int],
                         results: list[Any], wait: Wait | None) -> None:
         try:
-            pipe = _node_pipeline(self.node(addr), cmds, idx, wait)
-            replies = _confirmed(await pipe.execute(raise_on_error=False), wait)
+            pipe = node_pipeline(self.node(addr), cmds, idx, wait)
+            replies = confirmed(await pipe.execute(raise_on_error=False), wait)
         except Exception as e:  # noqa: BLE001 - the node failed: each of its commands gets it
             self._failed(addr, e)
             replies = [e] * len(idx)

@@ -24,9 +24,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsched.core import defaults
 from rsched.core.errors import RschedError
-from rsched.rdb.cluster import Address, AsyncClusterRedis, ClusterRedis
+from rsched.rdb.cluster import AsyncClusterRedis, ClusterRedis
 from rsched.rdb.durable import set_wait
 from rsched.rdb.setup import _ClosedTransportIsUnavailable, _mix_in, fast_packing
+from rsched.rdb.slots import Address
 
 Kind = Literal["single", "cluster", "sentinel"]
 SCHEMES: dict[str, tuple[Kind, bool]] = {

@@ -24,9 +24,9 @@ from rsched.core.errors import NotFound, ScheduleError, ValidationError
 from rsched.core.models import Job, JobStatus, Run, job_of_run, partition_of
 from rsched.core.times import ms_to_iso
 from rsched.rdb import keys
-from rsched.rdb.cluster import SlotMap
 from rsched.rdb.ops import Commands, Masters, Op, cmd
 from rsched.rdb.setup import SAFE_POLICIES
+from rsched.rdb.slots import SlotMap
 from rsched.service.context import Service
 from rsched.service.dead_letters import DeadFilter
 from rsched.service.jobs import op_read_runs

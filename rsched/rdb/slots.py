@@ -1,0 +1,145 @@
+"""Redis Cluster routing, free of I/O: which key a command is routed by, which master serves
+each slot (from CLUSTER SLOTS), and how a batch of commands splits into one pipeline per master
+with each reply put back in place.  rdb.cluster sends them."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from redis.exceptions import AskError, ClusterDownError, RedisError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from rsched.rdb.durable import Wait
+
+Address = tuple[str, int]
+
+# Commands without a key: sent to one master (the first in slot order).
+_KEYLESS = frozenset({
+    "TIME", "PING", "INFO", "CONFIG", "SCRIPT", "PUBLISH", "CLUSTER", "DBSIZE", "COMMAND",
+    "CLIENT", "WAIT", "WAITAOF", "ROLE", "LATENCY", "SLOWLOG", "FUNCTION", "ECHO", "LASTSAVE",
+    "SCAN",
+})
+_KEY_AFTER_SUBCOMMAND = frozenset({"XINFO", "XGROUP", "OBJECT", "MEMORY"})
+# Errors after which the node's part of a batch is sent again (to the new owner, once known).
+REROUTE = (AskError, ClusterDownError, TryAgainError, RedisConnectionError, RedisTimeoutError,
+            ConnectionError, OSError)
+TARGET_NODE = "target_node"  # command option: see SlotMap.node_for
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def key_of(args: Sequence[Any]) -> Any:
+    """The key a command is routed by, None for a keyless one."""
+    name = _text(args[0]).upper()
+    if " " in name:  # redis-py folds a subcommand into the name ("XGROUP CREATE", key, ...)
+        name = name.split(" ", 1)[0]
+        return None if name in _KEYLESS else (args[1] if len(args) > 1 else None)
+    if name in _KEYLESS:
+        return None
+    if name in ("EVALSHA", "EVAL", "FCALL", "EVALSHA_RO", "EVAL_RO"):
+        return args[3] if int(args[2]) > 0 else None
+    if name in ("XREADGROUP", "XREAD"):
+        for i, a in enumerate(args):
+            if _text(a).upper() == "STREAMS":
+                return args[i + 1]
+        return None
+    if name in _KEY_AFTER_SUBCOMMAND:
+        return args[2] if len(args) > 2 else None
+    return args[1] if len(args) > 1 else None
+
+
+@dataclass(slots=True)
+class SlotMap:
+    """Which master serves each of the 16384 slots, from CLUSTER SLOTS."""
+
+    owner: list[Address | None] = field(default_factory=lambda: [None] * REDIS_CLUSTER_HASH_SLOTS)
+    masters: list[Address] = field(default_factory=list)
+    replicas: dict[Address, list[Address]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, reply: Sequence[Any]) -> SlotMap:
+        m = cls()
+        for row in sorted(reply, key=lambda r: int(r[0])):
+            lo, hi, master = int(row[0]), int(row[1]), row[2]
+            addr = (_text(master[0]), int(master[1]))
+            m.owner[lo:hi + 1] = [addr] * (hi - lo + 1)
+            if addr not in m.replicas:
+                m.masters.append(addr)
+                m.replicas[addr] = []
+            for rep in row[3:]:
+                raddr = (_text(rep[0]), int(rep[1]))
+                if raddr not in m.replicas[addr]:
+                    m.replicas[addr].append(raddr)
+        return m
+
+    def node_for(self, args: Sequence[Any], options: dict[str, Any] | None = None,
+                 avoid: Collection[Address] = ()) -> Address:
+        """The master for a command; option ``target_node`` (an index into `masters`, in slot
+        order) sends a keyless command such as SCAN to one master.  Other keyless commands
+        (TIME, PUBLISH) go to the first master not in ``avoid`` (recently unreachable)."""
+        if options and TARGET_NODE in options:
+            return self.masters[int(options[TARGET_NODE])]
+        key = key_of(args)
+        if key is None:
+            return next((m for m in self.masters if m not in avoid), self.masters[0])
+        addr = self.owner[key_slot(key if isinstance(key, bytes) else str(key).encode())]
+        if addr is None:  # an uncovered slot: the node that had it is down, no failover yet
+            raise ClusterDownError(f"no master serves the slot of key {_text(key)!r}")
+        return addr
+
+    def slots_per_master(self) -> dict[Address, int]:
+        counts = dict.fromkeys(self.masters, 0)
+        for addr in self.owner:
+            if addr is not None:
+                counts[addr] += 1
+        return counts
+
+
+Cmd = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def groups(slots: SlotMap, cmds: Sequence[Cmd], todo: Sequence[int], results: list[Any],
+            avoid: Collection[Address]) -> dict[Address, list[int]]:
+    """Indexes of ``todo`` per master; a command no master serves gets its error in place."""
+    by_node: dict[Address, list[int]] = {}
+    for i in todo:
+        try:
+            addr = slots.node_for(*cmds[i], avoid)
+        except RedisError as e:
+            results[i] = e
+            continue
+        if addr in avoid:  # unreachable a moment ago: fail at once rather than wait for it
+            results[i] = RedisConnectionError(f"cluster node {addr[0]}:{addr[1]} is unreachable")
+        else:
+            by_node.setdefault(addr, []).append(i)
+    return by_node
+
+
+def sendable(options: dict[str, Any]) -> dict[str, Any]:
+    if TARGET_NODE in options:
+        return {k: v for k, v in options.items() if k != TARGET_NODE}
+    return options
+
+
+def node_pipeline(node: Any, cmds: Sequence[Cmd], idx: list[int], wait: Wait | None) -> Any:
+    pipe = node.pipeline(transaction=False)
+    for i in idx:
+        args, options = cmds[i]
+        pipe.execute_command(*args, **sendable(options))
+    if wait is not None:
+        pipe.execute_command(*wait.command())
+    return pipe
+
+
+def confirmed(replies: list[Any], wait: Wait | None) -> list[Any]:
+    return wait.confirm(list(replies)) if wait is not None else replies
+
+
+def rerouted(results: list[Any], todo: Sequence[int]) -> list[int]:
+    return [i for i in todo if isinstance(results[i], REROUTE)]
