@@ -16,7 +16,7 @@ import pytest
 import redis
 from helpers import Rig, keys_in_partition, run_engine
 from redis.crc import key_slot
-from redis_server import RedisCluster
+from redis_server import RedisCluster, free_port
 from starlette.testclient import TestClient
 
 from rsched import App, Client, JobContext, JobSpec
@@ -152,9 +152,18 @@ def test_a_plain_url_at_a_cluster_node_is_refused_naming_the_scheme(url: str,
         check_redis(rc)  # the cluster URL passes
 
 
+def test_a_cluster_client_is_built_while_the_cluster_is_away_and_fails_only_when_used() -> None:
+    """A daemon builds its client before its start-up loop waits for Redis."""
+    with connect(f"redis+cluster://127.0.0.1:{free_port()}") as rc:
+        with pytest.raises(redis.exceptions.ConnectionError, match="no node of the cluster"):
+            rc.get("k")
+
+
 def test_a_pipeline_over_every_master_returns_each_reply_in_place(url: str) -> None:
     with connect(url) as rc:
-        assert isinstance(rc, ClusterRedis) and len(rc.slots.masters) == 3
+        assert isinstance(rc, ClusterRedis)
+        rc.ready()
+        assert len(rc.slots.masters) == 3
         names = [f"k{i}" for i in range(300)]
         pipe: Any = rc.pipeline()
         for i, n in enumerate(names):
@@ -172,6 +181,7 @@ def test_a_pipeline_over_every_master_returns_each_reply_in_place(url: str) -> N
 
 def test_one_node_failing_fails_only_its_commands(url: str, cluster: RedisCluster) -> None:
     with connect(url, socket_timeout=2, socket_connect_timeout=1) as rc:
+        rc.ready()
         dead = cluster.nodes[2]
         dead_addr = ("127.0.0.1", dead.port)
         names = [f"k{i}" for i in range(60)]

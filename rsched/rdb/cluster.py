@@ -144,6 +144,10 @@ class ClusterRedis(_Nodes, CoreCommands):
                  slots: SlotMap | None = None) -> None:
         super().__init__(seeds, node_factory, slots)
         self._pool: ThreadPoolExecutor | None = None
+
+    def ready(self) -> None:
+        """Read the slot map at first use: a process started before the cluster waits for it
+        in its own start-up loop instead of failing when it builds its client."""
         if not self.slots.masters:
             self.refresh(force=True)
 
@@ -166,6 +170,7 @@ class ClusterRedis(_Nodes, CoreCommands):
     # -- commands --
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.ready()
         for attempt in range(2):
             addr: Address | None = None  # none yet when no master serves the key's slot
             try:
@@ -187,6 +192,7 @@ class ClusterRedis(_Nodes, CoreCommands):
 
     def script_load(self, script: Any) -> Any:
         """SCRIPT LOAD on every master (a NOSCRIPT may come from any of them)."""
+        self.ready()
         sha = None
         for client in self.masters():
             sha = client.script_load(script)
@@ -204,6 +210,7 @@ class ClusterRedis(_Nodes, CoreCommands):
     def run_batch(self, cmds: Sequence[Cmd], wait: Wait | None = None) -> list[Any]:
         """Every command's reply or error, in order: one pipeline per master, concurrently;
         with ``wait``, each master's part ends in WAIT (see rdb.durable)."""
+        self.ready()
         results: list[Any] = [None] * len(cmds)
         todo: Sequence[int] = range(len(cmds))
         for attempt in range(2):
@@ -289,7 +296,7 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
         if todo:
             raise _no_answer(error)
 
-    async def _ready(self) -> None:
+    async def ready(self) -> None:
         if not self.slots.masters:
             await self.refresh(force=True)
 
@@ -300,7 +307,7 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
             pass
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
-        await self._ready()
+        await self.ready()
         for attempt in range(2):
             addr: Address | None = None  # none yet when no master serves the key's slot
             try:
@@ -315,7 +322,7 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
         raise AssertionError("unreachable")
 
     async def script_load(self, script: Any) -> Any:  # type: ignore[override]
-        await self._ready()
+        await self.ready()
         sha = None
         for client in self.masters():
             sha = await client.script_load(script)
@@ -331,7 +338,7 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
         return self.node(self._pubsub_node()).pubsub(**kwargs)
 
     async def run_batch(self, cmds: Sequence[Cmd], wait: Wait | None = None) -> list[Any]:
-        await self._ready()
+        await self.ready()
         results: list[Any] = [None] * len(cmds)
         todo: Sequence[int] = range(len(cmds))
         for attempt in range(2):

@@ -80,7 +80,10 @@ def execute(r: Any, work: Work) -> Any:
     if isinstance(work, Blocking):
         return work.fn()
     if isinstance(work, Masters):
-        return len(r.slots.masters) if is_cluster(r) else 1
+        if not is_cluster(r):
+            return 1
+        r.ready()
+        return len(r.slots.masters)
     if isinstance(work, Scripts):
         if work.durable and (wait := wait_of(r)) is not None:
             return scripts.call_many(r, work.calls, wait)
@@ -97,7 +100,7 @@ async def aexecute(r: Any, work: Work) -> Any:
     if isinstance(work, Masters):
         if not is_cluster(r):
             return 1
-        await r.refresh()
+        await r.ready()
         return len(r.slots.masters)
     if isinstance(work, Scripts):
         return await scripts.acall_many(r, work.calls, wait_of(r) if work.durable else None)
