@@ -94,6 +94,13 @@ def aof_redis(redis_available: None) -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="module")
+def cluster(redis_available: None) -> Iterator[RedisCluster]:
+    """3 masters, no replicas, for this module (tests share it: flush what you need empty)."""
+    with RedisCluster() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
 def redis_cluster_replicas(redis_available: None) -> Iterator[RedisCluster]:
     """3 masters + 3 replicas (one each, in sync), node timeout 5 s, for this module.
 

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -118,16 +117,6 @@ def test_bad_redis_urls_are_refused_with_the_reason(url: str, says: str) -> None
 
 
 # --- a real cluster ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cluster(redis_available: None) -> Iterator[RedisCluster]:
-    c = RedisCluster()
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def cluster_url(c: RedisCluster) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -382,16 +382,6 @@ class OneByOneClient:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
-
-
-@pytest.fixture(scope="module")
-def cluster(redis_available: None) -> Iterator[RedisCluster]:
-    c = RedisCluster()
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def test_the_cluster_rejects_a_script_that_touches_a_key_of_another_slot(
