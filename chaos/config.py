@@ -12,6 +12,10 @@ CRON_ZONES = (
     "Asia/Kathmandu", "America/Sao_Paulo", "Pacific/Auckland", "Africa/Cairo", "Asia/Tokyo",
 )  # fmt: skip
 CRON_EXPRS = ("*/2 * * * * *", "*/3 * * * * *")
+# (catch-up window, misfire), taken in turn: the default (every occurrence a fault delays must
+# still run), and a window shorter than a dispatcher outage with misfire skip (an occurrence older
+# than it is skipped, and only such a one).
+CRON_WINDOWS = ((60_000, "run_once"), (1_000, "skip"))
 
 
 @dataclass(frozen=True, slots=True)

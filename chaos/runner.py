@@ -18,7 +18,7 @@ from rsched import Client, JobSpec
 from rsched.rdb import keys
 
 from .analyzer import Analyzer
-from .config import CRON_EXPRS, CRON_ZONES, RunConfig
+from .config import CRON_EXPRS, CRON_WINDOWS, CRON_ZONES, RunConfig
 from .faults import Faults
 from .fleet import Fleet, now_ms
 from .history import read_history
@@ -175,13 +175,15 @@ class Run:
         rng = random.Random(self.cfg.seed)
         specs = [JobSpec(type="tick", cron=CRON_EXPRS[i % len(CRON_EXPRS)],
                          tz=CRON_ZONES[rng.randrange(len(CRON_ZONES))],
-                         max_attempts=self.cfg.max_attempts, backoff_base_ms=200)
+                         max_attempts=self.cfg.max_attempts, backoff_base_ms=200,
+                         catch_up_window_ms=CRON_WINDOWS[i // 2 % len(CRON_WINDOWS)][0],
+                         misfire=CRON_WINDOWS[i // 2 % len(CRON_WINDOWS)][1])
                  for i in range(self.cfg.cron_jobs)]
         for spec, job in zip(specs, client.schedule_many(specs), strict=True):
             if isinstance(job, Exception):
                 raise job
             self.crons.append({"id": job.id, "cron": spec.cron, "tz": spec.tz,
-                               "first_ms": job.next_ms})
+                               "first_ms": job.next_ms, "window_ms": spec.catch_up_window_ms})
 
     def _drain(self, r: redis.Redis, client: Client, nemesis: Nemesis) -> float:
         """Until every acknowledged job has run to success (or is dead, or unknown to Redis)
