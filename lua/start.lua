@@ -32,6 +32,8 @@ Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this
 The call's 'started' events share one events-stream entry (batch_flush in util).
 ]]
 --!include util
+--!include life
+--!include streak
 --!include dead_letter
 --!include delivery
 --!include overlap
