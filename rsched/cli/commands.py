@@ -83,9 +83,8 @@ def preview(ctx: click.Context, cron: str | None, tz: str | None, job_id: str | 
             times = query.preview_job(job, from_ms, count)
         else:
             times = query.preview(cron, tz or defaults.TZ, from_ms, count)
-    show(times, as_json, lambda ts: table(["utc", "local", "skipped"],
-                                          [[t["utc"], t["local"], t.get("skipped", "")]
-                                           for t in ts]))
+    cols = ["utc", "local"] + (["skipped"] if job_id is not None else [])
+    show(times, as_json, lambda ts: table(cols, [[t.get(c, "") for c in cols] for t in ts]))
 
 
 @click.command()

@@ -6,8 +6,8 @@ They travel as the last element of the packed spec (models.SPEC_ORDER's ``life``
 job without any, so the hot one-off path pays one byte, and otherwise the text
 ``L<start>,<end>,<maxRuns>,<deadline>,<pauseAfter>``, which the Lua scripts read off the spec's
 end with one pattern (lua/include/life.lua; Redis's cmsgpack cannot decode the spec's binary
-payload) where they enforce maxRuns, pauseAfterFailures and the start deadline.  startAt and endAt are applied here, in Python,
-where the recurring next times are computed (bounded).
+payload) where they enforce maxRuns, pauseAfterFailures and the start deadline.  startAt and
+endAt are applied here, in Python, where the recurring next times are computed (bounded).
 """
 
 from __future__ import annotations
