@@ -2,9 +2,10 @@
 (startDeadlineSeconds, one-off jobs) asks here, under Redis's clock, whether it is too late:
 a run dispatched in time can wait past its deadline in a queue stream or for a free slot.  Too
 late, it is dead-lettered with the error 'missed start deadline' and its entry acknowledged:
-never run late.  Only a run still 'dispatched' under this very entry, at attempt 1, and
-dispatched by its deadline: a replay or trigger dispatched after the deadline is a deliberate
-run, which the deadline does not stop.
+never run late.  Only a run still 'dispatched' under this very entry (missed_start in include
+deadline says which: its first attempt, dispatched by the deadline; a replay or trigger
+dispatched after it is a deliberate run).  start.lua applies the same rule to an entry
+reclaimed before its start was recorded.
 
 KEYS[1] rsched:{pN}:run:<run id> HASH (the job key again for a one-off job's own run)
 KEYS[2] rsched:{pN}:job:<id> HASH   KEYS[3] rsched:{pN}:q:<queue> STREAM
@@ -17,6 +18,7 @@ Returns 1: dead-lettered (do not run it), 0: run it
 --!include life
 --!include streak
 --!include dead_letter
+--!include deadline
 local run_key, job_key, stream_key, dead_key, events_key, stats_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local run_id, sid, now = ARGV[1], ARGV[2], now_ms(ARGV[3])
@@ -24,15 +26,10 @@ local maxlen, group = tonumber(ARGV[4]), ARGV[5]
 local F = run_fields(run_key, job_key)
 local r = redis.call('HMGET', run_key, F.state, F.attempt, F.stream_id, F.dispatched_ms)
 local j = redis.call('HMGET', job_key, 'spec', 'type')
-local life = spec_life(j[1])
-if not life or life[4] == 0 then return 0 end
-local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
-local deadline = tonumber(sched) + life[4]
-if r[1] ~= 'dispatched' or r[2] ~= '1' or r[3] ~= sid or now <= deadline
-    or tonumber(r[4] or '0') > deadline then
+if r[1] ~= 'dispatched' or r[3] ~= sid or not missed_start(j[1], run_id, r[2], r[4], now) then
   return 0
 end
-dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id, job_id,
-            '1', 'missed start deadline', j[2])
+dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
+            string.match(run_id, '^(.*)@%d+$'), '1', 'missed start deadline', j[2])
 redis.call('XACK', stream_key, group, sid)
 return 1
