@@ -49,7 +49,7 @@ then per item 8 values: kind, job id, run id, score, expected, next_ms, next_sco
            ' <count> <first_ms> <last_ms> <exact 0|1>': occurrences missed by more than the
            job's catch-up window, skipped together: one 'skipped' event (its run id the
            first's), and the job's 'gap' field.  A run dispatched or buffered counts in the
-           job's 'runs'; at its maxRuns (include life), or with next_ms '0' (no occurrence
+           job's 'runs' (while it has a maxRuns); at its maxRuns (include life), or with next_ms '0' (no occurrence
            left before its endAt), the job leaves the due set as 'completed'
   kind 'r' (retry, replay or trigger of a run, or a buffered run let go): score = its due ms
            in the retry set
@@ -236,11 +236,10 @@ for i = 1, n do
         unindex[#unindex + 1] = job_id
         redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', last_run)
       else
-        if last_run then
+        local life = last_run and spec_life(j[5])
+        if life and life[3] > 0 then
           -- A run started (dispatched or buffered) counts; maxRuns' last one ends the schedule.
-          local runs = redis.call('HINCRBY', job_key, 'runs', 1)
-          local life = spec_life(j[5])
-          if life and life[3] > 0 and runs >= life[3] then next_ms = '0' end
+          if redis.call('HINCRBY', job_key, 'runs', 1) >= life[3] then next_ms = '0' end
         end
         if next_ms ~= '0' then
           redis.call('ZADD', due_key, next_score, job_id)

@@ -32,7 +32,7 @@ from rsched.core.lifecycle import (
 from rsched.core.models import Run, pack_spec
 from rsched.rdb import keys, scripts
 from rsched.service.patch import JobPatch
-from rsched.service.shapes import job_json
+from rsched.service.shapes import LIFE_KEYS, job_json
 
 MINUTE = 60_000
 T0 = 1_800_000_000_000 - 1_800_000_000_000 % MINUTE  # a whole minute
@@ -296,6 +296,15 @@ def test_patch_changes_the_limits_and_refuses_max_runs_at_or_below_the_runs_star
 def api(redis_url: str) -> Iterator[TestClient]:
     with TestClient(create_app(_settings(redis_url), auth=False)) as c:
         yield c
+
+
+def test_a_job_without_limits_shows_the_same_lifecycle_fields_as_one_with_them(
+    client: Client
+) -> None:
+    plain = job_json(client.schedule("t"))
+    limited = job_json(client.schedule("t", cron="* * * * *", max_runs=2))
+    assert set(plain) == set(limited) and set(LIFE_KEYS) <= set(plain)
+    assert (plain["maxRuns"], plain["remainingRuns"], plain["deadLetterStreak"]) == (None, None, 0)
 
 
 def test_the_api_takes_the_limits_in_camel_case_and_names_a_bad_one(api: TestClient) -> None:

@@ -44,7 +44,8 @@ LIFE_INPUT: dict[str, Any] = {
 _NSTR = _n("string")
 LIFE_OUTPUT: dict[str, Any] = {
     "startAt": NTIME, "endAt": NTIME, "maxRuns": _n("integer"),
-    "remainingRuns": _n("integer", minimum=0), "runsStarted": {"type": "integer", "minimum": 0},
+    "remainingRuns": _n("integer", minimum=0, description="maxRuns less the runs started "
+                                                         "while it was set."),
     "pauseAfterFailures": _n("integer"),
     "deadLetterStreak": {"type": "integer", "minimum": 0,
                          "description": "Dead-lettered occurrences in a row (a success or a "

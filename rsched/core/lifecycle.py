@@ -45,7 +45,9 @@ def life_of(raw: Any) -> Life:
 def life_packed(life: Life) -> str | None:
     """What pack_spec stores: None (one byte) for no limits, else 'L' and the five integers
     joined by ',' (a spec with limits ends with a digit, one without with msgpack's nil)."""
-    return "L" + ",".join(map(str, life)) if life != NO_LIFE else None
+    if life is NO_LIFE or life == NO_LIFE:  # `is` first: every job without limits is NO_LIFE
+        return None
+    return "L" + ",".join(map(str, life))
 
 
 def bounded(next_after: Callable[[int], int], life: Life) -> Callable[[int], int]:

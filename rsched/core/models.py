@@ -147,7 +147,7 @@ class Job:
     overlap: Overlap = Overlap.ALLOW
     version: int = 1  # 1 + changes by update, pause, resume and cancel (If-Match compares it)
     life: Life = NO_LIFE  # startAt, endAt, maxRuns, pauseAfterFailures, startDeadlineSeconds
-    runs: int = 0  # runs of a recurring job started so far (lua/claim.lua counts them)
+    runs: int = 0  # runs started while the job had a maxRuns (lua/claim.lua counts them)
     fail_streak: int = 0  # consecutive dead-lettered occurrences (lua/include/life.lua)
     paused: Control | None = None  # the latest pause: who, when, note, reason
     resumed: Control | None = None  # the latest resume

@@ -244,7 +244,8 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
         check_idempotency_key(key)
     # The spec blob holds every other setting, so it doubles as the canonical body to hash.
     blob = pack_spec(timeout, base, cap, priority, tz, misfire_text, jitter, key or "",
-                     run_at_ms, payload, catch_up, overlap_text, life_packed(life))
+                     run_at_ms, payload, catch_up, overlap_text,
+                     None if life is NO_LIFE else life_packed(life))
     body_hash = ""
     if key is not None:  # the formula stays as is: stored jobs' hashes must keep matching
         head = f"{jtype}\0{queue}\0{max_attempts}\0{cron}\0{bool(spec.paused)}\0"
@@ -260,7 +261,9 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     job = Job(job_id, jtype, queue, spec.payload, _PAUSED if spec.paused else _SCHEDULED,
               run_at_ms or None, cron or None, tz, nominal or None, max_attempts, base, cap,
               priority, timeout, key or None, misfire, jitter, now_ms, now_ms, None, catch_up,
-              None, overlap, life=life)
+              None, overlap)
+    if life is not NO_LIFE:  # not a keyword argument above: that costs every job ~0.1 us
+        job.life = life
     # tuple.__new__ is what Prepared(...) calls, without the Python-level __new__ (0.2 us a job)
     return _new_tuple(Prepared, (job, blob, body_hash, nominal, score))
 

@@ -65,7 +65,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "catchUpWindowSeconds": secs[job.catch_up_window_ms], "overlap": _TEXT[job.overlap],
         "version": job.version,
         "lastGap": gap_json(job.last_gap) if job.last_gap else None,
-        **(life_json(job) if job.life is not NO_LIFE or job.runs or job.paused
+        **(life_json(job) if job.life is not NO_LIFE or job.fail_streak or job.paused
            or job.resumed else _NO_LIFE_JSON),
     }
 
@@ -76,7 +76,7 @@ def life_json(job: Job) -> dict[str, Any]:
     return {
         "startAt": iso(life.start_at_ms or None), "endAt": iso(life.end_at_ms or None),
         "maxRuns": life.max_runs or None, "remainingRuns": job.remaining_runs,
-        "runsStarted": job.runs, "pauseAfterFailures": life.pause_after or None,
+        "pauseAfterFailures": life.pause_after or None,
         "deadLetterStreak": job.fail_streak,
         "startDeadlineSeconds": seconds(life.start_deadline_ms) if life.start_deadline_ms
         else None,
@@ -87,12 +87,11 @@ def life_json(job: Job) -> dict[str, Any]:
     }
 
 
-LIFE_KEYS = ("startAt", "endAt", "maxRuns", "remainingRuns", "runsStarted",
-             "pauseAfterFailures", "deadLetterStreak", "startDeadlineSeconds", "pausedAt",
-             "pausedBy", "pauseNote", "pausedReason", "resumedAt", "resumedBy", "resumeNote")
+LIFE_KEYS = ("startAt", "endAt", "maxRuns", "remainingRuns", "pauseAfterFailures",
+             "deadLetterStreak", "startDeadlineSeconds", "pausedAt", "pausedBy", "pauseNote",
+             "pausedReason", "resumedAt", "resumedBy", "resumeNote")
 # A job without limits or pauses (most of a batch): the same fields, built once.
-_NO_LIFE_JSON: dict[str, Any] = dict.fromkeys(LIFE_KEYS, None) | {"runsStarted": 0,
-                                                                  "deadLetterStreak": 0}
+_NO_LIFE_JSON: dict[str, Any] = dict.fromkeys(LIFE_KEYS, None) | {"deadLetterStreak": 0}
 
 
 def gap_json(gap: Gap) -> dict[str, Any]:
