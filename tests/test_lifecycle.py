@@ -83,6 +83,7 @@ def test_limits_pack_as_text_at_the_spec_end_and_none_as_its_nil_byte() -> None:
     ({"cron": "* * * * *", "pause_after_failures": True}, "pauseAfterFailures"),
     ({"max_runs": 3}, "maxRuns"),  # one-off
     ({"start_at": T0}, "startAt"),
+    ({"cron": "* * * * *", "start_at": 10**18}, "startAt"),
     ({"cron": "* * * * *", "start_deadline_ms": 1000}, "startDeadlineSeconds"),
     ({"start_deadline_ms": 0}, "startDeadlineSeconds"),
     ({"cron": "* * * * *", "start_at": T0, "end_at": T0}, "endAt"),

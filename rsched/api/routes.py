@@ -28,13 +28,12 @@ from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store, StoreUnavailable
 from rsched.core import defaults
 from rsched.core.errors import NotFound, ValidationError
-from rsched.core.spec import TYPE_PATTERN
+from rsched.core.spec import MAX_TIME_MS, TYPE_PATTERN
 from rsched.core.times import to_ms
 from rsched.service import apikeys as auth
 from rsched.service import dead_letters as dlq
 from rsched.service import reads as query
 from rsched.service.inputs import (
-    MAX_TIME_MS,
     as_object,
     patch_from_json,
     reject_unknown,

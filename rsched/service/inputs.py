@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 from rsched.core.errors import ValidationError
-from rsched.core.spec import JobSpec
+from rsched.core.spec import MAX_TIME_MS, JobSpec
 from rsched.core.times import to_ms
 from rsched.service.patch import UNSET, JobPatch
 
@@ -23,7 +23,6 @@ JOB_FIELDS = ("type", "payload", "runAt", "cron", "timeZone", "queue", "maxAttem
 LIFE_FIELDS = ("startAt", "endAt", "maxRuns", "pauseAfterFailures", "startDeadlineSeconds")
 PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority", *LIFE_FIELDS)
 BACKOFF_FIELDS = ("baseSeconds", "capSeconds")
-MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant ISO-8601 writes
 
 
 def as_object(value: Any, field: str) -> dict[str, Any]:
