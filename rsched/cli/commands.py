@@ -82,7 +82,7 @@ def preview(ctx: click.Context, cron: str | None, tz: str | None, job_id: str | 
             job = client_of(ctx).get(query.job_id_or_404(job_id))
             times = query.preview_job(job, from_ms, count)
         else:
-            times = query.preview(cron, tz or defaults.TZ, from_ms, count)
+            times = query.preview(cron, defaults.TZ if tz is None else tz, from_ms, count)
     cols = ["utc", "local"] + (["skipped"] if job_id is not None else [])
     show(times, as_json, lambda ts: table(cols, [[t.get(c, "") for c in cols] for t in ts]))
 
