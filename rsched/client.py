@@ -90,8 +90,8 @@ class Client(ClientBase):
         return self.run(scheduling.op_schedule_many(self, specs))
 
     def update(self, job_id: str, patch: JobPatch, *, if_match: int | None = None) -> Job:
-        """Reschedule a job or change its payload, maxAttempts or priority; with ``if_match``,
-        only while the job is at that version (else VersionMismatch)."""
+        """Reschedule a job or change its payload, maxAttempts, priority or lifecycle limits;
+        with ``if_match``, only while the job is at that version (else VersionMismatch)."""
         return self.run(scheduling.op_update(self, job_id, patch, if_match))
 
     def get(self, job_id: str) -> Job:

@@ -134,7 +134,8 @@ PATHS: dict[str, Any] = {
         "get": _op("getJob", "jobs", "Get a job", {200: _json("Job", "The job.")}, [404],
                    params=[JOB_ID]),
         "patch": _op("updateJob", "jobs", "Reschedule a job or change its payload, "
-                     "maxAttempts or priority", {200: _json("Job", "The updated job.")},
+                     "maxAttempts, priority or lifecycle limits",
+                     {200: _json("Job", "The updated job.")},
                      [404, 409, 412], params=[JOB_ID, IF_MATCH], body="JobPatch",
                      scope="write"),
     },

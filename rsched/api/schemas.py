@@ -105,8 +105,10 @@ SCHEMAS: dict[str, Any] = {
     },
     "JobPatch": {
         "type": "object", "additionalProperties": False, "minProperties": 1,
-        "description": "Reschedule (runAt, or cron and timeZone: the next run is computed "
-                       "from now) or change the payload, maxAttempts or priority.",
+        "description": "Reschedule (runAt, or cron and timeZone, startAt or endAt: the next "
+                       "run is computed from now) or change the payload, maxAttempts, "
+                       "priority, maxRuns, pauseAfterFailures or startDeadlineSeconds (null "
+                       "removes a limit).",
         "properties": {
             "runAt": TIME, "cron": {"type": "string"}, "timeZone": {"type": "string"},
             "payload": {}, "maxAttempts": {"type": "integer", "minimum": 1, "maximum": 1000},
