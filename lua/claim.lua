@@ -20,6 +20,7 @@ KEYS[5+nq+k]   k = 1..no: rsched:{pN}:job:<id> HASH of each one-off item
 KEYS[5+nq+no+2i-1], KEYS[5+nq+no+2i]  per item: rsched:{pN}:job:<id> HASH,
                rsched:{pN}:run:<run id> HASH (a one-off job's first occurrence, its own run, is
                kept in the job hash instead: see run_fields in util; the run key is then unused)
+KEYS[#KEYS]    rsched:{pN}:dead      ZSET   dead letters (a one-off job past its start deadline)
 Queue stream entries: r run id, t job type, a attempt, x packed spec, o '1' for an own run (the
 worker then passes the job key as the run key); job id and scheduled time are in the run id.
 The call's 'dispatched' events share one events-stream entry (batch_flush in util).
@@ -30,7 +31,8 @@ ARGV[8]  no: one-off items, then 2 values each (from ARGV[10]): job id, due scor
          the due set (the job's next_ms it implies, round(score), is the compare-and-set; the
          run id is <job id>@<next_ms>).  Only a job's first occurrence is claimed this way:
          anything else (recurring, unknown queue, gone, or a one-off job run before) is handed
-         back.
+         back.  One past its startDeadlineSeconds (include life) is dead-lettered instead,
+         with the error 'missed start deadline' (its own run, attempt 0).
 ARGV[9]  run_ttl_ms: how long the hash of a run skipped by its overlap policy is kept (0 = ever)
 then per item 8 values: kind, job id, run id, score, expected, next_ms, next_score, fire
   kind 'j' (an occurrence the dispatcher read, with the next time computed for a recurring
@@ -46,7 +48,9 @@ then per item 8 values: kind, job id, run id, score, expected, next_ms, next_sco
            version as 'v'.  Any of them may be followed by
            ' <count> <first_ms> <last_ms> <exact 0|1>': occurrences missed by more than the
            job's catch-up window, skipped together: one 'skipped' event (its run id the
-           first's), and the job's 'gap' field
+           first's), and the job's 'gap' field.  A run dispatched or buffered counts in the
+           job's 'runs' (while it has a maxRuns); at its maxRuns (include life), or with next_ms '0' (no occurrence
+           left before its endAt), the job leaves the due set as 'completed'
   kind 'r' (retry, replay or trigger of a run, or a buffered run let go): score = its due ms
            in the retry set
 Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
@@ -59,6 +63,9 @@ Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
 --!include util
 --!include trim_acked
 --!include overlap
+--!include life
+--!include streak
+--!include dead_letter
 local lease_key, due_key, retry_key, events_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, fence = ARGV[1], ARGV[2]
 local now = now_ms(ARGV[3])
@@ -68,6 +75,7 @@ local maxlen, nq, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local group = ARGV[7]
 local no = tonumber(ARGV[8])
 local run_ttl = ARGV[9]
+local dead_key = KEYS[#KEYS]
 
 local l = redis.call('HMGET', lease_key, 'owner', 'fence', 'expires_ms')
 if l[1] ~= owner or l[2] ~= fence or tonumber(l[3] or '0') <= now then
@@ -96,6 +104,19 @@ end
 -- (see run_fields in util), written with the job's own change in one HSET.
 -- j: the job's status, next_ms, type, queue, spec as read.
 local function dispatch_own(job_key, stream_key, job_id, run_id, j)
+  -- startDeadlineSeconds: dead-lettered, never run late (spec_life costs one byte test here).
+  local life = spec_life(j[5])
+  if life then
+    if life[4] > 0 and now > tonumber(string.match(run_id, '@(%d+)$')) + life[4] then
+      redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', run_id, 'own_run', run_id,
+                 'r.attempt', '0')
+      dead_letter(job_key, job_key, OWN_RUN, dead_key, events_key, stats_key, maxlen, now,
+                  run_id, job_id, '0', 'missed start deadline', j[3])
+      unindex[#unindex + 1] = job_id
+      skipped = skipped + 1
+      return
+    end
+  end
   local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5],
                          'o', '1')
   used[stream_key] = true
@@ -180,6 +201,7 @@ for i = 1, n do
           redis.call('HSET', run_key, 'attempt', '0', 'state', 'buffered', 'queue', j[4],
                      'type', j[3], 'ov', '1', 'v', version)
           redis.call('HSET', job_key, 'buffered', run_id)
+          last_run = ''  -- it will run: it counts as a run started (maxRuns)
         else
           local why = 'overlap: run ' .. held[1] .. ' of this job is still active'
           if fire == 'b' then why = why .. ' and ' .. held[2] .. ' waits already' end
@@ -214,12 +236,18 @@ for i = 1, n do
         unindex[#unindex + 1] = job_id
         redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', last_run)
       else
+        local life = last_run and spec_life(j[5])
+        if life and life[3] > 0 then
+          -- A run started (dispatched or buffered) counts; maxRuns' last one ends the schedule.
+          if redis.call('HINCRBY', job_key, 'runs', 1) >= life[3] then next_ms = '0' end
+        end
         if next_ms ~= '0' then
           redis.call('ZADD', due_key, next_score, job_id)
         else
           unindex[#unindex + 1] = job_id
+          redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now_s)
         end
-        if last_run then
+        if last_run and last_run ~= '' then
           redis.call('HSET', job_key, 'next_ms', next_ms, 'last_run_id', last_run)
         else
           redis.call('HSET', job_key, 'next_ms', next_ms)

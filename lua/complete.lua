@@ -14,7 +14,8 @@ Such a run has no 'started' history event: its outcome event records the start a
 handler's start time) and 'f' (its fence), and the archive reads the start from there.  The
 call's 'succeeded' events share one events-stream entry (batch_flush in util).  A run dispatched
 under an overlap policy (field 'ov') lets go of its job's active-run record when it succeeds or
-is dead-lettered (release_active in include overlap), not when it waits for a retry.
+is dead-lettered (release_active in include overlap), not when it waits for a retry.  A run
+that is not a one-off job's own ends its job's failure streak when it succeeds (include streak).
 
 KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
 KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
@@ -35,6 +36,8 @@ Returns {code_1, ..., code_n}
   0 duplicate report of an outcome already recorded (client retry)   -1 fenced (stale token)
 ]]
 --!include util
+--!include life
+--!include streak
 --!include dead_letter
 --!include overlap
 local events_key, stats_key, retry_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -117,6 +120,7 @@ for i = 1, n do
         if run_ttl > 0 then redis.call('PEXPIRE', run_key, ARGV[7]) end
         done = one_off_done(job_key)
         if done then redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now_s) end
+        redis.call('HDEL', job_key, 'fails')  -- a success ends the failure streak (streak)
       end
       if done and finished_ttl > 0 then redis.call('PEXPIRE', job_key, ARGV[8]) end
       if string.find(text, '\n', 1, true) then

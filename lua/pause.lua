@@ -3,6 +3,8 @@
 KEYS[1] rsched:{pN}:job:<id> HASH   KEYS[2] rsched:{pN}:due ZSET   KEYS[3] rsched:{pN}:events STREAM
 ARGV[1] job id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] expected version (If-Match; '' = any): a change increments the job's 'version'
+ARGV[5] who pauses (an API key's name, 'cli')   ARGV[6] their note ('' = none): kept with the time
+        as paused_by, paused_note, paused_ms (models.Control; paused_reason is rsched's own)
 Returns {code, status}: 1 paused now, 0 already paused, -1 no such job, -2 not pausable (status says why),
   -4 the job's version is not the expected one (nothing written)
 ]]
@@ -17,7 +19,8 @@ local version = tonumber(j[3] or '1')
 if want_version ~= '' and tostring(version) ~= want_version then return {-4, j[1]} end
 if j[1] == 'paused' then return {0, 'paused'} end
 if j[1] ~= 'scheduled' then return {-2, j[1]} end
-redis.call('HSET', job_key, 'status', 'paused', 'updated_ms', now, 'version', version + 1)
+redis.call('HSET', job_key, 'status', 'paused', 'updated_ms', now, 'version', version + 1,
+           'paused_ms', now, 'paused_by', ARGV[5], 'paused_note', ARGV[6], 'paused_reason', '')
 redis.call('ZREM', due_key, job_id)
 emit(events_key, maxlen, 'e', 'paused', 'j', job_id, 't', now, 'ty', j[2])
 return {1, 'paused'}

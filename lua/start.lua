@@ -9,8 +9,10 @@ logged as a 'fenced' event, whatever state the run is in.  A run still 'running'
 worker when its owner (the reclaimer) starts it was abandoned by that worker (the stream entry
 went idle because its heartbeats stopped): that attempt is recorded as abandoned and a new one
 starts, or the run is dead-lettered when its attempts are used up; a cancelled job's abandoned
-run is not started again.  A fresh run ('dispatched') starts even if its job was cancelled
-meanwhile: its occurrence was already handed out, and its handler may be running.  Entries whose
+run is not started again, nor is a reclaimed run never started that is past its job's start
+deadline (missed_start in include deadline: dead-lettered).  A fresh run ('dispatched') starts
+even if its job was cancelled meanwhile: its occurrence was already handed out, and its handler
+may be running.  Entries whose
 run is gone, finished or re-dispatched under a newer entry are acknowledged (claim trims
 acknowledged entries).
 
@@ -32,7 +34,10 @@ Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this
 The call's 'started' events share one events-stream entry (batch_flush in util).
 ]]
 --!include util
+--!include life
+--!include streak
 --!include dead_letter
+--!include deadline
 --!include delivery
 --!include overlap
 local events_key, stats_key, dead_key, retry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -50,7 +55,7 @@ for i = 1, n do
   local run_key, job_key, stream_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   local F = run_fields(run_key, job_key)
   local r = redis.call('HMGET', run_key, F.state, F.attempt, F.fence, F.stream_id, F.worker,
-                       F.type, F.started_ms, 'ov')
+                       F.type, F.started_ms, 'ov', F.dispatched_ms)
   -- The run id holds the job id and the scheduled time; a run the claim created has no fence or
   -- worker field yet.
   local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
@@ -70,6 +75,12 @@ for i = 1, n do
                 .. (owner or 'nobody') .. ' now')
   elseif state == 'running' and run_worker == worker then
     fence_out = fence  -- the same call applied twice (client retry): nothing new happened
+  elseif state == 'dispatched' and reclaimed == '1'
+      and missed_start(redis.call('HGET', job_key, 'spec'), run_id, r[2], r[9], now) then
+    -- Never started, and too late now (startDeadlineSeconds): dead-lettered, never run late.
+    dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
+                job_id, attempt, 'missed start deadline', jtype)
+    redis.call('XACK', stream_key, group, sid)
   else
     if state == 'running' or reclaimed == '1' then
       local err = 'worker ' .. run_worker .. ' stopped heartbeating'

@@ -114,14 +114,18 @@ class AsyncClient(ClientBase):
 
     # --- control -----------------------------------------------------------------------------
 
-    async def pause(self, job_id: str, *, if_match: int | None = None) -> Job:
-        return await self.run(jobs.op_pause(self, job_id, if_match))
+    async def pause(self, job_id: str, *, if_match: int | None = None,
+                note: str | None = None, by: str = "python") -> Job:
+        """Stop future occurrences (a run in progress finishes); ``note``, ``by`` go in the job."""
+        return await self.run(jobs.op_pause(self, job_id, if_match, by, note))
 
     async def cancel(self, job_id: str, *, if_match: int | None = None) -> Job:
         return await self.run(jobs.op_cancel(self, job_id, if_match))
 
-    async def resume(self, job_id: str, *, if_match: int | None = None) -> Job:
-        return await self.run(jobs.op_resume(self, job_id, if_match))
+    async def resume(self, job_id: str, *, if_match: int | None = None,
+                note: str | None = None, by: str = "python") -> Job:
+        """Resume a paused job (a cron job's next run from now); ``note``, ``by`` go in the job."""
+        return await self.run(jobs.op_resume(self, job_id, if_match, by, note))
 
     async def trigger(self, job_id: str) -> str:
         return await self.run(jobs.op_trigger(self, job_id))

@@ -90,8 +90,8 @@ class Client(ClientBase):
         return self.run(scheduling.op_schedule_many(self, specs))
 
     def update(self, job_id: str, patch: JobPatch, *, if_match: int | None = None) -> Job:
-        """Reschedule a job or change its payload, maxAttempts or priority; with ``if_match``,
-        only while the job is at that version (else VersionMismatch)."""
+        """Reschedule a job or change its payload, maxAttempts, priority or lifecycle limits;
+        with ``if_match``, only while the job is at that version (else VersionMismatch)."""
         return self.run(scheduling.op_update(self, job_id, patch, if_match))
 
     def get(self, job_id: str) -> Job:
@@ -116,17 +116,19 @@ class Client(ClientBase):
         """Dead-lettered runs across all partitions, most recent first."""
         return self.run(jobs.op_dead_letters(self, limit))
 
-    def pause(self, job_id: str, *, if_match: int | None = None) -> Job:
-        """Stop future occurrences; a run in progress finishes."""
-        return self.run(jobs.op_pause(self, job_id, if_match))
+    def pause(self, job_id: str, *, if_match: int | None = None,
+          note: str | None = None, by: str = "python") -> Job:
+        """Stop future occurrences (a run in progress finishes); ``note``, ``by`` go in the job."""
+        return self.run(jobs.op_pause(self, job_id, if_match, by, note))
 
     def cancel(self, job_id: str, *, if_match: int | None = None) -> Job:
         """Stop the job for good; a run in progress finishes, pending retries are abandoned."""
         return self.run(jobs.op_cancel(self, job_id, if_match))
 
-    def resume(self, job_id: str, *, if_match: int | None = None) -> Job:
-        """Resume a paused job; a cron job's next run is computed from now."""
-        return self.run(jobs.op_resume(self, job_id, if_match))
+    def resume(self, job_id: str, *, if_match: int | None = None,
+          note: str | None = None, by: str = "python") -> Job:
+        """Resume a paused job (a cron job's next run from now); ``note``, ``by`` go in the job."""
+        return self.run(jobs.op_resume(self, job_id, if_match, by, note))
 
     def trigger(self, job_id: str) -> str:
         """Run the job once now, outside its schedule; returns the new run id."""

@@ -66,3 +66,11 @@ def sleep(ctx: JobContext) -> dict[str, Any]:
     time.sleep(seconds)
     _record(ctx, "finish")
     return {"slept": seconds, "attempt": ctx.attempt}
+
+
+@app.job("fail")
+def fail(ctx: JobContext) -> None:
+    """Counts itself, then fails: every attempt (tests/test_lifecycle_fleet.py)."""
+    _record(ctx, "start")
+    _record(ctx, "finish")
+    raise RuntimeError(f"fail {ctx.attempt}")

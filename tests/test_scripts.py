@@ -108,7 +108,7 @@ SCRIPT_CODES: dict[str, type[IntEnum]] = {
     "start": codes.StartFence, "heartbeat": codes.HeartbeatCode, "complete": codes.CompleteCode,
     "pause": codes.ControlCode, "resume": codes.ControlCode, "cancel": codes.ControlCode,
     "trigger": codes.ControlCode, "replay": codes.ControlCode, "update": codes.ControlCode,
-    "delete_dead": codes.DeleteDeadCode,
+    "delete_dead": codes.DeleteDeadCode, "expire": codes.ExpireCode,
 }
 
 
@@ -198,7 +198,7 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
     ka, kb = keys_in_partition(PA, 2, "a"), keys_in_partition(PB, 2, "b")
     now = client.now_ms()
     jobs = all_jobs(client.schedule_many([
-        JobSpec("ok", run_at=now - 1, idempotency_key=ka[0]),
+        JobSpec("ok", run_at=now - 1, idempotency_key=ka[0], start_deadline_ms=600_000),
         JobSpec("bad", run_at=now - 1, idempotency_key=ka[1], max_attempts=2, backoff_base_ms=0),
         JobSpec("long", run_at=now - 1, idempotency_key=kb[0], max_attempts=3),
         JobSpec("tick", cron="* * * * *", idempotency_key=kb[1]),

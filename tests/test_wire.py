@@ -103,7 +103,7 @@ def test_a_claim_item_has_the_per_item_values_claims_header_lists_in_order() -> 
 def test_a_packed_spec_unpacks_to_its_values_under_the_names_of_spec_order() -> None:
     assert tuple(inspect.signature(pack_spec).parameters) == SPEC_ORDER
     values = (30_000, 1_000, 60_000, -3, "Europe/Paris", "skip", 500, "key-1", 1_700_000_000_000,
-              b"\x81\xa1k\x01", 90_000, "bufferOne")
+              b"\x81\xa1k\x01", 90_000, "bufferOne", "L1,2,3,0,4")
     assert unpack_spec(pack_spec(*values)) == dict(zip(SPEC_ORDER, values, strict=True))
 
 
@@ -115,7 +115,7 @@ def test_a_prepared_jobs_spec_blob_holds_its_settings_where_every_reader_looks()
     prep = prepare(spec, "3-01JABC", 1_699_999_000_000, 1 << 20)
     sp, job = unpack_spec(prep.blob), prep.job
     assert sp["overlap"] == ""  # allow, stored as '' (a one-off job has no other)
-    skipped = ("misfire", "payload", "overlap")
+    skipped = ("misfire", "payload", "overlap", "life")
     assert {name: sp[name] for name in SPEC_ORDER if name not in skipped} == {
         "timeout_ms": job.timeout_ms, "backoff_base_ms": job.backoff_base_ms,
         "backoff_cap_ms": job.backoff_cap_ms, "priority": job.priority, "tz": job.tz,

@@ -96,9 +96,15 @@ def _op(op_id: str, tag: str, summary: str, ok: dict[int, dict[str, Any]], error
     return op
 
 
-def _control(verb: str, summary: str) -> dict[str, Any]:
-    return {"post": _op(f"{verb}Job", "jobs", summary, {200: _json("Job", "The job.")},
-                        [404, 409, 412], params=[JOB_ID, IF_MATCH], scope="write")}
+def _control(verb: str, summary: str, note: bool = False) -> dict[str, Any]:
+    op = _op(f"{verb}Job", "jobs", summary, {200: _json("Job", "The job.")},
+             [404, 409, 412], params=[JOB_ID, IF_MATCH], scope="write")
+    if note:  # an optional body: the note kept with who and when
+        op["requestBody"] = {"required": False,
+                             "content": {"application/json": {"schema": ref("ControlNote")}}}
+        for code in (400, 413, 422):
+            op["responses"][str(code)] = {"$ref": f"#/components/responses/E{code}"}
+    return {"post": op}
 
 
 PATHS: dict[str, Any] = {
@@ -128,12 +134,15 @@ PATHS: dict[str, Any] = {
         "get": _op("getJob", "jobs", "Get a job", {200: _json("Job", "The job.")}, [404],
                    params=[JOB_ID]),
         "patch": _op("updateJob", "jobs", "Reschedule a job or change its payload, "
-                     "maxAttempts or priority", {200: _json("Job", "The updated job.")},
+                     "maxAttempts, priority or lifecycle limits",
+                     {200: _json("Job", "The updated job.")},
                      [404, 409, 412], params=[JOB_ID, IF_MATCH], body="JobPatch",
                      scope="write"),
     },
-    "/jobs/{id}/pause": _control("pause", "Pause: no new runs; a run in progress finishes"),
-    "/jobs/{id}/resume": _control("resume", "Resume; a cron job's next run is computed from now"),
+    "/jobs/{id}/pause": _control("pause", "Pause: no new runs; a run in progress finishes",
+                                 note=True),
+    "/jobs/{id}/resume": _control("resume", "Resume; a cron job's next run is computed from now",
+                                  note=True),
     "/jobs/{id}/cancel": _control("cancel", "Cancel for good; a run in progress finishes"),
     "/jobs/{id}/trigger": {
         "post": _op("triggerJob", "jobs", "Run once now, outside the schedule",
@@ -171,9 +180,13 @@ PATHS: dict[str, Any] = {
     },
     "/schedules/preview": {
         "get": _op("previewSchedule", "schedules", "Next fire times of a cron expression",
-                   {200: _json("Preview", "Fire times, DST rules applied.")}, [422], params=[
-                       _param("cron", "query", {"type": "string"}, "e.g. 30 2 * * *",
-                              required=True),
+                   {200: _json("Preview", "Fire times, DST rules applied.")}, [404, 422],
+                   params=[
+                       _param("cron", "query", {"type": "string"}, "e.g. 30 2 * * *; "
+                              "required unless jobId is given"),
+                       _param("jobId", "query", {"type": "string"}, "A job: its cron and zone, "
+                              "each time marked when its startAt, endAt or maxRuns would skip "
+                              "it"),
                        _param("timeZone", "query", {"type": "string"}, "IANA zone, default UTC"),
                        _param("from", "query", TIME, "Start (exclusive), default now"),
                        _param("count", "query", {"type": "integer", "minimum": 1,

@@ -28,13 +28,12 @@ from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store, StoreUnavailable
 from rsched.core import defaults
 from rsched.core.errors import NotFound, ValidationError
-from rsched.core.spec import TYPE_PATTERN
+from rsched.core.spec import MAX_TIME_MS, TYPE_PATTERN
 from rsched.core.times import to_ms
 from rsched.service import apikeys as auth
 from rsched.service import dead_letters as dlq
 from rsched.service import reads as query
 from rsched.service.inputs import (
-    MAX_TIME_MS,
     as_object,
     patch_from_json,
     reject_unknown,
@@ -152,14 +151,29 @@ async def update_job(request: Request) -> Response:
                                                        if_match=if_match(request))))
 
 
+async def _note(request: Request) -> str | None:
+    """The optional body of pause and resume, ``{"note": ...}`` (no body: no note)."""
+    if request.headers.get("content-length", "") in ("", "0") and \
+            "chunked" not in request.headers.get("transfer-encoding", ""):
+        return None
+    body = as_object(await read_json(request, _limits(request).max_body_bytes), "body")
+    reject_unknown(body, ("note",))
+    note = body.get("note")
+    if note is not None and not isinstance(note, str):
+        raise ValidationError("note", "expected a string")
+    return note
+
+
 async def pause_job(request: Request) -> Response:
-    return JSON(job_json(await _client(request).pause(_job_id(request),
-                                                      if_match=if_match(request))))
+    job_id, note = _job_id(request), await _note(request)
+    return JSON(job_json(await _client(request).pause(
+        job_id, if_match=if_match(request), note=note, by=_actor(request))))
 
 
 async def resume_job(request: Request) -> Response:
-    return JSON(job_json(await _client(request).resume(_job_id(request),
-                                                       if_match=if_match(request))))
+    job_id, note = _job_id(request), await _note(request)
+    return JSON(job_json(await _client(request).resume(
+        job_id, if_match=if_match(request), note=note, by=_actor(request))))
 
 
 async def cancel_job(request: Request) -> Response:
@@ -256,7 +270,8 @@ def _dead_filter(request: Request) -> dlq.DeadFilter:
 
 
 def _actor(request: Request) -> str:
-    """Who a deletion is recorded as: the API key's name (no key with auth off)."""
+    """Who a deletion, pause or resume is recorded as: the API key's name (no key with auth
+    off)."""
     key = getattr(request.state, "api_key", None)
     return key.name if key is not None else "api (auth off)"
 
@@ -302,8 +317,17 @@ async def preview(request: Request) -> Response:
     q = request.query_params
     start = q.get("from")
     from_ms = int(time.time() * 1000) if start is None else to_ms(start, "from")
+    count = int_param(request, "count", 5)
+    job_id = q.get("jobId")
+    if job_id is not None:
+        for name in ("cron", "timeZone"):
+            if name in q:
+                raise ValidationError(name, "give either jobId or cron and timeZone")
+        job = await _client(request).get(query.job_id_or_404(job_id))
+        return JSON({"cron": job.cron, "timeZone": job.tz, "jobId": job.id,
+                     "times": query.preview_job(job, from_ms, count)})
     tz = q.get("timeZone", "UTC")
-    times = query.preview(q.get("cron"), tz, from_ms, int_param(request, "count", 5))
+    times = query.preview(q.get("cron"), tz, from_ms, count)
     return JSON({"cron": q.get("cron"), "timeZone": tz, "times": times})
 
 

@@ -25,6 +25,38 @@ def _n(t: str, **kw: Any) -> dict[str, Any]:
 TIME = {"type": "string", "format": "date-time"}
 NTIME = _n("string", format="date-time")
 
+# The lifecycle limits, as POST and PATCH take them (null: none).
+LIFE_INPUT: dict[str, Any] = {
+    "startAt": {**NTIME, "description": "Recurring: no occurrence before it."},
+    "endAt": {**NTIME, "description": "Recurring: no occurrence after it; the job then "
+                                       "completes. Must be after startAt and leave one."},
+    "maxRuns": _n("integer", minimum=1, maximum=1_000_000_000,
+                  description="Recurring: the job completes after this many runs started "
+                              "(skipped occurrences do not count)."),
+    "pauseAfterFailures": _n("integer", minimum=1, maximum=1_000_000,
+                             description="Recurring: this many dead-lettered occurrences in "
+                                         "a row pause the job (pausedReason says why)."),
+    "startDeadlineSeconds": _n("number", minimum=0.001, maximum=2592000,
+                               description="One-off: not started by runAt plus this, the run "
+                                           "is dead-lettered (missed start deadline), never "
+                                           "run late."),
+}
+_NSTR = _n("string")
+LIFE_OUTPUT: dict[str, Any] = {
+    "startAt": NTIME, "endAt": NTIME, "maxRuns": _n("integer"),
+    "remainingRuns": _n("integer", minimum=0, description="maxRuns less the runs started "
+                                                         "while it was set."),
+    "pauseAfterFailures": _n("integer"),
+    "deadLetterStreak": {"type": "integer", "minimum": 0,
+                         "description": "Dead-lettered occurrences in a row (a success or a "
+                                        "resume resets it)."},
+    "startDeadlineSeconds": _n("number"),
+    "pausedAt": NTIME, "pausedBy": {**_NSTR, "description": "API key name, cli, python, or "
+                                                          "pauseAfterFailures (rsched paused it)."},
+    "pauseNote": _NSTR, "pausedReason": _NSTR, "resumedAt": NTIME, "resumedBy": _NSTR,
+    "resumeNote": _NSTR,
+}
+
 SCHEMAS: dict[str, Any] = {
     "JobCreate": {
         "type": "object", "additionalProperties": False, "required": ["type"],
@@ -68,24 +100,34 @@ SCHEMAS: dict[str, Any] = {
                                        "run (skip), or waits for it, one at most (bufferOne)."},
             "jitterSeconds": _n("number", minimum=0, maximum=86400),
             "paused": _n("boolean", description="Create the job paused."),
+            **LIFE_INPUT,
         },
     },
     "JobPatch": {
         "type": "object", "additionalProperties": False, "minProperties": 1,
-        "description": "Reschedule (runAt, or cron and timeZone: the next run is computed "
-                       "from now) or change the payload, maxAttempts or priority.",
+        "description": "Reschedule (runAt, or cron and timeZone, startAt or endAt: the next "
+                       "run is computed from now) or change the payload, maxAttempts, "
+                       "priority, maxRuns, pauseAfterFailures or startDeadlineSeconds (null "
+                       "removes a limit).",
         "properties": {
             "runAt": TIME, "cron": {"type": "string"}, "timeZone": {"type": "string"},
             "payload": {}, "maxAttempts": {"type": "integer", "minimum": 1, "maximum": 1000},
             "priority": {"type": "integer", "minimum": -1000, "maximum": 1000},
+            **LIFE_INPUT,
         },
+    },
+    "ControlNote": {
+        "type": "object", "additionalProperties": False,
+        "properties": {"note": _n("string", maxLength=1000,
+                                  description="Kept in the job with who and when.")},
     },
     "Job": {
         "type": "object",
         "required": ["id", "type", "queue", "status", "payload", "runAt", "cron", "timeZone",
                      "nextRunAt", "maxAttempts", "backoff", "priority", "timeoutSeconds",
                      "idempotencyKey", "misfire", "jitterSeconds", "lastRunId", "createdAt",
-                     "updatedAt", "catchUpWindowSeconds", "lastGap", "overlap", "version"],
+                     "updatedAt", "catchUpWindowSeconds", "lastGap", "overlap", "version",
+                     *LIFE_OUTPUT],
         "properties": {
             "id": {"type": "string"}, "type": {"type": "string"}, "queue": {"type": "string"},
             "status": {"type": "string", "enum": [s.value for s in JobStatus]},
@@ -110,6 +152,7 @@ SCHEMAS: dict[str, Any] = {
                 "properties": {"count": {"type": "integer"}, "exact": {"type": "boolean"},
                                "from": TIME, "to": TIME},
             },
+            **LIFE_OUTPUT,
         },
     },
     "JobPage": {
@@ -276,8 +319,14 @@ SCHEMAS: dict[str, Any] = {
             "times": {"type": "array", "items": {
                 "type": "object", "required": ["utc", "local"],
                 "properties": {"utc": TIME, "local": {"type": "string",
-                                                      "description": "ISO-8601 with offset"}},
+                                                      "description": "ISO-8601 with offset"},
+                               "skipped": {"type": "string",
+                                           "enum": ["beforeStartAt", "afterEndAt",
+                                                    "beyondMaxRuns"],
+                                           "description": "With jobId: why the job's "
+                                                          "policies would not run it."}},
             }},
+            "jobId": {"type": "string"},
         },
     },
     "Status": {

@@ -20,6 +20,7 @@ from rsched.cli.dead_letters import dlq
 from rsched.cli.jobs import jobs
 from rsched.cli.stats import stats
 from rsched.core import defaults
+from rsched.core.errors import ValidationError
 from rsched.core.times import ms_to_iso, to_ms
 from rsched.core.views import Status
 from rsched.service import reads as query
@@ -60,17 +61,30 @@ def _render_status(s: Status) -> str:
 
 
 @click.command()
-@click.argument("cron")
-@click.option("--tz", default=defaults.TZ, show_default=True, help="IANA time zone.")
+@click.argument("cron", required=False)
+@click.option("--tz", default=None, help="IANA time zone (default UTC).")
+@click.option("--job", "job_id", default=None,
+              help="A job id instead of CRON: its schedule, each time its startAt, endAt or "
+                   "maxRuns would skip marked.")
 @click.option("--from", "start", default=None, help="ISO-8601 start (exclusive); default now.")
 @click.option("--count", default=5, show_default=True, type=int)
 @JSON_FLAG
-def preview(cron: str, tz: str, start: str | None, count: int, as_json: bool) -> None:
+@click.pass_context
+def preview(ctx: click.Context, cron: str | None, tz: str | None, job_id: str | None,
+            start: str | None, count: int, as_json: bool) -> None:
     """Print the next fire times of CRON in a zone, with the DST rules applied."""
     from_ms = int(time.time() * 1000) if start is None else to_ms(start, "--from")
-    with naming_flags({"cron": "CRON", "timeZone": "--tz", "count": "--count"}):
-        times = query.preview(cron, tz, from_ms, count)
-    show(times, as_json, lambda ts: table(["utc", "local"], [[t["utc"], t["local"]] for t in ts]))
+    with naming_flags({"cron": "CRON", "timeZone": "--tz", "count": "--count",
+                       "jobId": "--job"}):
+        if job_id is not None:
+            if cron is not None or tz is not None:
+                raise ValidationError("--job", "give either --job or CRON (and --tz)")
+            job = client_of(ctx).get(query.job_id_or_404(job_id))
+            times = query.preview_job(job, from_ms, count)
+        else:
+            times = query.preview(cron, defaults.TZ if tz is None else tz, from_ms, count)
+    cols = ["utc", "local"] + (["skipped"] if job_id is not None else [])
+    show(times, as_json, lambda ts: table(cols, [[t.get(c, "") for c in cols] for t in ts]))
 
 
 @click.command()

@@ -21,7 +21,9 @@ ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cro
              "timeZone": "--tz", "queue": "--queue", "maxAttempts": "--max-attempts",
              "priority": "--priority", "idempotencyKey": "--idempotency-key",
              "misfire": "--misfire", "catchUpWindowSeconds": "--catch-up-window",
-             "overlap": "--overlap"}
+             "overlap": "--overlap", "startAt": "--start-at", "endAt": "--end-at",
+             "maxRuns": "--max-runs", "pauseAfterFailures": "--pause-after-failures",
+             "startDeadlineSeconds": "--start-deadline"}
 """`jobs add`'s flags by the API field each sets: its errors name the flag."""
 
 
@@ -46,12 +48,24 @@ def jobs() -> None:
               help="Seconds: occurrences missed by less than this all run (default 60).")
 @click.option("--overlap", default=None,
               help="allow, skip or bufferOne: a recurring occurrence while the last one runs.")
+@click.option("--start-at", default=None, help="ISO-8601: no occurrence before it (cron).")
+@click.option("--end-at", default=None,
+              help="ISO-8601: no occurrence after it; the job then completes (cron).")
+@click.option("--max-runs", type=int, default=None,
+              help="The job completes after this many runs started (cron).")
+@click.option("--pause-after-failures", type=int, default=None,
+              help="Pause the job after this many dead-lettered occurrences in a row (cron).")
+@click.option("--start-deadline", type=float, default=None,
+              help="Seconds: a one-off job not started by --run-at plus this is "
+                   "dead-lettered, never run late.")
 @JSON_FLAG
 @click.pass_context
 def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str | None,
              cron: str | None, tz: str | None, queue: str | None, max_attempts: int | None,
              priority: int | None, idempotency_key: str | None, misfire: str | None,
-             catch_up: float | None, overlap: str | None, as_json: bool) -> None:
+             catch_up: float | None, overlap: str | None, start_at: str | None,
+             end_at: str | None, max_runs: int | None, pause_after_failures: int | None,
+             start_deadline: float | None, as_json: bool) -> None:
     """Schedule a job and print its id."""
     try:
         body = json.loads(payload) if payload is not None else None
@@ -63,7 +77,9 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
             "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
             "queue": queue, "maxAttempts": max_attempts, "priority": priority,
             "idempotencyKey": idempotency_key, "misfire": misfire,
-            "catchUpWindowSeconds": catch_up, "overlap": overlap,
+            "catchUpWindowSeconds": catch_up, "overlap": overlap, "startAt": start_at,
+            "endAt": end_at, "maxRuns": max_runs, "pauseAfterFailures": pause_after_failures,
+            "startDeadlineSeconds": start_deadline,
         })
         job = c.schedule_many([spec])[0]
         if isinstance(job, Exception):
@@ -155,26 +171,33 @@ def jobs_runs(ctx: click.Context, job_id: str, limit: int, cursor: str | None,
     more(body["nextCursor"], f"rsched jobs runs {job_id}")
 
 
-def _control(name: str, doc: str) -> click.Command:
+def _control(name: str, doc: str, note: bool) -> click.Command:
     @click.command(name, help=doc)
     @click.argument("job_id")
     @click.option("--if-match", "if_match", type=click.IntRange(min=1), default=None,
                   help="Only if the job is at this version (else an error, nothing changes).")
     @click.pass_context
-    def command(ctx: click.Context, job_id: str, if_match: int | None) -> None:
+    def command(ctx: click.Context, job_id: str, if_match: int | None,
+                note: str | None = None) -> None:
+        extra: dict[str, Any] = {"note": note, "by": "cli"} if name != "cancel" else {}
         try:
-            job = getattr(client_of(ctx), name)(job_id, if_match=if_match)
+            with naming_flags({"note": "--note"}):
+                job = getattr(client_of(ctx), name)(job_id, if_match=if_match, **extra)
         except VersionMismatch as e:
             raise Conflict("--if-match", e.reason) from None
         click.echo(f"{job.id} {job.status.value}")
 
+    if note:  # kept in the job, with 'cli' as who and the time
+        command = click.option("--note", default=None,
+                               help="Why: kept in the job with who (cli) and when.")(command)
     return command
 
 
-for _name, _doc in (("pause", "Pause a job; a run in progress finishes."),
-                    ("resume", "Resume a paused job (a cron job from now)."),
-                    ("cancel", "Cancel a job for good; a run in progress finishes.")):
-    jobs.add_command(_control(_name, _doc))
+for _name, _doc, _note in (("pause", "Pause a job; a run in progress finishes.", True),
+                           ("resume", "Resume a paused job (a cron job from now).", True),
+                           ("cancel", "Cancel a job for good; a run in progress finishes.",
+                            False)):
+    jobs.add_command(_control(_name, _doc, _note))
 
 
 @jobs.command("trigger")

@@ -69,3 +69,10 @@ class DeleteDeadCode(IntEnum):
 
     DELETED = 1
     NOT_DEAD = 0  # not in the dead set (replayed or deleted meanwhile, or never dead)
+
+
+class ExpireCode(IntEnum):
+    """expire.lua: a run's first attempt and its start deadline (startDeadlineSeconds)."""
+
+    DEAD_LETTERED = 1  # past the deadline: dead-lettered, not to be run
+    RUN = 0  # in time (or not such a run): run it

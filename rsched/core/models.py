@@ -18,6 +18,7 @@ import msgpack
 from rsched.core import defaults
 from rsched.core.catchup import Gap
 from rsched.core.errors import ValidationError
+from rsched.core.lifecycle import NO_LIFE, Life, life_of
 
 
 class JobStatus(str, enum.Enum):
@@ -86,7 +87,8 @@ def unpack_payload(raw: Any) -> Any:
 # pack_spec writes these fields in this order and unpack_spec names them; tests/test_wire.py
 # holds the two together and against every reader of the unpacked spec.
 SPEC_ORDER = ("timeout_ms", "backoff_base_ms", "backoff_cap_ms", "priority", "tz", "misfire",
-              "jitter_ms", "idem_key", "run_at_ms", "payload", "catch_up_ms", "overlap")
+              "jitter_ms", "idem_key", "run_at_ms", "payload", "catch_up_ms", "overlap",
+              "life")
 
 
 class _Packer(threading.local):
@@ -102,11 +104,13 @@ packer = _Packer()
 
 def pack_spec(timeout_ms: int, backoff_base_ms: int, backoff_cap_ms: int, priority: int,
               tz: str, misfire: str, jitter_ms: int, idem_key: str, run_at_ms: int,
-              payload: bytes, catch_up_ms: int, overlap: str) -> bytes:
+              payload: bytes, catch_up_ms: int, overlap: str, life: str | None) -> bytes:
     """The job hash's spec field: SPEC_ORDER's values as one array (``payload`` packed already,
-    ``idem_key`` and ``run_at_ms`` '' and 0 when absent)."""
+    ``idem_key`` and ``run_at_ms`` '' and 0 when absent, ``life`` None without limits: the
+    spec then ends with msgpack's nil byte, which lua/include/life.lua tests first; last, so
+    the scripts find it at the end)."""
     return packer.pack([timeout_ms, backoff_base_ms, backoff_cap_ms, priority, tz, misfire,
-                        jitter_ms, idem_key, run_at_ms, payload, catch_up_ms, overlap])
+                        jitter_ms, idem_key, run_at_ms, payload, catch_up_ms, overlap, life])
 
 
 def unpack_spec(raw: Any) -> dict[str, Any]:
@@ -142,6 +146,16 @@ class Job:
     last_gap: Gap | None = None  # the latest occurrences skipped together (lua/claim.lua)
     overlap: Overlap = Overlap.ALLOW
     version: int = 1  # 1 + changes by update, pause, resume and cancel (If-Match compares it)
+    life: Life = NO_LIFE  # startAt, endAt, maxRuns, pauseAfterFailures, startDeadlineSeconds
+    runs: int = 0  # runs started while the job had a maxRuns (lua/claim.lua counts them)
+    fail_streak: int = 0  # consecutive dead-lettered occurrences (lua/include/life.lua)
+    paused: Control | None = None  # the latest pause: who, when, note, reason
+    resumed: Control | None = None  # the latest resume
+
+    @property
+    def remaining_runs(self) -> int | None:
+        """Runs left before the job completes (None: no maxRuns)."""
+        return max(self.life.max_runs - self.runs, 0) if self.life.max_runs else None
 
     @property
     def partition(self) -> int:
@@ -177,7 +191,32 @@ class Job:
             last_gap=gap_of(_s(g("gap"))),
             overlap=Overlap(sp.get("overlap") or "allow"),
             version=_i(g("version"), 1),
+            life=life_of(sp.get("life")),
+            runs=_i(g("runs")),
+            fail_streak=_i(g("fails")),
+            paused=Control.of(h, "paused"),
+            resumed=Control.of(h, "resumed"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """Who paused or resumed a job, when, with what note; ``reason`` when rsched paused it
+    (pauseAfterFailures).  Job-hash fields <what>_ms, <what>_by, <what>_note, <what>_reason,
+    written by lua/pause.lua, lua/resume.lua and lua/include/life.lua."""
+
+    at_ms: int
+    by: str
+    note: str | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, h: Mapping[Any, Any], what: str) -> Control | None:
+        at = _i(_get(h, what + "_ms"))
+        if not at:
+            return None
+        return cls(at, _s(_get(h, what + "_by")), _s(_get(h, what + "_note")) or None,
+                   _s(_get(h, what + "_reason")) or None)
 
 
 def gap_of(text: str) -> Gap | None:

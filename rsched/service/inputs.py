@@ -12,16 +12,17 @@ from functools import lru_cache
 from typing import Any
 
 from rsched.core.errors import ValidationError
-from rsched.core.spec import JobSpec
+from rsched.core.spec import MAX_TIME_MS, JobSpec
 from rsched.core.times import to_ms
 from rsched.service.patch import UNSET, JobPatch
 
 JOB_FIELDS = ("type", "payload", "runAt", "cron", "timeZone", "queue", "maxAttempts",
               "idempotencyKey", "priority", "timeoutSeconds", "backoff", "misfire",
-              "jitterSeconds", "paused", "catchUpWindowSeconds", "overlap")
-PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority")
+              "jitterSeconds", "paused", "catchUpWindowSeconds", "overlap", "startAt", "endAt",
+              "maxRuns", "pauseAfterFailures", "startDeadlineSeconds")
+LIFE_FIELDS = ("startAt", "endAt", "maxRuns", "pauseAfterFailures", "startDeadlineSeconds")
+PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority", *LIFE_FIELDS)
 BACKOFF_FIELDS = ("baseSeconds", "capSeconds")
-MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant ISO-8601 writes
 
 
 def as_object(value: Any, field: str) -> dict[str, Any]:
@@ -65,7 +66,7 @@ def _integer(v: Any, field: str) -> int:
 SECONDS_RANGE = {
     "timeoutSeconds": (0.001, 604_800), "jitterSeconds": (0, 86_400),
     "backoff.baseSeconds": (0, 86_400), "backoff.capSeconds": (0, 2_592_000),
-    "catchUpWindowSeconds": (0, 2_592_000),
+    "catchUpWindowSeconds": (0, 2_592_000), "startDeadlineSeconds": (0.001, 2_592_000),
 }
 
 
@@ -110,7 +111,9 @@ _JOB_INPUT: dict[str, tuple[str, Any]] = {
     "maxAttempts": ("max_attempts", _integer), "priority": ("priority", _integer),
     "timeoutSeconds": ("timeout_ms", _seconds_ms), "jitterSeconds": ("jitter_ms", _seconds_ms),
     "paused": ("paused", _flag), "catchUpWindowSeconds": ("catch_up_window_ms", _seconds_ms),
-    "overlap": ("overlap", _string),
+    "overlap": ("overlap", _string), "startAt": ("start_at", _time), "endAt": ("end_at", _time),
+    "maxRuns": ("max_runs", _integer), "pauseAfterFailures": ("pause_after_failures", _integer),
+    "startDeadlineSeconds": ("start_deadline_ms", _seconds_ms),
 }
 assert set(_JOB_INPUT) | {"backoff"} == set(JOB_FIELDS)
 
@@ -157,7 +160,8 @@ def spec_from_json(value: Any, where: str = "body") -> JobSpec:
 
 
 def patch_from_json(value: Any) -> JobPatch:
-    """PATCH /jobs/{id} body -> JobPatch; only ``payload`` may be null."""
+    """PATCH /jobs/{id} body -> JobPatch; only ``payload`` and the lifecycle limits (null:
+    none) may be null."""
     d = as_object(value, "body")
     reject_unknown(d, PATCH_FIELDS)
     if not d:
@@ -175,6 +179,10 @@ def patch_from_json(value: Any) -> JobPatch:
         kw["max_attempts"] = _integer(d["maxAttempts"], "maxAttempts")
     if "priority" in d:
         kw["priority"] = _integer(d["priority"], "priority")
+    for name in LIFE_FIELDS:
+        if name in d:
+            attr, conv = _JOB_INPUT[name]
+            kw[attr] = None if d[name] is None else conv(d[name], name)
     patch = JobPatch(**kw)
     if patch.run_at is not UNSET and patch.cron is not UNSET:
         raise ValidationError("runAt", "give either runAt or cron, not both")

@@ -123,13 +123,27 @@ def op_dead_letters(svc: Service, limit: int = 100) -> Op[list[Run]]:
 # --- control -------------------------------------------------------------------------------------
 
 
+MAX_NOTE_CHARS = 1000
+
+
+def check_note(note: Any) -> str:
+    """A pause or resume note as stored ('' for none)."""
+    if note is None:
+        return ""
+    if not isinstance(note, str) or len(note) > MAX_NOTE_CHARS:
+        raise ValidationError("note", f"must be a string of at most {MAX_NOTE_CHARS} characters")
+    return note
+
+
 def op_control(svc: Service, name: str, job_id: str, extra: Sequence[Any] = (),
-               if_match: int | None = None) -> Op[Job]:
-    """pause.lua, cancel.lua or resume.lua on one job; the job as it is afterwards."""
+               if_match: int | None = None, tail: Sequence[Any] = ()) -> Op[Job]:
+    """pause.lua, cancel.lua or resume.lua on one job; the job as it is afterwards.  ``extra``
+    goes before the expected version, ``tail`` after it (who and the note)."""
     p = partition_of(job_id)
     code, status = one((yield Scripts([(
         name, [keys.job(p, job_id), keys.due(p), keys.events(p)],
-        [job_id, 0, svc.settings.events_maxlen, *extra, "" if if_match is None else if_match],
+        [job_id, 0, svc.settings.events_maxlen, *extra, "" if if_match is None else if_match,
+         *tail],
     )], durable=True)))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("job", job_id)
@@ -140,9 +154,12 @@ def op_control(svc: Service, name: str, job_id: str, extra: Sequence[Any] = (),
     return (yield from op_get(job_id))
 
 
-def op_pause(svc: Service, job_id: str, if_match: int | None = None) -> Op[Job]:
-    """Stop future occurrences; a run in progress finishes."""
-    return (yield from op_control(svc, "pause", job_id, if_match=if_match))
+def op_pause(svc: Service, job_id: str, if_match: int | None = None, by: str = "",
+             note: str | None = None) -> Op[Job]:
+    """Stop future occurrences; a run in progress finishes.  ``by`` and ``note`` are kept with
+    the time in the job (Job.paused)."""
+    text = check_note(note)
+    return (yield from op_control(svc, "pause", job_id, if_match=if_match, tail=[by, text]))
 
 
 def op_cancel(svc: Service, job_id: str, if_match: int | None = None) -> Op[Job]:
@@ -150,8 +167,11 @@ def op_cancel(svc: Service, job_id: str, if_match: int | None = None) -> Op[Job]
     return (yield from op_control(svc, "cancel", job_id, if_match=if_match))
 
 
-def op_resume(svc: Service, job_id: str, if_match: int | None = None) -> Op[Job]:
-    """Resume a paused job; a cron job's next run is computed from now."""
+def op_resume(svc: Service, job_id: str, if_match: int | None = None, by: str = "",
+              note: str | None = None) -> Op[Job]:
+    """Resume a paused job; a cron job's next run is computed from now (inside its startAt and
+    endAt; one with no occurrence or run left completes).  ``by`` and ``note`` as for pause."""
+    text = check_note(note)
     job = yield from op_get(job_id)
     if if_match is not None and job.version != if_match:
         raise VersionMismatch(if_match, f"it is at {job.version}")
@@ -162,11 +182,13 @@ def op_resume(svc: Service, job_id: str, if_match: int | None = None) -> Op[Job]
     if job.cron:
         now = yield from svc.op_now()
         nominal, score = next_occurrence(job.cron, job.tz, now, job.id, job.jitter_ms,
-                                         job.priority)
+                                         job.priority, job.life)
+        if job.remaining_runs == 0:
+            nominal, score = 0, 0
     else:
         nominal = job.next_ms or 0
         score = due_score(nominal, job.priority)
-    job = yield from op_control(svc, "resume", job_id, [nominal, score], if_match)
+    job = yield from op_control(svc, "resume", job_id, [nominal, score], if_match, [by, text])
     yield from op_wake([job.partition])
     return job
 

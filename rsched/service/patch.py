@@ -33,10 +33,17 @@ class JobPatch:
     payload: Any = UNSET
     max_attempts: Any = UNSET
     priority: Any = UNSET
+    # Lifecycle limits (core.lifecycle); None removes one.
+    start_at: Any = UNSET
+    end_at: Any = UNSET
+    max_runs: Any = UNSET
+    pause_after_failures: Any = UNSET
+    start_deadline_ms: Any = UNSET
 
     @property
     def reschedules(self) -> bool:
-        return any(v is not UNSET for v in (self.run_at, self.cron, self.tz))
+        return any(v is not UNSET for v in (self.run_at, self.cron, self.tz, self.start_at,
+                                            self.end_at))
 
     def apply(self, job: Job) -> JobSpec:
         """The job's spec with this patch applied, to validate and prepare like a new one."""
@@ -48,6 +55,11 @@ class JobPatch:
             cron, run_at = self.cron, None
         if self.run_at is not UNSET:
             cron, run_at = None, self.run_at
+        life = job.life
+        max_runs = (life.max_runs or None) if self.max_runs is UNSET else self.max_runs
+        if isinstance(max_runs, int) and self.max_runs is not UNSET and 0 < max_runs <= job.runs:
+            raise ValidationError("maxRuns", f"the job has started {job.runs} runs already; "
+                                             "give more, or cancel it")
         return JobSpec(
             type=job.type, payload=job.payload if self.payload is UNSET else self.payload,
             run_at=run_at, cron=cron, tz=job.tz if self.tz is UNSET else self.tz,
@@ -59,4 +71,13 @@ class JobPatch:
             jitter_ms=job.jitter_ms, paused=job.status is JobStatus.PAUSED,
             catch_up_window_ms=job.catch_up_window_ms,
             overlap=job.overlap.value if cron else "allow",  # a one-off job has no overlap
+            start_at=_kept(self.start_at, life.start_at_ms),
+            end_at=_kept(self.end_at, life.end_at_ms), max_runs=max_runs,
+            pause_after_failures=_kept(self.pause_after_failures, life.pause_after),
+            start_deadline_ms=_kept(self.start_deadline_ms, life.start_deadline_ms),
         )
+
+
+def _kept(given: Any, stored: int) -> Any:
+    """A limit as patched: the stored one (0: none) unless given (None removes it)."""
+    return (stored or None) if given is UNSET else given

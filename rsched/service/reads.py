@@ -21,6 +21,7 @@ from rsched.core import defaults
 from rsched.core.cron import parse_cron, validate_zone
 from rsched.core.cursor import check_limit, decode_cursor, encode_cursor
 from rsched.core.errors import NotFound, ScheduleError, ValidationError
+from rsched.core.lifecycle import skip_reason
 from rsched.core.models import Job, JobStatus, Run, job_of_run, partition_of
 from rsched.core.times import ms_to_iso
 from rsched.rdb import keys
@@ -160,6 +161,30 @@ def op_dead_letter_page(svc: Service, limit: int = defaults.PAGE_LIMIT,
 
 
 # --- cron preview ------------------------------------------------------------------------------
+
+
+def preview_job(job: Job, from_ms: int, count: Any) -> list[dict[str, str]]:
+    """preview of a job's cron in its zone, each time its startAt, endAt or maxRuns would not
+    run marked ``skipped`` with the reason (core.lifecycle.skip_reason)."""
+    if not job.cron:
+        raise ValidationError("jobId", "a one-off job has no schedule to preview")
+    times = preview(job.cron, job.tz, from_ms, count)
+    kept = 0
+    for t, at in zip(times, _preview_ms(job.cron, job.tz, from_ms, len(times)), strict=True):
+        reason = skip_reason(at, kept, job.life, job.runs)
+        if reason is None:
+            kept += 1
+        else:
+            t["skipped"] = reason
+    return times
+
+
+def _preview_ms(cron: str, tz: str, from_ms: int, count: int) -> list[int]:
+    out, at, schedule = [], from_ms, parse_cron(cron, tz)
+    for _ in range(count):
+        at = schedule.next_after(at)
+        out.append(at)
+    return out
 
 
 def preview(cron: Any, tz: Any, from_ms: int, count: Any) -> list[dict[str, str]]:

@@ -11,6 +11,7 @@ from typing import Any
 from rsched.archive.history import RunsPage
 from rsched.archive.stats import DurationStats, FailuresPage
 from rsched.core.catchup import Gap
+from rsched.core.lifecycle import NO_LIFE
 from rsched.core.models import Attempt, Job, JobStatus, Misfire, Overlap, Run
 from rsched.core.times import ms_to_iso, ms_to_iso_fast
 from rsched.core.views import DispatcherStatus, PartitionStatus, Status, WorkerStatus
@@ -64,7 +65,33 @@ def job_json(job: Job) -> dict[str, Any]:
         "catchUpWindowSeconds": secs[job.catch_up_window_ms], "overlap": _TEXT[job.overlap],
         "version": job.version,
         "lastGap": gap_json(job.last_gap) if job.last_gap else None,
+        **(life_json(job) if job.life is not NO_LIFE or job.fail_streak or job.paused
+           or job.resumed else _NO_LIFE_JSON),
     }
+
+
+def life_json(job: Job) -> dict[str, Any]:
+    """The lifecycle fields (core.lifecycle) and who paused or resumed the job, when, why."""
+    life, p, r = job.life, job.paused, job.resumed
+    return {
+        "startAt": iso(life.start_at_ms or None), "endAt": iso(life.end_at_ms or None),
+        "maxRuns": life.max_runs or None, "remainingRuns": job.remaining_runs,
+        "pauseAfterFailures": life.pause_after or None,
+        "deadLetterStreak": job.fail_streak,
+        "startDeadlineSeconds": seconds(life.start_deadline_ms) if life.start_deadline_ms
+        else None,
+        "pausedAt": iso(p.at_ms) if p else None, "pausedBy": p.by if p else None,
+        "pauseNote": p.note if p else None, "pausedReason": p.reason if p else None,
+        "resumedAt": iso(r.at_ms) if r else None, "resumedBy": r.by if r else None,
+        "resumeNote": r.note if r else None,
+    }
+
+
+LIFE_KEYS = ("startAt", "endAt", "maxRuns", "remainingRuns", "pauseAfterFailures",
+             "deadLetterStreak", "startDeadlineSeconds", "pausedAt", "pausedBy", "pauseNote",
+             "pausedReason", "resumedAt", "resumedBy", "resumeNote")
+# A job without limits or pauses (most of a batch): the same fields, built once.
+_NO_LIFE_JSON: dict[str, Any] = dict.fromkeys(LIFE_KEYS, None) | {"deadLetterStreak": 0}
 
 
 def gap_json(gap: Gap) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Recurring jobs in a claim round (rsched.engine.dispatcher.claimer): which job ids are
 recurring, and their claim items, with the next time computed here in Python from the job's
-schedule fields (cron, zone, jitter, misfire, catch-up window) by rsched.core.catchup.
+schedule fields (cron, zone, jitter, misfire, catch-up window) by rsched.core.catchup, kept
+inside the job's startAt and endAt (rsched.core.lifecycle; next 0 once none is left).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from rsched.core import defaults
 from rsched.core.catchup import plan_catch_up
 from rsched.core.cron import parse_cron
 from rsched.core.ids import run_id as make_run_id
+from rsched.core.lifecycle import NEVER_MS, bounded, life_of
 from rsched.core.models import gap_text, unpack_spec
 from rsched.core.spec import due_score, jitter_offset_ms
 from rsched.core.wire import CLAIM_JOB, ClaimItem
@@ -82,12 +84,13 @@ class RecurringJobs:
             sched = parse_cron(cron, sp.get("tz") or "UTC")
             # Inside the window the occurrence runs and the schedule steps to the next nominal
             # time (due already after an outage: the next round runs it); older ones are a gap.
-            plan = plan_catch_up(sched.next_after, expected, now,
+            plan = plan_catch_up(bounded(sched.next_after, life_of(sp.get("life"))), expected, now,
                                  sp.get("catch_up_ms", defaults.CATCH_UP_WINDOW_MS),
                                  sp.get("misfire") != "skip")
-            nxt = plan.next_ms
-            jit = jitter_offset_ms(job_id, nxt, int(sp.get("jitter_ms") or 0))
-            nxt_score = due_score(nxt + jit, int(sp.get("priority") or 0))
+            nxt = plan.next_ms if plan.next_ms < NEVER_MS else 0
+            if nxt:
+                jit = jitter_offset_ms(job_id, nxt, int(sp.get("jitter_ms") or 0))
+                nxt_score = due_score(nxt + jit, int(sp.get("priority") or 0))
             if plan.run_ms is None:
                 fire = 0
             else:

@@ -312,6 +312,7 @@ class Claimer:
         for it in items:
             ks += [keys.job(p, it.job_id), keys.run(p, it.run_id)]
             args += it
+        ks.append(keys.dead(p))  # last: lua/claim.lua's KEYS[#KEYS]
         return ("claim", ks, args)
 
 

@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from rsched.core.codes import CompleteCode, StartFence
+from rsched.core.codes import CompleteCode, ExpireCode, StartFence
 from rsched.core.settings import Settings
 from rsched.engine.worker._link import Link
 from rsched.engine.worker.inflight import (
@@ -105,6 +105,19 @@ class Reporter:
                 fl.phase = STARTING
             calls.append(("start", ks, args))
         return calls
+
+    async def expire(self, fl: Inflight) -> bool:
+        """Whether lua/expire.lua dead-lettered ``fl`` for its missed start deadline (Redis's
+        clock decides); then it must not run."""
+        p = fl.partition
+        s = self.settings
+        res = await self.link.call_many(self.link.r, [(
+            "expire", [fl.run_key, fl.job_key, fl.stream, keys.dead(p), keys.events(p),
+                       keys.stats(p)],
+            [fl.run_id, fl.entry_id, 0, s.events_maxlen, keys.GROUP])])
+        if isinstance(res[0], Exception):
+            raise res[0]
+        return int(res[0]) == ExpireCode.DEAD_LETTERED
 
     def _took_start(self, fl: Inflight, fence: int, attempt: int, reclaimed: bool) -> None:
         """One run's start result: a token, or not ours to run (never asked again)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from rsched.core import defaults
 from rsched.core.app import App, JobContext
+from rsched.core.lifecycle import life_of
 from rsched.core.models import unpack_payload, unpack_spec
 from rsched.core.retry import retry_delay_ms
 from rsched.core.wire import ENTRY_SPEC
@@ -121,6 +122,8 @@ class Runner:
             sp = self._spec(f.get(ENTRY_SPEC))
             timeout_s = int(sp.get("timeout_ms") or defaults.TIMEOUT_MS) / 1000
             await self._sem.acquire()
+            if sp.get("life") and fl.attempt == 1 and await self._missed_start(fl, sp):
+                return
             t0 = time.perf_counter()
             loop = asyncio.get_running_loop()
             fl.deadline = loop.time() + timeout_s
@@ -171,6 +174,25 @@ class Runner:
             self.slot.set()
         finally:
             self.tasks.discard(fl.task)
+
+    async def _missed_start(self, fl: Inflight, sp: dict[str, Any]) -> bool:
+        """A job with startDeadlineSeconds: True if Redis dead-lettered this run for starting
+        past it (lua/expire.lua), which then leaves its slot unrun; else it runs now."""
+        if not life_of(sp["life"]).start_deadline_ms:
+            return False
+        try:
+            missed = await self.reporter.expire(fl)
+        except Exception as e:  # noqa: BLE001 - unasked, it is not run: reclaimed later
+            log.error("run %s: its start deadline could not be checked (%s); left to be "
+                      "reclaimed", fl.run_id, e, extra={"job_id": fl.job_id, "run_id": fl.run_id})
+            missed = True
+        if missed:
+            self._sem.release()
+            self.runs.by_id.pop(fl.run_id, None)
+            self.slot.set()
+            log.warning("run %s missed its start deadline: dead-lettered, not run", fl.run_id,
+                        extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
+        return missed
 
     async def _in_thread(self, fl: Inflight, fn: Any, ctx: JobContext) -> Any:
         """A sync handler in the pool.  Past its timeout Python cannot stop its thread, so the
