@@ -42,7 +42,8 @@ then per item 8 values: kind, job id, run id, score, expected, next_ms, next_sco
            recorded as a 'skipped' run, or with bufferOne becomes the job's one 'buffered'
            run (job field 'buffered'), which release_active (include overlap) sends through
            the retry set when the active run ends; a run dispatched so gets field 'ov' = '1'
-           and is the job's active run.  Every run hash written here records the job's
+           and is the job's active run.  An occurrence whose run hash exists (a backfill ran
+           it, lua/backfill.lua) is not run again.  Every run hash written here records the job's
            version as 'v'.  Any of them may be followed by
            ' <count> <first_ms> <last_ms> <exact 0|1>': occurrences missed by more than the
            job's catch-up window, skipped together: one 'skipped' event (its run id the
@@ -168,14 +169,18 @@ for i = 1, n do
         redis.call('HSET', job_key, 'gap', gap)
         skipped = skipped + tonumber(count)
       end
+      -- A run of this occurrence exists (lua/backfill.lua ran it): it is not run again.
+      local ran = fire ~= '0' and redis.call('EXISTS', run_key) == 1
       local held = nil  -- overlap skip / bufferOne: the job's active run, if any
-      if fire == 's' or fire == 'b' then
+      if not ran and (fire == 's' or fire == 'b') then
         local a = redis.call('HMGET', job_key, 'active', 'buffered')
         if a[1] and a[1] ~= '' then
           held = a
         end
       end
-      if held then
+      if ran then
+        skipped = skipped + 1
+      elseif held then
         if fire == 'b' and (not held[2] or held[2] == '') then
           redis.call('HSET', run_key, 'attempt', '0', 'state', 'buffered', 'queue', j[4],
                      'type', j[3], 'ov', '1', 'v', version)

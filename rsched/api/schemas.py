@@ -265,6 +265,30 @@ SCHEMAS: dict[str, Any] = {
         "type": "object", "required": ["dryRun", "count"],
         "properties": {"dryRun": {"type": "boolean"}, "count": {"type": "integer"}},
     },
+    "BackfillRequest": {
+        "type": "object", "additionalProperties": False, "required": ["from", "to"],
+        "description": "Run each occurrence of the job's schedule in [from, to) that has no "
+                       "run yet (at most 10,000), with its nominal time, under the job's "
+                       "overlap policy; to may not be in the future.",
+        "properties": {
+            "from": {**TIME, "description": "Start (inclusive)."},
+            "to": {**TIME, "description": "End (exclusive), not after now."},
+            "dryRun": {"type": "boolean", "description": "true: only list the times "
+                                                         "(default false)."},
+        },
+    },
+    "Backfill": {
+        "type": "object", "required": ["jobId", "from", "to", "dryRun", "count", "times"],
+        "description": "The range's occurrences and, unless a dry run, what became of each: "
+                       "queued to run now, alreadyRun (a run of it existed: not run again), "
+                       "skipped or buffered by the overlap policy.",
+        "properties": {
+            "jobId": {"type": "string"}, "from": TIME, "to": TIME, "dryRun": {"type": "boolean"},
+            "count": {"type": "integer"},
+            **{name: {"type": "array", "items": TIME}
+               for name in ("times", "queued", "alreadyRun", "skipped", "buffered")},
+        },
+    },
     "Trigger": {
         "type": "object", "required": ["jobId", "runId"],
         "properties": {"jobId": {"type": "string"}, "runId": {"type": "string"}},

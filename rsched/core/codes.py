@@ -64,6 +64,23 @@ class ControlCode(IntEnum):
     VERSION = -4  # pause, resume, cancel, update: the job's version is not the If-Match one
 
 
+class BackfillCode(IntEnum):
+    """backfill.lua: the call's code."""
+
+    DONE = 1  # each occurrence's BackfillRun follows
+    NOT_FOUND = -1
+    REFUSED = -2  # the job is cancelled
+
+
+class BackfillRun(IntEnum):
+    """backfill.lua, per occurrence."""
+
+    QUEUED = 1  # due now through the retry set
+    EXISTS = 0  # a run of it exists: it ran (or is running, waiting, dead) already
+    SKIPPED = 2  # recorded as a skipped run by the overlap policy
+    BUFFERED = 3  # overlap bufferOne: starts when the job's active run ends
+
+
 class DeleteDeadCode(IntEnum):
     """delete_dead.lua, per run."""
 
