@@ -13,8 +13,9 @@ KEYS[3] rsched:{pN}:events STREAM
 KEYS[3+i] rsched:{pN}:run:<job id>@<sched_ms_i> HASH, i = 1..n
 ARGV[1] job id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] run_ttl_ms: how long the hash of a run skipped by the overlap policy is kept (0 = ever)
-ARGV[5] overlap: '' allow, 's' skip, 'b' bufferOne (the job's policy, read by the caller; a job's
-        overlap never changes)
+ARGV[5] overlap: '' allow, 's' skip, 'b' bufferOne, 'c' cancelPrevious (the job's policy, read
+        by the caller; a job's overlap never changes): decided as claim.lua does, against the
+        job's active run
 ARGV[6] n   then ARGV[6+i] sched_ms_i
 Returns {code, status, c_1, ..., c_n}: code 1 done, -1 no such job, -2 job cancelled (status
   says so; nothing written); c_i: 1 queued, 0 a run of it exists already, 2 skipped by the overlap
@@ -57,16 +58,20 @@ for i = 1, n do
     redis.call('ZADD', retry_key, now_s, run_id)
     queued[1][batch_slot(queued)] = run_id
     last, code = run_id, 1
-  elseif overlap == 'b' and buffered == '' then
+  elseif overlap ~= 's' and buffered == '' then
     redis.call('DEL', run_key)
     redis.call('HSET', run_key, 'attempt', '0', 'state', 'buffered', 'queue', queue,
                'type', jtype, 'ov', '1', 'v', version)
     buffered = run_id
     redis.call('HSET', job_key, 'buffered', run_id)
+    if overlap == 'c' then  -- ask the active run to stop (see claim.lua)
+      redis.call('HSET', job_key, 'cancel', active)
+      redis.call('ZADD', retry_key, 'XX', now_s, active)
+    end
     code = 3
   else
     local why = 'overlap: run ' .. active .. ' of this job is still active'
-    if overlap == 'b' then why = why .. ' and ' .. buffered .. ' waits already' end
+    if overlap ~= 's' then why = why .. ' and ' .. buffered .. ' waits already' end
     redis.call('HSET', run_key, 'attempt', '0', 'state', 'skipped', 'queue', queue, 'type', jtype,
                'ended_ms', now_s, 'error', why, 'v', version)
     if run_ttl ~= '0' then redis.call('PEXPIRE', run_key, run_ttl) end

@@ -135,8 +135,8 @@ def test_allow_jobs_and_one_off_jobs_keep_no_active_run_record(
 @pytest.mark.parametrize(
     ("options", "reason"),
     [
-        ({"cron": "* * * * *", "overlap": "cancelPrevious"}, "must be 'allow', 'skip' or"),
-        ({"cron": "* * * * *", "overlap": "Skip"}, "must be 'allow', 'skip' or"),
+        ({"cron": "* * * * *", "overlap": "cancelprevious"}, "must be 'allow', 'skip', "),
+        ({"cron": "* * * * *", "overlap": "Skip"}, "must be 'allow', 'skip', "),
         ({"overlap": "skip"}, "applies to recurring jobs only"),
     ],
 )

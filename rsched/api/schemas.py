@@ -61,11 +61,13 @@ SCHEMAS: dict[str, Any] = {
                                        description="Occurrences missed by less than this "
                                                    "all run, once each, in order (default "
                                                    "60)."),
-            "overlap": {"type": ["string", "null"], "enum": ["allow", "skip", "bufferOne", None],
+            "overlap": {"type": ["string", "null"],
+                        "enum": ["allow", "skip", "bufferOne", "cancelPrevious", None],
                         "description": "A recurring job's occurrence while its previous run "
                                        "is still queued, running or waiting for a retry: runs "
                                        "anyway (allow, the default), is recorded as a skipped "
-                                       "run (skip), or waits for it, one at most (bufferOne)."},
+                                       "run (skip), waits for it, one at most (bufferOne), or "
+                                       "asks it to stop and runs once it has (cancelPrevious)."},
             "jitterSeconds": _n("number", minimum=0, maximum=86400),
             "paused": _n("boolean", description="Create the job paused."),
         },
@@ -98,7 +100,8 @@ SCHEMAS: dict[str, Any] = {
             "idempotencyKey": _n("string"), "misfire": {"type": "string"},
             "jitterSeconds": {"type": "number"}, "lastRunId": _n("string"),
             "createdAt": TIME, "updatedAt": TIME, "catchUpWindowSeconds": {"type": "number"},
-            "overlap": {"type": "string", "enum": ["allow", "skip", "bufferOne"]},
+            "overlap": {"type": "string",
+                        "enum": ["allow", "skip", "bufferOne", "cancelPrevious"]},
             "version": {"type": "integer", "minimum": 1,
                         "description": "1, plus one per change (PATCH, pause, resume, cancel); "
                                        "send it as If-Match to change only this version."},

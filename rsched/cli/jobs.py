@@ -45,7 +45,8 @@ def jobs() -> None:
 @click.option("--catch-up-window", "catch_up", type=float, default=None,
               help="Seconds: occurrences missed by less than this all run (default 60).")
 @click.option("--overlap", default=None,
-              help="allow, skip or bufferOne: a recurring occurrence while the last one runs.")
+              help="allow, skip, bufferOne or cancelPrevious: a recurring occurrence while "
+                   "the last one runs.")
 @JSON_FLAG
 @click.pass_context
 def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str | None,

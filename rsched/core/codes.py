@@ -39,6 +39,7 @@ class HeartbeatCode(IntEnum):
     """heartbeat.lua, per run."""
 
     OURS = 1
+    STOP = 2  # ours, and asked to stop (overlap cancelPrevious): the worker cancels it
     GONE = 0  # finished or gone
     FENCED = -1  # live under another worker or fence, or delivered to another consumer
 
@@ -49,6 +50,7 @@ class CompleteCode(IntEnum):
     SUCCEEDED = 1
     RETRY = 2
     DEAD = 3
+    CANCELLED = 4  # recorded as cancelled (asked to stop by overlap cancelPrevious)
     DUPLICATE = 0  # a repeated report of an outcome already recorded
     FENCED = -1
 

@@ -27,7 +27,8 @@ from rsched.service.context import Service, op_wake
 from rsched.service.jobs import op_get
 
 # The overlap policy as backfill.lua takes it.
-_POLICY = {Overlap.ALLOW: "", Overlap.SKIP: "s", Overlap.BUFFER_ONE: "b"}
+_POLICY = {Overlap.ALLOW: "", Overlap.SKIP: "s", Overlap.BUFFER_ONE: "b",
+           Overlap.CANCEL_PREVIOUS: "c"}
 
 
 @dataclass(slots=True)
@@ -101,8 +102,6 @@ def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
     out = Backfill(job_id, from_ms, to_ms, dry_run, times)
     if dry_run:
         return out
-    if job.overlap not in _POLICY:
-        raise ValidationError("id", f"backfill does not support overlap {job.overlap.value}")
     _check_records(svc, job.created_ms, times, now)
     results = yield Scripts(_calls(svc, job_id, _POLICY[job.overlap], times), durable=True)
     by_code = {BackfillRun.QUEUED: out.queued, BackfillRun.EXISTS: out.existing,
