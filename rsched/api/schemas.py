@@ -75,11 +75,16 @@ SCHEMAS: dict[str, Any] = {
     "JobPatch": {
         "type": "object", "additionalProperties": False, "minProperties": 1,
         "description": "Reschedule (runAt, or cron and timeZone: the next run is computed "
-                       "from now) or change the payload, maxAttempts or priority.",
+                       "from now) or change the payload, maxAttempts, priority or a recurring "
+                       "job's schedule policy (misfire, catchUpWindowSeconds, overlap).",
         "properties": {
             "runAt": TIME, "cron": {"type": "string"}, "timeZone": {"type": "string"},
             "payload": {}, "maxAttempts": {"type": "integer", "minimum": 1, "maximum": 1000},
             "priority": {"type": "integer", "minimum": -1000, "maximum": 1000},
+            "misfire": {"type": "string", "enum": ["run_once", "runOnce", "skip"]},
+            "catchUpWindowSeconds": {"type": "number", "minimum": 0, "maximum": 2592000},
+            "overlap": {"type": "string",
+                        "enum": ["allow", "skip", "bufferOne", "cancelPrevious"]},
         },
     },
     "Job": {

@@ -19,7 +19,8 @@ from rsched.service.patch import UNSET, JobPatch
 JOB_FIELDS = ("type", "payload", "runAt", "cron", "timeZone", "queue", "maxAttempts",
               "idempotencyKey", "priority", "timeoutSeconds", "backoff", "misfire",
               "jitterSeconds", "paused", "catchUpWindowSeconds", "overlap")
-PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority")
+PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority", "misfire",
+                "catchUpWindowSeconds", "overlap")
 BACKOFF_FIELDS = ("baseSeconds", "capSeconds")
 MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant ISO-8601 writes
 
@@ -204,6 +205,11 @@ def patch_from_json(value: Any) -> JobPatch:
         kw["max_attempts"] = _integer(d["maxAttempts"], "maxAttempts")
     if "priority" in d:
         kw["priority"] = _integer(d["priority"], "priority")
+    for name, attr in (("misfire", "misfire"), ("overlap", "overlap")):
+        if name in d:
+            kw[attr] = _string(d[name], name)
+    if "catchUpWindowSeconds" in d:
+        kw["catch_up_window_ms"] = _seconds_ms(d["catchUpWindowSeconds"], "catchUpWindowSeconds")
     patch = JobPatch(**kw)
     if patch.run_at is not UNSET and patch.cron is not UNSET:
         raise ValidationError("runAt", "give either runAt or cron, not both")
