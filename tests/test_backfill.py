@@ -24,7 +24,7 @@ from test_chaos import Fleet, quiet, started, wait_for
 from rsched import App, Client, JobContext, RunState
 from rsched.api.app import create_app
 from rsched.cli.main import cli
-from rsched.core.errors import ValidationError
+from rsched.core.errors import NotReplicated, ValidationError
 from rsched.core.models import Job
 from rsched.core.times import ms_to_iso
 
@@ -264,3 +264,14 @@ def test_real_processes_run_each_backfilled_occurrence_once(
     log = [x.decode().split() for x in cast(list[bytes], r.lrange(LOG, 0, -1))]
     starts = Counter(x[0] for x in log if x[3] == "start")
     assert set(starts) == want and set(starts.values()) == {1}
+
+
+def test_a_backfill_is_acknowledged_only_once_replicas_have_it(redis_url: str) -> None:
+    """Durable like every client-facing write: on a Redis without the replica asked for, WAIT
+    falls short and the call says so (retrying it is safe: it runs nothing twice)."""
+    with Client(redis_url) as plain:
+        job, now = every_second(plain)
+    with Client(settings=settings(redis_url, wait_replicas=1, wait_timeout_ms=50)) as c:
+        with pytest.raises(NotReplicated):
+            c.backfill(job.id, now - 2 * S, now)
+        assert c.backfill(job.id, now - 2 * S, now, dry_run=True).times  # a read: no WAIT

@@ -159,8 +159,9 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "runId": {"type": "string"}, "attempt": {"type": "integer"},
             "status": {"type": "string", "description": "succeeded, failed, timed_out, "
-                       "abandoned; dispatched, running or retry_wait while in flight; from the "
-                       "archive also skipped (a missed occurrence, attempt 0) and dead"},
+                       "abandoned, cancelled (stopped by overlap cancelPrevious); dispatched, "
+                       "running or retry_wait while in flight; from the archive also skipped "
+                       "(a missed occurrence, attempt 0) and dead"},
             "worker": _n("string"), "scheduledAt": NTIME, "startedAt": NTIME, "endedAt": NTIME,
             "durationMs": _n("integer"), "error": _n("string"), "result": {},
             # Only when the API reads the run-history archive (RSCHED_ARCHIVE_URL):
