@@ -65,7 +65,7 @@ def occurrences(cron: str, tz: str, from_ms: int, to_ms: int,
 
 def check_range(from_ms: int, to_ms: int, now_ms: int) -> None:
     if from_ms >= to_ms:
-        raise ValidationError("from", "must be before to")
+        raise ValidationError("from", "must be before the end of the range")
     if to_ms > now_ms:
         raise ValidationError("to", f"must not be in the future (now is {ms_to_iso(now_ms)}): "
                                     "the dispatcher runs later occurrences")
