@@ -44,9 +44,9 @@ then per item 8 values: kind, job id, run id, score, expected, next_ms, next_sco
            (include overlap) sends through the retry set when the active run ends; with
            cancelPrevious the active run is asked to stop (job field 'cancel' = its run id:
            heartbeat.lua tells its worker, a reclaim or its retry ends it, see kind 'r'); a run
-           dispatched so gets field 'ov' = '1' and is the job's active run.  An occurrence whose run hash exists (a backfill ran
-           it, lua/backfill.lua) is not run again.  Every run hash written here records the job's
-           version as 'v'.  Any of them may be followed by
+           dispatched so gets field 'ov' = '1' and is the job's active run.  An occurrence
+           whose run hash exists (a backfill ran it, lua/backfill.lua) is not run again.  Every
+           run hash written here records the job's version as 'v'.  Any of them may be followed by
            ' <count> <first_ms> <last_ms> <exact 0|1>': occurrences missed by more than the
            job's catch-up window, skipped together: one 'skipped' event (its run id the
            first's), and the job's 'gap' field
@@ -270,6 +270,7 @@ for i = 1, n do
         skipped = skipped + 1
       elseif j[8] == run_id and ov == '1' then  -- overlap cancelPrevious asked it to stop
         redis.call('HSET', rkey, F.state, 'cancelled', F.ended_ms, now, F.error, STOPPED)
+        if run_ttl ~= '0' then redis.call('PEXPIRE', rkey, run_ttl) end
         emit(events_key, maxlen, 'e', 'cancelled', 'j', job_id, 'r', run_id, 'a', attempt_s,
              't', now, 'ty', j[2] or '', 'q', queue, 'err', STOPPED)
         release_active(job_key, retry_key, run_id, now)
