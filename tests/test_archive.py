@@ -632,6 +632,7 @@ def test_the_fold_reads_a_jobs_life_as_attempts(r: redis.Redis) -> None:
     # The start carried by the outcome event of a run started and finished in one report.
     assert got[13].started_ms is not None
     assert (got[13].started_ms - got[13].sched_ms, got[13].fence, got[13].worker) == (3, 1, "w4")
+    assert got[14].ended_ms is not None
     assert (got[14].status, got[14].worker, got[14].ended_ms - got[14].sched_ms) == (
         "cancelled", "w5", 400)
     assert got[14].error is not None and got[14].error.startswith("cancelled: overlap")
