@@ -39,20 +39,24 @@ then per item 8 values: kind, job id, run id, score, expected, next_ms, next_sco
            job): score = its due score, expected = the job's next_ms (compare-and-set);
            next_ms/next_score = the following occurrence and its due score, '0' = none;
            run id = the occurrence to run (the latest of a gap, see core.catchup);
-           fire '1' = run it, '0' = run nothing, 's' / 'b' = run it under overlap skip /
-           bufferOne: only if the job has no active run (job field 'active'), else it is
-           recorded as a 'skipped' run, or with bufferOne becomes the job's one 'buffered'
-           run (job field 'buffered'), which release_active (include overlap) sends through
-           the retry set when the active run ends; a run dispatched so gets field 'ov' = '1'
-           and is the job's active run.  Every run hash written here records the job's
-           version as 'v'.  Any of them may be followed by
+           fire '1' = run it, '0' = run nothing, 's' / 'b' / 'c' = run it under overlap skip /
+           bufferOne / cancelPrevious: only if the job has no active run (job field 'active'),
+           else it is recorded as a 'skipped' run, or with bufferOne and cancelPrevious
+           becomes the job's one 'buffered' run (job field 'buffered'), which release_active
+           (include overlap) sends through the retry set when the active run ends; with
+           cancelPrevious the active run is asked to stop (job field 'cancel' = its run id:
+           heartbeat.lua tells its worker, a reclaim or its retry ends it, see kind 'r'); a run
+           dispatched so gets field 'ov' = '1' and is the job's active run.  An occurrence
+           whose run hash exists (a backfill ran it, lua/backfill.lua) is not run again.  Every
+           run hash written here records the job's version as 'v'.  Any of them may be followed by
            ' <count> <first_ms> <last_ms> <exact 0|1>': occurrences missed by more than the
            job's catch-up window, skipped together: one 'skipped' event (its run id the
            first's), and the job's 'gap' field.  A run dispatched or buffered counts in the
            job's 'runs' (while it has a maxRuns); at its maxRuns (include life), or with next_ms '0' (no occurrence
            left before its endAt), the job leaves the due set as 'completed'
   kind 'r' (retry, replay or trigger of a run, or a buffered run let go): score = its due ms
-           in the retry set
+           in the retry set; a retry of a run asked to stop (cancelPrevious) is recorded
+           'cancelled' instead
 Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
   {-1} when the caller's lease or fence is stale; nothing was written
   earliest: the earliest due score left in the due or retry set ('' when both are empty)
@@ -189,22 +193,30 @@ for i = 1, n do
         redis.call('HSET', job_key, 'gap', gap)
         skipped = skipped + tonumber(count)
       end
+      -- A run of this occurrence exists (lua/backfill.lua ran it): it is not run again.
+      local ran = fire ~= '0' and redis.call('EXISTS', run_key) == 1
       local held = nil  -- overlap skip / bufferOne: the job's active run, if any
-      if fire == 's' or fire == 'b' then
+      if not ran and (fire == 's' or fire == 'b' or fire == 'c') then
         local a = redis.call('HMGET', job_key, 'active', 'buffered')
         if a[1] and a[1] ~= '' then
           held = a
         end
       end
-      if held then
-        if fire == 'b' and (not held[2] or held[2] == '') then
+      if ran then
+        skipped = skipped + 1
+      elseif held then
+        if fire ~= 's' and (not held[2] or held[2] == '') then
           redis.call('HSET', run_key, 'attempt', '0', 'state', 'buffered', 'queue', j[4],
                      'type', j[3], 'ov', '1', 'v', version)
           redis.call('HSET', job_key, 'buffered', run_id)
           last_run = ''  -- it will run: it counts as a run started (maxRuns)
+          if fire == 'c' then  -- ask the active run to stop; one waiting for a retry: at once
+            redis.call('HSET', job_key, 'cancel', held[1])
+            redis.call('ZADD', retry_key, 'XX', now_s, held[1])
+          end
         else
           local why = 'overlap: run ' .. held[1] .. ' of this job is still active'
-          if fire == 'b' then why = why .. ' and ' .. held[2] .. ' waits already' end
+          if fire ~= 's' then why = why .. ' and ' .. held[2] .. ' waits already' end
           redis.call('HSET', run_key, 'attempt', '0', 'state', 'skipped', 'queue', j[4],
                      'type', j[3], 'ended_ms', now_s, 'error', why, 'v', version)
           if run_ttl ~= '0' then redis.call('PEXPIRE', run_key, run_ttl) end
@@ -257,7 +269,7 @@ for i = 1, n do
   else
     local due = redis.call('ZSCORE', retry_key, run_id)
     local j = redis.call('HMGET', job_key, 'status', 'type', 'spec', 'own_run', 'queue', 'r.state',
-                         'r.attempt')
+                         'r.attempt', 'cancel')
     local rkey, F = run_home(run_id, run_key, job_key, j[4])
     local own = F == OWN_RUN
     local state, attempt_s, queue, ov = j[6], j[7], j[5], nil
@@ -283,6 +295,13 @@ for i = 1, n do
         emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt_s,
              't', now, 'ty', j[2] or '', 'q', queue, 'err', 'job cancelled before the retry ran')
         if ov == '1' then release_active(job_key, retry_key, run_id, now) end
+        skipped = skipped + 1
+      elseif j[8] == run_id and ov == '1' then  -- overlap cancelPrevious asked it to stop
+        redis.call('HSET', rkey, F.state, 'cancelled', F.ended_ms, now, F.error, STOPPED)
+        if run_ttl ~= '0' then redis.call('PEXPIRE', rkey, run_ttl) end
+        emit(events_key, maxlen, 'e', 'cancelled', 'j', job_id, 'r', run_id, 'a', attempt_s,
+             't', now, 'ty', j[2] or '', 'q', queue, 'err', STOPPED)
+        release_active(job_key, retry_key, run_id, now)
         skipped = skipped + 1
       else
         local attempt = tonumber(attempt_s) + 1

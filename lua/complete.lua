@@ -16,6 +16,8 @@ call's 'succeeded' events share one events-stream entry (batch_flush in util).  
 under an overlap policy (field 'ov') lets go of its job's active-run record when it succeeds or
 is dead-lettered (release_active in include overlap), not when it waits for a retry.  A run
 that is not a one-off job's own ends its job's failure streak when it succeeds (include streak).
+Outcome 'cancelled' (the worker stopped a run overlap cancelPrevious asked to stop,
+heartbeat.lua) is final: no retry, no dead letter, the active-run record released.
 
 KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
 KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
@@ -29,10 +31,10 @@ ARGV[7] run_ttl_ms: how long a finished run's hash is kept (0 = forever; a one-o
         run lives in the job hash, kept as long as the job)
 ARGV[8] finished_ttl_ms: how long a completed one-off job and its own run are kept (0 = forever)
 then per run 8 values (from ARGV[9]): run id, fence ('0' = start not recorded yet), outcome ('succeeded' |
-  'failed' | 'timed_out'), duration_ms, text (JSON result when succeeded, error message
+  'failed' | 'timed_out' | 'cancelled'), duration_ms, text (JSON result when succeeded, error message
   otherwise), retry_delay_ms, stream entry id, elapsed_ms (since the handler started)
 Returns {code_1, ..., code_n}
-  1 succeeded recorded   2 retry scheduled   3 dead-lettered
+  1 succeeded recorded   2 retry scheduled   3 dead-lettered   4 cancelled recorded
   0 duplicate report of an outcome already recorded (client retry)   -1 fenced (stale token)
 ]]
 --!include util
@@ -145,10 +147,16 @@ for i = 1, n do
       if start_fields then redis.call('HSET', run_key, unpack(start_fields)) end
       outcome_event(outcome, run_id, attempt_s, duration_s, jtype, queue, 'err', text,
                     start_fields and {started_ms, fence})
-      fail_count = fail_count + 1
+      if outcome ~= 'cancelled' then fail_count = fail_count + 1 end
       local job_id = job_of(run_id)
       local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1')
-      if attempt < max_attempts then
+      if outcome == 'cancelled' then
+        redis.call('HSET', run_key, F.state, 'cancelled', F.ended_ms, now, F.duration_ms, duration,
+                   F.error, text)
+        if run_ttl > 0 and not own then redis.call('PEXPIRE', run_key, ARGV[7]) end
+        if r[12] == '1' then release_active(job_key, retry_key, run_id, now) end
+        out[i] = 4
+      elseif attempt < max_attempts then
         redis.call('HSET', run_key, F.state, 'retry_wait', F.ended_ms, now, F.duration_ms, duration,
                    F.error, text)
         redis.call('ZADD', retry_key, now + delay, run_id)

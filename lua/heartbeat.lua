@@ -12,7 +12,8 @@ then per run 3 keys: rsched:{pN}:run:<run id> HASH (the job key again for a one-
 ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] group   ARGV[4] n
 ARGV[5] events_maxlen
 then per run 3 values: run id, fence, stream entry id
-Returns {code_1, ..., code_n}: 1 still ours, 0 finished or gone (nothing to fence),
+Returns {code_1, ..., code_n}: 1 still ours, 2 still ours and asked to stop (overlap
+  cancelPrevious: the job's field 'cancel' names the run), 0 finished or gone (nothing to fence),
   -1 fenced: the run is live under another worker or fence, or its entry is delivered to
   another consumer
 ]]
@@ -35,7 +36,7 @@ for i = 1, n do
   if state == 'running' and r[2] == worker and r[3] == fence and owner == worker then
     redis.call('HSET', run_key, F.hb_ms, now)
     redis.call('XCLAIM', stream_key, group, worker, 0, sid, 'JUSTID')
-    out[i] = 1
+    out[i] = redis.call('HGET', job_key, 'cancel') == run_id and 2 or 1
   elseif live then
     redis.call('HINCRBY', stats_key, 'fenced', 1)
     emit(events_key, maxlen, 'e', 'fenced', 'j', string.match(run_id, '^(.*)@%d+$') or '',

@@ -103,11 +103,16 @@ for i = 1, n do
         state = nil
       end
     end
-    if state and (r[1] == 'running' or reclaimed == '1')
-        and redis.call('HGET', job_key, 'status') == 'cancelled' then
-      redis.call('HSET', run_key, F.state, 'abandoned', F.ended_ms, now, F.error, 'job cancelled')
-      emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
-           'ty', jtype, 'err', 'job cancelled: its abandoned run is not started again')
+    local js = state and (r[1] == 'running' or reclaimed == '1')
+      and redis.call('HMGET', job_key, 'status', 'cancel')
+    if js and (js[1] == 'cancelled' or js[2] == run_id) then
+      -- the job was cancelled, or overlap cancelPrevious asked this run to stop
+      local st, why, note = 'abandoned', 'job cancelled',
+                            'job cancelled: its abandoned run is not started again'
+      if js[1] ~= 'cancelled' then st, why, note = 'cancelled', STOPPED, STOPPED end
+      redis.call('HSET', run_key, F.state, st, F.ended_ms, now, F.error, why)
+      emit(events_key, maxlen, 'e', st, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
+           'ty', jtype, 'err', note)
       if r[8] == '1' then release_active(job_key, retry_key, run_id, now) end
       redis.call('XACK', stream_key, group, sid)
     elseif state then

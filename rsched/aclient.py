@@ -26,7 +26,9 @@ from rsched.rdb.connect import connect_async
 from rsched.rdb.ops import Op
 from rsched.rdb.setup import fast_packing
 from rsched.service import jobs, scheduling
+from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.history import RunAttempt, RunsPage, op_history
+from rsched.service.inputs import backfill_range
 from rsched.service.patch import JobPatch
 
 T = TypeVar("T")
@@ -129,6 +131,10 @@ class AsyncClient(ClientBase):
 
     async def trigger(self, job_id: str) -> str:
         return await self.run(jobs.op_trigger(self, job_id))
+
+    async def backfill(self, job_id: str, start: Any, end: Any, *,
+                       dry_run: bool = False) -> Backfill:
+        return await self.run(op_backfill(self, job_id, *backfill_range(start, end), dry_run))
 
     async def replay(self, run_id: str) -> Run:
         return await self.run(jobs.op_replay(self, run_id))

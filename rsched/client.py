@@ -22,8 +22,10 @@ from rsched.rdb.connect import connect
 from rsched.rdb.ops import Op
 from rsched.rdb.setup import fast_packing
 from rsched.service import jobs, scheduling
+from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.context import Service
 from rsched.service.history import RunAttempt, RunsPage, history_of, op_history
+from rsched.service.inputs import backfill_range
 from rsched.service.patch import UNSET, JobPatch
 
 T = TypeVar("T")
@@ -133,6 +135,12 @@ class Client(ClientBase):
     def trigger(self, job_id: str) -> str:
         """Run the job once now, outside its schedule; returns the new run id."""
         return self.run(jobs.op_trigger(self, job_id))
+
+    def backfill(self, job_id: str, start: Any, end: Any, *, dry_run: bool = False) -> Backfill:
+        """Run each occurrence of a recurring job's schedule in [start, end) that has no run
+        yet, once, with its nominal time (times: epoch ms, aware datetimes or ISO-8601); with
+        ``dry_run``, only list the times.  Errors name the API's fields, from and to."""
+        return self.run(op_backfill(self, job_id, *backfill_range(start, end), dry_run))
 
     def replay(self, run_id: str) -> Run:
         """Send a dead letter back for a new round of attempts (attempts counted from zero)."""

@@ -58,12 +58,15 @@ def sleep(ctx: JobContext) -> dict[str, Any]:
     """Sleeps payload["sleeps"][attempt - 1] seconds (the last value for later attempts).
 
     A sync handler on purpose: a thread cannot be cancelled, which is the hard case for a
-    worker that must stop within its grace period.
+    worker that must stop within its grace period.  It returns early once ``ctx.cancelled``
+    (overlap cancelPrevious asked it to stop), as a well-behaved sync handler does.
     """
     sleeps = ctx.payload["sleeps"]
     seconds = float(sleeps[min(ctx.attempt, len(sleeps)) - 1])
     _record(ctx, "start")
-    time.sleep(seconds)
+    until = time.monotonic() + seconds
+    while not ctx.cancelled and (left := until - time.monotonic()) > 0:
+        time.sleep(min(left, 0.02))
     _record(ctx, "finish")
     return {"slept": seconds, "attempt": ctx.attempt}
 

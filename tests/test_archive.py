@@ -569,6 +569,12 @@ def job_story(r: redis.Redis, base: int) -> None:
     emit(r, JOB, "dispatched", r=run(13), a=1, t=s13, s=s13, ty="email", q="default")
     emit(r, JOB, "succeeded", r=run(13), a=1, t=s13 + 9, w="w4", d=6, ty="email", q="default",
          s=s13, res="13", st=s13 + 3, f=1)
+    s14 = base + 14 * 60_000  # stopped by overlap cancelPrevious: final, its reason shown
+    emit(r, JOB, "dispatched", r=run(14), a=1, t=s14, s=s14, ty="email", q="default")
+    emit(r, JOB, "started", r=run(14), a=1, t=s14 + 2, w="w5", f=1, ty="email", s=s14)
+    emit(r, JOB, "cancelled", r=run(14), a=1, t=s14 + 400, w="w5", d=398, ty="email",
+         q="default", s=s14, err="cancelled: overlap cancelPrevious, a later occurrence "
+                                 "replaces it")
 
 
 def all_events(r: redis.Redis, partitions: int = PARTITIONS) -> list[Any]:
@@ -604,11 +610,12 @@ def test_the_fold_reads_a_jobs_life_as_attempts(r: redis.Redis) -> None:
     job_story(r, 1_700_000_000_000)
     got = {(a.sched_ms - 1_700_000_000_000) // 60_000: a for a in expected_history(r)}
     h = expected_history(r)
-    assert len(h) == 16 and [a.key for a in h] == sorted((a.key for a in h), reverse=True)
+    assert len(h) == 17 and [a.key for a in h] == sorted((a.key for a in h), reverse=True)
     by_run = [(i, a.replays, a.attempt, a.status) for a in h
               if (i := (a.sched_ms - 1_700_000_000_000) // 60_000) >= 6]
     assert by_run == [
-        (13, 0, 1, "succeeded"), (11, 0, 1, "running"), (10, 0, 1, "failed"), (9, 0, 0, "skipped"),
+        (14, 0, 1, "cancelled"), (13, 0, 1, "succeeded"), (11, 0, 1, "running"),
+        (10, 0, 1, "failed"), (9, 0, 0, "skipped"),
         (8, 0, 2, "succeeded"), (8, 0, 1, "abandoned"), (7, 1, 1, "succeeded"),
         (7, 0, 1, "failed"), (6, 0, 2, "succeeded"), (6, 0, 1, "failed"),
     ]
@@ -625,6 +632,10 @@ def test_the_fold_reads_a_jobs_life_as_attempts(r: redis.Redis) -> None:
     # The start carried by the outcome event of a run started and finished in one report.
     assert got[13].started_ms is not None
     assert (got[13].started_ms - got[13].sched_ms, got[13].fence, got[13].worker) == (3, 1, "w4")
+    assert got[14].ended_ms is not None
+    assert (got[14].status, got[14].worker, got[14].ended_ms - got[14].sched_ms) == (
+        "cancelled", "w5", 400)
+    assert got[14].error is not None and got[14].error.startswith("cancelled: overlap")
 
 
 def test_the_run_attempts_view_folds_events_like_the_read_path(
@@ -643,7 +654,7 @@ def test_the_run_attempts_view_folds_events_like_the_read_path(
                                                                     separators=(",", ":")),
          a.retry_at_ms)
         for a in fold(store.job_events(JOB, None, None) + store.job_events("1-NOISE", None, None)))
-    assert len(view) == 22
+    assert len(view) == 23
     assert view == folded
 
 

@@ -303,10 +303,11 @@ def schedule(client: Client, specs: list[JobSpec]) -> list[Job]:
 
 
 def quiet(r: redis.Redis) -> bool:
-    """No occurrence dispatched but not finished: every dispatched run has succeeded."""
+    """No occurrence dispatched but not finished: every dispatched run has succeeded (or was
+    stopped by overlap cancelPrevious)."""
     evts = event_counts(r)
     pending = {rid for e, rid in evts if e == "dispatched"}
-    return not (pending - {rid for e, rid in evts if e == "succeeded"})
+    return not (pending - {rid for e, rid in evts if e in ("succeeded", "cancelled")})
 
 
 def assert_every_second(job_id: str, occurrences: list[tuple[int, int]], at_least: int,

@@ -9,9 +9,12 @@ import asyncio
 
 import pytest
 import redis
-from helpers import ManualClock, Rig, hgetall
+from helpers import ManualClock, Rig, hgetall, settings
+from starlette.testclient import TestClient
+from test_api import problem_of
 
 from rsched import App, Client, JobContext, RunState
+from rsched.api.app import create_app
 from rsched.core.errors import ValidationError
 from rsched.core.models import Run
 from rsched.rdb import keys
@@ -135,8 +138,8 @@ def test_allow_jobs_and_one_off_jobs_keep_no_active_run_record(
 @pytest.mark.parametrize(
     ("options", "reason"),
     [
-        ({"cron": "* * * * *", "overlap": "cancelPrevious"}, "must be 'allow', 'skip' or"),
-        ({"cron": "* * * * *", "overlap": "Skip"}, "must be 'allow', 'skip' or"),
+        ({"cron": "* * * * *", "overlap": "cancelprevious"}, "must be 'allow', 'skip', "),
+        ({"cron": "* * * * *", "overlap": "Skip"}, "must be 'allow', 'skip', "),
         ({"overlap": "skip"}, "applies to recurring jobs only"),
     ],
 )
@@ -146,3 +149,24 @@ def test_bad_overlap_values_name_the_overlap_field(
     with pytest.raises(ValidationError) as caught:
         client.schedule("ok", **options)
     assert caught.value.field == "overlap" and caught.value.reason.startswith(reason)
+
+
+def test_patch_changes_a_jobs_schedule_policy_at_its_version_and_names_a_bad_field(
+    redis_url: str
+) -> None:
+    with TestClient(create_app(settings(redis_url), auth=False)) as api:
+        job = api.post("/jobs", json={"type": "ok", "cron": "* * * * *"}).json()
+        res = api.patch(f"/jobs/{job['id']}", json={
+            "overlap": "cancelPrevious", "misfire": "skip", "catchUpWindowSeconds": 5},
+            headers={"If-Match": "1"})
+        assert res.status_code == 200, res.text
+        got = res.json()
+        assert (got["overlap"], got["misfire"], got["catchUpWindowSeconds"], got["version"]) == (
+            "cancelPrevious", "skip", 5, 2)
+        assert api.patch(f"/jobs/{job['id']}", json={"overlap": "skip"},
+                         headers={"If-Match": "1"}).status_code == 412
+        problem_of(api.patch(f"/jobs/{job['id']}", json={"overlap": "never"}), 422, "overlap")
+        problem_of(api.patch(f"/jobs/{job['id']}", json={"catchUpWindowSeconds": -1}), 422,
+                   "catchUpWindowSeconds")
+        once = api.post("/jobs", json={"type": "ok", "runAt": "2030-01-01T00:00:00Z"}).json()
+        problem_of(api.patch(f"/jobs/{once['id']}", json={"overlap": "skip"}), 422, "overlap")

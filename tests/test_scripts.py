@@ -109,6 +109,7 @@ SCRIPT_CODES: dict[str, type[IntEnum]] = {
     "pause": codes.ControlCode, "resume": codes.ControlCode, "cancel": codes.ControlCode,
     "trigger": codes.ControlCode, "replay": codes.ControlCode, "update": codes.ControlCode,
     "delete_dead": codes.DeleteDeadCode, "expire": codes.ExpireCode,
+    "backfill": codes.BackfillCode,
 }
 
 
@@ -124,7 +125,7 @@ def test_every_return_code_a_header_documents_is_mirrored_by_its_intenum(name: s
     negatives = {m for m in members if m < 0}
     if name != "update":
         negatives.discard(int(codes.ControlCode.CHANGED))
-    if name in ("trigger", "replay"):
+    if name in ("trigger", "replay", "backfill"):
         negatives.discard(int(codes.ControlCode.VERSION))
     assert negatives <= documented, name
 
@@ -238,13 +239,16 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         client.replay(bad_run)
         assert client.run(op_delete(client, [bad_run], "test")) == [False]  # replayed: kept
         client.trigger(tick.id)
+        created = client.get(tick.id).created_ms
+        assert len(client.backfill(tick.id, created - 180_000, created).queued) >= 2
         client.update(tick.id, JobPatch(priority=5))
         client.pause(tick.id)
         client.resume(tick.id)
         client.cancel(tick.id)
         clock.ms = max(clock(), client.now_ms() + 1)
         claimed = await claimer.run_once(await leases.run_once())
-        assert claimed.dispatched == 1  # the replay; the trigger's run is abandoned (cancelled)
+        assert claimed.dispatched == 1  # the replay; the trigger's and backfill's runs are
+        # abandoned (cancelled)
         await leases.release_all()
     finally:
         for w in (wa, wb, w2):  # each closes the shared client too: the scenario is done with it

@@ -52,6 +52,7 @@ API_ROUTES: list[tuple[str, str, Endpoint, str | None]] = [
     ("POST", "/jobs/{id}/resume", routes.resume_job, "write"),
     ("POST", "/jobs/{id}/cancel", routes.cancel_job, "write"),
     ("POST", "/jobs/{id}/trigger", routes.trigger_job, "write"),
+    ("POST", "/jobs/{id}/backfill", routes.backfill_job, "write"),
     ("GET", "/jobs/{id}/runs", routes.job_runs, "read"),
     ("GET", "/dead-letters", routes.dead_letters, "read"),
     ("POST", "/dead-letters/purge", routes.purge_dead_letters, "admin"),

@@ -149,6 +149,12 @@ PATHS: dict[str, Any] = {
                     {202: _json("Trigger", "The run was queued.")}, [404, 409],
                     params=[JOB_ID], scope="write"),
     },
+    "/jobs/{id}/backfill": {
+        "post": _op("backfillJob", "jobs", "Run a recurring job's past occurrences in a range, "
+                    "each once", {200: _json("Backfill", "The occurrences and what became of "
+                                                         "each.")},
+                    [404, 409], params=[JOB_ID], body="BackfillRequest", scope="write"),
+    },
     "/jobs/{id}/runs": {
         "get": _op("listRuns", "jobs", "Attempts of a job, newest first",
                    {200: _json("RunPage", "A page of attempts.")}, [404, 422],

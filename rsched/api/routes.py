@@ -33,8 +33,10 @@ from rsched.core.times import to_ms
 from rsched.service import apikeys as auth
 from rsched.service import dead_letters as dlq
 from rsched.service import reads as query
+from rsched.service.backfill import op_backfill
 from rsched.service.inputs import (
     as_object,
+    backfill_from_json,
     patch_from_json,
     reject_unknown,
     spec_from_json,
@@ -42,6 +44,7 @@ from rsched.service.inputs import (
 from rsched.service.last_runs import op_last_runs
 from rsched.service.samples import op_samples
 from rsched.service.shapes import (
+    backfill_json,
     dead_letter_json,
     durations_json,
     failures_json,
@@ -185,6 +188,14 @@ async def trigger_job(request: Request) -> Response:
     job_id = _job_id(request)
     run_id = await _client(request).trigger(job_id)
     return JSON({"jobId": job_id, "runId": run_id}, 202)
+
+
+async def backfill_job(request: Request) -> Response:
+    job_id = _job_id(request)
+    from_ms, to_ms, dry = backfill_from_json(
+        await read_json(request, _limits(request).max_body_bytes))
+    c = _client(request)
+    return JSON(backfill_json(await c.run(op_backfill(c, job_id, from_ms, to_ms, dry))))
 
 
 async def job_runs(request: Request) -> Response:

@@ -93,11 +93,13 @@ SCHEMAS: dict[str, Any] = {
                                        description="Occurrences missed by less than this "
                                                    "all run, once each, in order (default "
                                                    "60)."),
-            "overlap": {"type": ["string", "null"], "enum": ["allow", "skip", "bufferOne", None],
+            "overlap": {"type": ["string", "null"],
+                        "enum": ["allow", "skip", "bufferOne", "cancelPrevious", None],
                         "description": "A recurring job's occurrence while its previous run "
                                        "is still queued, running or waiting for a retry: runs "
                                        "anyway (allow, the default), is recorded as a skipped "
-                                       "run (skip), or waits for it, one at most (bufferOne)."},
+                                       "run (skip), waits for it, one at most (bufferOne), or "
+                                       "asks it to stop and runs once it has (cancelPrevious)."},
             "jitterSeconds": _n("number", minimum=0, maximum=86400),
             "paused": _n("boolean", description="Create the job paused."),
             **LIFE_INPUT,
@@ -107,13 +109,18 @@ SCHEMAS: dict[str, Any] = {
         "type": "object", "additionalProperties": False, "minProperties": 1,
         "description": "Reschedule (runAt, or cron and timeZone, startAt or endAt: the next "
                        "run is computed from now) or change the payload, maxAttempts, "
-                       "priority, maxRuns, pauseAfterFailures or startDeadlineSeconds (null "
-                       "removes a limit).",
+                       "priority, a recurring job's schedule policy (misfire, "
+                       "catchUpWindowSeconds, overlap), maxRuns, pauseAfterFailures or "
+                       "startDeadlineSeconds (null removes a limit).",
         "properties": {
             "runAt": TIME, "cron": {"type": "string"}, "timeZone": {"type": "string"},
             "payload": {}, "maxAttempts": {"type": "integer", "minimum": 1, "maximum": 1000},
             "priority": {"type": "integer", "minimum": -1000, "maximum": 1000},
             **LIFE_INPUT,
+            "misfire": {"type": "string", "enum": ["run_once", "runOnce", "skip"]},
+            "catchUpWindowSeconds": {"type": "number", "minimum": 0, "maximum": 2592000},
+            "overlap": {"type": "string",
+                        "enum": ["allow", "skip", "bufferOne", "cancelPrevious"]},
         },
     },
     "ControlNote": {
@@ -140,7 +147,8 @@ SCHEMAS: dict[str, Any] = {
             "idempotencyKey": _n("string"), "misfire": {"type": "string"},
             "jitterSeconds": {"type": "number"}, "lastRunId": _n("string"),
             "createdAt": TIME, "updatedAt": TIME, "catchUpWindowSeconds": {"type": "number"},
-            "overlap": {"type": "string", "enum": ["allow", "skip", "bufferOne"]},
+            "overlap": {"type": "string",
+                        "enum": ["allow", "skip", "bufferOne", "cancelPrevious"]},
             "version": {"type": "integer", "minimum": 1,
                         "description": "1, plus one per change (PATCH, pause, resume, cancel); "
                                        "send it as If-Match to change only this version."},
@@ -194,8 +202,9 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "runId": {"type": "string"}, "attempt": {"type": "integer"},
             "status": {"type": "string", "description": "succeeded, failed, timed_out, "
-                       "abandoned; dispatched, running or retry_wait while in flight; from the "
-                       "archive also skipped (a missed occurrence, attempt 0) and dead"},
+                       "abandoned, cancelled (stopped by overlap cancelPrevious); dispatched, "
+                       "running or retry_wait while in flight; from the archive also skipped "
+                       "(a missed occurrence, attempt 0) and dead"},
             "worker": _n("string"), "scheduledAt": NTIME, "startedAt": NTIME, "endedAt": NTIME,
             "durationMs": _n("integer"), "error": _n("string"), "result": {},
             # Only when the API reads the run-history archive (RSCHED_ARCHIVE_URL):
@@ -307,6 +316,30 @@ SCHEMAS: dict[str, Any] = {
     "PurgeResult": {
         "type": "object", "required": ["dryRun", "count"],
         "properties": {"dryRun": {"type": "boolean"}, "count": {"type": "integer"}},
+    },
+    "BackfillRequest": {
+        "type": "object", "additionalProperties": False, "required": ["from", "to"],
+        "description": "Run each occurrence of the job's schedule in [from, to) that has no "
+                       "run yet (at most 10,000), with its nominal time, under the job's "
+                       "overlap policy; to may not be in the future.",
+        "properties": {
+            "from": {**TIME, "description": "Start (inclusive)."},
+            "to": {**TIME, "description": "End (exclusive), not after now."},
+            "dryRun": {"type": "boolean", "description": "true: only list the times "
+                                                         "(default false)."},
+        },
+    },
+    "Backfill": {
+        "type": "object", "required": ["jobId", "from", "to", "dryRun", "count", "times"],
+        "description": "The range's occurrences and, unless a dry run, what became of each: "
+                       "queued to run now, alreadyRun (a run of it existed: not run again), "
+                       "skipped or buffered by the overlap policy.",
+        "properties": {
+            "jobId": {"type": "string"}, "from": TIME, "to": TIME, "dryRun": {"type": "boolean"},
+            "count": {"type": "integer"},
+            **{name: {"type": "array", "items": TIME}
+               for name in ("times", "queued", "alreadyRun", "skipped", "buffered")},
+        },
     },
     "Trigger": {
         "type": "object", "required": ["jobId", "runId"],

@@ -31,7 +31,7 @@ _INT64 = 2**63 - 1
 
 # Outcome events of an attempt, strongest first: an attempt that failed and whose run was later
 # abandoned (job cancelled while waiting for its retry) failed.
-OUTCOMES = ("succeeded", "timed_out", "failed", "abandoned")
+OUTCOMES = ("succeeded", "cancelled", "timed_out", "failed", "abandoned")
 FAILURES = ("timed_out", "failed", "abandoned")
 # Events that mark a run, not one of its attempts (and a stale report, which changed nothing).
 RUN_MARKERS = frozenset({"triggered", "replayed", "fenced"})

@@ -120,7 +120,8 @@ def _attempt(evs: list[EventRow], replays: int, attempt: int, archived: bool) ->
         duration_ms=_max(e.duration_ms for e in evs),
         worker=_max(of(["started"], "worker")) or _max(of(OUTCOMES, "worker")),
         fence=_coalesce(_max(of(["started"], "fence")), _max(e.fence for e in carried)),
-        error=_max(of(["timed_out", "failed"], "error")) or _max(of(["abandoned"], "error"))
+        error=_max(of(["timed_out", "failed"], "error"))
+        or _max(of(["abandoned", "cancelled"], "error"))
         or _max(of(["dead_lettered", "skipped"], "error")),
         result=_result(_max(of(["succeeded"], "result"))),
         retry_at_ms=_max(e.retry_at_ms for e in evs), archived=archived,

@@ -14,7 +14,7 @@ from rsched.core.errors import Conflict, ValidationError, VersionMismatch
 from rsched.service import reads as query
 from rsched.service.inputs import spec_from_json
 from rsched.service.last_runs import LAST_RUN_FILTERS, op_last_runs
-from rsched.service.shapes import job_json, last_run_json, runs_json
+from rsched.service.shapes import backfill_json, job_json, last_run_json, runs_json
 from rsched.service.status import op_workers
 
 ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cron": "--cron",
@@ -47,7 +47,8 @@ def jobs() -> None:
 @click.option("--catch-up-window", "catch_up", type=float, default=None,
               help="Seconds: occurrences missed by less than this all run (default 60).")
 @click.option("--overlap", default=None,
-              help="allow, skip or bufferOne: a recurring occurrence while the last one runs.")
+              help="allow, skip, bufferOne or cancelPrevious: a recurring occurrence while "
+                   "the last one runs.")
 @click.option("--start-at", default=None, help="ISO-8601: no occurrence before it (cron).")
 @click.option("--end-at", default=None,
               help="ISO-8601: no occurrence after it; the job then completes (cron).")
@@ -198,6 +199,30 @@ for _name, _doc, _note in (("pause", "Pause a job; a run in progress finishes.",
                            ("cancel", "Cancel a job for good; a run in progress finishes.",
                             False)):
     jobs.add_command(_control(_name, _doc, _note))
+
+
+@jobs.command("backfill")
+@click.argument("job_id")
+@click.option("--from", "start", required=True, help="ISO-8601 start (inclusive).")
+@click.option("--to", "end", required=True, help="ISO-8601 end (exclusive), not after now.")
+@click.option("--dry-run", is_flag=True, help="Only list the occurrences.")
+@JSON_FLAG
+@click.pass_context
+def jobs_backfill(ctx: click.Context, job_id: str, start: str, end: str, dry_run: bool,
+                  as_json: bool) -> None:
+    """Run each occurrence of a recurring job's schedule in [--from, --to) once, with its
+    nominal time; occurrences that have a run already are not run again."""
+    c = client_of(ctx)
+    with naming_flags({"from": "--from", "to": "--to"}):
+        res = backfill_json(c.backfill(job_id, start, end, dry_run=dry_run))
+    show(res, as_json, _render_backfill)
+
+
+def _render_backfill(b: dict[str, Any]) -> str:
+    if b["dryRun"]:
+        return "\n".join([*b["times"], f"{b['count']} occurrence(s) in [{b['from']}, {b['to']})"])
+    counts = ", ".join(f"{len(b[k])} {k}" for k in ("queued", "alreadyRun", "skipped", "buffered"))
+    return f"{b['count']} occurrence(s) in [{b['from']}, {b['to']}): {counts}"
 
 
 @jobs.command("trigger")

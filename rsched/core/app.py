@@ -22,6 +22,9 @@ class JobContext:
     scheduled_ms: int
     payload: Any
     worker_id: str
+    cancelled: bool = False
+    """True once the run was asked to stop (overlap cancelPrevious: a later occurrence replaces
+    it).  A sync handler should check it and return; an async one is cancelled instead."""
 
     @property
     def scheduled_at(self) -> datetime:

@@ -39,6 +39,7 @@ class HeartbeatCode(IntEnum):
     """heartbeat.lua, per run."""
 
     OURS = 1
+    STOP = 2  # ours, and asked to stop (overlap cancelPrevious): the worker cancels it
     GONE = 0  # finished or gone
     FENCED = -1  # live under another worker or fence, or delivered to another consumer
 
@@ -49,6 +50,7 @@ class CompleteCode(IntEnum):
     SUCCEEDED = 1
     RETRY = 2
     DEAD = 3
+    CANCELLED = 4  # recorded as cancelled (asked to stop by overlap cancelPrevious)
     DUPLICATE = 0  # a repeated report of an outcome already recorded
     FENCED = -1
 
@@ -62,6 +64,23 @@ class ControlCode(IntEnum):
     REFUSED = -2  # not allowed in the current status (the status says why)
     CHANGED = -3  # update.lua only: changed since it was read
     VERSION = -4  # pause, resume, cancel, update: the job's version is not the If-Match one
+
+
+class BackfillCode(IntEnum):
+    """backfill.lua: the call's code."""
+
+    DONE = 1  # each occurrence's BackfillRun follows
+    NOT_FOUND = -1
+    REFUSED = -2  # the job is cancelled
+
+
+class BackfillRun(IntEnum):
+    """backfill.lua, per occurrence."""
+
+    QUEUED = 1  # due now through the retry set
+    EXISTS = 0  # a run of it exists: it ran (or is running, waiting, dead) already
+    SKIPPED = 2  # recorded as a skipped run by the overlap policy
+    BUFFERED = 3  # overlap bufferOne: starts when the job's active run ends
 
 
 class DeleteDeadCode(IntEnum):

@@ -15,6 +15,8 @@ WAIT_TIMEOUT_MS = 1000
 
 # Scheduling (service.scheduling).
 SCHEDULE_CHUNK = 250  # jobs per schedule script call: bounded argument lists, short Redis pauses
+BACKFILL_MAX = 10_000  # occurrences one backfill call may run (POST /jobs/{id}/backfill)
+BACKFILL_CHUNK = 500  # occurrences per backfill script call, all sent in one round trip
 
 # Reads (clients, service, API, CLI).
 PAGE_LIMIT = 50  # items per page when the caller names no limit

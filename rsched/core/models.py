@@ -41,6 +41,7 @@ class RunState(str, enum.Enum):
     DELETED = "deleted"  # a one-off job's own run, deleted from the dead letters
     SKIPPED = "skipped"  # not run: the overlap policy (its error says why)
     BUFFERED = "buffered"  # overlap=bufferOne: waits for the job's active run to end
+    CANCELLED = "cancelled"  # overlap=cancelPrevious stopped it for a later occurrence
 
 
 class Overlap(str, enum.Enum):
@@ -50,6 +51,7 @@ class Overlap(str, enum.Enum):
     ALLOW = "allow"  # runs may overlap
     SKIP = "skip"  # the occurrence is recorded as a skipped run
     BUFFER_ONE = "bufferOne"  # one occurrence waits and starts when the active run ends
+    CANCEL_PREVIOUS = "cancelPrevious"  # the active run is asked to stop; one waits for that
 
 
 class Misfire(str, enum.Enum):

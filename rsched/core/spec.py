@@ -231,7 +231,8 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     o = spec.overlap
     overlap, overlap_text = _OVERLAPS.get(o, _NO_MISFIRE) if isinstance(o, str) else _NO_MISFIRE
     if overlap is None:
-        raise ValidationError("overlap", "must be 'allow', 'skip' or 'bufferOne'")
+        raise ValidationError("overlap",
+                              "must be 'allow', 'skip', 'bufferOne' or 'cancelPrevious'")
     if overlap is not Overlap.ALLOW and cron is None:
         raise ValidationError("overlap", "applies to recurring jobs only (give cron)")
     life = NO_LIFE

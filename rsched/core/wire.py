@@ -53,8 +53,8 @@ class ClaimItem(NamedTuple):
     expected: int | str  # a job's next_ms, the compare-and-set ('0' / 0 for a retry)
     next_ms: int  # the following occurrence ('0' / 0 = none)
     next_score: float | int  # its due score
-    fire: int | str  # 1 = run, 0 = run nothing, s / b = run under overlap skip / bufferOne;
-    # then optionally ' <gap>' (models.gap_text): record it
+    fire: int | str  # 1 = run, 0 = run nothing, s / b / c = run under overlap skip / bufferOne /
+    # cancelPrevious; then optionally ' <gap>' (models.gap_text): record it
 
 
 CLAIM_JOB = "j"  # an occurrence the dispatcher read, with its next time computed

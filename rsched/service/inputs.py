@@ -21,7 +21,8 @@ JOB_FIELDS = ("type", "payload", "runAt", "cron", "timeZone", "queue", "maxAttem
               "jitterSeconds", "paused", "catchUpWindowSeconds", "overlap", "startAt", "endAt",
               "maxRuns", "pauseAfterFailures", "startDeadlineSeconds")
 LIFE_FIELDS = ("startAt", "endAt", "maxRuns", "pauseAfterFailures", "startDeadlineSeconds")
-PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority", *LIFE_FIELDS)
+PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority", "misfire",
+                "catchUpWindowSeconds", "overlap", *LIFE_FIELDS)
 BACKOFF_FIELDS = ("baseSeconds", "capSeconds")
 
 
@@ -159,6 +160,35 @@ def spec_from_json(value: Any, where: str = "body") -> JobSpec:
     return JobSpec(**kw)
 
 
+BACKFILL_FIELDS = ("from", "to", "dryRun")
+
+
+def backfill_range(start: Any, end: Any) -> tuple[int, int]:
+    """A backfill's [from, to) in ms: epoch ms, aware datetimes or ISO-8601 (1970-9999)."""
+    out = []
+    for v, name in ((start, "from"), (end, "to")):
+        if v is None:
+            raise ValidationError(name, "required: an ISO-8601 time")
+        ms = _iso_ms(v, name) if isinstance(v, str) else to_ms(v, name)
+        if not 0 <= ms <= MAX_TIME_MS:
+            raise ValidationError(name, "must be between 1970 and 9999 (UTC)")
+        out.append(ms)
+    return out[0], out[1]
+
+
+def backfill_from_json(value: Any) -> tuple[int, int, bool]:
+    """POST /jobs/{id}/backfill body -> (from ms, to ms, dry run)."""
+    d = as_object(value, "body")
+    reject_unknown(d, BACKFILL_FIELDS)
+    for name in ("from", "to"):
+        if name not in d:
+            raise ValidationError(name, "required: an ISO-8601 time")
+        _string(d[name], name)
+    start, end = backfill_range(d.get("from"), d.get("to"))
+    dry = d.get("dryRun", False)
+    return start, end, _flag(dry, "dryRun")
+
+
 def patch_from_json(value: Any) -> JobPatch:
     """PATCH /jobs/{id} body -> JobPatch; only ``payload`` and the lifecycle limits (null:
     none) may be null."""
@@ -183,6 +213,11 @@ def patch_from_json(value: Any) -> JobPatch:
         if name in d:
             attr, conv = _JOB_INPUT[name]
             kw[attr] = None if d[name] is None else conv(d[name], name)
+    for name, attr in (("misfire", "misfire"), ("overlap", "overlap")):
+        if name in d:
+            kw[attr] = _string(d[name], name)
+    if "catchUpWindowSeconds" in d:
+        kw["catch_up_window_ms"] = _seconds_ms(d["catchUpWindowSeconds"], "catchUpWindowSeconds")
     patch = JobPatch(**kw)
     if patch.run_at is not UNSET and patch.cron is not UNSET:
         raise ValidationError("runAt", "give either runAt or cron, not both")

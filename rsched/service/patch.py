@@ -33,6 +33,9 @@ class JobPatch:
     payload: Any = UNSET
     max_attempts: Any = UNSET
     priority: Any = UNSET
+    misfire: Any = UNSET
+    catch_up_window_ms: Any = UNSET
+    overlap: Any = UNSET
     # Lifecycle limits (core.lifecycle); None removes one.
     start_at: Any = UNSET
     end_at: Any = UNSET
@@ -67,10 +70,15 @@ class JobPatch:
             backoff_cap_ms=job.backoff_cap_ms, timeout_ms=job.timeout_ms,
             max_attempts=job.max_attempts if self.max_attempts is UNSET else self.max_attempts,
             priority=job.priority if self.priority is UNSET else self.priority,
-            idempotency_key=job.idempotency_key, misfire=job.misfire.value,
+            idempotency_key=job.idempotency_key,
+            misfire=job.misfire.value if self.misfire is UNSET else self.misfire,
             jitter_ms=job.jitter_ms, paused=job.status is JobStatus.PAUSED,
-            catch_up_window_ms=job.catch_up_window_ms,
-            overlap=job.overlap.value if cron else "allow",  # a one-off job has no overlap
+            catch_up_window_ms=(job.catch_up_window_ms if self.catch_up_window_ms is UNSET
+                                else self.catch_up_window_ms),
+            # a one-off job has no overlap: a stored one falls back to allow, a given one is
+            # refused by validation
+            overlap=(self.overlap if self.overlap is not UNSET
+                     else job.overlap.value if cron else "allow"),
             start_at=_kept(self.start_at, life.start_at_ms),
             end_at=_kept(self.end_at, life.end_at_ms), max_runs=max_runs,
             pause_after_failures=_kept(self.pause_after_failures, life.pause_after),

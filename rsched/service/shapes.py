@@ -16,6 +16,7 @@ from rsched.core.models import Attempt, Job, JobStatus, Misfire, Overlap, Run
 from rsched.core.times import ms_to_iso, ms_to_iso_fast
 from rsched.core.views import DispatcherStatus, PartitionStatus, Status, WorkerStatus
 from rsched.service.apikeys import ApiKey
+from rsched.service.backfill import Backfill
 from rsched.service.last_runs import LastRun
 from rsched.service.reads import DeadLetter, Finding, Page
 
@@ -141,6 +142,18 @@ def run_json(r: Run) -> dict[str, Any]:
         "durationMs": r.duration_ms, "error": r.error, "result": r.result,
         "jobVersion": r.job_version,
     }
+
+
+def backfill_json(b: Backfill) -> dict[str, Any]:
+    """A backfill's answer: the range's times and, unless a dry run, what became of each."""
+    out: dict[str, Any] = {"jobId": b.job_id, "from": ms_to_iso(b.from_ms),
+                           "to": ms_to_iso(b.to_ms), "dryRun": b.dry_run, "count": len(b.times),
+                           "times": [ms_to_iso_fast(t) for t in b.times]}
+    if not b.dry_run:
+        for name, ts in (("queued", b.queued), ("alreadyRun", b.existing),
+                         ("skipped", b.skipped), ("buffered", b.buffered)):
+            out[name] = [ms_to_iso_fast(t) for t in ts]
+    return out
 
 
 def dead_letter_json(d: DeadLetter) -> dict[str, Any]:

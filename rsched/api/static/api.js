@@ -18,8 +18,8 @@ export function setKey(key) {
   if (key) localStorage.setItem(KEY, key); else localStorage.removeItem(KEY);
 }
 
-async function request(method, path, body, accept = "application/json") {
-  const headers = { Accept: accept };
+async function request(method, path, body, accept = "application/json", extra = {}) {
+  const headers = { Accept: accept, ...extra };
   const key = getKey();
   if (key) headers.Authorization = `Bearer ${key}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
@@ -41,6 +41,9 @@ async function request(method, path, body, accept = "application/json") {
 export const get = (path) => request("GET", path);
 export const post = (path, body) => request("POST", path, body);
 export const del = (path) => request("DELETE", path);
+// A change of a job at the version the page showed: 412 when it changed meanwhile.
+export const patch = (path, body, version) =>
+  request("PATCH", path, body, "application/json", { "If-Match": String(version) });
 export const metricsText = () => request("GET", "/metrics", undefined, "text/plain");
 
 export function query(params) {

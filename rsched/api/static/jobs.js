@@ -2,6 +2,7 @@
 
 import { ApiError, get, post, query } from "./api.js";
 import { badge, clear, duration, el, relative, table, time, toast } from "./dom.js";
+import { backfillForm, policyForm, policyRows } from "./policy.js";
 
 const STATUSES = ["scheduled", "paused", "completed", "dead", "cancelled"];
 const REFRESH_MS = 3000;
@@ -152,8 +153,17 @@ export function jobPage(main, id, session) {
   const head = el("div", { class: "jobhead" });
   const body = el("div", { class: "two" });
   const runsBox = el("section", { class: "panel" }, el("h3", {}, "Runs"));
-  clear(main).append(el("p", {}, el("a", { href: "#/jobs" }, "← Jobs")), head, body, runsBox);
-  let stopped = false, busy = false, confirmCancel = false, disarm = null;
+  // The policy editor and Backfill: rebuilt only when the job's version changes (see policy.js).
+  const tools = el("div", { class: "tools" });
+  clear(main).append(el("p", {}, el("a", { href: "#/jobs" }, "← Jobs")), head, body, tools, runsBox);
+  let stopped = false, busy = false, confirmCancel = false, disarm = null, toolsAt = null, bf = null;
+
+  function showTools(job) {
+    if (!job.cron || !session.can("write") || toolsAt === job.version) return;
+    toolsAt = job.version;
+    bf = bf || backfillForm(job);  // built once: its range and result stay
+    clear(tools).append(policyForm(job, () => refresh()), bf);
+  }
 
   async function replay(runId) {
     try {
@@ -230,7 +240,8 @@ export function jobPage(main, id, session) {
           el("dt", {}, "Next run"), el("dd", { "data-test": "next-run" }, job.nextRunAt ? [time(job.nextRunAt), ` (${relative(job.nextRunAt)})`] : "—"),
           el("dt", {}, "Attempts"), el("dd", {}, `up to ${job.maxAttempts}, backoff ${job.backoff.baseSeconds} s → ${job.backoff.capSeconds} s`),
           el("dt", {}, "Timeout"), el("dd", {}, `${job.timeoutSeconds} s`),
-          el("dt", {}, "Misfire"), el("dd", {}, job.misfire),
+          el("dt", {}, "Misfire"), el("dd", { "data-test": "misfire" }, job.misfire),
+          policyRows(job),
           el("dt", {}, "Priority"), el("dd", {}, job.priority),
           job.idempotencyKey ? [el("dt", {}, "Idempotency key"), el("dd", { class: "mono" }, job.idempotencyKey)] : null,
           el("dt", {}, "Created"), el("dd", {}, time(job.createdAt))),
@@ -239,6 +250,7 @@ export function jobPage(main, id, session) {
             el("span", { class: "muted small" }, `  ${t.utc}`))))] : null),
       el("section", { class: "panel" }, el("h3", {}, "Payload"),
         el("pre", { class: "payload" }, JSON.stringify(job.payload, null, 2))));
+    showTools(job);
     clear(runsBox).append(el("h3", {}, "Runs"));
     if (runs.status === "fulfilled") {
       runsBox.append(strip(runs.value.runs), timeline(runs.value.runs, session.can("admin") ? replay : null));

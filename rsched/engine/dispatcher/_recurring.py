@@ -27,7 +27,7 @@ CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra cla
 
 # The claim item's fire value for an occurrence that runs, by the job's stored overlap policy
 # ('' = allow): lua/claim.lua decides skip and bufferOne against the job's active run.
-_FIRE: dict[str, int | str] = {"skip": "s", "bufferOne": "b"}
+_FIRE: dict[str, int | str] = {"skip": "s", "bufferOne": "b", "cancelPrevious": "c"}
 
 Due = dict[int, list[tuple[str, float]]]  # per partition: due job ids with their scores
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from rsched.core.app import JobContext
 from rsched.core.wire import ENTRY_OWN, ENTRY_RUN, ENTRY_TYPE
 from rsched.rdb import keys
 
@@ -48,6 +49,8 @@ class Inflight:
     deadline: float = float("inf")  # loop time its handler times out
     task: asyncio.Task[Any] | None = None  # the handler's task, cancelled on timeout
     timed_out: bool = False
+    stop: bool = False  # asked to stop (overlap cancelPrevious): its outcome is 'cancelled'
+    ctx: JobContext | None = None  # the handler's context, once its handler runs
     finished: bool = False  # its handler returned; the report records the start if need be
     run_key: str = ""  # where the run's fields live (the job hash for a one-off job's own run)
     job_key: str = ""
@@ -68,12 +71,26 @@ def inflight(p: int, stream: str, queue: str, eid: str, f: dict[bytes, bytes], a
                     sched_ms=int(sched), type=f[ENTRY_TYPE].decode(), queue=queue)
 
 
+def request_stop(fl: Inflight) -> bool:
+    """Ask a run to stop (overlap cancelPrevious, told by its heartbeat): a sync handler sees
+    ``ctx.cancelled``, an async one is cancelled; one not started yet never starts.  False when
+    it was asked already or has finished."""
+    if fl.stop or fl.finished:
+        return False
+    fl.stop = True
+    if fl.ctx is not None:
+        fl.ctx.cancelled = True
+        if fl.task is not None and not fl.task.done():
+            fl.task.cancel()
+    return True
+
+
 @dataclass(slots=True)
 class Outcome:
     """A finished attempt waiting for its report."""
 
     fl: Inflight
-    status: str  # succeeded | failed | timed_out
+    status: str  # succeeded | failed | timed_out | cancelled
     duration_ms: int
     text: str
     delay_ms: int

@@ -3,6 +3,7 @@ and its registry entry), pruning consumers of killed workers, and leaving."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -18,10 +19,12 @@ from rsched.core.codes import HeartbeatCode
 from rsched.core.settings import Settings
 from rsched.engine.worker._link import Link
 from rsched.engine.worker._link import as_str as _s
-from rsched.engine.worker.inflight import STARTED, Inflight, Runs
+from rsched.engine.worker.inflight import STARTED, Inflight, Runs, request_stop
 from rsched.engine.worker.reporter import Reporter
 from rsched.obs.metrics import RunMetrics
 from rsched.rdb import keys, scripts
+
+log = logging.getLogger("rsched.worker")
 
 
 @dataclass(slots=True)
@@ -73,7 +76,12 @@ class Membership:
             for fl, code in zip(items, res, strict=False):
                 if int(code) == HeartbeatCode.FENCED and fl.phase is STARTED:
                     self.reporter.refused(fl, "heartbeat")
-                if int(code) != HeartbeatCode.OURS and fl.run_id in self.runs:
+                if int(code) == HeartbeatCode.STOP:
+                    if request_stop(fl):
+                        log.info("run %s asked to stop: overlap cancelPrevious, a later "
+                                 "occurrence replaces it", fl.run_id,
+                                 extra={"job_id": fl.job_id, "run_id": fl.run_id})
+                elif int(code) != HeartbeatCode.OURS and fl.run_id in self.runs:
                     lost += 1
         await self._register()
         return lost

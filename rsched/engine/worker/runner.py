@@ -24,6 +24,7 @@ from rsched.obs.metrics import RunMetrics
 log = logging.getLogger("rsched.worker")
 
 MAX_RESULT_BYTES = 16 * 1024
+STOPPED = "cancelled: overlap cancelPrevious, a later occurrence replaces it"  # as in the Lua
 SPEC_CACHE = 4096  # distinct packed specs kept unpacked...
 SPEC_CACHE_BYTES = 512  # ...of at most this size (a spec holds the payload: keep memory small)
 
@@ -139,6 +140,9 @@ class Runner:
                     )
                 ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, fl.sched_ms,
                                  unpack_payload(sp.get("payload")), self.worker_id)
+                fl.ctx = ctx
+                if fl.stop:  # asked to stop before its handler started: it never starts
+                    raise asyncio.CancelledError
                 if reg.is_async:
                     result = await reg.fn(ctx)
                 else:
@@ -147,7 +151,7 @@ class Runner:
             except asyncio.CancelledError:
                 if fl.timed_out:
                     status, text = "timed_out", f"timed out after {timeout_s:g} s"
-                else:
+                elif not fl.stop:
                     self.runs.by_id.pop(fl.run_id, None)
                     self.slot.set()
                     raise  # shutdown past the grace period: no report, the run will be reclaimed
@@ -156,6 +160,8 @@ class Runner:
             finally:
                 self._sem.release()
                 fl.deadline = float("inf")
+            if fl.stop and status != "timed_out":  # whatever the handler did once asked
+                status, text = "cancelled", STOPPED
             duration = int((time.perf_counter() - t0) * 1000)
             delay = 0
             if status != "succeeded":
@@ -202,11 +208,13 @@ class Runner:
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
-            if not fl.timed_out:
+            if not (fl.timed_out or fl.stop):
                 raise  # shutdown: the run is left to be reclaimed once this process is gone
-            log.warning("run %s attempt %d timed out; its sync handler still runs in its "
-                        "thread, and the retry waits until it returns", fl.run_id, fl.attempt,
-                        extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
+            if fl.timed_out:
+                log.warning("run %s attempt %d timed out; its sync handler still runs in its "
+                            "thread, and the retry waits until it returns", fl.run_id,
+                            fl.attempt, extra={"job_id": fl.job_id, "run_id": fl.run_id,
+                                               "attempt": fl.attempt})
             try:
                 await asyncio.wait([fut])
             except asyncio.CancelledError:

@@ -1,0 +1,140 @@
+"""Backfill: run a recurring job's occurrences in a past time range, each once, with its nominal
+time, under the job's overlap policy (lua/backfill.lua decides each one in Redis).
+
+A run id is ``<job id>@<nominal ms>``, so an occurrence has one run hash whoever runs it: the
+dispatcher, a trigger or a backfill.  The script leaves an occurrence alone when that hash exists,
+and claim.lua does not dispatch an occurrence a backfill ran.  Run hashes of finished runs expire
+(``run_ttl_ms``), so a range in which the dispatcher may have run occurrences whose records are
+gone is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsched.core import defaults
+from rsched.core.codes import BackfillCode, BackfillRun
+from rsched.core.cron import parse_cron
+from rsched.core.errors import Conflict, NotFound, ValidationError
+from rsched.core.ids import run_id as make_run_id
+from rsched.core.models import Overlap, partition_of
+from rsched.core.times import ms_to_iso
+from rsched.rdb import keys, scripts
+from rsched.rdb.ops import Op, Scripts
+from rsched.service.context import Service, op_wake
+from rsched.service.jobs import op_get
+
+# The overlap policy as backfill.lua takes it.
+_POLICY = {Overlap.ALLOW: "", Overlap.SKIP: "s", Overlap.BUFFER_ONE: "b",
+           Overlap.CANCEL_PREVIOUS: "c"}
+
+
+@dataclass(slots=True)
+class Backfill:
+    """What a backfill found: every occurrence in the range, and (unless a dry run) what became
+    of each, by nominal ms."""
+
+    job_id: str
+    from_ms: int
+    to_ms: int
+    dry_run: bool
+    times: list[int]
+    queued: list[int] = field(default_factory=list)
+    existing: list[int] = field(default_factory=list)  # a run of it existed: not run again
+    skipped: list[int] = field(default_factory=list)  # by the overlap policy
+    buffered: list[int] = field(default_factory=list)
+
+
+def occurrences(cron: str, tz: str, from_ms: int, to_ms: int,
+                limit: int = defaults.BACKFILL_MAX) -> list[int]:
+    """The schedule's nominal times in [from_ms, to_ms); ValidationError naming ``to`` when
+    there are more than ``limit``."""
+    sched = parse_cron(cron, tz)
+    out: list[int] = []
+    t = sched.next_after(from_ms - 1)
+    while t < to_ms:
+        if len(out) == limit:
+            raise ValidationError("to", f"the range holds more than {limit:,} occurrences; "
+                                        "backfill it in parts")
+        out.append(t)
+        t = sched.next_after(t)
+    return out
+
+
+def check_range(from_ms: int, to_ms: int, now_ms: int) -> None:
+    if from_ms >= to_ms:
+        raise ValidationError("from", "must be before the end of the range")
+    if to_ms > now_ms:
+        raise ValidationError("to", f"must not be in the future (now is {ms_to_iso(now_ms)}): "
+                                    "the dispatcher runs later occurrences")
+
+
+def _check_records(svc: Service, created_ms: int, times: list[int], now_ms: int) -> None:
+    """Refuse occurrences the dispatcher may have run whose run hashes may have expired: after
+    the job's creation and more than run_ttl_ms ago (a finished run's hash lives that long
+    after it ends)."""
+    ttl = svc.settings.run_ttl_ms
+    if ttl <= 0:
+        return
+    horizon = now_ms - ttl
+    unsure = [t for t in times if created_ms < t < horizon]
+    if unsure:
+        raise ValidationError(
+            "from", f"occurrences from {ms_to_iso(unsure[0])} to {ms_to_iso(unsure[-1])} fall "
+            f"after the job's creation and before {ms_to_iso(horizon)}: the dispatcher may have "
+            "run them and their run records are kept only RSCHED_RUN_TTL_MS, so a backfill "
+            "could run them twice; give a later from")
+
+
+def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
+                dry_run: bool = False) -> Op[Backfill]:
+    """Run each occurrence of the job's schedule in [from_ms, to_ms) that has no run yet, in
+    one round trip of chunked script calls; with ``dry_run``, only list the times."""
+    now = yield from svc.op_now()
+    check_range(from_ms, to_ms, now)
+    job = yield from op_get(job_id)
+    if not job.cron:
+        raise ValidationError("id", f"job {job_id} is a one-off job; only a recurring job "
+                                    "(cron) can be backfilled")
+    # The job's own window (startAt, endAt inclusive) bounds its schedule, backfills included.
+    life = job.life
+    lo = max(from_ms, life.start_at_ms)
+    hi = min(to_ms, life.end_at_ms + 1) if life.end_at_ms else to_ms
+    times = occurrences(job.cron, job.tz, lo, hi) if lo < hi else []
+    out = Backfill(job_id, from_ms, to_ms, dry_run, times)
+    if dry_run:
+        return out
+    _check_records(svc, job.created_ms, times, now)
+    results = yield Scripts(_calls(svc, job_id, _POLICY[job.overlap], times), durable=True)
+    by_code = {BackfillRun.QUEUED: out.queued, BackfillRun.EXISTS: out.existing,
+               BackfillRun.SKIPPED: out.skipped, BackfillRun.BUFFERED: out.buffered}
+    chunks = (times[c : c + defaults.BACKFILL_CHUNK]
+              for c in range(0, len(times), defaults.BACKFILL_CHUNK))
+    for chunk, res in zip(chunks, results, strict=True):
+        if isinstance(res, Exception):
+            raise res
+        code, status = int(res[0]), res[1]
+        if code == BackfillCode.NOT_FOUND:
+            raise NotFound("job", job_id)
+        if code == BackfillCode.REFUSED:
+            raise Conflict("status", f"cannot backfill a job that is {status.decode()}")
+        for t, c in zip(chunk, res[2:], strict=True):
+            by_code[BackfillRun(int(c))].append(t)
+    if out.queued:
+        yield from op_wake([partition_of(job_id)])
+    return out
+
+
+def _calls(svc: Service, job_id: str, policy: str,
+           times: list[int]) -> Iterator[scripts.Call]:
+    """One backfill.lua call per BACKFILL_CHUNK occurrences (bounded arguments, short pauses
+    of Redis), all sent in one pipeline."""
+    p = partition_of(job_id)
+    head = [keys.job(p, job_id), keys.retry(p), keys.events(p)]
+    for c in range(0, len(times), defaults.BACKFILL_CHUNK):
+        chunk = times[c : c + defaults.BACKFILL_CHUNK]
+        args: list[Any] = [job_id, 0, svc.settings.events_maxlen, svc.settings.run_ttl_ms,
+                           policy, len(chunk), *chunk]
+        yield ("backfill", head + [keys.run(p, make_run_id(job_id, t)) for t in chunk], args)
