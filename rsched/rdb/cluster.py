@@ -421,3 +421,26 @@ def with_raw_replies(r: Any, command: str) -> Any:
         return c
 
     return r.derived(raw) if is_cluster(r) else raw(r)
+
+
+def clock_routes(r: Any, names: Sequence[str]) -> tuple[list[str | None], list[int]]:
+    """Where to send TIME so that each of ``names`` is judged by its own node's clock: the keys
+    to route one TIME each by (``route_by``; [None], one plain TIME, on one Redis) and, per
+    name, the index of its TIME.  On a cluster: one TIME per master by the current slot map
+    (one per name while the map is unknown or a slot is uncovered)."""
+    if not is_cluster(r):
+        return [None], [0] * len(names)
+    owner = r.slots.owner
+    routes: list[str | None] = []
+    first: dict[Any, int] = {}
+    index: list[int] = []
+    for name in names:
+        node = owner[key_slot(name.encode())] if r.slots.masters else None
+        i = first.get(node) if node is not None else None
+        if i is None:
+            i = len(routes)
+            routes.append(name)
+            if node is not None:
+                first[node] = i
+        index.append(i)
+    return routes, index

@@ -28,6 +28,8 @@ _KEY_AFTER_SUBCOMMAND = frozenset({"XINFO", "XGROUP", "OBJECT", "MEMORY"})
 REROUTE = (AskError, ClusterDownError, TryAgainError, RedisConnectionError, RedisTimeoutError,
             ConnectionError, OSError)
 TARGET_NODE = "target_node"  # command option: see SlotMap.node_for
+ROUTE_BY = "route_by"  # command option: a key whose master a keyless command goes to
+_ROUTING = (TARGET_NODE, ROUTE_BY)
 
 
 def _text(v: Any) -> str:
@@ -81,11 +83,16 @@ class SlotMap:
     def node_for(self, args: Sequence[Any], options: dict[str, Any] | None = None,
                  avoid: Collection[Address] = ()) -> Address:
         """The master for a command; option ``target_node`` (an index into `masters`, in slot
-        order) sends a keyless command such as SCAN to one master.  Other keyless commands
-        (TIME, PUBLISH) go to the first master not in ``avoid`` (recently unreachable)."""
-        if options and TARGET_NODE in options:
-            return self.masters[int(options[TARGET_NODE])]
-        key = key_of(args)
+        order) sends a keyless command such as SCAN to one master, option ``route_by`` (a key)
+        sends one such as TIME to that key's master.  Other keyless commands (TIME, PUBLISH)
+        go to the first master not in ``avoid`` (recently unreachable)."""
+        key = None
+        if options:
+            if TARGET_NODE in options:
+                return self.masters[int(options[TARGET_NODE])]
+            key = options.get(ROUTE_BY)
+        if key is None:
+            key = key_of(args)
         if key is None:
             return next((m for m in self.masters if m not in avoid), self.masters[0])
         addr = self.owner[key_slot(key if isinstance(key, bytes) else str(key).encode())]
@@ -122,8 +129,9 @@ def groups(slots: SlotMap, cmds: Sequence[Cmd], todo: Sequence[int], results: li
 
 
 def sendable(options: dict[str, Any]) -> dict[str, Any]:
-    if TARGET_NODE in options:
-        return {k: v for k, v in options.items() if k != TARGET_NODE}
+    """The options without the routing ones, which are not for redis-py."""
+    if TARGET_NODE in options or ROUTE_BY in options:
+        return {k: v for k, v in options.items() if k not in _ROUTING}
     return options
 
 
