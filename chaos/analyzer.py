@@ -5,6 +5,9 @@ Definitions (README "Fault checker" says the same):
 * lost: an acknowledged one-off job that never ran to success and is not dead-lettered.  Lost
   inside the AOF window: a lost job that Redis no longer knows, acknowledged after the
   simulated last fsync of a machine loss and before Redis was started again (`in_window`).
+  On a cluster (`vanished_is_lost`) an acknowledged job that Redis no longer knows is lost even
+  when it ran (a failover rolled back a write it had acknowledged), and no window excuses it:
+  every acknowledged write waited for a replica.
 * duplicate: an execution of a run after an earlier one that did not fail (a failed attempt is
   followed by its retry, by design).  Explained when a fault (chaos.faults) disturbed the earlier
   execution's process, or Redis, between its start and its end (or the later start) + 1.5 s,
@@ -73,7 +76,8 @@ def _sched(run_id: str) -> int:
 class Analyzer:
     def __init__(self, *, acks: list[Ack], executions: dict[str, list[Execution]],
                  history: History, faults: Faults, client: Client, crons: list[dict[str, Any]],
-                 visibility_ms: int, heartbeat_ms: int, agreement_sample: int | None) -> None:
+                 visibility_ms: int, heartbeat_ms: int, agreement_sample: int | None,
+                 vanished_is_lost: bool = False) -> None:
         self.acks = acks
         self.x = executions
         self.h = history
@@ -83,6 +87,7 @@ class Analyzer:
         self.visibility_ms = visibility_ms
         self.heartbeat_ms = heartbeat_ms
         self.sample = agreement_sample
+        self.vanished_is_lost = vanished_is_lost
 
     def ok_run(self, rid: str) -> bool:
         return any(x.ok for x in self.x.get(rid, ()))
@@ -90,16 +95,19 @@ class Analyzer:
     # --- lost ----------------------------------------------------------------------------
 
     def lost(self) -> dict[str, Any]:
-        missing = [a for a in self.acks if not self.ok_run(a.run_id)]
+        missing = [a for a in self.acks if self.vanished_is_lost or not self.ok_run(a.run_id)]
         runs = self.client.run(self.client.op_read_runs([a.run_id for a in missing]))
         lost, windowed, dead = [], [], 0
         for a, run in zip(missing, runs, strict=True):
             if run is not None and run.state.value == "dead":
                 dead += 1
                 continue
+            if run is not None and self.ok_run(a.run_id):
+                continue  # ran, and Redis still has it (vanished_is_lost reads every ack)
             loss = next((f for f in self.faults.log if in_window(f, a.ack_ms)), None)
             row = {"job": a.job_id, "type": a.type, "ack_ms": a.ack_ms,
-                   "in_redis": run is not None, "state": run.state.value if run else None}
+                   "in_redis": run is not None, "state": run.state.value if run else None,
+                   "ran": self.ok_run(a.run_id)}
             if loss is not None and run is None:
                 windowed.append({**row, "fault": loss["op"],
                                  "before_kill_ms": loss["t0"] - a.ack_ms})
