@@ -372,3 +372,59 @@ def test_the_claimer_judges_each_partition_by_its_own_masters_time(
             route = routes[i]
             assert route is not None
             assert rc.slots.node_for(("ZCARD", route)) == rc.slots.node_for(("ZCARD", name))
+
+
+def test_a_pipeline_follows_ask_during_a_real_slot_migration(url: str, cluster: RedisCluster
+                                                             ) -> None:
+    """Mid-migration (source MIGRATING, target IMPORTING, one key already MIGRATEd) the source
+    answers ASK for keys it no longer has: each such command goes, once, with ASKING to the
+    target; the slot map is not changed, and commands on other slots are unaffected."""
+    moved, stays, new = "{ask}moved", "{ask}stays", "{ask}new"
+    slot = key_slot(moved.encode())
+    source = cluster.master_of_slot(slot)
+    target = next(n for n in cluster.masters() if n is not source)
+    src_id, dst_id = (command(n.port, "CLUSTER", "MYID") for n in (source, target))
+    other = next(f"other{i}" for i in range(100)
+                 if cluster.master_of_slot(key_slot(f"other{i}".encode())) is not source)
+    with redis.Redis(port=source.port) as r:
+        r.mset({moved: "m", stays: "s"})
+    command(target.port, "CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    command(source.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    try:
+        command(source.port, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", moved)
+        for make in (connect, connect_async):
+            rc = make(url)
+            pipe: Any = rc.pipeline()
+            pipe.get(moved)
+            pipe.get(stays)
+            pipe.set(new, "n")
+            pipe.set(other, "o")
+            pipe.get(new)
+            if make is connect:
+                res, one = pipe.execute(), rc.get(moved)
+                rc.close()
+            else:
+                async def go(rc: Any = rc, pipe: Any = pipe) -> tuple[list[Any], Any]:
+                    try:
+                        return await pipe.execute(), await rc.get(moved)
+                    finally:
+                        await rc.aclose()
+                res, one = asyncio.run(go())
+            assert res == [b"m", b"s", True, True, b"n"], make
+            assert one == b"m"
+        with redis.Redis(port=target.port) as r:
+            pipe = r.pipeline(transaction=False)
+            pipe.execute_command("ASKING")
+            pipe.get(new)
+            assert pipe.execute() == [True, b"n"]  # written where the slot is going
+    finally:
+        with redis.Redis(port=target.port) as r:
+            for k in (moved, new):
+                pipe = r.pipeline(transaction=False)
+                pipe.execute_command("ASKING")
+                pipe.delete(k)
+                pipe.execute()
+        for node in (source, target):
+            command(node.port, "CLUSTER", "SETSLOT", slot, "STABLE")
+        with redis.Redis(port=source.port) as r:
+            r.delete(stays)

@@ -14,8 +14,10 @@ span slots (a partition's keys share one hash tag).  Keyless commands go to one 
 (`TIME`, `PUBLISH`, which a cluster broadcasts, `CONFIG`, `INFO`); `SCRIPT LOAD` goes to all.
 A MOVED reply, or a node that cannot be reached, refreshes the slot map (CLUSTER SLOTS from any
 node that answers) and sends that node's part again once: every rsched script and pipelined
-command is safe to apply twice.  ASK (a slot being resharded) is not followed: the command
-fails and its caller's next round tries again.
+command is safe to apply twice.  An ASK reply (the key's slot is being migrated and the key is
+already on the target) is followed once: ASKING and the command go to the node it names, in
+one pipeline per target node, without changing the slot map (the slot is still the source's
+until the migration ends, when a MOVED refreshes it).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from rsched.rdb.slots import (
     Address,
     Cmd,
     SlotMap,
+    asked,
     confirmed,
     groups,
     node_pipeline,
@@ -176,6 +179,9 @@ class ClusterRedis(_Nodes, CoreCommands):
             try:
                 addr = self.slots.node_for(args, options, self._avoid())
                 return self.node(addr).execute_command(*args, **sendable(options))
+            except AskError as e:
+                pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None, True)
+                return confirmed(pipe.execute(), None, asking=True)[0]
             except REROUTE as e:
                 if addr is not None:
                     self._failed(addr, e)
@@ -209,32 +215,42 @@ class ClusterRedis(_Nodes, CoreCommands):
 
     def run_batch(self, cmds: Sequence[Cmd], wait: Wait | None = None) -> list[Any]:
         """Every command's reply or error, in order: one pipeline per master, concurrently;
-        with ``wait``, each master's part ends in WAIT (see rdb.durable)."""
+        with ``wait``, each master's part ends in WAIT (see rdb.durable).  ASK replies are
+        followed once; other redirections and node failures are sent again once, after the
+        slot map is refreshed."""
         self.ready()
         results: list[Any] = [None] * len(cmds)
         todo: Sequence[int] = range(len(cmds))
         for attempt in range(2):
-            by_node = groups(self.slots, cmds, todo, results, self._avoid())
-            if len(by_node) == 1:
-                ((addr, idx),) = by_node.items()
-                self._run_node(addr, cmds, idx, results, wait)
-            elif by_node:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rsched-rc")
-                list(self._pool.map(
-                    lambda kv: self._run_node(kv[0], cmds, kv[1], results, wait),
-                    by_node.items()))
+            self._send(groups(self.slots, cmds, todo, results, self._avoid()), cmds, results,
+                       wait)
             todo = rerouted(results, todo)
+            if ask := asked(results, todo):
+                self._send(ask, cmds, results, wait, asking=True)
+                todo = rerouted(results, todo)
             if not todo or attempt:
                 break
             self._after_error(results[todo[0]])
         return results
 
+    def _send(self, by_node: dict[Address, list[int]], cmds: Sequence[Cmd], results: list[Any],
+              wait: Wait | None, asking: bool = False) -> None:
+        """Each node's part as one pipeline, the parts concurrently."""
+        if len(by_node) == 1:
+            ((addr, idx),) = by_node.items()
+            self._run_node(addr, cmds, idx, results, wait, asking)
+        elif by_node:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rsched-rc")
+            list(self._pool.map(
+                lambda kv: self._run_node(kv[0], cmds, kv[1], results, wait, asking),
+                by_node.items()))
+
     def _run_node(self, addr: Address, cmds: Sequence[Cmd], idx: list[int],
-                  results: list[Any], wait: Wait | None) -> None:
+                  results: list[Any], wait: Wait | None, asking: bool = False) -> None:
         try:
-            pipe = node_pipeline(self.node(addr), cmds, idx, wait)
-            replies = confirmed(pipe.execute(raise_on_error=False), wait)
+            pipe = node_pipeline(self.node(addr), cmds, idx, wait, asking)
+            replies = confirmed(pipe.execute(raise_on_error=False), wait, asking)
         except Exception as e:  # noqa: BLE001 - the node failed: each of its commands gets it
             self._failed(addr, e)
             replies = [e] * len(idx)
@@ -313,6 +329,9 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
             try:
                 addr = self.slots.node_for(args, options, self._avoid())
                 return await self.node(addr).execute_command(*args, **sendable(options))
+            except AskError as e:
+                pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None, True)
+                return confirmed(await pipe.execute(), None, asking=True)[0]
             except REROUTE as e:
                 if addr is not None:
                     self._failed(addr, e)
@@ -342,20 +361,27 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
         results: list[Any] = [None] * len(cmds)
         todo: Sequence[int] = range(len(cmds))
         for attempt in range(2):
-            by_node = groups(self.slots, cmds, todo, results, self._avoid())
-            await asyncio.gather(*(self._run_node(a, cmds, idx, results, wait)
-                                   for a, idx in by_node.items()))
+            await self._send(groups(self.slots, cmds, todo, results, self._avoid()), cmds,
+                             results, wait)
             todo = rerouted(results, todo)
+            if ask := asked(results, todo):
+                await self._send(ask, cmds, results, wait, asking=True)
+                todo = rerouted(results, todo)
             if not todo or attempt:
                 break
             await self._after_error(results[todo[0]])
         return results
 
+    async def _send(self, by_node: dict[Address, list[int]], cmds: Sequence[Cmd],
+                    results: list[Any], wait: Wait | None, asking: bool = False) -> None:
+        await asyncio.gather(*(self._run_node(a, cmds, idx, results, wait, asking)
+                               for a, idx in by_node.items()))
+
     async def _run_node(self, addr: Address, cmds: Sequence[Cmd], idx: list[int],
-                        results: list[Any], wait: Wait | None) -> None:
+                        results: list[Any], wait: Wait | None, asking: bool = False) -> None:
         try:
-            pipe = node_pipeline(self.node(addr), cmds, idx, wait)
-            replies = confirmed(await pipe.execute(raise_on_error=False), wait)
+            pipe = node_pipeline(self.node(addr), cmds, idx, wait, asking)
+            replies = confirmed(await pipe.execute(raise_on_error=False), wait, asking)
         except Exception as e:  # noqa: BLE001 - the node failed: each of its commands gets it
             self._failed(addr, e)
             replies = [e] * len(idx)

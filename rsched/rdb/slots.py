@@ -135,19 +135,39 @@ def sendable(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def node_pipeline(node: Any, cmds: Sequence[Cmd], idx: list[int], wait: Wait | None) -> Any:
+def node_pipeline(node: Any, cmds: Sequence[Cmd], idx: list[int], wait: Wait | None,
+                  asking: bool = False) -> Any:
+    """One node's part of a batch; ``asking``: each command preceded by ASKING (an ASK
+    redirection: the node is importing the slot, and ASKING admits only the next command)."""
     pipe = node.pipeline(transaction=False)
     for i in idx:
         args, options = cmds[i]
+        if asking:
+            pipe.execute_command("ASKING")
         pipe.execute_command(*args, **sendable(options))
     if wait is not None:
         pipe.execute_command(*wait.command())
     return pipe
 
 
-def confirmed(replies: list[Any], wait: Wait | None) -> list[Any]:
-    return wait.confirm(list(replies)) if wait is not None else replies
+def confirmed(replies: list[Any], wait: Wait | None, asking: bool = False) -> list[Any]:
+    """The commands' replies (ASKING's OKs dropped), each NotReplicated when WAIT fell short."""
+    replies = list(replies)
+    if asking:
+        tail = replies[-1:] if wait is not None else []
+        replies = replies[1:len(replies) - len(tail):2] + tail
+    return wait.confirm(replies) if wait is not None else replies
 
 
 def rerouted(results: list[Any], todo: Sequence[int]) -> list[int]:
     return [i for i in todo if isinstance(results[i], REROUTE)]
+
+
+def asked(results: list[Any], todo: Sequence[int]) -> dict[Address, list[int]]:
+    """Indexes of ``todo`` answered with ASK, per node they were redirected to."""
+    by_node: dict[Address, list[int]] = {}
+    for i in todo:
+        e = results[i]
+        if isinstance(e, AskError):
+            by_node.setdefault((e.host, e.port), []).append(i)
+    return by_node
