@@ -1,7 +1,8 @@
 """rsched over TLS (rediss://): a redis-server with a TLS-only port and a self-signed
 certificate made here with the openssl CLI; a job scheduled and run by a real dispatcher and
-worker through that port.  (The TLS cluster and Sentinel schemes share this code path per
-node, rdb.connect.Target.node_url, but are not started here.)"""
+worker through that port; the same on a 3-master cluster whose bus and client ports are TLS
+(rediss+cluster://).  rediss+sentinel:// is parsed (tests/test_cluster.py) but not started
+here."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import asyncio
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from helpers import run_engine
-from redis_server import RedisServer, free_port
+from redis_server import RedisCluster, RedisServer, free_port
 
 from rsched import App, Client, JobContext
 from rsched.core.settings import Settings
@@ -58,3 +60,39 @@ def test_a_job_is_scheduled_and_run_over_rediss(redis_available: None, tmp_path:
         assert ran == [f"{job.id}@{job.next_ms}"]
     finally:
         server.close()
+
+
+def test_a_job_is_scheduled_and_run_over_a_tls_cluster(redis_available: None,
+                                                       tmp_path: Path) -> None:
+    """rediss+cluster://: the cluster bus and clients on TLS ports; CLUSTER SLOTS names the TLS
+    ports to a TLS client, and each node client is made with the rediss scheme."""
+    cert, key = self_signed(tmp_path)
+    cluster = RedisCluster()  # no replicas: wait_replicas=0 below
+    tls: dict[RedisServer, int] = {}
+    for node in cluster.nodes:
+        tls[node] = free_port()
+        node.extra_args += [
+            "--tls-port", str(tls[node]), "--tls-cert-file", str(cert),
+            "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert),
+            "--tls-auth-clients", "no", "--tls-cluster", "yes"]
+    cluster.start()
+    try:
+        url = ("rediss+cluster://" + ",".join(f"127.0.0.1:{p}" for p in tls.values())
+               + f"?ssl_ca_certs={cert}")
+        ran: list[str] = []
+        app = App("tls")
+
+        @app.job("t")
+        def t(ctx: JobContext) -> None:
+            ran.append(ctx.run_id)
+
+        with Client(settings=Settings(redis_url=url, wait_replicas=0)) as c:
+            rc: Any = c.r  # a ClusterRedis
+            rc.ready()
+            assert {port for _, port in rc.slots.masters} <= set(tls.values())  # all TLS
+            jobs = [c.schedule("t", {"n": i}) for i in range(20)]
+            asyncio.run(run_engine(url, app, lambda: len(ran) == 20, timeout_s=30))
+        assert sorted(ran) == sorted(f"{j.id}@{j.next_ms}" for j in jobs)
+        assert len({j.partition for j in jobs}) > 3  # several partitions, so several masters
+    finally:
+        cluster.stop()
