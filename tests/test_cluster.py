@@ -428,3 +428,27 @@ def test_a_pipeline_follows_ask_during_a_real_slot_migration(url: str, cluster: 
             command(node.port, "CLUSTER", "SETSLOT", slot, "STABLE")
         with redis.Redis(port=source.port) as r:
             r.delete(stays)
+
+
+def test_moved_refreshes_the_slot_map_instead_of_being_followed_like_ask(url: str) -> None:
+    """redis-py's MovedError subclasses AskError: a MOVED reply must refresh the slot map (the
+    slot has a new owner for good), not be followed with ASKING call after call."""
+    with connect(url) as rc:
+        rc.ready()
+        true_map = rc.slots
+        one = true_map.masters[0]
+        for call in ("pipeline", "command"):
+            stale = SlotMap(owner=[one] * len(true_map.owner), masters=[one],
+                            replicas={one: []})
+            rc.slots = stale
+            time.sleep(0.15)  # past REFRESH_MIN_INTERVAL_S since the last refresh
+            names = [f"moved{i}" for i in range(30)]
+            if call == "pipeline":
+                pipe: Any = rc.pipeline()
+                for n in names:
+                    pipe.set(n, n)
+                assert pipe.execute() == [True] * 30
+            else:
+                other = next(n for n in names if true_map.node_for(("GET", n)) != one)
+                assert rc.set(other, "x") is True
+            assert rc.slots is not stale and len(rc.slots.masters) == 3, call

@@ -44,6 +44,7 @@ from rsched.rdb.slots import (
     asked,
     confirmed,
     groups,
+    is_ask,
     node_pipeline,
     rerouted,
     sendable,
@@ -179,10 +180,11 @@ class ClusterRedis(_Nodes, CoreCommands):
             try:
                 addr = self.slots.node_for(args, options, self._avoid())
                 return self.node(addr).execute_command(*args, **sendable(options))
-            except AskError as e:
-                pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None, True)
-                return confirmed(pipe.execute(), None, asking=True)[0]
             except REROUTE as e:
+                if is_ask(e):
+                    pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None,
+                                         asking=True)
+                    return confirmed(pipe.execute(), None, asking=True)[0]
                 if addr is not None:
                     self._failed(addr, e)
                 if attempt:
@@ -329,10 +331,11 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
             try:
                 addr = self.slots.node_for(args, options, self._avoid())
                 return await self.node(addr).execute_command(*args, **sendable(options))
-            except AskError as e:
-                pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None, True)
-                return confirmed(await pipe.execute(), None, asking=True)[0]
             except REROUTE as e:
+                if is_ask(e):
+                    pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None,
+                                         asking=True)
+                    return confirmed(await pipe.execute(), None, asking=True)[0]
                 if addr is not None:
                     self._failed(addr, e)
                 if attempt:

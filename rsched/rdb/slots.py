@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
-from redis.exceptions import AskError, ClusterDownError, RedisError, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, MovedError, RedisError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -163,11 +163,17 @@ def rerouted(results: list[Any], todo: Sequence[int]) -> list[int]:
     return [i for i in todo if isinstance(results[i], REROUTE)]
 
 
+def is_ask(e: BaseException) -> TypeGuard[AskError]:
+    """An ASK redirection (redis-py's MovedError subclasses AskError: MOVED means the slot map
+    is stale, and is answered by refreshing it, not by ASKING)."""
+    return isinstance(e, AskError) and not isinstance(e, MovedError)
+
+
 def asked(results: list[Any], todo: Sequence[int]) -> dict[Address, list[int]]:
     """Indexes of ``todo`` answered with ASK, per node they were redirected to."""
     by_node: dict[Address, list[int]] = {}
     for i in todo:
         e = results[i]
-        if isinstance(e, AskError):
+        if is_ask(e):
             by_node.setdefault((e.host, e.port), []).append(i)
     return by_node

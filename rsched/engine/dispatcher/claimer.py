@@ -351,7 +351,7 @@ def retry_item_plain(run_id: str, due_ms: float) -> ClaimItem:
 _new_tuple = tuple.__new__
 
 
-def _time_ms(t: Any) -> int | None:
+def _time_ms(t: Any) -> int:
     """A TIME reply (seconds, microseconds; ints or bytes) in ms."""
     sec, usec = t
     return int(sec) * 1000 + int(usec) // 1000
