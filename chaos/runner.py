@@ -47,9 +47,10 @@ def _retrying(fn: Any, what: str, timeout_s: float = 20) -> Any:
     while True:
         try:
             return fn()
-        except redis.RedisError:
+        except redis.RedisError as e:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{what}: Redis did not answer for {timeout_s} s") from None
+                raise RuntimeError(f"{what}: Redis did not answer for {timeout_s} s "
+                                   f"(last error: {e!r})") from None
             time.sleep(0.2)
 
 
