@@ -30,6 +30,7 @@ from typing import Any
 
 from rsched import Client, NotFound
 from rsched.core.cron import parse_cron
+from rsched.core.models import partition_of
 
 from .faults import Faults
 from .history import History, stale_writes
@@ -127,6 +128,16 @@ class Analyzer:
                                                   default=None)},
                     "examples": windowed[:EXAMPLES]},
                 "dead_lettered": dead}
+
+    def acked_while_lagging(self) -> dict[str, Any]:
+        """Jobs acknowledged on a master's partitions after its replica was cut off and before
+        the master was killed: what WAIT must refuse (sent 50 ms after the cut: earlier ones
+        may have reached the replica first)."""
+        lagging = [f for f in self.faults.log if f["op"] == "redis_master_kill"]
+        found = [a for a in self.acks for f in lagging
+                 if partition_of(a.job_id) in f["partitions"]
+                 and f["lagged_ms"] + 50 <= a.sent_ms and a.ack_ms <= f["t0"]]
+        return {"count": len(found), "examples": [a.job_id for a in found[:EXAMPLES]]}
 
     # --- duplicates ----------------------------------------------------------------------
 

@@ -26,6 +26,8 @@ from typing import Any
 
 from redis_probe import command  # tests/, see __init__
 
+from rsched.rdb import keys
+
 from . import aof
 from .config import RunConfig
 from .fleet import Fleet, now_ms
@@ -194,7 +196,9 @@ class Nemesis:
         assert cluster is not None
         victim = self.rng.choice(sorted(cluster.masters(), key=lambda n: n.port))
         replica = cluster.replica_of(victim)
-        entry.update(target=f"redis:{victim.port}", replica=replica.port)
+        entry.update(target=f"redis:{victim.port}", replica=replica.port,
+                     partitions=[p for p in range(self.cfg.partitions)
+                                 if cluster.master_of_slot(keys.slot(keys.due(p))) is victim])
         entry["lagged_ms"] = now_ms()  # from here on the master's writes are not on its replica
         replica.pause()
         # A paused replica alone does not lag: what the master sends waits in the replica's

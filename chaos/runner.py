@@ -141,6 +141,7 @@ class Run:
             "acknowledged": len(acks),
             "acknowledged_by_type": dict(Counter(x.type for x in acks)),
             "refused": read_refused(self.acks_path),
+            "acknowledged_while_replica_cut_off": a.acked_while_lagging(),
             "executions": sum(len(xs) for xs in executions.values()),
             **lost,
             "duplicates": dups,

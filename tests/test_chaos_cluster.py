@@ -43,8 +43,8 @@ def test_killing_cluster_masters_whose_replica_lags_loses_no_acknowledged_job(
 ) -> None:
     report = run_checker(tmp_path, 30)
     print("CHAOS cluster " + json.dumps({k: report[k] for k in (
-        "acknowledged", "refused", "lost", "duplicates", "cron", "redis_restarts",
-        "start_lag_ms", "seconds")}))
+        "acknowledged", "refused", "acknowledged_while_replica_cut_off", "lost", "duplicates",
+        "cron", "redis_restarts", "start_lag_ms", "seconds")}))
     summary = {
         "lost": report["lost"]["count"],
         "unexplained duplicates": report["duplicates"]["unexplained"],
@@ -56,11 +56,13 @@ def test_killing_cluster_masters_whose_replica_lags_loses_no_acknowledged_job(
                                                   "agreement")})[:6000]
     assert summary == dict.fromkeys(summary, 0), evidence
     assert report["ok"], report["failures"]
-    # The run checked something: load flowed, the replica really lagged (writes to its master
-    # were refused instead of acknowledged), the failover rolled back work that then ran again
+    # WAIT refused every write to a master whose replica was cut off (each load batch goes to
+    # one random partition, so a 1-2 s lag sees only a few such batches: NotReplicated counts
+    # them, and is not required to be non-zero).
+    assert report["acknowledged_while_replica_cut_off"]["count"] == 0
+    # The run checked something: load flowed, the failover rolled back work that then ran again
     # under its original run id, and the killed master's partitions came back.
     assert report["acknowledged"] > 2000
-    assert report["refused"].get("NotReplicated", 0) > 0, report["refused"]
     assert report["duplicates"]["explained_by"].get("redis_master_kill", 0) > 0
     assert all(r["first_execution_s"] is not None for r in report["redis_restarts"])
 
@@ -70,6 +72,7 @@ def test_without_wait_the_checker_reports_the_acknowledged_jobs_a_failover_lost(
 ) -> None:
     report = run_checker(tmp_path, 15, RSCHED_WAIT_REPLICAS="0")
     assert "NotReplicated" not in report["refused"]
+    assert report["acknowledged_while_replica_cut_off"]["count"] > 0
     assert report["lost"]["count"] > 0, report["lost"]
     assert "lost" in report["failures"] and not report["ok"]
     assert all(not x["in_redis"] for x in report["lost"]["examples"])
