@@ -72,15 +72,21 @@ demo: venv redis
 	$(VENV)/bin/rsched dev $(if $(PORT),--port $(PORT))
 
 # The long fault-checker run (README "Fault checker"): CHAOS_SEEDS one after another, each
-# CHAOS_DURATION seconds of load and faults, then draining and analysis (4 x 150 s: ~12 min).
-# JSON report on stdout and in tests/artifacts/chaos-report.json, each run's logs beside it;
-# exits non-zero on any failure.  A 45-second run with a fixed seed is part of `make test`.
+# CHAOS_DURATION seconds of load and faults, then draining and analysis (4 x 150 s: ~12 min),
+# then CHAOS_CLUSTER_SEEDS on a 3-master + 3-replica Redis Cluster with master kills (~3 min).
+# JSON reports on stdout and in tests/artifacts/chaos-report.json and chaos-cluster-report.json,
+# each run's logs beside them; exits non-zero on any failure.  A 45-second run with a fixed seed
+# and a 30-second cluster run are part of `make test`.
 CHAOS_SEEDS ?= 1,2,3,4
+CHAOS_CLUSTER_SEEDS ?= 5
 CHAOS_DURATION ?= 150
 chaos: test-venv redis
 	mkdir -p tests/artifacts
 	set -o pipefail; $(VPY) -m chaos suite --seeds $(CHAOS_SEEDS) --duration $(CHAOS_DURATION) \
 		--out tests/artifacts/chaos | tee tests/artifacts/chaos-report.json
+	set -o pipefail; $(VPY) -m chaos suite --redis cluster --seeds $(CHAOS_CLUSTER_SEEDS) \
+		--duration $(CHAOS_DURATION) --out tests/artifacts/chaos \
+		| tee tests/artifacts/chaos-cluster-report.json
 
 lint: test-venv
 	$(VENV)/bin/ruff check rsched tests loadtest chaos

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import RunConfig
+from .config import REDIS_KINDS, RunConfig
 from .runner import Run
 
 
@@ -27,14 +27,18 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--rate", type=int, default=150, help="one-off jobs per second")
         s.add_argument("--drain", type=float, default=30.0)
         s.add_argument("--no-faults", action="store_true")
+        s.add_argument("--redis", choices=REDIS_KINDS, default="single",
+                       help="single: one AOF redis-server; cluster: 3 masters + 3 replicas, "
+                            "masters killed with -9")
         s.add_argument("--out", type=Path, default=None, help="keep logs and report here")
     args = p.parse_args(argv)
     seeds = [args.seed] if args.cmd == "run" else [int(x) for x in args.seeds.split(",")]
     reports = []
     for seed in seeds:
         cfg = RunConfig(seed=seed, duration_s=args.duration, rate_per_s=args.rate,
-                        drain_s=args.drain, faults=not args.no_faults)
-        out = args.out / f"seed-{seed}" if args.out else None
+                        drain_s=args.drain, faults=not args.no_faults, redis=args.redis)
+        name = f"seed-{seed}" if args.redis == "single" else f"{args.redis}-seed-{seed}"
+        out = args.out / name if args.out else None
         report = Run(cfg, out).execute()
         reports.append(report)
         print(f"seed {seed}: {'ok' if report['ok'] else 'FAILED ' + ', '.join(report['failures'])}"

@@ -5,6 +5,9 @@ Definitions (README "Fault checker" says the same):
 * lost: an acknowledged one-off job that never ran to success and is not dead-lettered.  Lost
   inside the AOF window: a lost job that Redis no longer knows, acknowledged after the
   simulated last fsync of a machine loss and before Redis was started again (`in_window`).
+  On a cluster (`vanished_is_lost`) an acknowledged job that Redis no longer knows is lost even
+  when it ran (a failover rolled back a write it had acknowledged), and no window excuses it:
+  every acknowledged write waited for a replica.
 * duplicate: an execution of a run after an earlier one that did not fail (a failed attempt is
   followed by its retry, by design).  Explained when a fault (chaos.faults) disturbed the earlier
   execution's process, or Redis, between its start and its end (or the later start) + 1.5 s,
@@ -29,6 +32,7 @@ from typing import Any
 
 from rsched import Client, NotFound
 from rsched.core.cron import parse_cron
+from rsched.core.models import partition_of
 
 from .faults import Faults
 from .history import History, stale_writes
@@ -75,7 +79,8 @@ def _sched(run_id: str) -> int:
 class Analyzer:
     def __init__(self, *, acks: list[Ack], executions: dict[str, list[Execution]],
                  history: History, faults: Faults, client: Client, crons: list[dict[str, Any]],
-                 visibility_ms: int, heartbeat_ms: int, agreement_sample: int | None) -> None:
+                 visibility_ms: int, heartbeat_ms: int, agreement_sample: int | None,
+                 vanished_is_lost: bool = False) -> None:
         self.acks = acks
         self.x = executions
         self.h = history
@@ -85,6 +90,7 @@ class Analyzer:
         self.visibility_ms = visibility_ms
         self.heartbeat_ms = heartbeat_ms
         self.sample = agreement_sample
+        self.vanished_is_lost = vanished_is_lost
 
     def ok_run(self, rid: str) -> bool:
         return any(x.ok for x in self.x.get(rid, ()))
@@ -92,16 +98,19 @@ class Analyzer:
     # --- lost ----------------------------------------------------------------------------
 
     def lost(self) -> dict[str, Any]:
-        missing = [a for a in self.acks if not self.ok_run(a.run_id)]
+        missing = [a for a in self.acks if self.vanished_is_lost or not self.ok_run(a.run_id)]
         runs = self.client.run(self.client.op_read_runs([a.run_id for a in missing]))
         lost, windowed, dead = [], [], 0
         for a, run in zip(missing, runs, strict=True):
             if run is not None and run.state.value == "dead":
                 dead += 1
                 continue
+            if run is not None and self.ok_run(a.run_id):
+                continue  # ran, and Redis still has it (vanished_is_lost reads every ack)
             loss = next((f for f in self.faults.log if in_window(f, a.ack_ms)), None)
             row = {"job": a.job_id, "type": a.type, "ack_ms": a.ack_ms,
-                   "in_redis": run is not None, "state": run.state.value if run else None}
+                   "in_redis": run is not None, "state": run.state.value if run else None,
+                   "ran": self.ok_run(a.run_id)}
             if loss is not None and run is None:
                 windowed.append({**row, "fault": loss["op"],
                                  "before_kill_ms": loss["t0"] - a.ack_ms})
@@ -121,6 +130,16 @@ class Analyzer:
                                                   default=None)},
                     "examples": windowed[:EXAMPLES]},
                 "dead_lettered": dead}
+
+    def acked_while_lagging(self) -> dict[str, Any]:
+        """Jobs acknowledged on a master's partitions after its replica was cut off and before
+        the master was killed: what WAIT must refuse (sent 50 ms after the cut: earlier ones
+        may have reached the replica first)."""
+        lagging = [f for f in self.faults.log if f["op"] == "redis_master_kill"]
+        found = [a for a in self.acks for f in lagging
+                 if partition_of(a.job_id) in f["partitions"]
+                 and f["lagged_ms"] + 50 <= a.sent_ms and a.ack_ms <= f["t0"]]
+        return {"count": len(found), "examples": [a.job_id for a in found[:EXAMPLES]]}
 
     # --- duplicates ----------------------------------------------------------------------
 

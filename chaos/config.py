@@ -16,6 +16,7 @@ CRON_EXPRS = ("*/2 * * * * *", "*/3 * * * * *")
 # still run), and a window shorter than a dispatcher outage with misfire skip (an occurrence older
 # than it is skipped, and only such a one).
 CRON_WINDOWS = ((60_000, "run_once"), (1_000, "skip"))
+REDIS_KINDS = ("single", "cluster")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,16 @@ class RunConfig:
     redis_fault_every_s: float = 12.0  # at least this long between two Redis faults
     aof_window_s: float = 1.0  # appendfsync everysec: the unsynced tail a machine loss drops
     faults: bool = True
+    # "single": one AOF redis-server behind per-process proxies; "cluster": 3 masters + 3
+    # replicas (redis+cluster:// URL, processes connect directly), masters killed with -9.
+    redis: str = "single"
+    node_timeout_ms: int = 2000  # cluster-node-timeout: failure detection before an election
+    lag_s: tuple[float, float] = (1.0, 2.0)  # a master's replica paused this long before its kill
+    wait_timeout_ms: int = 300  # RSCHED_WAIT_TIMEOUT_MS of the cluster run's processes
+
+    def __post_init__(self) -> None:
+        if self.redis not in REDIS_KINDS:
+            raise ValueError(f"--redis: {self.redis!r} is not one of {', '.join(REDIS_KINDS)}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -4,7 +4,10 @@ A fault disturbs its process over a window of wall-clock ms: kill -9 from the ki
 incarnation never comes back), SIGSTOP and proxy freeze while they last, a dropped connection
 for 2 s after (reconnect and the retried call), and a Redis fault disturbs every process from
 the crash (for a machine loss: from the simulated last fsync, whose later writes are undone)
-until 2 s after Redis answers again.
+until 2 s after Redis answers again.  A cluster master's kill (`redis_master_kill`) disturbs
+every process from the moment its replica was paused (what the master took since then is rolled
+back by the failover) until 2 s after the replica was promoted; like a machine loss it undoes
+writes, though never an acknowledged client write (those waited for the replica).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 INF = float("inf")
 AFTER_DROP_MS = 2000
 AFTER_REDIS_MS = 2000
+ROLLBACK_OPS = ("redis_lose", "redis_master_kill")  # faults that undo writes Redis had taken
 PROCESS_OPS = {
     "kill_worker": "kill", "kill_dispatcher": "kill", "stop_worker": "stop",
     "stop_dispatcher": "stop", "freeze_worker": "freeze", "freeze_dispatcher": "freeze",
@@ -45,6 +49,8 @@ def windows(log: list[dict[str, Any]]) -> list[Fault]:
             out.append(Fault(op, e["process"], t0, t1))
         elif op == "redis_lose":
             out.append(Fault(op, None, e.get("fsynced_ms", t0), t1 + AFTER_REDIS_MS))
+        elif op == "redis_master_kill":
+            out.append(Fault(op, None, e.get("lagged_ms", t0), t1 + AFTER_REDIS_MS))
         else:
             out.append(Fault(op, None, t0, t1 + AFTER_REDIS_MS))
     return out
@@ -54,7 +60,7 @@ class Faults:
     def __init__(self, log: list[dict[str, Any]]) -> None:
         self.log = log
         self.all = windows(log)
-        self.redis_losses = [f for f in self.all if f.op == "redis_lose"]
+        self.redis_losses = [f for f in self.all if f.op in ROLLBACK_OPS]
 
     def hit(self, process: str, lo_ms: float, hi_ms: float,
             started_by_ms: float = INF) -> Fault | None:
@@ -67,7 +73,8 @@ class Faults:
         return None
 
     def rolled_back(self, lo_ms: float, hi_ms: float) -> Fault | None:
-        """A machine loss whose undone writes may include something done within [lo, hi]."""
+        """A machine loss or failover whose undone writes may include something done within
+        [lo, hi]."""
         for f in self.redis_losses:
             if f.lo_ms <= hi_ms and f.hi_ms >= lo_ms:
                 return f

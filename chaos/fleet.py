@@ -1,5 +1,8 @@
 """The processes of one run: the Redis under test (AOF), the sink, the proxy host, dispatchers
-and workers (each through a proxy of its own) and the load generator.
+and workers (each through a proxy of its own) and the load generator.  With `redis="cluster"`
+the Redis under test is a 3-master + 3-replica cluster (AOF on every node) and processes connect
+to it directly with a redis+cluster:// URL: a cluster client learns every node's real address
+from CLUSTER SLOTS, which one proxy per process cannot stand in for.
 
 Everything is started from the main thread (children die with the thread that started them, see
 tests/redis_server._die_with_parent).  Each restart of a dispatcher or worker is a new
@@ -20,7 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from redis_server import RedisServer, _die_with_parent, free_port  # tests/, see __init__
+from redis_server import (  # tests/, see __init__
+    RedisCluster,
+    RedisServer,
+    _die_with_parent,
+    free_port,
+)
 
 from . import ROOT
 from .config import RunConfig
@@ -54,6 +62,12 @@ class Fleet:
         self.out = out
         (out / "logs").mkdir(parents=True, exist_ok=True)
         self.redis = RedisServer(aof=True, appendfsync="everysec", port=free_port())
+        self.cluster: RedisCluster | None = None
+        if cfg.redis == "cluster":
+            # Full coverage off: partitions on the healthy masters go on while one fails over.
+            self.cluster = RedisCluster(
+                replicas=1, node_timeout_ms=cfg.node_timeout_ms,
+                extra_args=["--appendonly", "yes", "--cluster-require-full-coverage", "no"])
         self.sink = RedisServer()
         self.members = [Member(f"d{i + 1}", "dispatcher", i) for i in range(cfg.dispatchers)]
         self.members += [Member(f"w{i + 1}", "worker", cfg.dispatchers + i)
@@ -66,9 +80,17 @@ class Fleet:
 
     # --- servers and proxies -----------------------------------------------------------------
 
+    @property
+    def redis_url(self) -> str:
+        """What the runner and the load generator connect with."""
+        return self.cluster.cluster_url if self.cluster is not None else self.redis.url
+
     def start_servers(self) -> None:
-        self.redis.start()
         self.sink.start()
+        if self.cluster is not None:
+            self.cluster.start()
+            return
+        self.redis.start()
         self._proxyd = subprocess.Popen(
             [sys.executable, "-m", "chaos.proxyd", str(self.redis.port), str(len(self.members))],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -90,6 +112,11 @@ class Fleet:
         env = dict(os.environ, RSCHED_REDIS_URL=redis_url,
                    RSCHED_PARTITIONS=str(self.cfg.partitions))
         env[SINK_URL_ENV] = self.sink.url
+        if self.cluster is not None:
+            # A write waits this long for its replica: while the nemesis pauses a replica
+            # (lag_s) the load generator's writes to its master are refused (NotReplicated)
+            # several times instead of once.
+            env.setdefault("RSCHED_WAIT_TIMEOUT_MS", str(self.cfg.wait_timeout_ms))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         return env
 
@@ -105,7 +132,8 @@ class Fleet:
             argv += ["--app", "chaos.app:app", "--concurrency", str(c.concurrency),
                      "--visibility-ms", str(c.visibility_ms), "--heartbeat-ms",
                      str(c.heartbeat_ms), "--grace", "2"]
-        url = f"redis://127.0.0.1:{self.proxy_ports[m.proxy]}/0"
+        url = (self.redis_url if self.cluster is not None
+               else f"redis://127.0.0.1:{self.proxy_ports[m.proxy]}/0")
         with open(self.out / "logs" / f"{m.id}.log", "wb") as log:
             m.popen = subprocess.Popen(argv, env=self.env(url), cwd=ROOT,
                                        stdin=subprocess.DEVNULL, stdout=log,
@@ -140,13 +168,13 @@ class Fleet:
 
     def start_load(self, out: Path) -> None:
         c = self.cfg
-        argv = [sys.executable, "-m", "chaos.load", "--redis-url", self.redis.url,
+        argv = [sys.executable, "-m", "chaos.load", "--redis-url", self.redis_url,
                 "--out", str(out), "--rate", str(c.rate_per_s), "--seed", str(c.seed),
                 "--slow-lo", str(c.slow_s[0]), "--slow-hi", str(c.slow_s[1]),
                 "--max-attempts", str(c.max_attempts)]
         err: IO[bytes]
         with open(self.out / "logs" / "load.log", "wb") as err:
-            self.load = subprocess.Popen(argv, cwd=ROOT, env=self.env(self.redis.url),
+            self.load = subprocess.Popen(argv, cwd=ROOT, env=self.env(self.redis_url),
                                          stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                                          preexec_fn=_die_with_parent)
 
@@ -170,6 +198,12 @@ class Fleet:
         if self._proxyd is not None:
             self._proxyd.kill()
             self._proxyd.wait(10)
+        if self.cluster is not None:
+            for i, node in enumerate(self.cluster.nodes):
+                node.kill()
+                if node.log_path.exists():
+                    shutil.copyfile(node.log_path, self.out / "logs" / f"redis-node{i}.log")
+            self.cluster.stop()
         self.redis.kill()
         # Evidence for the next failure: the log of every incarnation (AOF loads, truncations).
         if self.redis.log_path.exists():

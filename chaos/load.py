@@ -4,15 +4,20 @@ Every 100 ms it schedules a batch of one-off jobs (quick, slow, flaky) due 0.2-1
 appends one line per job the client acknowledged to the ack log, flushed per batch:
 ``<job id> <run id> <type> <sent ms> <ack ms>``.  A batch that raised (Redis away) is not
 acknowledged; its jobs may exist or not, and the analyzer counts only acknowledged ones.
+On a cluster URL the client waits for a replica per write as any client does there
+(RSCHED_WAIT_REPLICAS, default 1); refusals are counted by error name in `<ack log>.refused`
+(JSON, written at exit).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +37,16 @@ class Ack:
     type: str
     sent_ms: int
     ack_ms: int
+
+
+def refused_path(acks: Path) -> Path:
+    return acks.with_name(acks.name + ".refused")
+
+
+def read_refused(acks: Path) -> dict[str, int]:
+    """Schedule calls or jobs refused, by error name (empty before the load generator exits)."""
+    p = refused_path(acks)
+    return dict(json.loads(p.read_text())) if p.exists() else {}
 
 
 def read_acks(path: Path) -> list[Ack]:
@@ -72,9 +87,13 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     rng = random.Random(args.seed)
-    client = Client(redis=redis.Redis.from_url(args.redis_url, socket_timeout=5))
+    if args.redis_url.startswith("redis://"):
+        client = Client(redis=redis.Redis.from_url(args.redis_url, socket_timeout=5))
+    else:  # the connection factory, with the durability setting from the environment
+        client = Client(args.redis_url)
     per_tick = max(1, round(args.rate * TICK_S))
     errors = 0
+    refused: Counter[str] = Counter()
     with open(args.out, "a") as out:
         nxt = time.monotonic()
         while not stop:
@@ -84,17 +103,20 @@ def main(argv: list[str] | None = None) -> int:
                 jobs = client.schedule_many(specs)
             except (redis.RedisError, RschedError, OSError) as e:
                 errors += 1
+                refused[type(e).__name__] += 1
                 if errors % 20 == 1:
                     print(f"schedule failed ({errors} so far): {e}", file=sys.stderr, flush=True)
                 jobs = []
             ack_ms = int(time.time() * 1000)
             lines = [f"{j.id} {make_run_id(j.id, j.next_ms or 0)} {s.type} {sent_ms} {ack_ms}\n"
                      for j, s in zip(jobs, specs, strict=False) if not isinstance(j, Exception)]
+            refused.update(type(j).__name__ for j in jobs if isinstance(j, Exception))
             out.write("".join(lines))
             out.flush()
             nxt += TICK_S
             time.sleep(max(0.0, nxt - time.monotonic()))
     client.close()
+    refused_path(args.out).write_text(json.dumps(refused))
     return 0
 
 

@@ -6,6 +6,12 @@ held both ways) and thaw; drop its connections; kill -9 redis-server and restart
 AOF; lose the machine under redis-server (restart from the AOF as of a simulated last fsync
 0.2-1 s before the kill, chaos.aof).  The first faults cover every kind once in a seeded order;
 after that kinds are drawn at random, Redis faults at most every `redis_fault_every_s`.
+
+On a cluster (`redis="cluster"`) there are no proxies (no freeze, no drop), and the Redis fault
+is `redis_master_kill`: pause a master's replica and cut its replication link, for 1-2 s (it
+lags: writes the master takes meanwhile are not on it), kill -9 the master, resume the replica,
+wait until it is promoted, then restart the old master from its AOF so it rejoins as a replica
+of the new one, and wait until the cluster is healthy again.
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from redis_probe import command  # tests/, see __init__
+
+from rsched.rdb import keys
+
 from . import aof
 from .config import RunConfig
 from .fleet import Fleet, now_ms
@@ -26,6 +36,17 @@ PROCESS_KINDS = ("kill_worker", "kill_dispatcher", "stop_worker", "stop_dispatch
                  "freeze_worker", "freeze_dispatcher", "drop")
 REDIS_KINDS = ("redis_kill", "redis_lose")
 KINDS = PROCESS_KINDS + REDIS_KINDS
+CLUSTER_PROCESS_KINDS = tuple(k for k in PROCESS_KINDS
+                              if not k.startswith("freeze") and k != "drop")
+CLUSTER_REDIS_KINDS = ("redis_master_kill",)
+CLUSTER_KINDS = CLUSTER_PROCESS_KINDS + CLUSTER_REDIS_KINDS
+
+
+def kinds(cfg: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(process faults, Redis faults) of this run's Redis."""
+    if cfg.redis == "cluster":
+        return CLUSTER_PROCESS_KINDS, CLUSTER_REDIS_KINDS
+    return PROCESS_KINDS, REDIS_KINDS
 WEIGHTS = {"redis_kill": 1, "redis_lose": 1, "drop": 2}  # others: 2
 
 
@@ -36,7 +57,9 @@ class Nemesis:
         self.rng = random.Random(cfg.seed * 7919 + 1)
         self.log_path = log_path
         self.log: list[dict[str, Any]] = []
-        self._pending = list(KINDS)
+        self.process_kinds, self.redis_kinds = kinds(cfg)
+        self.kinds = self.process_kinds + self.redis_kinds
+        self._pending = list(self.kinds)
         self._last_redis = -1e9
         self._marks = 0
 
@@ -67,16 +90,16 @@ class Nemesis:
 
     def _next_kind(self) -> str:
         redis_ok = time.monotonic() - self._last_redis >= self.cfg.redis_fault_every_s
-        pool = [k for k in (self._pending or KINDS) if redis_ok or k not in REDIS_KINDS]
+        pool = [k for k in (self._pending or self.kinds) if redis_ok or k not in self.redis_kinds]
         if not pool:
-            pool = list(PROCESS_KINDS)
+            pool = list(self.process_kinds)
         if self._pending:
             kind = self.rng.choice(pool)
             if kind in self._pending:
                 self._pending.remove(kind)
         else:
             kind = self.rng.choices(pool, [WEIGHTS.get(k, 2) for k in pool])[0]
-        if kind in REDIS_KINDS:
+        if kind in self.redis_kinds:
             self._last_redis = time.monotonic()
         return kind
 
@@ -167,3 +190,29 @@ class Nemesis:
             entry["fsynced_ms"] = m.at_ms
             entry["window_ms"] = entry["t0"] - m.at_ms
         self._restart_redis(entry)
+
+    def _redis_master_kill(self, entry: dict[str, Any]) -> None:
+        cluster = self.fleet.cluster
+        assert cluster is not None
+        victim = self.rng.choice(sorted(cluster.masters(), key=lambda n: n.port))
+        replica = cluster.replica_of(victim)
+        entry.update(target=f"redis:{victim.port}", replica=replica.port,
+                     partitions=[p for p in range(self.cfg.partitions)
+                                 if cluster.master_of_slot(keys.slot(keys.due(p))) is victim])
+        entry["lagged_ms"] = now_ms()  # from here on the master's writes are not on its replica
+        replica.pause()
+        # A paused replica alone does not lag: what the master sends waits in the replica's
+        # socket buffer and is read on SIGCONT, before it notices the master is gone (a run
+        # with WAIT off lost nothing so).  Cutting the link keeps the master's later writes
+        # in its own backlog, which dies with it.
+        entry["links_cut"] = command(victim.port, "CLIENT", "KILL", "TYPE", "replica")
+        self.idle(self.rng.uniform(*self.cfg.lag_s))
+        entry["t0"] = now_ms()
+        victim.kill()
+        replica.resume()
+        promoted = cluster.wait_failover(victim)
+        entry["t1"] = now_ms()
+        entry["promoted"] = promoted.port
+        victim.restart()  # same port and dir: it rejoins from its nodes.conf, as a replica
+        cluster.wait_healthy(timeout_s=30)
+        entry["healthy_ms"] = now_ms()

@@ -22,7 +22,7 @@ from .config import CRON_EXPRS, CRON_WINDOWS, CRON_ZONES, RunConfig
 from .faults import Faults
 from .fleet import Fleet, now_ms
 from .history import read_history
-from .load import read_acks
+from .load import read_acks, read_refused
 from .nemesis import Nemesis
 from .sink import LOG_KEY, read_executions
 
@@ -47,9 +47,10 @@ def _retrying(fn: Any, what: str, timeout_s: float = 20) -> Any:
     while True:
         try:
             return fn()
-        except redis.RedisError:
+        except redis.RedisError as e:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{what}: Redis did not answer for {timeout_s} s") from None
+                raise RuntimeError(f"{what}: Redis did not answer for {timeout_s} s "
+                                   f"(last error: {e!r})") from None
             time.sleep(0.2)
 
 
@@ -83,8 +84,12 @@ class Run:
     def _execute(self) -> dict[str, Any]:
         cfg, fleet = self.cfg, self.fleet
         fleet.start_servers()
-        r = redis.Redis.from_url(fleet.redis.url, socket_timeout=10)
-        client = Client(redis=r)
+        if fleet.cluster is None:
+            r = redis.Redis.from_url(fleet.redis.url, socket_timeout=10)
+            client = Client(redis=r)
+        else:  # the connection factory: cluster routing, WAIT as RSCHED_WAIT_REPLICAS says
+            client = Client(fleet.redis_url)
+            r = client.r
         for m in fleet.members:
             fleet.spawn(m.slot)
 
@@ -121,7 +126,8 @@ class Run:
         a = Analyzer(acks=acks, executions=executions, history=history, faults=faults,
                      client=client, crons=self.crons, visibility_ms=cfg.visibility_ms,
                      heartbeat_ms=cfg.heartbeat_ms,
-                     agreement_sample=None if cfg.duration_s <= 120 else 3000)
+                     agreement_sample=None if cfg.duration_s <= 120 else 3000,
+                     vanished_is_lost=cfg.redis == "cluster")
         lost = a.lost()
         dups = a.duplicates()
         stale = a.stale()
@@ -131,9 +137,11 @@ class Run:
             s.setdefault("events", history.runs.get(s["run"], []))
             s.setdefault("executions", [asdict(x) for x in executions.get(s["run"], [])])
         report: dict[str, Any] = {
-            "seed": cfg.seed, "duration_s": cfg.duration_s,
+            "seed": cfg.seed, "redis": cfg.redis, "duration_s": cfg.duration_s,
             "acknowledged": len(acks),
             "acknowledged_by_type": dict(Counter(x.type for x in acks)),
+            "refused": read_refused(self.acks_path),
+            "acknowledged_while_replica_cut_off": a.acked_while_lagging(),
             "executions": sum(len(xs) for xs in executions.values()),
             **lost,
             "duplicates": dups,

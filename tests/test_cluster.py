@@ -15,6 +15,7 @@ import pytest
 import redis
 from helpers import Rig, keys_in_partition, run_engine
 from redis.crc import key_slot
+from redis_probe import command
 from redis_server import RedisCluster, free_port
 from starlette.testclient import TestClient
 
@@ -23,11 +24,12 @@ from rsched.api.app import create_app
 from rsched.core.errors import UnsafeRedis
 from rsched.core.models import Job
 from rsched.core.settings import Settings
+from rsched.engine.dispatcher.claimer import Claimer
 from rsched.rdb import keys
-from rsched.rdb.cluster import ClusterRedis, same_slot_groups
-from rsched.rdb.connect import BadRedisUrl, connect, parse
+from rsched.rdb.cluster import ClusterRedis, clock_routes, same_slot_groups
+from rsched.rdb.connect import BadRedisUrl, connect, connect_async, parse
 from rsched.rdb.setup import check_redis
-from rsched.rdb.slots import SlotMap, key_of
+from rsched.rdb.slots import ROUTE_BY, SlotMap, key_of, sendable
 from rsched.service import reads
 
 # --- pure: routing keys, slot maps, URLs, placement --------------------------------------------
@@ -320,3 +322,133 @@ def test_a_fence_reissued_after_a_failover_does_not_let_its_former_owner_write(u
                 assert c.get(job.id).status.value == "scheduled"  # not dispatched by d-a
 
     asyncio.run(go())
+
+
+def test_a_keyless_command_routed_by_a_key_goes_to_that_keys_master() -> None:
+    reply = [[0, 5460, [b"127.0.0.1", 7000]], [5461, 10922, [b"127.0.0.1", 7001]],
+             [10923, 16383, [b"127.0.0.1", 7002]]]
+    m = SlotMap.parse(reply)
+    for p in range(16):
+        key = keys.due(p)
+        assert m.node_for(("TIME",), {ROUTE_BY: key}) == m.node_for(("ZCARD", key))
+    assert m.node_for(("TIME",)) == ("127.0.0.1", 7000)  # unrouted: the first master
+    assert sendable({ROUTE_BY: "k", "x": 1}) == {"x": 1}
+
+
+def test_the_claimer_judges_each_partition_by_its_own_masters_time(
+    url: str, cluster: RedisCluster
+) -> None:
+    """One TIME per master in each round, each in that master's part of the pipeline: a
+    partition's due entries and cron catch-up are decided by the clock its claim script reads
+    (README "Redis Cluster and Sentinel")."""
+    def time_calls() -> dict[int, int]:
+        out = {}
+        for node in cluster.masters():
+            stats = command(node.port, "INFO", "commandstats")
+            out[node.port] = int(stats.get("cmdstat_time", {}).get("calls", 0))
+        return out
+
+    async def go() -> tuple[dict[int, int], Any]:
+        r = connect_async(url)
+        try:
+            claimer = Claimer(r, owner="clock-test")
+            await claimer.run_once({p: 1 for p in range(16)})  # reads the slot map
+            for node in cluster.masters():
+                command(node.port, "CONFIG", "RESETSTAT")
+            res = await claimer.run_once({p: 1 for p in range(16)})
+            return time_calls(), res
+        finally:
+            await r.aclose()
+
+    calls, res = asyncio.run(go())
+    assert calls == dict.fromkeys(calls, 1), calls  # every master asked once, none skipped
+    assert res.now_ms is not None and abs(res.now_ms - time.time() * 1000) < 5000
+    with connect(url) as rc:
+        rc.ready()
+        names = [keys.due(p) for p in range(16)]
+        routes, index = clock_routes(rc, names)
+        assert len(routes) == 3
+        for name, i in zip(names, index, strict=True):
+            route = routes[i]
+            assert route is not None
+            assert rc.slots.node_for(("ZCARD", route)) == rc.slots.node_for(("ZCARD", name))
+
+
+def test_a_pipeline_follows_ask_during_a_real_slot_migration(url: str, cluster: RedisCluster
+                                                             ) -> None:
+    """Mid-migration (source MIGRATING, target IMPORTING, one key already MIGRATEd) the source
+    answers ASK for keys it no longer has: each such command goes, once, with ASKING to the
+    target; the slot map is not changed, and commands on other slots are unaffected."""
+    moved, stays, new = "{ask}moved", "{ask}stays", "{ask}new"
+    slot = key_slot(moved.encode())
+    source = cluster.master_of_slot(slot)
+    target = next(n for n in cluster.masters() if n is not source)
+    src_id, dst_id = (command(n.port, "CLUSTER", "MYID") for n in (source, target))
+    other = next(f"other{i}" for i in range(100)
+                 if cluster.master_of_slot(key_slot(f"other{i}".encode())) is not source)
+    with redis.Redis(port=source.port) as r:
+        r.mset({moved: "m", stays: "s"})
+    command(target.port, "CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    command(source.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    try:
+        command(source.port, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", moved)
+        for make in (connect, connect_async):
+            rc = make(url)
+            pipe: Any = rc.pipeline()
+            pipe.get(moved)
+            pipe.get(stays)
+            pipe.set(new, "n")
+            pipe.set(other, "o")
+            pipe.get(new)
+            if make is connect:
+                res, one = pipe.execute(), rc.get(moved)
+                rc.close()
+            else:
+                async def go(rc: Any = rc, pipe: Any = pipe) -> tuple[list[Any], Any]:
+                    try:
+                        return await pipe.execute(), await rc.get(moved)
+                    finally:
+                        await rc.aclose()
+                res, one = asyncio.run(go())
+            assert res == [b"m", b"s", True, True, b"n"], make
+            assert one == b"m"
+        with redis.Redis(port=target.port) as r:
+            pipe = r.pipeline(transaction=False)
+            pipe.execute_command("ASKING")
+            pipe.get(new)
+            assert pipe.execute() == [True, b"n"]  # written where the slot is going
+    finally:
+        with redis.Redis(port=target.port) as r:
+            for k in (moved, new):
+                pipe = r.pipeline(transaction=False)
+                pipe.execute_command("ASKING")
+                pipe.delete(k)
+                pipe.execute()
+        for node in (source, target):
+            command(node.port, "CLUSTER", "SETSLOT", slot, "STABLE")
+        with redis.Redis(port=source.port) as r:
+            r.delete(stays)
+
+
+def test_moved_refreshes_the_slot_map_instead_of_being_followed_like_ask(url: str) -> None:
+    """redis-py's MovedError subclasses AskError: a MOVED reply must refresh the slot map (the
+    slot has a new owner for good), not be followed with ASKING call after call."""
+    with connect(url) as rc:
+        rc.ready()
+        true_map = rc.slots
+        one = true_map.masters[0]
+        for call in ("pipeline", "command"):
+            stale = SlotMap(owner=[one] * len(true_map.owner), masters=[one],
+                            replicas={one: []})
+            rc.slots = stale
+            time.sleep(0.15)  # past REFRESH_MIN_INTERVAL_S since the last refresh
+            names = [f"moved{i}" for i in range(30)]
+            if call == "pipeline":
+                pipe: Any = rc.pipeline()
+                for n in names:
+                    pipe.set(n, n)
+                assert pipe.execute() == [True] * 30
+            else:
+                other = next(n for n in names if true_map.node_for(("GET", n)) != one)
+                assert rc.set(other, "x") is True
+            assert rc.slots is not stale and len(rc.slots.masters) == 3, call

@@ -14,8 +14,10 @@ span slots (a partition's keys share one hash tag).  Keyless commands go to one 
 (`TIME`, `PUBLISH`, which a cluster broadcasts, `CONFIG`, `INFO`); `SCRIPT LOAD` goes to all.
 A MOVED reply, or a node that cannot be reached, refreshes the slot map (CLUSTER SLOTS from any
 node that answers) and sends that node's part again once: every rsched script and pipelined
-command is safe to apply twice.  ASK (a slot being resharded) is not followed: the command
-fails and its caller's next round tries again.
+command is safe to apply twice.  An ASK reply (the key's slot is being migrated and the key is
+already on the target) is followed once: ASKING and the command go to the node it names, in
+one pipeline per target node, without changing the slot map (the slot is still the source's
+until the migration ends, when a MOVED refreshes it).
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ from rsched.rdb.slots import (
     Address,
     Cmd,
     SlotMap,
+    asked,
     confirmed,
     groups,
+    is_ask,
     node_pipeline,
     rerouted,
     sendable,
@@ -177,6 +181,10 @@ class ClusterRedis(_Nodes, CoreCommands):
                 addr = self.slots.node_for(args, options, self._avoid())
                 return self.node(addr).execute_command(*args, **sendable(options))
             except REROUTE as e:
+                if is_ask(e):
+                    pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None,
+                                         asking=True)
+                    return confirmed(pipe.execute(), None, asking=True)[0]
                 if addr is not None:
                     self._failed(addr, e)
                 if attempt:
@@ -209,32 +217,42 @@ class ClusterRedis(_Nodes, CoreCommands):
 
     def run_batch(self, cmds: Sequence[Cmd], wait: Wait | None = None) -> list[Any]:
         """Every command's reply or error, in order: one pipeline per master, concurrently;
-        with ``wait``, each master's part ends in WAIT (see rdb.durable)."""
+        with ``wait``, each master's part ends in WAIT (see rdb.durable).  ASK replies are
+        followed once; other redirections and node failures are sent again once, after the
+        slot map is refreshed."""
         self.ready()
         results: list[Any] = [None] * len(cmds)
         todo: Sequence[int] = range(len(cmds))
         for attempt in range(2):
-            by_node = groups(self.slots, cmds, todo, results, self._avoid())
-            if len(by_node) == 1:
-                ((addr, idx),) = by_node.items()
-                self._run_node(addr, cmds, idx, results, wait)
-            elif by_node:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rsched-rc")
-                list(self._pool.map(
-                    lambda kv: self._run_node(kv[0], cmds, kv[1], results, wait),
-                    by_node.items()))
+            self._send(groups(self.slots, cmds, todo, results, self._avoid()), cmds, results,
+                       wait)
             todo = rerouted(results, todo)
+            if ask := asked(results, todo):
+                self._send(ask, cmds, results, wait, asking=True)
+                todo = rerouted(results, todo)
             if not todo or attempt:
                 break
             self._after_error(results[todo[0]])
         return results
 
+    def _send(self, by_node: dict[Address, list[int]], cmds: Sequence[Cmd], results: list[Any],
+              wait: Wait | None, asking: bool = False) -> None:
+        """Each node's part as one pipeline, the parts concurrently."""
+        if len(by_node) == 1:
+            ((addr, idx),) = by_node.items()
+            self._run_node(addr, cmds, idx, results, wait, asking)
+        elif by_node:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rsched-rc")
+            list(self._pool.map(
+                lambda kv: self._run_node(kv[0], cmds, kv[1], results, wait, asking),
+                by_node.items()))
+
     def _run_node(self, addr: Address, cmds: Sequence[Cmd], idx: list[int],
-                  results: list[Any], wait: Wait | None) -> None:
+                  results: list[Any], wait: Wait | None, asking: bool = False) -> None:
         try:
-            pipe = node_pipeline(self.node(addr), cmds, idx, wait)
-            replies = confirmed(pipe.execute(raise_on_error=False), wait)
+            pipe = node_pipeline(self.node(addr), cmds, idx, wait, asking)
+            replies = confirmed(pipe.execute(raise_on_error=False), wait, asking)
         except Exception as e:  # noqa: BLE001 - the node failed: each of its commands gets it
             self._failed(addr, e)
             replies = [e] * len(idx)
@@ -314,6 +332,10 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
                 addr = self.slots.node_for(args, options, self._avoid())
                 return await self.node(addr).execute_command(*args, **sendable(options))
             except REROUTE as e:
+                if is_ask(e):
+                    pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None,
+                                         asking=True)
+                    return confirmed(await pipe.execute(), None, asking=True)[0]
                 if addr is not None:
                     self._failed(addr, e)
                 if attempt:
@@ -342,20 +364,27 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
         results: list[Any] = [None] * len(cmds)
         todo: Sequence[int] = range(len(cmds))
         for attempt in range(2):
-            by_node = groups(self.slots, cmds, todo, results, self._avoid())
-            await asyncio.gather(*(self._run_node(a, cmds, idx, results, wait)
-                                   for a, idx in by_node.items()))
+            await self._send(groups(self.slots, cmds, todo, results, self._avoid()), cmds,
+                             results, wait)
             todo = rerouted(results, todo)
+            if ask := asked(results, todo):
+                await self._send(ask, cmds, results, wait, asking=True)
+                todo = rerouted(results, todo)
             if not todo or attempt:
                 break
             await self._after_error(results[todo[0]])
         return results
 
+    async def _send(self, by_node: dict[Address, list[int]], cmds: Sequence[Cmd],
+                    results: list[Any], wait: Wait | None, asking: bool = False) -> None:
+        await asyncio.gather(*(self._run_node(a, cmds, idx, results, wait, asking)
+                               for a, idx in by_node.items()))
+
     async def _run_node(self, addr: Address, cmds: Sequence[Cmd], idx: list[int],
-                        results: list[Any], wait: Wait | None) -> None:
+                        results: list[Any], wait: Wait | None, asking: bool = False) -> None:
         try:
-            pipe = node_pipeline(self.node(addr), cmds, idx, wait)
-            replies = confirmed(await pipe.execute(raise_on_error=False), wait)
+            pipe = node_pipeline(self.node(addr), cmds, idx, wait, asking)
+            replies = confirmed(await pipe.execute(raise_on_error=False), wait, asking)
         except Exception as e:  # noqa: BLE001 - the node failed: each of its commands gets it
             self._failed(addr, e)
             replies = [e] * len(idx)
@@ -421,3 +450,26 @@ def with_raw_replies(r: Any, command: str) -> Any:
         return c
 
     return r.derived(raw) if is_cluster(r) else raw(r)
+
+
+def clock_routes(r: Any, names: Sequence[str]) -> tuple[list[str | None], list[int]]:
+    """Where to send TIME so that each of ``names`` is judged by its own node's clock: the keys
+    to route one TIME each by (``route_by``; [None], one plain TIME, on one Redis) and, per
+    name, the index of its TIME.  On a cluster: one TIME per master by the current slot map
+    (one per name while the map is unknown or a slot is uncovered)."""
+    if not is_cluster(r):
+        return [None], [0] * len(names)
+    owner = r.slots.owner
+    routes: list[str | None] = []
+    first: dict[Any, int] = {}
+    index: list[int] = []
+    for name in names:
+        node = owner[key_slot(name.encode())] if r.slots.masters else None
+        i = first.get(node) if node is not None else None
+        if i is None:
+            i = len(routes)
+            routes.append(name)
+            if node is not None:
+                first[node] = i
+        index.append(i)
+    return routes, index

@@ -171,7 +171,11 @@ def _node_kwargs(t: Target, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sentinel_kwargs(t: Target, options: dict[str, Any]) -> dict[str, Any]:
-    kw = {k: v for k, v in _node_kwargs(t, options).items() if k.startswith("socket_")}
+    """The Sentinels' connections: the URL's socket and TLS options (a CA file, a client
+    certificate: the Sentinels' TLS ports are verified as the data nodes' are), not its
+    credentials unless ``sentinel_password`` says so."""
+    kw = {k: v for k, v in _node_kwargs(t, options).items()
+          if k.startswith(("socket_", "ssl_"))}
     if "sentinel_password" in t.options:
         kw["password"] = t.options["sentinel_password"]
     if t.tls:
@@ -216,7 +220,16 @@ def _connect_async(t: Target, options: dict[str, Any]) -> Any:
             retry=Retry(NoBackoff(), 0), **options))
     from redis.asyncio.sentinel import Sentinel
 
+    class SentinelRedis(Redis):
+        """Closing it closes its Sentinels' connections too: the Sentinel object is this
+        client's own, and its connections would otherwise be left open at exit."""
+
+        async def aclose(self, close_connection_pool: bool | None = None) -> None:
+            await super().aclose(close_connection_pool)
+            for s in sentinel.sentinels:
+                await s.aclose()
+
     sentinel = Sentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, options),
                         **_node_kwargs(t, options))
     return _async_retrying(
-        lambda **kw: sentinel.master_for(t.service, redis_class=Redis, **kw))
+        lambda **kw: sentinel.master_for(t.service, redis_class=SentinelRedis, **kw))

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
-from redis.exceptions import AskError, ClusterDownError, RedisError, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, MovedError, RedisError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -28,6 +28,8 @@ _KEY_AFTER_SUBCOMMAND = frozenset({"XINFO", "XGROUP", "OBJECT", "MEMORY"})
 REROUTE = (AskError, ClusterDownError, TryAgainError, RedisConnectionError, RedisTimeoutError,
             ConnectionError, OSError)
 TARGET_NODE = "target_node"  # command option: see SlotMap.node_for
+ROUTE_BY = "route_by"  # command option: a key whose master a keyless command goes to
+_ROUTING = (TARGET_NODE, ROUTE_BY)
 
 
 def _text(v: Any) -> str:
@@ -81,11 +83,16 @@ class SlotMap:
     def node_for(self, args: Sequence[Any], options: dict[str, Any] | None = None,
                  avoid: Collection[Address] = ()) -> Address:
         """The master for a command; option ``target_node`` (an index into `masters`, in slot
-        order) sends a keyless command such as SCAN to one master.  Other keyless commands
-        (TIME, PUBLISH) go to the first master not in ``avoid`` (recently unreachable)."""
-        if options and TARGET_NODE in options:
-            return self.masters[int(options[TARGET_NODE])]
-        key = key_of(args)
+        order) sends a keyless command such as SCAN to one master, option ``route_by`` (a key)
+        sends one such as TIME to that key's master.  Other keyless commands (TIME, PUBLISH)
+        go to the first master not in ``avoid`` (recently unreachable)."""
+        key = None
+        if options:
+            if TARGET_NODE in options:
+                return self.masters[int(options[TARGET_NODE])]
+            key = options.get(ROUTE_BY)
+        if key is None:
+            key = key_of(args)
         if key is None:
             return next((m for m in self.masters if m not in avoid), self.masters[0])
         addr = self.owner[key_slot(key if isinstance(key, bytes) else str(key).encode())]
@@ -122,24 +129,51 @@ def groups(slots: SlotMap, cmds: Sequence[Cmd], todo: Sequence[int], results: li
 
 
 def sendable(options: dict[str, Any]) -> dict[str, Any]:
-    if TARGET_NODE in options:
-        return {k: v for k, v in options.items() if k != TARGET_NODE}
+    """The options without the routing ones, which are not for redis-py."""
+    if TARGET_NODE in options or ROUTE_BY in options:
+        return {k: v for k, v in options.items() if k not in _ROUTING}
     return options
 
 
-def node_pipeline(node: Any, cmds: Sequence[Cmd], idx: list[int], wait: Wait | None) -> Any:
+def node_pipeline(node: Any, cmds: Sequence[Cmd], idx: list[int], wait: Wait | None,
+                  asking: bool = False) -> Any:
+    """One node's part of a batch; ``asking``: each command preceded by ASKING (an ASK
+    redirection: the node is importing the slot, and ASKING admits only the next command)."""
     pipe = node.pipeline(transaction=False)
     for i in idx:
         args, options = cmds[i]
+        if asking:
+            pipe.execute_command("ASKING")
         pipe.execute_command(*args, **sendable(options))
     if wait is not None:
         pipe.execute_command(*wait.command())
     return pipe
 
 
-def confirmed(replies: list[Any], wait: Wait | None) -> list[Any]:
-    return wait.confirm(list(replies)) if wait is not None else replies
+def confirmed(replies: list[Any], wait: Wait | None, asking: bool = False) -> list[Any]:
+    """The commands' replies (ASKING's OKs dropped), each NotReplicated when WAIT fell short."""
+    replies = list(replies)
+    if asking:
+        tail = replies[-1:] if wait is not None else []
+        replies = replies[1:len(replies) - len(tail):2] + tail
+    return wait.confirm(replies) if wait is not None else replies
 
 
 def rerouted(results: list[Any], todo: Sequence[int]) -> list[int]:
     return [i for i in todo if isinstance(results[i], REROUTE)]
+
+
+def is_ask(e: BaseException) -> TypeGuard[AskError]:
+    """An ASK redirection (redis-py's MovedError subclasses AskError: MOVED means the slot map
+    is stale, and is answered by refreshing it, not by ASKING)."""
+    return isinstance(e, AskError) and not isinstance(e, MovedError)
+
+
+def asked(results: list[Any], todo: Sequence[int]) -> dict[Address, list[int]]:
+    """Indexes of ``todo`` answered with ASK, per node they were redirected to."""
+    by_node: dict[Address, list[int]] = {}
+    for i in todo:
+        e = results[i]
+        if is_ask(e):
+            by_node.setdefault((e.host, e.port), []).append(i)
+    return by_node

@@ -36,10 +36,11 @@ Due = dict[int, list[tuple[str, float]]]  # per partition: due job ids with thei
 class RecurringJobs:
     ids: set[str] = field(default_factory=set)  # job ids known to be recurring
 
-    async def items(self, r: Any, cands: Due, now: int,
+    async def items(self, r: Any, cands: Due, clocks: dict[int, int],
                     queues: dict[int, list[str]]) -> dict[int, list[ClaimItem]]:
-        """Read the candidates' schedules (one pipeline) and build their claim items; drops the
-        index entries of jobs whose hash is gone.  ``queues`` learns the jobs' queues."""
+        """Read the candidates' schedules (one pipeline) and build their claim items, each
+        partition's by its own node's clock (``clocks``, ms); drops the index entries of jobs
+        whose hash is gone.  ``queues`` learns the jobs' queues."""
         pipe = r.pipeline(transaction=False)
         for p, due in cands.items():
             for job_id, _ in due:
@@ -54,7 +55,7 @@ class RecurringJobs:
                 if f[0] is None:  # job hash gone (deleted out of band): drop its index entry
                     stale.append((keys.due(p), job_id))
                     continue
-                items.append(self.item(p, job_id, score, f, now, queues))
+                items.append(self.item(p, job_id, score, f, clocks[p], queues))
             if items:
                 items_by_part[p] = items
         if stale:

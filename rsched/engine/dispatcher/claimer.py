@@ -27,6 +27,7 @@ from rsched.engine._calls import CallMany
 from rsched.engine.dispatcher._recurring import Due as _Due
 from rsched.engine.dispatcher._recurring import RecurringJobs
 from rsched.rdb import keys, scripts
+from rsched.rdb.cluster import clock_routes
 
 log = logging.getLogger("rsched.dispatcher")
 
@@ -103,11 +104,11 @@ class Claimer:
             out.now_ms = now_est
             out.earliest_ms = self._earliest(owned)
             return out
-        now, parts, res = await self._read_due(parts, horizon)
+        now, clocks, parts, res = await self._read_due(parts, horizon)
         out.now_ms = now
-        plain, once, recurring = self._candidates(parts, res, now, out)
+        plain, once, recurring = self._candidates(parts, res, clocks, out)
         if plain or once or recurring:
-            await self._claim_candidates(plain, once, recurring, owned, now, out)
+            await self._claim_candidates(plain, once, recurring, owned, clocks, out)
         self._drop_forgotten()
         out.earliest_ms = self._earliest(owned)
         return out
@@ -124,15 +125,24 @@ class Claimer:
         return [p for p in sorted(owned) if known.get(p, horizon) <= horizon]
 
     async def _read_due(self, parts: list[int], horizon: int
-                        ) -> tuple[int, list[int], list[Any]]:
-        """The round's clock, and Redis's TIME then per partition its due and retry entries up
-        to the horizon, each set's head, and its queues until known (one pipeline).
+                        ) -> tuple[int, dict[int, int], list[int], list[Any]]:
+        """The round's clocks, then per partition its due and retry entries up to the horizon,
+        each set's head, and its queues until known (one pipeline).
 
-        A partition whose reads failed (its cluster master is down) is left out of this round
-        rather than failing it: partitions on healthy masters go on.  Without TIME the clock is
-        the local one plus the last offset seen."""
+        Each partition is judged by the TIME of the node that holds it (on a cluster one TIME
+        per master, in that master's part of the pipeline; rdb.cluster.clock_routes): which
+        entries are due, and a cron job's catch-up, are decided by the same clock its claim
+        script reads.  Returns (the first clock, the clock per partition, parts, replies after
+        the TIMEs).  A partition whose reads failed (its cluster master is down) is left out of
+        this round rather than failing it: partitions on healthy masters go on.  Without TIME
+        the clock is the local one plus the last offset seen."""
+        routes, clock_of = clock_routes(self.r, [keys.due(p) for p in parts])
         pipe = self.r.pipeline(transaction=False)
-        pipe.time()
+        for key in routes:
+            if key is None:
+                pipe.time()
+            else:
+                pipe.execute_command("TIME", route_by=key)
         for p in parts:
             for key in (keys.due(p), keys.retry(p)):
                 pipe.zrangebyscore(key, "-inf", horizon, start=0, num=self.batch, withscores=True)
@@ -140,22 +150,28 @@ class Claimer:
             if p not in self._queues:
                 pipe.smembers(keys.queues(p))
         res = await pipe.execute(raise_on_error=False)
-        if isinstance(res[0], Exception):
-            redis_now = int(time.time() * 1000) + self._offset_ms
-        else:
-            sec, usec = res[0]
-            redis_now = int(sec) * 1000 + int(usec) // 1000
-            self._offset_ms = redis_now - int(time.time() * 1000)
-        if any(isinstance(x, Exception) for x in res[1:]):
-            first = res[0]
+        times, res = res[:len(routes)], res[len(routes):]
+        local = int(time.time() * 1000)
+        nows = [None if isinstance(t, Exception) else _time_ms(t) for t in times]
+        known = [n for n in nows if n is not None]
+        if known:
+            self._offset_ms = known[0] - local
+        fallback = local + self._offset_ms
+        if self.clock:
+            fallback = self.clock()
+            nows = [fallback] * len(nows)
+        clocks = {p: nows[clock_of[i]] or fallback for i, p in enumerate(parts)}
+        if any(isinstance(x, Exception) for x in res):
             parts, res = self._readable(parts, res)
-            if not parts and isinstance(first, Exception):
-                raise first  # nothing answered: Redis is away (the dispatcher's loop waits)
-        return (self.clock() if self.clock else redis_now), parts, res
+            if not parts and not known:
+                raise next(t for t in times if isinstance(t, Exception))  # Redis is away
+        return (known[0] if known and not self.clock else fallback), clocks, parts, res
 
     def _readable(self, parts: list[int], res: list[Any]) -> tuple[list[int], list[Any]]:
         """The partitions whose reads all succeeded, and their slices of `_read_due`'s reply."""
-        ok_parts, ok_res, i = [], [res[0]], 1
+        ok_parts: list[int] = []
+        ok_res: list[Any] = []
+        i = 0
         for p in parts:
             n = 4 if p in self._queues else 5
             chunk = res[i:i + n]
@@ -168,19 +184,21 @@ class Claimer:
             ok_res += chunk
         return ok_parts, ok_res
 
-    def _candidates(self, parts: list[int], res: list[Any], now: int, out: ClaimResult,
-                    ) -> tuple[dict[int, list[ClaimItem]], _Due, _Due]:
+    def _candidates(self, parts: list[int], res: list[Any], clocks: dict[int, int],
+                    out: ClaimResult) -> tuple[dict[int, list[ClaimItem]], _Due, _Due]:
         """What _read_due read, sorted by how it is claimed: retries and one-off jobs as read,
-        recurring jobs once their next time is computed.  Notes each partition's head."""
-        # A due score is the due ms minus priority/2048: due once it is <= now + 0.5.
-        cutoff = now + 0.5
+        recurring jobs once their next time is computed.  Notes each partition's head; each
+        partition's entries are judged by its own node's clock (``clocks``)."""
         inf = float("inf")
         known, cron = self._next, self._recurring.ids
         plain: dict[int, list[ClaimItem]] = {}  # claimable as read: retries
         once: _Due = {}  # claimable as read: one-off jobs
         recurring: _Due = {}  # need their next time first
-        i = 1
+        i = 0
         for p in parts:
+            now = clocks[p]
+            # A due score is the due ms minus priority/2048: due once it is <= now + 0.5.
+            cutoff = now + 0.5
             due, due_head, ret, ret_head = res[i : i + 4]
             i += 4
             if p not in self._queues:
@@ -212,17 +230,18 @@ class Claimer:
         return plain, once, recurring
 
     async def _claim_candidates(self, plain: dict[int, list[ClaimItem]], once: _Due,
-                                recurring: _Due, owned: dict[int, int], now: int,
-                                out: ClaimResult) -> None:
+                                recurring: _Due, owned: dict[int, int],
+                                clocks: dict[int, int], out: ClaimResult) -> None:
         """Claim retries and one-off jobs, then recurring jobs (with those the first claims
         handed back as recurring); note what each partition's script saw left."""
-        now_arg = now if self.clock else 0
+        # 0: each claim script reads its own node's TIME; an injected clock is passed as is.
+        now_arg = next(iter(clocks.values()), 0) if self.clock else 0
         if plain or once:
             needs = await self._claim(plain, owned, now_arg, out, once)
             for p, ids in needs.items():
                 recurring.setdefault(p, []).extend(ids)
         if recurring:
-            await self._claim_recurring(recurring, owned, now, now_arg, out)
+            await self._claim_recurring(recurring, owned, clocks, now_arg, out)
         self._next.update(out.left)
         for p in out.lost:
             self._next.pop(p, None)
@@ -287,10 +306,11 @@ class Claimer:
         out.lost = tuple(lost)
         return needs
 
-    async def _claim_recurring(self, cands: _Due, owned: dict[int, int], now: int, now_arg: int,
-                               out: ClaimResult) -> None:
-        """Read recurring jobs' schedules, compute their next times, claim them."""
-        items_by_part = await self._recurring.items(self.r, cands, now, self._queues)
+    async def _claim_recurring(self, cands: _Due, owned: dict[int, int],
+                               clocks: dict[int, int], now_arg: int, out: ClaimResult) -> None:
+        """Read recurring jobs' schedules, compute their next times (each by its partition's
+        node clock), claim them."""
+        items_by_part = await self._recurring.items(self.r, cands, clocks, self._queues)
         if items_by_part:
             needs = await self._claim(items_by_part, owned, now_arg, out)
             for p, ids in needs.items():
@@ -330,6 +350,12 @@ def retry_item_plain(run_id: str, due_ms: float) -> ClaimItem:
 
 
 _new_tuple = tuple.__new__
+
+
+def _time_ms(t: Any) -> int:
+    """A TIME reply (seconds, microseconds; ints or bytes) in ms."""
+    sec, usec = t
+    return int(sec) * 1000 + int(usec) // 1000
 
 
 def _s(v: Any) -> str:
