@@ -61,8 +61,10 @@ class Slot:
     start_at: float = 0.0  # monotonic time of the next start, while no process runs
 
     def start(self) -> None:
+        # In the supervisor's process group, as dramatiq's and celery's children are: a kill of
+        # the group reaches them, and session CPU accounting counts them.  Ctrl-C's SIGINT then
+        # reaches them too, which drains them just as the supervisor's SIGTERM does.
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
-                                     start_new_session=True,  # signals come from us only
                                      preexec_fn=_die_with_parent)
         self.started_at = time.monotonic()
         log.info("worker process %d started: pid %d", self.index, self.proc.pid)
