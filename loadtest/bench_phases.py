@@ -165,7 +165,6 @@ def main() -> None:
         client = Client(settings=Settings.from_env(redis_url=url, partitions=A.partitions,
                                                    wait_replicas=0))
         client.partitions  # noqa: B018 - pins the partition count, reads the clock
-        watch.own(client.r)
         at = client.now_ms() + A.due_in_ms
 
         def schedule() -> None:
