@@ -15,11 +15,13 @@ import pytest
 import redis
 import test_chaos
 from chaos_app import FINISHES, STARTS
+from click.testing import CliRunner
 from helpers import next_run
 from test_chaos import Fleet, Proc, counts, run_in, started, wait_for
 
 from rsched import Client
 from rsched.cli._supervisor import Backoff
+from rsched.cli.main import cli
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 fleets, closing = test_chaos.fleets, test_chaos.closing  # fixtures, used by name
@@ -95,3 +97,18 @@ def test_sigterm_drains_every_worker_process_and_the_supervisor_exits_0(
     assert not any(Path(f"/proc/{pid}").exists() for pid in kids)
     assert counts(r, FINISHES) == dict.fromkeys(rids, 1)
     assert all(run_in(r, rid, "succeeded") for rid in rids)
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["worker", "--app", "chaos_app:app", "--processes", "0"], "--processes"),
+        (["--metrics-port", "abc", "worker", "--app", "chaos_app:app", "--processes", "2"],
+         "--metrics-port"),
+    ],
+)
+def test_a_bad_processes_count_or_metrics_port_is_refused_naming_the_flag(
+    args: list[str], flag: str
+) -> None:
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2 and flag in res.output and "Traceback" not in res.output
