@@ -5,21 +5,33 @@ the jobs of a batch mostly share (type, queue, status, ...) travel once per grou
 share them, and each job carries only its own: a third of the arguments a job once took, for
 Redis to parse and the client to pack.
 
+A one-off job created due (score <= now) in a group that names its queue stream goes straight
+to that stream, as claim.lua's dispatch_own would send it a moment later: the same stream entry
+(r, t, a, x, o), run fields (r.* in the job hash, next_ms 0) and 'dispatched' event, without a
+due-set entry and a dispatcher round trip.  Jobs due later, recurring or paused ones keep the
+due set (the dispatcher applies overlap and catch-up to recurring jobs).
+
 KEYS[1]     rsched:{pN}:due           ZSET   job id -> due score
 KEYS[2]     rsched:{pN}:events        STREAM history
 KEYS[3]     rsched:{pN}:queues        SET    queue names in use
-KEYS[3+i]   rsched:{pN}:job:<id_i>    HASH   one per job, in ARGV order
+KEYS[4]     rsched:{pN}:stats         HASH   counters (dispatched)
+KEYS[4+i]   rsched:{pN}:job:<id_i>    HASH   one per job, in ARGV order
+KEYS[4+n+s] rsched:{pN}:q:<queue>     STREAM the queue streams the groups name, s = 1..
 ARGV[1]     now_ms (0 = Redis TIME)
 ARGV[2]     events_maxlen (0 = unbounded)
-ARGV[3]     n, the number of jobs
-ARGV[4]     ns, the number of shared job-hash fields; the first two are type and queue
-ARGV[5]     no, the number of a job's own job-hash fields; the first is id
-ARGV[6..5+ns+no]  the shared field names, then the own field names
-then groups until n jobs are read; a group: count, its ns shared values, then count jobs, each:
-  body_hash ('' = none: a job with a random id, which only a replay of this very call can find
-  existing), score (due score; '' = not indexed, e.g. created paused), its no own values
-Stores per job: the ns + no fields, created_ms, and body_hash unless ''.  The call's 'scheduled'
-events share one events-stream entry (batch_flush in util).
+ARGV[3]     consumer group of the queue streams (acknowledged entries are trimmed)
+ARGV[4]     n, the number of jobs
+ARGV[5]     ns, the number of shared job-hash fields; the first two are type and queue
+ARGV[6]     no, the number of a job's own job-hash fields: id, next_ms, spec
+ARGV[7..6+ns+no]  the shared field names, then the own field names
+then groups until n jobs are read; a group: count, stream (index in KEYS of the group's queue
+  stream, 0 = none: never straight to the queue, e.g. recurring), its ns shared values, then
+  count jobs, each: body_hash ('' = none: a job with a random id, which only a replay of this
+  very call can find existing), score (due score; '' = not indexed, e.g. created paused), its
+  no own values
+Stores per job: the ns + no fields, created_ms, and body_hash unless ''.  The call's
+'scheduled' events share one events-stream entry, its 'dispatched' ones another (batch_flush in
+util).
 Returns {head, now_ms, code_1, ..., code_n}
   head    1 if a job created here is now the partition's earliest due job (wake a dispatcher)
   now_ms  the time the script stamped on created jobs
@@ -27,17 +39,19 @@ Returns {head, now_ms, code_1, ..., code_n}
           2 exists with another body_hash (conflict)
 ]]
 --!include util
-local due_key, events_key, queues_key = KEYS[1], KEYS[2], KEYS[3]
+--!include trim_acked
+local due_key, events_key, queues_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms(ARGV[1])
 local maxlen = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local ns, no = tonumber(ARGV[4]), tonumber(ARGV[5])
+local group = ARGV[3]
+local n = tonumber(ARGV[4])
+local ns, no = tonumber(ARGV[5]), tonumber(ARGV[6])
 -- The time as a string once: Redis formats a Lua number argument with snprintf on every call,
 -- twice a job here (created_ms, the event's t).
 local now_s = string.format('%d', now)
 -- HSET arguments, reused for every job: names fixed, values refilled.
 local fields = {'created_ms', now_s}
-for k = 1, ns + no do fields[1 + 2 * k] = ARGV[5 + k] end
+for k = 1, ns + no do fields[1 + 2 * k] = ARGV[6 + k] end
 local out = {0, now}
 local earliest = nil
 -- One ZADD for the call's jobs (a call per job cost ~1 us each), flushed below Lua's
@@ -49,20 +63,28 @@ local function flush_due()
 end
 -- The call's 'scheduled' events share one events-stream entry (batch_new in util).
 local scheduled = batch_new(events_key, maxlen, {'e', 'scheduled', 't', now_s}, {'j', 'ty', 'q'})
-local a = 6 + ns + no
+-- Jobs sent straight to their queue, as claim.lua's dispatch_own does (see the header).
+local dispatched = batch_new(events_key, maxlen, {'e', 'dispatched', 't', now_s},
+                             {'r', 'a', 'ty', 'q'})
+local sent = 0
+local used = {}  -- queue streams written: trimmed below the acknowledged entries at the end
+local last = 2 + 2 * (ns + no)  -- the run fields of a job sent to its queue go after the hash fields
+local NEXT_MS = 2 + 2 * (ns + 2)  -- where next_ms's value is in fields (own field 2)
+local a = 7 + ns + no
 local i = 0
 while i < n do
-  local count = tonumber(ARGV[a])
-  local jtype, queue = ARGV[a + 1], ARGV[a + 2]
-  for k = 1, ns do fields[2 + 2 * k] = ARGV[a + k] end
-  a = a + 1 + ns
+  local count, stream = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local jtype, queue = ARGV[a + 2], ARGV[a + 3]
+  local stream_key = KEYS[stream]  -- nil for 0
+  for k = 1, ns do fields[2 + 2 * k] = ARGV[a + 1 + k] end
+  a = a + 2 + ns
   redis.call('SADD', queues_key, queue)
   for _ = 1, count do
     i = i + 1
     local body_hash, score, id = ARGV[a], ARGV[a + 1], ARGV[a + 2]
     for k = 1, no do fields[2 + 2 * (ns + k)] = ARGV[a + 1 + k] end
     a = a + 2 + no
-    local job_key = KEYS[3 + i]
+    local job_key = KEYS[4 + i]
     local existing
     if body_hash == '' then
       existing = redis.call('EXISTS', job_key) == 1 and ''
@@ -72,12 +94,26 @@ while i < n do
     if existing then
       out[i + 2] = (existing == body_hash) and 1 or 2
     else
+      local direct = stream_key and score ~= '' and tonumber(score) <= now + 0.5
+      if direct then
+        local run_id = id .. '@' .. fields[NEXT_MS]
+        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype, 'a', '1',
+                               'x', fields[NEXT_MS + 2], 'o', '1')
+        used[stream_key] = true
+        fields[NEXT_MS] = '0'
+        local f = {'last_run_id', run_id, 'own_run', run_id, 'r.attempt', '1',
+                   'r.state', 'dispatched', 'r.dispatched_ms', now_s, 'r.stream_id', sid}
+        for k = 1, #f do fields[last + k] = f[k] end
+        direct = run_id
+      end
       if body_hash == '' then
         redis.call('HSET', job_key, unpack(fields))
       else
         redis.call('HSET', job_key, 'body_hash', body_hash, unpack(fields))
       end
-      if score ~= '' then
+      if direct then
+        for k = #fields, last + 1, -1 do fields[k] = nil end
+      elseif score ~= '' then
         due[#due + 1] = score
         due[#due + 1] = id
         if #due >= 2000 then flush_due() end
@@ -86,12 +122,24 @@ while i < n do
       end
       local k = batch_slot(scheduled)
       scheduled[1][k], scheduled[2][k], scheduled[3][k] = id, jtype, queue
+      if direct then  -- a job's 'dispatched' event is never written before its 'scheduled'
+        if dispatched.n >= BATCH_MAX then batch_flush(scheduled) end
+        k = batch_slot(dispatched)
+        dispatched[1][k], dispatched[2][k], dispatched[3][k], dispatched[4][k] =
+          direct, '1', jtype, queue
+        sent = sent + 1
+      end
       out[i + 2] = 0
     end
   end
 end
 flush_due()
 batch_flush(scheduled)
+batch_flush(dispatched)
+if sent > 0 then redis.call('HINCRBY', stats_key, 'dispatched', sent) end
+for stream_key in pairs(used) do
+  trim_acked(stream_key, group)
+end
 if earliest then
   local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
   if head[2] and tonumber(head[2]) >= earliest then out[1] = 1 end

@@ -8,13 +8,13 @@ import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
 
-from rsched import Client, Job, RschedError
+from rsched import Client, Job, JobSpec, RschedError
 from rsched.archive.events import expand
 from rsched.core.app import App
 from rsched.core.ids import run_id
@@ -54,6 +54,13 @@ def xrevrange(r: redis.Redis, name: str, *, count: int | None = None) -> Entries
 def summary(error: str | None) -> str | None:
     """A recorded error's first line: ``Type: message``, before its traceback."""
     return None if error is None else error.partition("\n")[0]
+
+
+def overdue(client: Client, specs: list[JobSpec]) -> list[Job]:
+    """Jobs already due that wait in the due set, as after a dispatcher outage (a job scheduled
+    due goes straight to its queue instead): each created paused, then resumed."""
+    jobs = all_jobs(client.schedule_many([replace(s, paused=True) for s in specs]))
+    return [client.resume(j.id) for j in jobs]
 
 
 def all_jobs(results: list[Job | RschedError]) -> list[Job]:

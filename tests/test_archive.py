@@ -855,11 +855,13 @@ def test_a_script_calls_events_share_an_entry_and_each_is_archived_as_a_row_of_i
 
     client = Client(settings=settings(redis_url))
     clock = ManualClock(redis_now_ms(r))
-    jobs = client.schedule_many([JobSpec("echo", {"n": i}, run_at=clock() - 1,
+    # Due by the claim's clock only: jobs scheduled due would be queued by schedule.lua
+    jobs = client.schedule_many([JobSpec("echo", {"n": i}, run_at=clock() + 1000,
                                          queue="default" if i % 3 else "other")
                                  for i in range(40)])
 
     async def scenario() -> None:
+        clock.advance(2000)
         async with Rig(redis_url, app, clock=clock,
                        worker_kw={"queues": ["default", "other"], "concurrency": 4000}) as rig:
             claimed, started, reported = await rig.cycle()

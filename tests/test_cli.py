@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner, Result
-from helpers import Rig, hgetall
+from helpers import Rig, hgetall, overdue
 
-from rsched import App, Client, JobContext
+from rsched import App, Client, JobContext, JobSpec
 from rsched.cli.main import cli
 from rsched.core.settings import Settings
 from rsched.rdb import keys
@@ -111,7 +111,8 @@ def test_preview_prints_the_dst_adjusted_fire_times(redis_url: str) -> None:
 
 
 def test_status_and_doctor_report_on_redis(redis_url: str, r: redis.Redis) -> None:
-    ok(redis_url, "jobs", "add", "--type", "t", "--run-at", "2000-01-01T00:00:00Z")
+    with Client(settings=Settings(redis_url=redis_url)) as c:  # one job overdue in a due set
+        overdue(c, [JobSpec("t", run_at="2000-01-01T00:00:00Z")])
     status = as_json(redis_url, "status")
     assert len(status["partitions"]) == 16 and status["dueBacklog"] == 1
     assert "due backlog 1" in ok(redis_url, "status")

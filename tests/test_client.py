@@ -29,6 +29,10 @@ def due_count(r: redis.Redis) -> int:
     return sum(r.zcard(keys.due(p)) for p in range(PARTITIONS))
 
 
+def queued_count(r: redis.Redis) -> int:
+    return sum(r.xlen(keys.stream(p, "default")) for p in range(PARTITIONS))
+
+
 
 # --- idempotency -------------------------------------------------------------------------------
 
@@ -121,9 +125,11 @@ def test_a_schedule_pipeline_sent_twice_creates_each_job_once(
     except StopIteration as done:
         out = done.value
     assert [(job.payload, created) for job, created in out] == [(s.payload, False) for s in specs]
-    assert due_count(r) == len(job_keys(r)) == len(specs)
+    # Due now: each job went straight to its queue stream, once; none waits in a due set.
+    assert queued_count(r) == len(job_keys(r)) == len(specs)
+    assert due_count(r) == 0
     for job, _ in out:
-        assert event_types(r, job.partition, job.id) == ["scheduled"]
+        assert event_types(r, job.partition, job.id) == ["scheduled", "dispatched"]
         assert job.updated_ms == job.created_ms > 0
 
 

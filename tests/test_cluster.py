@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import redis
-from helpers import Rig, keys_in_partition, run_engine
+from helpers import Rig, keys_in_partition, overdue, run_engine
 from redis.crc import key_slot
 from redis_probe import command
 from redis_server import RedisCluster, free_port
@@ -314,7 +314,8 @@ def test_a_fence_reissued_after_a_failover_does_not_let_its_former_owner_write(u
             assert rig.dispatcher.leases is not None
             fence = rig.dispatcher.leases.owned[0]
             with Client(settings=Settings(redis_url=url, wait_replicas=0)) as c:
-                job = c.schedule("t", run_at=c.now_ms(), idempotency_key=keys_in_partition(0, 1)[0])
+                [job] = overdue(c, [JobSpec("t", run_at=c.now_ms(),
+                                            idempotency_key=keys_in_partition(0, 1)[0])])
                 c.r.hset(keys.lease(0), mapping={"owner": "d-b", "fence": fence,
                                                  "expires_ms": c.now_ms() + 60_000})
                 res = await rig.claim(renew=False)

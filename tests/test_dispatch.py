@@ -30,7 +30,7 @@ from helpers import (
     stream_entries,
 )
 
-from rsched import App, Client, JobContext, JobStatus, RunState
+from rsched import App, Client, Job, JobContext, JobStatus, RunState
 from rsched.core.cron import parse_cron
 from rsched.core.errors import UnsafeRedis
 from rsched.core.spec import jitter_offset_ms, ms_to_iso
@@ -59,10 +59,13 @@ def lease_owners(r: redis.Redis) -> dict[int, tuple[str, int]]:
 def test_a_due_one_off_job_is_dispatched_once_under_a_deterministic_run_id_and_a_future_one_is_not(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
-    due = client.schedule("email", {"to": "a@x"}, run_at=clock() - 5000)  # the past runs now
+    # Due by the dispatcher's clock, not yet when scheduled (a job scheduled due goes straight
+    # to its queue: test_a_job_scheduled_due_is_queued_by_the_schedule_script_alone)
+    due = client.schedule("email", {"to": "a@x"}, run_at=clock() + 5000)
     later = client.schedule("email", {"to": "b@x"}, run_at=clock() + MINUTE)
 
     async def scenario() -> None:
+        clock.advance(5000)
         async with Rig(redis_url, clock=clock) as rig:
             assert len(await rig.lease()) == PARTITIONS
             first = await rig.claim()
@@ -89,7 +92,7 @@ def test_a_due_one_off_job_is_dispatched_once_under_a_deterministic_run_id_and_a
 def test_jobs_due_at_the_same_time_are_dispatched_by_priority_after_earlier_ones(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
-    at = clock() - 1000
+    at = clock() + 1000  # a backlog in the due set once the clock passes it
     k = keys_in_partition(3, 5)
     jobs = {
         "low": client.schedule("t", run_at=at, priority=-3, idempotency_key=k[0]),
@@ -100,6 +103,7 @@ def test_jobs_due_at_the_same_time_are_dispatched_by_priority_after_earlier_ones
     }
 
     async def scenario() -> None:
+        clock.advance(2000)
         async with Rig(redis_url, clock=clock) as rig:
             await rig.lease()
             assert (await rig.claim()).dispatched == 4
@@ -115,13 +119,14 @@ def test_priority_orders_same_millisecond_jobs_across_claim_batches(
 ) -> None:
     """The due score carries the priority, so Redis hands out the highest priority first even
     when more jobs are due in one millisecond than one claim call takes."""
-    at = clock() - 1000
+    at = clock() + 1000  # a backlog in the due set once the clock passes it
     k = keys_in_partition(5, 6)
     prios = [0, 7, -2, 3, 1000, -1000]
     ids = {client.schedule("t", run_at=at, priority=pr, idempotency_key=key).id: pr
            for pr, key in zip(prios, k, strict=True)}
 
     async def scenario() -> None:
+        clock.advance(2000)
         async with Rig(redis_url, clock=clock, dispatcher_kw={"batch": 2}) as rig:
             await rig.lease()
             for _ in range(3):
@@ -140,14 +145,17 @@ def test_a_job_on_a_queue_the_dispatcher_has_not_seen_is_dispatched_in_the_same_
     async def scenario() -> None:
         async with Rig(redis_url, clock=clock) as rig:
             await rig.lease()
-            client.schedule("t", run_at=clock() - 1, idempotency_key=k[0])
+            client.schedule("t", run_at=clock() + 1000, idempotency_key=k[0])
+            clock.advance(1000)
             assert (await rig.claim()).dispatched == 1  # the claimer now knows queue default
-            client.schedule("t", run_at=clock() - 1, queue="mail", idempotency_key=k[1])
+            mail.append(client.schedule("t", run_at=clock() + 1000, queue="mail",
+                                        idempotency_key=k[1]))
+            clock.advance(1000)
             assert (await rig.claim()).dispatched == 1
 
+    mail: list[Job] = []
     asyncio.run(scenario())
-    assert [e["j"] for e in stream_entries(r, 2, "mail")] == [client.schedule(
-        "t", run_at=clock() - 1, queue="mail", idempotency_key=k[1]).id]
+    assert [e["j"] for e in stream_entries(r, 2, "mail")] == [mail[0].id]
 
 
 def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothing(
@@ -300,7 +308,7 @@ def test_a_claim_with_a_stale_fence_changes_nothing_in_the_keyspace(
 ) -> None:
     for p in range(PARTITIONS):  # due work in every partition
         for key in keys_in_partition(p, 2):
-            client.schedule("email", {"key": key}, run_at=clock() - 1000, idempotency_key=key)
+            client.schedule("email", {"key": key}, run_at=clock() + 1000, idempotency_key=key)
     client.schedule("tick", cron="* * * * *")
 
     async def scenario() -> None:

@@ -124,7 +124,7 @@ def test_allow_jobs_and_one_off_jobs_keep_no_active_run_record(
     async def scenario() -> None:
         async with Rig(redis_url, failing_app(), clock=clock) as rig:
             clock.ms = cron.next_ms or 0
-            assert (await rig.claim()).dispatched == 2
+            assert (await rig.claim()).dispatched == 1  # once went to its queue when scheduled
             clock.ms += MINUTE
             assert (await rig.claim()).dispatched == 1  # the previous one is still queued
 

@@ -201,12 +201,13 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
     jobs = all_jobs(client.schedule_many([
         JobSpec("ok", run_at=now - 1, idempotency_key=ka[0], start_deadline_ms=600_000),
         JobSpec("bad", run_at=now - 1, idempotency_key=ka[1], max_attempts=2, backoff_base_ms=0),
-        JobSpec("long", run_at=now - 1, idempotency_key=kb[0], max_attempts=3),
+        # Due by the claim's clock only (ok and bad, due now, go straight to their queue)
+        JobSpec("long", run_at=now + 60_000, idempotency_key=kb[0], max_attempts=3),
         JobSpec("tick", cron="* * * * *", idempotency_key=kb[1]),
     ]))
     ok, bad, long, tick = jobs
-    assert tick.next_ms is not None
-    clock.ms = tick.next_ms
+    assert tick.next_ms is not None and long.next_ms is not None
+    clock.ms = long.next_ms  # tick's next occurrence is due, only that one
     leases = LeaseKeeper(ar, "d1", PARTITIONS, 10_000, clock)
     claimer = Claimer(ar, "d1", clock=clock)
     wa = await scenario_worker(app, s, ar, "wa", (PA,))
@@ -215,7 +216,7 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
     try:
         owned = await leases.run_once()
         assert len(owned) == PARTITIONS
-        assert (await claimer.run_once(owned)).dispatched == 4
+        assert (await claimer.run_once(owned)).dispatched == 2  # long, tick
         assert await wa.fetch_once(block_ms=1) == 2  # ok, bad
         assert await wb.fetch_once(block_ms=1) == 2  # long, tick
         await until_done(wa, 2)
@@ -443,14 +444,14 @@ def test_after_a_redis_restart_empties_the_script_cache_every_call_path_reloads_
     try:
         # Two partitions: a read takes one entry per stream, and the cycle below reads once.
         k_before, k_after = keys_in_partition(1, 1)[0], keys_in_partition(2, 1)[0]
-        before = client.schedule("ping", run_at=client.now_ms() - 1, idempotency_key=k_before)
+        before = client.schedule("ping", run_at=client.now_ms() + 1000, idempotency_key=k_before)
 
         async def before_restart() -> None:
             async with Rig(aof_redis.url, app, clock=ManualClock(redis_now_ms(probe))) as rig:
                 await rig.lease()  # loads the lease script (and leaves the leases held)
 
         async def after_restart() -> None:
-            clock = ManualClock(redis_now_ms(aof_redis.client()) + 1)
+            clock = ManualClock(redis_now_ms(aof_redis.client()) + 2000)
             async with Rig(aof_redis.url, app, clock=clock) as rig:
                 claimed, started, reported = await rig.cycle()  # asyncio pipeline paths
                 assert (claimed.dispatched, started, reported) == (2, 2, 2)
@@ -459,7 +460,7 @@ def test_after_a_redis_restart_empties_the_script_cache_every_call_path_reloads_
         assert probe.script_exists(scripts.load("lease").sha) == [True]
         aof_redis.restart()
         assert aof_redis.client().script_exists(scripts.load("lease").sha) == [False]
-        after = client.schedule("ping", run_at=client.now_ms() - 1,  # sync pipeline path
+        after = client.schedule("ping", run_at=client.now_ms() + 1000,  # sync pipeline path
                                 idempotency_key=k_after)
         client.pause(after.id)  # sync single-call path
         client.resume(after.id)

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 from rsched.api.app import NO_AUTH_WARNING, create_app
 from rsched.archive.archiver import ArchiverConfig
 from rsched.archive.archiver import serve as serve_archiver
+from rsched.cli._supervisor import Supervisor
 from rsched.cli.commands import COMMANDS
 from rsched.cli.context import settings_of
 from rsched.cli.dev import DevOptions
@@ -71,7 +72,8 @@ def cli(ctx: click.Context, redis_url: str | None, partitions: int | None, allow
     """rsched: durable cron and one-off jobs on Redis."""
     logs.setup(log_level, log_format)
     ctx.obj = {"redis_url": redis_url, "partitions": partitions, "allow_unsafe": allow_unsafe}
-    if metrics_port and ctx.invoked_subcommand in ("dispatcher", "worker", "archiver"):
+    # `rsched worker` serves its own: with --processes each child has a port of its own.
+    if metrics_port and ctx.invoked_subcommand in ("dispatcher", "archiver"):
         collectors = []
         if ctx.invoked_subcommand == "archiver":
             read = archive_lag_reader(settings_of(ctx).redis_url)
@@ -122,17 +124,60 @@ def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[s
 @click.option("--start-after-ms", default=defaults.START_AFTER_MS, show_default=True,
               help="A run still going after this long gets its start recorded on its own; "
                    "quicker runs have it recorded with their outcome.")
-@click.option("--id", "worker_id", default=None, help="Worker id (default host-pid).")
+@click.option("--id", "worker_id", default=None,
+              help="Worker id (default host-pid); with --processes, ID-0, ID-1, ...")
+@click.option("--processes", default=defaults.PROCESSES, show_default=True,
+              type=click.IntRange(min=1),
+              help="Worker processes under one supervisor, each restarted when it dies; with "
+                   "--metrics-port PORT, process i serves PORT+i.")
 @click.pass_context
 def worker(ctx: click.Context, app_spec: str, queues: list[str], concurrency: int,
            visibility_ms: int, heartbeat_ms: int, grace: float, start_after_ms: int,
-           worker_id: str | None) -> None:
+           worker_id: str | None, processes: int = defaults.PROCESSES) -> None:
     """Run a worker for the handlers of APP."""
     sys.path.insert(0, ".")
-    app = load_app(app_spec)
+    app = load_app(app_spec)  # in the supervisor too: a bad --app fails once, at once
+    metrics_port = ctx.find_root().params.get("metrics_port")
+    if processes > 1:
+        sys.exit(Supervisor(worker_argvs(ctx, processes, metrics_port), grace).run())
+    metrics.serve(metrics_port)
     serve_worker(app, settings_of(ctx), queues=queues,
           concurrency=concurrency, worker_id=worker_id, visibility_ms=visibility_ms,
           heartbeat_ms=heartbeat_ms, grace_s=grace, start_after_ms=start_after_ms)
+
+
+def worker_argvs(ctx: click.Context, processes: int, metrics_port: str | None) -> list[list[str]]:
+    """The command line of each child of `rsched worker --processes`: this one with
+    --processes 1, its own --id and --metrics-port; the Redis URL goes by environment (not
+    shown by ps)."""
+    root = ctx.find_root().params
+    if root["redis_url"]:
+        os.environ["RSCHED_REDIS_URL"] = root["redis_url"]
+    if root["partitions"] is not None:
+        os.environ["RSCHED_PARTITIONS"] = str(root["partitions"])
+    common = [sys.executable, "-m", "rsched.cli", "--log-level", root["log_level"],
+              "--log-format", root["log_format"]]
+    if root["allow_unsafe"]:
+        common.append("--allow-unsafe-redis")
+    p = ctx.params
+    args = ["worker", "--app", p["app_spec"], "--queues", ",".join(p["queues"]),
+            "--concurrency", str(p["concurrency"]), "--visibility-ms", str(p["visibility_ms"]),
+            "--heartbeat-ms", str(p["heartbeat_ms"]), "--grace", str(p["grace"]),
+            "--start-after-ms", str(p["start_after_ms"]), "--processes", "1"]
+    host, _, port = str(metrics_port or "").rpartition(":")
+    if metrics_port and not port.isdigit():
+        raise click.BadParameter(f"expected PORT or HOST:PORT, got {metrics_port!r}",
+                                 param_hint="--metrics-port")
+    argvs = []
+    for i in range(processes):
+        own = ["--id", f"{p['worker_id']}-{i}"] if p["worker_id"] else []
+        if metrics_port and int(port):
+            common_i = [*common, "--metrics-port", f"{host}:{int(port) + i}" if host
+                        else str(int(port) + i)]
+        else:
+            common_i = common
+        argvs.append([*common_i, *args, *own])
+    return argvs
 
 
 _ARCHIVE = ArchiverConfig()  # the archiver's defaults, for its options' help

@@ -47,6 +47,12 @@ CONSUMER_IDLE_MS = 3_600_000  # idle this long, nothing pending: a dead worker's
 GRACE_S = 30.0  # seconds to finish runs on SIGTERM
 START_AFTER_MS = 200  # a run still going this long gets its start recorded on its own
 FLUSH_MS = 2.0  # how long reports wait to be batched
+FOCUS_COUNT = 8  # with fewer free slots a stream, reads take this many from a few streams...
+FOCUS_S = 0.05  # ...and every stream is read at least this often
+PROCESSES = 1  # worker processes under one supervisor (rsched worker --processes)
+RESTART_MIN_S = 0.5  # a dead worker process is restarted after this...
+RESTART_MAX_S = 30.0  # ...doubling per quick death up to this, so a crash loop cannot spin
+RESTART_STABLE_S = 30.0  # a process that lived this long starts its backoff over
 
 # HTTP API (rsched api, rsched dev).
 API_HOST = "127.0.0.1"  # local only unless asked: the API schedules and cancels work

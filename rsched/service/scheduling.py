@@ -32,6 +32,7 @@ UPDATE_TRIES = 5  # re-reads when a dispatcher advances a job between an update'
 
 _FIXED_FIELDS = frozenset({"id", "type", "queue", "status", "next_ms"})
 _STATUS_AT = SHARED_FIELDS.index("status")
+_CRON_AT = SHARED_FIELDS.index("cron")
 assert OWN_FIELDS == ("id", "next_ms", "spec")  # the order _schedule_call writes them in
 assert SHARED_FIELDS[:2] == ("type", "queue")  # what _schedule_call reports group sizes by
 
@@ -151,13 +152,20 @@ def _schedule_call(
             groups[shared] = [k]
         else:
             group.append(k)
-    ks = [keys.due(p), keys.events(p), keys.queues(p)]
+    ks = [keys.due(p), keys.events(p), keys.queues(p), keys.stats(p)]
     job_key = keys.job(p, "")
-    args: list[Any] = [0, svc.settings.events_maxlen, len(preps), len(SHARED_FIELDS),
-                       len(OWN_FIELDS), *SHARED_FIELDS, *OWN_FIELDS]
+    args: list[Any] = [0, svc.settings.events_maxlen, keys.GROUP, len(preps),
+                       len(SHARED_FIELDS), len(OWN_FIELDS), *SHARED_FIELDS, *OWN_FIELDS]
     order: list[int] = []
+    streams: dict[str, int] = {}  # queue -> KEYS index (1-based) of its stream, after the jobs
     for shared, members in groups.items():
         args.append(len(members))
+        # One-off jobs that are due go straight to their queue stream (see lua/schedule.lua).
+        if shared[_CRON_AT] == "" and shared[_STATUS_AT] == JobStatus.SCHEDULED.value:
+            queue = shared[1]
+            args.append(streams.setdefault(queue, 4 + len(preps) + len(streams) + 1))
+        else:
+            args.append(0)
         args += shared
         paused = shared[_STATUS_AT] == JobStatus.PAUSED.value
         for k in members:  # OWN_FIELDS values written out: a call per job cost 0.2 us
@@ -165,6 +173,7 @@ def _schedule_call(
             ks.append(job_key + job.id)
             args += (body_hash, "" if paused else score, job.id, next_ms, blob)
         order += members
+    ks += (keys.stream(p, queue) for queue in streams)
     sizes = [(shared[:2], len(members)) for shared, members in groups.items()]
     return ("schedule", ks, args), order, sizes
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rsched.core import defaults
 from rsched.core.wire import ENTRY_ATTEMPT, ENTRY_RUN
 from rsched.engine.worker._link import Link
 from rsched.engine.worker._link import as_str as _s
@@ -34,6 +35,9 @@ class Intake:
     metrics: RunMetrics
     visibility_ms: int
     _cursors: dict[str, str] = field(default_factory=dict)  # XAUTOCLAIM's cursor per stream
+    _busy: list[str] = field(default_factory=list)  # streams the last full read found entries in
+    _turn: int = 0  # where the next focused read starts among them
+    _full_at: float = 0.0  # monotonic time of the last read of every stream
 
     async def fetch_once(self, block_ms: int = 1000, streams: Sequence[str] | None = None) -> int:
         """Read new entries from every stream, or from ``streams`` (a cluster's one XREADGROUP
@@ -47,11 +51,39 @@ class Intake:
         # runner's semaphore holds those).
         count = max(1, free // len(self.link.streams))
         names = self.link.streams if streams is None else streams
+        if count < defaults.FOCUS_COUNT and len(names) > 1 \
+                and time.monotonic() - self._full_at < defaults.FOCUS_S:
+            focused = await self._focused_read(list(names), free)
+            if focused:
+                return self._launch(focused)
+        self._full_at = time.monotonic()
         resp: Any = await self.link.r.xreadgroup(
             keys.GROUP, self.link.id, dict.fromkeys(names, ">"), count=count, block=block_ms
         )
         entries = [(_s(s), _s(eid), f) for s, items in resp or () for eid, f in items if f]
+        got = {s for s, _, _ in entries}
+        self._busy = [s for s in names if s in got]
         return self._launch(entries)
+
+    async def _focused_read(self, names: list[str], free: int) -> list[Entry]:
+        """With few free slots for many streams, one entry a stream a read would leave every
+        report one run per partition (one complete call per run).  Instead read FOCUS_COUNT or
+        more entries from a few streams, taken in turn from those the last full read found
+        busy; nothing there (no block): the caller reads every stream as before, as it does
+        every FOCUS_S at least, so a stream that became busy since waits no longer than that.
+        At concurrency 16 this took complete calls from 0.45 to 0.1 per run, Redis CPU per run
+        from 57 to 31 us (loadtest/bench_phases.py)."""
+        among = set(names)
+        busy = [s for s in self._busy if s in among] or names
+        k = max(1, min(len(busy), free // defaults.FOCUS_COUNT))
+        self._turn = (self._turn + 1) % len(busy)
+        pick = [busy[(self._turn + j) % len(busy)] for j in range(k)]
+        resp: Any = await self.link.r.xreadgroup(
+            keys.GROUP, self.link.id, dict.fromkeys(pick, ">"), count=free // k)
+        entries = [(_s(s), _s(eid), f) for s, items in resp or () for eid, f in items if f]
+        if not entries:
+            self._busy = []
+        return entries
 
     def _launch(self, entries: list[Entry]) -> int:
         """Run fresh entries at once; their start is recorded later (see the reporter)."""

@@ -1,0 +1,119 @@
+"""A one-off job scheduled due goes straight to its queue stream from the schedule script: it
+runs with no dispatcher at all, and leaves the same stream entry, run fields and events as a
+job the dispatcher claimed.  Jobs due later, paused or recurring ones keep the due set."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import redis
+from helpers import (
+    ManualClock,
+    Rig,
+    events,
+    hgetall,
+    keys_in_partition,
+    settings,
+    stats,
+    stream_entries,
+)
+
+from rsched import App, Client, JobContext, JobSpec, RunState
+from rsched.engine.worker.worker import Worker
+from rsched.rdb import keys
+
+P = 3  # every job of these tests in one partition (idempotency keys chosen for it)
+
+
+def key_for(name: str) -> str:
+    """An idempotency key whose job lands in partition P."""
+    return keys_in_partition(P, 1, name)[0]
+
+
+def test_a_job_scheduled_due_runs_with_no_dispatcher_and_a_later_one_does_not(
+    redis_url: str, client: Client, r: redis.Redis
+) -> None:
+    app = App("t")
+    ran: list[str] = []
+
+    @app.job("t")
+    async def t(ctx: JobContext) -> None:
+        ran.append(ctx.run_id)
+
+    now = client.now_ms()
+    due, later = (client.schedule("t", run_at=at, idempotency_key=key_for(name))
+                  for name, at in (("due", now - 5000), ("later", now + 60_000)))
+
+    async def scenario() -> None:
+        w = Worker(app, settings(redis_url), worker_id="w-alone")
+        try:
+            await w.setup()
+            for _ in range(20):
+                await w.fetch_once(block_ms=50)
+                await w.wait_handlers(5)
+                await w.flush_once()
+        finally:
+            await w.close()
+
+    asyncio.run(scenario())
+    assert ran == [f"{due.id}@{due.next_ms}"]
+    assert client.get_run(ran[0]).state is RunState.SUCCEEDED
+    assert r.zscore(keys.due(P), due.id) is None
+    assert r.zscore(keys.due(P), later.id) is not None  # the dispatcher's, when it is due
+    assert [e["j"] for e in stream_entries(r, P)] == [due.id]
+    assert stats(r, P)["dispatched"] == 1
+
+
+def test_paused_and_recurring_jobs_scheduled_due_wait_for_the_dispatcher(
+    client: Client, r: redis.Redis
+) -> None:
+    now = client.now_ms()
+    paused, tick = client.schedule_many([
+        JobSpec("t", run_at=now - 1, paused=True, idempotency_key=key_for("paused")),
+        JobSpec("t", cron="* * * * *", idempotency_key=key_for("tick")),
+    ])
+    assert r.xlen(keys.stream(P, "default")) == 0
+    assert r.zscore(keys.due(P), tick.id) is not None  # type: ignore[union-attr]
+    assert client.get(paused.id).last_run_id is None  # type: ignore[union-attr]
+
+
+def _shape(h: dict[bytes, bytes]) -> dict[str, str]:
+    """A hash with ids, times and the stream id replaced by what they are."""
+    out = {}
+    for k, v in h.items():
+        s = v.decode(errors="replace")
+        s = re.sub(r"\d{13}-\d+", "<sid>", s)
+        s = re.sub(r"\d+-[0-9a-z]{20,}(@\d+)?", "<id>", s)
+        s = re.sub(r"\b\d{13}\b", "<ms>", s)
+        out[k.decode()] = s
+    return out
+
+
+def test_a_job_queued_at_scheduling_looks_exactly_like_one_the_dispatcher_claimed(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    now = client.now_ms()
+    direct = client.schedule("t", {"n": 1}, run_at=now - 1, idempotency_key=key_for("direct"))
+    claimed = client.schedule("t", {"n": 1}, run_at=now + 1000, idempotency_key=key_for("claim"))
+
+    async def scenario() -> None:
+        clock.advance(2000)
+        async with Rig(redis_url, clock=clock) as rig:
+            await rig.lease()
+            assert (await rig.claim()).dispatched == 1  # only the later one: the other is queued
+
+    asyncio.run(scenario())
+    a, b = (hgetall(r, keys.job(P, j.id)) for j in (direct, claimed))
+    assert set(a) == set(b)
+    own = ("spec", "body_hash")  # run_at differs, so do these
+    assert {k: v for k, v in _shape(a).items() if k not in own} == {
+        k: v for k, v in _shape(b).items() if k not in own}
+    ea, eb = (next(e for e in stream_entries(r, P) if e["j"] == j.id) for j in (direct, claimed))
+    assert set(ea) == set(eb) and ea["o"] == eb["o"] == "1" and ea["a"] == eb["a"] == "1"
+    assert ea["r"] == a[b"own_run"].decode() == f"{direct.id}@{direct.next_ms}"
+    hist = {j.id: [(e["e"], sorted(e)) for e in events(r, P, job_id=j.id)]
+            for j in (direct, claimed)}
+    assert hist[direct.id] == hist[claimed.id]
+    assert [kind for kind, _ in hist[direct.id]] == ["scheduled", "dispatched"]
+    assert stats(r, P)["dispatched"] == 2

@@ -1,0 +1,84 @@
+"""The worker's reads with few free slots for many streams: focused on a few busy streams (so a
+report batches many runs of one partition), yet every stream is read at least every FOCUS_S."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import redis
+from helpers import keys_in_partition, settings
+
+from rsched import App, Client, JobContext, JobSpec
+from rsched.core import defaults
+from rsched.engine.worker import Worker
+from rsched.rdb import keys
+
+A, B = 2, 9  # two partitions of the 16
+
+
+def due_jobs(client: Client, p: int, n: int, prefix: str) -> None:
+    """n jobs due now in partition p: queued at once (no dispatcher needed)."""
+    client.schedule_many([JobSpec("noop", idempotency_key=k)
+                          for k in keys_in_partition(p, n, prefix)])
+
+
+def noop_app() -> App:
+    app = App("intake")
+
+    @app.job("noop")
+    async def noop(ctx: JobContext) -> None:
+        return None
+
+    return app
+
+
+async def step(w: Worker) -> int:
+    """One read, its handlers run to the end, one report."""
+    n = await w.fetch_once(block_ms=20)
+    await w.wait_handlers(5)
+    await w.flush_once()
+    return n
+
+
+def test_with_few_free_slots_a_read_takes_many_entries_from_each_busy_stream(
+    redis_url: str, client: Client
+) -> None:
+    due_jobs(client, A, 40, "a")
+    due_jobs(client, B, 40, "b")
+
+    async def scenario() -> list[int]:
+        w = Worker(noop_app(), settings(redis_url), concurrency=16)
+        try:
+            await w.setup()
+            return [await step(w) for _ in range(3)]
+        finally:
+            await w.close()
+
+    # The first read takes one entry a stream (16 slots, 16 streams) and learns A and B are
+    # busy; the next ones take 8 from each (before: 2 a read, one report call per run).
+    assert asyncio.run(scenario()) == [2, 16, 16]
+
+
+def test_a_stream_that_became_busy_is_read_within_focus_s_while_another_stays_busy(
+    redis_url: str, client: Client, r: redis.Redis
+) -> None:
+    due_jobs(client, A, 3000, "a")
+
+    async def scenario() -> float:
+        w = Worker(noop_app(), settings(redis_url), concurrency=16)
+        try:
+            await w.setup()
+            await step(w)  # A is busy
+            due_jobs(client, B, 1, "b")
+            t0 = time.monotonic()
+            while int(r.hget(keys.stats(B), "succeeded") or 0) == 0:
+                assert time.monotonic() - t0 < 2, "B's job was not read"
+                await step(w)
+            return time.monotonic() - t0
+        finally:
+            await w.close()
+
+    waited = asyncio.run(scenario())
+    assert waited < defaults.FOCUS_S + 1.0  # generous: a shared machine
+    assert int(r.hget(keys.stats(A), "succeeded") or 0) < 3000  # A still had work meanwhile

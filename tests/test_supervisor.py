@@ -1,0 +1,114 @@
+"""`rsched worker --processes N`: real supervisor and worker processes, real signals.
+
+A child killed with SIGKILL is replaced and jobs keep running; SIGTERM to the supervisor drains
+every child (a running job finishes and is recorded) and the supervisor exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+import test_chaos
+from chaos_app import FINISHES, STARTS
+from click.testing import CliRunner
+from helpers import next_run
+from test_chaos import Fleet, Proc, counts, run_in, started, wait_for
+
+from rsched import Client
+from rsched.cli._supervisor import Backoff
+from rsched.cli.main import cli
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+fleets, closing = test_chaos.fleets, test_chaos.closing  # fixtures, used by name
+
+
+@pytest.mark.parametrize(
+    ("lives_s", "delays_s"),
+    [
+        ([0.1] * 9, [0.5, 1, 2, 4, 8, 16, 30, 30, 30]),  # a crash loop backs off to the cap
+        ([0.1, 0.1, 0.1, 31, 0.1], [0.5, 1, 2, 0.5, 1]),  # a process that lived starts over
+    ],
+)
+def test_restarts_back_off_while_a_process_keeps_dying_quickly(
+    lives_s: list[float], delays_s: list[float]
+) -> None:
+    b = Backoff()
+    assert [b.after_death(s) for s in lives_s] == delays_s
+
+
+def children(pid: int) -> list[int]:
+    """The pids of a process's children (Linux)."""
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(c) for c in text.split()]
+
+
+def supervised(redis_url: str, r: redis.Redis, fleets: Callable[..., Fleet]) -> tuple[Fleet, Proc]:
+    """A dispatcher and `rsched worker --processes 2`, both children registered."""
+    fleet = fleets(redis_url)
+    fleet.dispatcher("d1")
+    sup = fleet._spawn("w", [
+        "worker", "--app", "chaos_app:app", "--processes", "2", "--concurrency", "8",
+        "--visibility-ms", "2000", "--heartbeat-ms", "500", "--grace", "10",
+    ])
+    wait_for(lambda: started(r, ["d1", "w-0", "w-1"]), 30, "both worker processes", fleet)
+    return fleet, sup
+
+
+def all_finish(r: redis.Redis, run_ids: list[str]) -> Callable[[], bool]:
+    return lambda: all(run_in(r, rid, "succeeded") for rid in run_ids)
+
+
+def test_a_killed_worker_process_is_replaced_and_jobs_keep_running(
+    redis_url: str, r: redis.Redis, fleets: Callable[..., Fleet],
+    closing: Callable[[Client], Client],
+) -> None:
+    client = closing(Client(redis_url))
+    fleet, sup = supervised(redis_url, r, fleets)
+    first = children(sup.pid)
+    assert len(first) == 2
+    before = [next_run(client.schedule("record", {})) for _ in range(20)]
+    wait_for(all_finish(r, before), 30, "jobs before the kill", fleet)
+
+    os.kill(first[0], signal.SIGKILL)
+    now = wait_for(lambda: (c if len(c := children(sup.pid)) == 2 and first[0] not in c
+                            else None), 30, "a new worker process", fleet)
+    assert first[1] in now  # the other one was left alone
+    after = [next_run(client.schedule("record", {})) for _ in range(20)]
+    wait_for(all_finish(r, after), 30, "jobs after the kill", fleet)
+    assert sup.alive()
+
+
+def test_sigterm_drains_every_worker_process_and_the_supervisor_exits_0(
+    redis_url: str, r: redis.Redis, fleets: Callable[..., Fleet],
+    closing: Callable[[Client], Client],
+) -> None:
+    client = closing(Client(redis_url))
+    fleet, sup = supervised(redis_url, r, fleets)
+    kids = children(sup.pid)
+    rids = [next_run(client.schedule("sleep", {"sleeps": [2]})) for _ in range(6)]
+    wait_for(lambda: len(counts(r, STARTS)) == 6, 30, "every handler to begin", fleet)
+    sup.send(signal.SIGTERM)
+    assert sup.popen.wait(30) == 0
+    assert not any(Path(f"/proc/{pid}").exists() for pid in kids)
+    assert counts(r, FINISHES) == dict.fromkeys(rids, 1)
+    assert all(run_in(r, rid, "succeeded") for rid in rids)
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["worker", "--app", "chaos_app:app", "--processes", "0"], "--processes"),
+        (["--metrics-port", "abc", "worker", "--app", "chaos_app:app", "--processes", "2"],
+         "--metrics-port"),
+    ],
+)
+def test_a_bad_processes_count_or_metrics_port_is_refused_naming_the_flag(
+    args: list[str], flag: str
+) -> None:
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2 and flag in res.output and "Traceback" not in res.output
