@@ -9,7 +9,8 @@ A one-off job created due (score <= now) in a group that names its queue stream 
 to that stream, as claim.lua's dispatch_own would send it a moment later: the same stream entry
 (r, t, a, x, o), run fields (r.* in the job hash, next_ms 0) and 'dispatched' event, without a
 due-set entry and a dispatcher round trip.  Jobs due later, recurring or paused ones keep the
-due set (the dispatcher applies overlap and catch-up to recurring jobs).
+due set (the dispatcher applies overlap and catch-up to recurring jobs), as does a job past its
+start deadline already (claim.lua dead-letters it).
 
 KEYS[1]     rsched:{pN}:due           ZSET   job id -> due score
 KEYS[2]     rsched:{pN}:events        STREAM history
@@ -40,6 +41,7 @@ Returns {head, now_ms, code_1, ..., code_n}
 ]]
 --!include util
 --!include trim_acked
+--!include life
 local due_key, events_key, queues_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms(ARGV[1])
 local maxlen = tonumber(ARGV[2])
@@ -95,6 +97,10 @@ while i < n do
       out[i + 2] = (existing == body_hash) and 1 or 2
     else
       local direct = stream_key and score ~= '' and tonumber(score) <= now + 0.5
+      if direct then  -- past its start deadline already: the due set, where claim dead-letters it
+        local life = spec_life(fields[NEXT_MS + 2])
+        if life and life[4] > 0 and now > tonumber(fields[NEXT_MS]) + life[4] then direct = false end
+      end
       if direct then
         local run_id = id .. '@' .. fields[NEXT_MS]
         local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype, 'a', '1',
