@@ -43,6 +43,7 @@ def redis_config(data_dir: Path, port: int) -> str:
         f"port {port}", "bind 127.0.0.1", f"dir {data_dir}", "daemonize no",
         f"logfile {data_dir / 'logs' / 'redis.log'}",
         "appendonly yes", "appendfsync everysec", "maxmemory-policy noeviction",
+        f"hash-max-listpack-value {defaults.HASH_LISTPACK_VALUE}",  # compact job hashes
         'save ""',  # the AOF is the durable copy; no RDB snapshots on top
     ]) + "\n"
 

@@ -67,3 +67,8 @@ DEV_URL_FILE = "redis-url"  # in DEV_DATA_DIR while it runs: its Redis, which th
 # --- the overview's history (rsched.service.samples) -----------------------------------------
 STATS_SAMPLE_MS = 60_000  # one sample of the cluster's counters per minute, by the API
 STATS_KEEP_MS = 2 * 3_600_000  # samples kept in Redis: the overview shows the last hour
+# Redis's hash-max-listpack-value that `rsched doctor` asks for (and `rsched dev` sets): a job
+# hash whose packed spec (payload included) is longer than it leaves the compact listpack
+# encoding, 1,158.5 B per scheduled job at Redis's default 64 against 544.7 B at 256
+# (loadtest/bench_memory.py, 1,000,000 jobs with a 2-field payload).
+HASH_LISTPACK_VALUE = 256
