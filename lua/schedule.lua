@@ -21,10 +21,13 @@ KEYS[4+n+s] rsched:{pN}:q:<queue>     STREAM the queue streams the groups name, 
 ARGV[1]     now_ms (0 = Redis TIME)
 ARGV[2]     events_maxlen (0 = unbounded)
 ARGV[3]     consumer group of the queue streams (acknowledged entries are trimmed)
-ARGV[4]     n, the number of jobs
-ARGV[5]     ns, the number of shared job-hash fields; the first two are type and queue
-ARGV[6]     no, the number of a job's own job-hash fields: id, next_ms, spec
-ARGV[7..6+ns+no]  the shared field names, then the own field names
+ARGV[4]     due_ms: the caller's estimate of Redis's clock when it computed the jobs' times; a
+            job due by it (created without a runAt, or one in the past) goes straight to its
+            queue even when Redis's clock reads a millisecond or two earlier
+ARGV[5]     n, the number of jobs
+ARGV[6]     ns, the number of shared job-hash fields; the first two are type and queue
+ARGV[7]     no, the number of a job's own job-hash fields: id, next_ms, spec
+ARGV[8..7+ns+no]  the shared field names, then the own field names
 then groups until n jobs are read; a group: count, stream (index in KEYS of the group's queue
   stream, 0 = none: never straight to the queue, e.g. recurring), its ns shared values, then
   count jobs, each: body_hash ('' = none: a job with a random id, which only a replay of this
@@ -46,14 +49,15 @@ local due_key, events_key, queues_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KE
 local now = now_ms(ARGV[1])
 local maxlen = tonumber(ARGV[2])
 local group = ARGV[3]
-local n = tonumber(ARGV[4])
-local ns, no = tonumber(ARGV[5]), tonumber(ARGV[6])
+local due_cut = math.max(tonumber(ARGV[4]), now) + 0.5
+local n = tonumber(ARGV[5])
+local ns, no = tonumber(ARGV[6]), tonumber(ARGV[7])
 -- The time as a string once: Redis formats a Lua number argument with snprintf on every call,
 -- twice a job here (created_ms, the event's t).
 local now_s = string.format('%d', now)
 -- HSET arguments, reused for every job: names fixed, values refilled.
 local fields = {'created_ms', now_s}
-for k = 1, ns + no do fields[1 + 2 * k] = ARGV[6 + k] end
+for k = 1, ns + no do fields[1 + 2 * k] = ARGV[7 + k] end
 local out = {0, now}
 local earliest = nil
 -- One ZADD for the call's jobs (a call per job cost ~1 us each), flushed below Lua's
@@ -72,7 +76,7 @@ local sent = 0
 local used = {}  -- queue streams written: trimmed below the acknowledged entries at the end
 local last = 2 + 2 * (ns + no)  -- the run fields of a job sent to its queue go after the hash fields
 local NEXT_MS = 2 + 2 * (ns + 2)  -- where next_ms's value is in fields (own field 2)
-local a = 7 + ns + no
+local a = 8 + ns + no
 local i = 0
 while i < n do
   local count, stream = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
@@ -96,7 +100,7 @@ while i < n do
     if existing then
       out[i + 2] = (existing == body_hash) and 1 or 2
     else
-      local direct = stream_key and score ~= '' and tonumber(score) <= now + 0.5
+      local direct = stream_key and score ~= '' and tonumber(score) <= due_cut
       if direct then  -- past its start deadline already: the due set, where claim dead-letters it
         local life = spec_life(fields[NEXT_MS + 2])
         if life and life[4] > 0 and now > tonumber(fields[NEXT_MS]) + life[4] then direct = false end

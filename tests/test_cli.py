@@ -120,7 +120,7 @@ def test_status_and_doctor_report_on_redis(redis_url: str, r: redis.Redis) -> No
     assert checks["version"]["level"] == "ok"
     assert checks["appendonly"]["level"] == "warn"  # the test server runs without AOF
     assert "appendonly yes" in checks["appendonly"]["message"]
-    listpack = r.config_get("hash-max-listpack-value")["hash-max-listpack-value"]
+    listpack = str(r.config_get("hash-max-listpack-value")["hash-max-listpack-value"])
     assert checks["hash-max-listpack-value"]["level"] == ("ok" if int(listpack) >= 256 else "warn")
     r.config_set("hash-max-listpack-value", 64)  # Redis's default
     try:

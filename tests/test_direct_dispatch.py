@@ -31,6 +31,21 @@ def key_for(name: str) -> str:
     return keys_in_partition(P, 1, name)[0]
 
 
+def test_a_job_created_due_goes_to_its_queue_though_the_clients_clock_runs_a_little_ahead(
+    client: Client,
+) -> None:
+    """The client estimates Redis's clock from an offset (service.context.op_now), which can run
+    a millisecond or two ahead: a job created without a runAt is still due, not a due-set
+    entry that waits for a dispatcher (the schedule script compares with the client's now)."""
+    client.now_ms()  # the offset is measured: now skew it as a slightly wrong estimate would
+    client._offset_ms += 5
+    job = client.schedule("t", idempotency_key=key_for("skewed"))
+    assert client.get(job.id).next_ms is None  # dispatched: its own run went to the queue
+    assert client.get_run(f"{job.id}@{job.next_ms}").state is RunState.DISPATCHED
+    later = client.schedule("t", run_at=client.now_ms() + 60_000, idempotency_key=key_for("l"))
+    assert client.get(later.id).next_ms == later.next_ms  # still waits in the due set
+
+
 def test_a_job_scheduled_due_runs_with_no_dispatcher_and_a_later_one_does_not(
     redis_url: str, client: Client, r: redis.Redis
 ) -> None:

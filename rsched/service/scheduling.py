@@ -133,13 +133,13 @@ def _calls(svc: Service, specs: Sequence[JobSpec], ids: list[str],
                 except RschedError as e:
                     out[i] = e
             if preps:
-                call, order, sizes = _schedule_call(svc, p, preps)
+                call, order, sizes = _schedule_call(svc, p, preps, now)
                 layout.append((p, [chunk[k] for k in order], [preps[k] for k in order], sizes))
                 yield call
 
 
 def _schedule_call(
-    svc: Service, p: int, preps: list[Prepared]
+    svc: Service, p: int, preps: list[Prepared], now: int
 ) -> tuple[scripts.Call, list[int], list[tuple[Any, int]]]:
     """The script call for jobs of partition ``p``, the order it holds them in (indexes
     into ``preps``): grouped by their SHARED_FIELDS values, each group's values sent once,
@@ -154,7 +154,7 @@ def _schedule_call(
             group.append(k)
     ks = [keys.due(p), keys.events(p), keys.queues(p), keys.stats(p)]
     job_key = keys.job(p, "")
-    args: list[Any] = [0, svc.settings.events_maxlen, keys.GROUP, len(preps),
+    args: list[Any] = [0, svc.settings.events_maxlen, keys.GROUP, now, len(preps),
                        len(SHARED_FIELDS), len(OWN_FIELDS), *SHARED_FIELDS, *OWN_FIELDS]
     order: list[int] = []
     streams: dict[str, int] = {}  # queue -> KEYS index (1-based) of its stream, after the jobs
