@@ -7,8 +7,16 @@ import inspect
 import re
 from pathlib import Path
 
-from rsched.core import wire
-from rsched.core.models import SPEC_ORDER, pack_spec, unpack_payload, unpack_spec
+import msgpack
+
+from rsched.core import defaults, wire
+from rsched.core.models import (
+    SPEC_DEFAULTS,
+    SPEC_ORDER,
+    pack_spec,
+    unpack_payload,
+    unpack_spec,
+)
 from rsched.core.spec import JobSpec, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +113,22 @@ def test_a_packed_spec_unpacks_to_its_values_under_the_names_of_spec_order() -> 
     values = (30_000, 1_000, 60_000, -3, "Europe/Paris", "skip", 500, "key-1", 1_700_000_000_000,
               b"\x81\xa1k\x01", 90_000, "bufferOne", "L1,2,3,0,4")
     assert unpack_spec(pack_spec(*values)) == dict(zip(SPEC_ORDER, values, strict=True))
+
+
+def test_a_spec_stores_default_settings_as_nil_and_reads_them_back_exactly() -> None:
+    """Defaults cost one byte each, so a small payload's job hash stays a listpack (64 B)."""
+    base, cap, timeout = defaults.BACKOFF_BASE_MS, defaults.BACKOFF_CAP_MS, defaults.TIMEOUT_MS
+    values = (timeout, base, cap, 0, defaults.TZ, "run_once", 0, "", 1_700_000_000_000,
+              b"\x82\xa2to\xb6user-12345@example.com\xa1n\xcd09",
+              defaults.CATCH_UP_WINDOW_MS, "", None)
+    assert set(SPEC_DEFAULTS.values()) <= set(values)
+    blob = pack_spec(*values)
+    assert unpack_spec(blob) == dict(zip(SPEC_ORDER, values, strict=True))
+    assert len(blob) <= 64 - 8, len(blob)  # Redis's hash-max-listpack-value, with room to spare
+    assert msgpack.unpackb(blob)[:3] == [None, None, None] and blob[-1] == 0xC0  # life: nil
+    near = (timeout + 1, base - 1, 0, 0, "Etc/UTC", "skip", 0, "",
+            0, b"", 0, "", None)  # values next to the defaults are kept as they are
+    assert unpack_spec(pack_spec(*near)) == dict(zip(SPEC_ORDER, near, strict=True))
 
 
 def test_a_prepared_jobs_spec_blob_holds_its_settings_where_every_reader_looks() -> None:
