@@ -71,6 +71,12 @@ def config() -> str:
     return f"{PREFIX}:config"
 
 
+def stats_samples() -> str:
+    """ZSET: JSON sample of the cluster's counters -> its bucket's start (ms): the overview's
+    history (service.samples); global, never used inside a script."""
+    return f"{PREFIX}:stats:samples"
+
+
 def dispatchers() -> str:
     """ZSET: dispatcher id -> membership expiry (ms, two renewals after its last round); only
     members in it are planned partitions or offered any."""

@@ -25,9 +25,7 @@ from rsched.rdb.ops import Commands, Op, cmd
 from rsched.service.context import Service
 from rsched.service.status import op_cluster
 
-# ZSET: JSON sample -> its bucket's start (ms).  Global, never used inside a script; its name
-# belongs in rsched.rdb.keys, which another change is rewriting for Cluster: move it there then.
-SAMPLES_KEY = f"{keys.PREFIX}:stats:samples"
+SAMPLES_KEY = keys.stats_samples()
 MAX_SAMPLES = 720  # read at most this many (an hour of 5 s samples)
 
 
