@@ -8,6 +8,7 @@ the check that a waiting daemon is still alive after 1.5 s.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -85,6 +86,7 @@ def test_start_up_retries_wait_from_a_tenth_of_a_second_doubling_up_to_five() ->
 def test_wait_for_redis_retries_only_unavailability_logging_each_wait(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.WARNING)  # a CLI test before may have left the root at ERROR
     failures: list[BaseException] = [RedisConnectionError("Connection refused"),
                                      RuntimeError(CLOSED)]
 
