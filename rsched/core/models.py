@@ -182,11 +182,12 @@ class Job:
         return partition_of(self.id)
 
     @classmethod
-    def from_hash(cls, h: Mapping[Any, Any]) -> Job:
+    def from_hash(cls, h: Mapping[Any, Any], job_id: str) -> Job:
+        """The job ``job_id`` from its hash (which holds no id: its key does)."""
         g = lambda n: _get(h, n)  # noqa: E731
         sp = unpack_spec(g("spec"))
         return cls(
-            id=_s(g("id")),
+            id=job_id,
             type=_s(g("type")),
             queue=_s(g("queue"), defaults.QUEUE),
             payload=unpack_payload(sp.get("payload")),
@@ -195,7 +196,7 @@ class Job:
             cron=_s(g("cron")) or None,
             tz=sp.get("tz") or defaults.TZ,
             next_ms=_i(g("next_ms")) or None,
-            max_attempts=_i(g("max_attempts"), 1),
+            max_attempts=_i(g("max_attempts"), defaults.MAX_ATTEMPTS),  # absent: the default
             backoff_base_ms=sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS),
             backoff_cap_ms=sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS),
             priority=sp.get("priority", defaults.PRIORITY),
