@@ -240,16 +240,22 @@ def test_a_batch_mixing_types_queues_and_states_stores_and_returns_each_job_as_g
 def test_a_job_hash_leaves_out_its_id_an_empty_cron_and_the_default_attempts(
     client: Client, r: redis.Redis
 ) -> None:
-    """The key holds the id, and readers fill in the rest: a small job's hash stays a listpack
-    under Redis's default hash-max-listpack-value (README: memory per job)."""
-    run_at = redis_now_ms(r) + 3_600_000
+    """The key holds the id, a random id its creation time, and readers fill in the rest: a
+    small job's hash stays a listpack under Redis's default hash-max-listpack-value (README:
+    memory per job)."""
+    before = redis_now_ms(r)
+    run_at = before + 3_600_000
     job = client.schedule("report.send", {"to": "user-1@example.com", "n": 1}, run_at=run_at)
     key = keys.job(job.partition, job.id)
-    assert set(r.hgetall(key)) == {b"created_ms", b"type", b"queue", b"status", b"next_ms",
-                                   b"spec"}
+    assert set(r.hgetall(key)) == {b"type", b"queue", b"status", b"next_ms", b"spec"}
     assert r.object("encoding", key) == b"listpack"
     assert client.get(job.id) == job and job.max_attempts == defaults.MAX_ATTEMPTS
     assert job.cron is None
+    assert before - 50 <= job.created_ms == job.updated_ms <= redis_now_ms(r) + 50
+    keyed = client.schedule("t", run_at=run_at, idempotency_key="stored-created")
+    stored = r.hget(keys.job(keyed.partition, keyed.id), "created_ms")
+    assert stored == str(keyed.created_ms).encode()
+    assert client.get(keyed.id) == keyed
     five = client.schedule("t", max_attempts=5, run_at=run_at)
     assert r.hget(keys.job(five.partition, five.id), "max_attempts") == b"5"
     # Back to the default by an update: stored as '' (or absent), read as the default.

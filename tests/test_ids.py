@@ -11,6 +11,7 @@ from rsched.core import ids
 from rsched.core.models import partition_of
 
 ID_BODY = re.compile(r"[A-Za-z0-9_-]{19}")
+NOW = 1_796_150_000_123
 
 
 def test_sorted64_writes_base64_in_an_alphabet_that_sorts_like_the_numbers() -> None:
@@ -32,7 +33,7 @@ def test_ids_sort_by_creation_time(earlier: int, later: int) -> None:
 
 
 def test_a_batch_of_ids_is_short_distinct_and_read_back_to_its_partitions() -> None:
-    parts, job_ids = ids.random_job_ids(5000, 16)
+    parts, job_ids = ids.random_job_ids(5000, 16, NOW)
     assert len(set(job_ids)) == 5000
     for p, job_id in zip(parts, job_ids, strict=True):
         head, _, body = job_id.partition("-")
@@ -44,13 +45,13 @@ def test_a_batch_of_ids_is_short_distinct_and_read_back_to_its_partitions() -> N
 
 
 def test_a_batch_spread_over_fewer_partitions_uses_consecutive_ones() -> None:
-    parts, _ = ids.random_job_ids(2000, 16, spread=2)
+    parts, _ = ids.random_job_ids(2000, 16, NOW, spread=2)
     used = sorted(set(parts))
     assert len(used) == 2 and (used[1] - used[0]) % 16 in (1, 15)
 
 
 def test_the_random_part_carries_72_bits() -> None:
-    _, job_ids = ids.random_job_ids(2000, 1)
+    _, job_ids = ids.random_job_ids(2000, 1, NOW)
     rand = [j.partition("-")[2][ids.STAMP_CHARS:] for j in job_ids]
     assert {len(x) for x in rand} == {12}  # 12 characters of 6 bits
     # Every symbol turns up in every position: none is fixed (2,000 draws of 64 symbols).
@@ -64,3 +65,11 @@ def test_keyed_ids_are_derived_from_the_key_alone() -> None:
     assert partition_of(job_id) == p and job_id.startswith(f"{p}-k")
     assert ID_BODY.fullmatch(job_id.partition("-")[2][1:][:19])
     assert len(job_id.partition("-")[2]) == 21
+
+
+@pytest.mark.parametrize("ms", [0, 1, NOW, 2**42 - 1])
+def test_a_random_id_carries_its_creation_time_and_a_keyed_one_none(ms: int) -> None:
+    _, (job_id,) = ids.random_job_ids(1, 16, ms)
+    assert ids.created_ms_of(job_id) == ms
+    assert ids.created_ms_of(f"3-{ids.ulid(ms)}") == ms
+    assert ids.created_ms_of(ids.keyed_job_id("order-42", 16)[1]) is None

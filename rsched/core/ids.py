@@ -17,6 +17,7 @@ import zlib
 _B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _SORTED = b"-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
 _TO_SORTED = bytes.maketrans(_B64, _SORTED)
+_FROM_SORTED = bytes.maketrans(_SORTED, _B64)
 RANDOM_BYTES = 9  # 72 random bits an id, 12 characters (9 bytes are whole base64 groups)
 STAMP_CHARS = 7  # 42 bits of epoch ms: ids sort by creation until 2109 (as due scores are exact)
 
@@ -30,6 +31,16 @@ def sorted64(raw: bytes) -> str:
 def stamp(now_ms: int) -> str:
     """The creation-time part of an id: the ms's low 42 bits, 7 characters."""
     return sorted64(now_ms.to_bytes(6, "big"))[8 - STAMP_CHARS:]
+
+
+def created_ms_of(job_id: str) -> int | None:
+    """The creation time a random id carries in its stamp (None: a keyed id, which has none).
+    The job hash of a random-id job stores no created_ms: this is it (22 bytes a job)."""
+    body = job_id.partition("-")[2]
+    if body[:1] == "k" or len(body) != STAMP_CHARS + 4 * RANDOM_BYTES // 3:
+        return None
+    text = "-" * (8 - STAMP_CHARS) + body[:STAMP_CHARS]
+    return int.from_bytes(binascii.a2b_base64(text.encode().translate(_FROM_SORTED)), "big")
 
 
 def ulid(now_ms: int | None = None) -> str:
@@ -48,19 +59,19 @@ def partition_for_key(key: str, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
 
-def random_job_ids(n: int, partitions: int, spread: int | None = None
+def random_job_ids(n: int, partitions: int, now_ms: int, spread: int | None = None
                    ) -> tuple[list[int], list[str]]:
-    """Partitions and ids of ``n`` new jobs, as two lists (no tuple per job for the garbage
-    collector to walk): one clock reading, one urandom and one base64 call per batch, since a
-    ulid per job cost more than the rest of its id.  Ids are ulids as above, behind their
-    partition.
+    """Partitions and ids of ``n`` new jobs created at ``now_ms`` (the caller's reading of
+    Redis's clock: the jobs' created_ms, see created_ms_of), as two lists (no tuple per job for
+    the garbage collector to walk): one urandom and one base64 call per batch, since a ulid
+    per job cost more than the rest of its id.  Ids are ulids as above, behind their partition.
 
     The jobs go to ``spread`` consecutive partitions (default: all) from one picked at random for
     the batch, each job to one of them by its first two random bytes: a batch a single script
     call holds then costs that one call instead of one per partition it would touch, and
     batches still spread evenly over the partitions."""
     spread = partitions if spread is None else max(1, min(spread, partitions))
-    head = stamp(int(time.time() * 1000))
+    head = stamp(now_ms)
     size = RANDOM_BYTES
     raw = os.urandom(size * n + 2)
     rand = sorted64(raw[: size * n])

@@ -18,6 +18,7 @@ import msgpack
 from rsched.core import defaults
 from rsched.core.catchup import Gap
 from rsched.core.errors import ValidationError
+from rsched.core.ids import created_ms_of
 from rsched.core.lifecycle import NO_LIFE, Life, life_of
 
 
@@ -186,6 +187,8 @@ class Job:
         """The job ``job_id`` from its hash (which holds no id: its key does)."""
         g = lambda n: _get(h, n)  # noqa: E731
         sp = unpack_spec(g("spec"))
+        # Stored for a keyed id only: a random id's stamp is its creation time.
+        created = _i(g("created_ms")) or created_ms_of(job_id) or 0
         return cls(
             id=job_id,
             type=_s(g("type")),
@@ -204,9 +207,9 @@ class Job:
             idempotency_key=sp.get("idem_key") or None,
             misfire=Misfire(sp.get("misfire") or "run_once"),
             jitter_ms=sp.get("jitter_ms", defaults.JITTER_MS),
-            created_ms=_i(g("created_ms")),
+            created_ms=created,
             # lua/schedule.lua stores no updated_ms: until a change, it is created_ms.
-            updated_ms=_i(g("updated_ms")) or _i(g("created_ms")),
+            updated_ms=_i(g("updated_ms")) or created,
             last_run_id=_s(g("last_run_id")) or None,
             catch_up_window_ms=sp.get("catch_up_ms", defaults.CATCH_UP_WINDOW_MS),
             last_gap=gap_of(_s(g("gap"))),

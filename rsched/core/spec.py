@@ -135,8 +135,9 @@ SHARED_FIELDS = ("type", "queue", "status", "max_attempts", "cron")
 group of jobs with the same values."""
 OWN_FIELDS = ("next_ms", "spec")
 """Job-hash fields each job has its own value of.  With SHARED_FIELDS, what scheduling writes
-(lua/schedule.lua adds created_ms, and body_hash for a job with an idempotency key; it leaves
-out a shared field that is '', e.g. a one-off job's cron).  No ``id``: the key holds it."""
+(lua/schedule.lua adds created_ms and body_hash for a job with an idempotency key; it leaves
+out a shared field that is '', e.g. a one-off job's cron).  No ``id``: the key holds it, and a
+random id's stamp is its created_ms (rsched.core.ids.created_ms_of)."""
 
 
 class Prepared(NamedTuple):
@@ -145,7 +146,8 @@ class Prepared(NamedTuple):
     A NamedTuple, not a dataclass: a batch builds one per job, and this is the cheapest record;
     the job-hash values are read off the job when sent rather than kept in more tuples."""
 
-    job: Job  # created_ms/updated_ms are the caller's clock until the script reports its own
+    job: Job  # created_ms/updated_ms: the caller's reading of Redis's clock (a random id's
+    # stamp); a keyed job takes the script's
     blob: bytes  # the job hash's spec field
     body_hash: str  # '' without an idempotency key: a random id is never reused
     next_ms: int  # nominal next occurrence

@@ -66,7 +66,8 @@ def op_schedule(
     created = [False] * len(specs)
     now = yield from svc.op_now()
     P = yield from svc.op_store_partitions()
-    parts, ids = random_job_ids(len(specs), P, spread=-(-len(specs) // defaults.SCHEDULE_CHUNK))
+    parts, ids = random_job_ids(len(specs), P, now,
+                                spread=-(-len(specs) // defaults.SCHEDULE_CHUNK))
     by_part: dict[int, list[int]] = defaultdict(list)
     for i, spec in enumerate(specs):
         key = spec.idempotency_key
@@ -99,7 +100,8 @@ def op_schedule(
         for i, prep, code in zip(chunk, preps, codes, strict=True):
             job = prep.job
             if code == ScheduleCode.CREATED:
-                job.created_ms = job.updated_ms = created_ms
+                if prep.body_hash:  # a keyed id: Redis's clock, stored (a random id's is `now`)
+                    job.created_ms = job.updated_ms = created_ms
                 out[i] = job
                 created[i] = True
             elif code == ScheduleCode.SAME:
