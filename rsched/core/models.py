@@ -362,7 +362,7 @@ class DeadLetter:
 
 
 def partition_of(job_id: str) -> int:
-    """Job ids start with their partition number (``7-01J...``): no lookup needed."""
+    """Job ids start with their partition number (``7-P7mw...``): no lookup needed."""
     head, sep, _ = job_id.partition("-")
     if not sep or not head.isdigit():
         raise ValidationError("id", f"not an rsched job id: {job_id!r}")
