@@ -37,7 +37,7 @@ def created_ms_of(job_id: str) -> int | None:
     """The creation time a random id carries in its stamp (None: a keyed id, which has none).
     The job hash of a random-id job stores no created_ms: this is it (22 bytes a job)."""
     body = job_id.partition("-")[2]
-    if body[:1] == "k" or len(body) != STAMP_CHARS + 4 * RANDOM_BYTES // 3:
+    if len(body) != STAMP_CHARS + 4 * RANDOM_BYTES // 3:  # a keyed id's is 21 characters
         return None
     text = "-" * (8 - STAMP_CHARS) + body[:STAMP_CHARS]
     return int.from_bytes(binascii.a2b_base64(text.encode().translate(_FROM_SORTED)), "big")
