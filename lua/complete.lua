@@ -38,6 +38,7 @@ Returns {code_1, ..., code_n}
   0 duplicate report of an outcome already recorded (client retry)   -1 fenced (stale token)
 ]]
 --!include util
+--!include defaults
 --!include life
 --!include streak
 --!include dead_letter
@@ -149,7 +150,8 @@ for i = 1, n do
                     start_fields and {started_ms, fence})
       if outcome ~= 'cancelled' then fail_count = fail_count + 1 end
       local job_id = job_of(run_id)
-      local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1')
+      local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '')
+        or DEFAULT_MAX_ATTEMPTS  -- not stored when it is the default
       if outcome == 'cancelled' then
         redis.call('HSET', run_key, F.state, 'cancelled', F.ended_ms, now, F.duration_ms, duration,
                    F.error, text)

@@ -26,19 +26,22 @@ ARGV[4]     due_ms: the caller's estimate of Redis's clock when it computed the 
             queue even when Redis's clock reads a millisecond or two earlier
 ARGV[5]     n, the number of jobs
 ARGV[6]     ns, the number of shared job-hash fields; the first two are type and queue
-ARGV[7]     no, the number of a job's own job-hash fields: id, next_ms, spec
+ARGV[7]     no, the number of a job's own job-hash fields: next_ms, spec
 ARGV[8..7+ns+no]  the shared field names, then the own field names
 then groups until n jobs are read; a group: count, stream (index in KEYS of the group's queue
-  stream, 0 = none: never straight to the queue, e.g. recurring), its ns shared values, then
-  count jobs, each: body_hash ('' = none: a job with a random id, which only a replay of this
-  very call can find existing), score (due score; '' = not indexed, e.g. created paused), its
-  no own values
-Stores per job: the ns + no fields, created_ms, and body_hash unless ''.  The call's
+  stream, 0 = none: never straight to the queue, e.g. recurring), its ns shared values ('' =
+  not stored, e.g. a one-off job's cron), then count jobs, each: body_hash ('' = none: a job
+  with a random id, which only a replay of this very call can find existing), score (due
+  score; '' = not indexed, e.g. created paused), id (the job id: the key holds it, the hash
+  does not), its no own values
+Stores per job: the shared fields not '', the no own fields, and for a job with a body_hash
+(a keyed id) body_hash and created_ms (now_ms; a random id's stamp holds the client's reading
+of it: rsched.core.ids.created_ms_of).  The call's
 'scheduled' events share one events-stream entry, its 'dispatched' ones another (batch_flush in
 util).
 Returns {head, now_ms, code_1, ..., code_n}
   head    1 if a job created here is now the partition's earliest due job (wake a dispatcher)
-  now_ms  the time the script stamped on created jobs
+  now_ms  the time the script stamped on created jobs with a body_hash (their created_ms)
   code_i  0 created, 1 already exists with the same body_hash (idempotent replay),
           2 exists with another body_hash (conflict)
 ]]
@@ -55,9 +58,11 @@ local ns, no = tonumber(ARGV[6]), tonumber(ARGV[7])
 -- The time as a string once: Redis formats a Lua number argument with snprintf on every call,
 -- twice a job here (created_ms, the event's t).
 local now_s = string.format('%d', now)
--- HSET arguments, reused for every job: names fixed, values refilled.
-local fields = {'created_ms', now_s}
-for k = 1, ns + no do fields[1 + 2 * k] = ARGV[7 + k] end
+-- HSET arguments, reused for every job of a group: names fixed, values refilled (set_group).
+local fields = {}
+local NEXT_MS  -- where next_ms's value is in fields (own field 1)
+local last  -- the run fields of a job sent to its queue go after the hash fields
+local RUN_FIELDS = 12  -- their names and values
 local out = {0, now}
 local earliest = nil
 -- One ZADD for the call's jobs (a call per job cost ~1 us each), flushed below Lua's
@@ -74,25 +79,51 @@ local dispatched = batch_new(events_key, maxlen, {'e', 'dispatched', 't', now_s}
                              {'r', 'a', 'ty', 'q'})
 local sent = 0
 local used = {}  -- queue streams written: trimmed below the acknowledged entries at the end
-local last = 2 + 2 * (ns + no)  -- the run fields of a job sent to its queue go after the hash fields
-local NEXT_MS = 2 + 2 * (ns + 2)  -- where next_ms's value is in fields (own field 2)
+-- A group's HSET arguments: created_ms (sent for keyed ids only: unpack(fields, 3) leaves it
+-- out), its shared fields but those it leaves '' (an empty field costs a job hash ~8 bytes),
+-- then the own field names, their values filled per job.
+local function set_group(at)
+  fields = {'created_ms', now_s}
+  for k = 1, ns do
+    local v = ARGV[at + k]
+    if v ~= '' then fields[#fields + 1], fields[#fields + 2] = ARGV[7 + k], v end
+  end
+  NEXT_MS = #fields + 2
+  for k = 1, no do fields[#fields + 1], fields[#fields + 2] = ARGV[7 + ns + k], '' end
+  last = #fields
+  -- A job sent straight to its queue also gets its run's fields (claim.lua's dispatch_own);
+  -- the run id (twice) and stream id are filled in per job.
+  local run = {'last_run_id', '', 'own_run', '', 'r.attempt', '1', 'r.state', 'dispatched',
+               'r.dispatched_ms', now_s, 'r.stream_id', ''}
+  for k = 1, RUN_FIELDS do fields[last + k] = run[k] end
+end
 local a = 8 + ns + no
 local i = 0
+-- One EXISTS over the call's job keys: in the usual call none exists, which spares a call per
+-- job (0.8 us of EXISTS, more of redis.call); else each job is looked up.  A key repeated in
+-- the call (an idempotency key given twice) is found in `made`: job key -> its body_hash.
+local made = {}
+local any_exists = false
+for c = 5, 4 + n, 1000 do
+  any_exists = any_exists or redis.call('EXISTS', unpack(KEYS, c, math.min(c + 999, 4 + n))) > 0
+end
 while i < n do
   local count, stream = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local jtype, queue = ARGV[a + 2], ARGV[a + 3]
   local stream_key = KEYS[stream]  -- nil for 0
-  for k = 1, ns do fields[2 + 2 * k] = ARGV[a + 1 + k] end
+  set_group(a + 1)
   a = a + 2 + ns
   redis.call('SADD', queues_key, queue)
   for _ = 1, count do
     i = i + 1
     local body_hash, score, id = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-    for k = 1, no do fields[2 + 2 * (ns + k)] = ARGV[a + 1 + k] end
-    a = a + 2 + no
+    for k = 1, no do fields[NEXT_MS - 2 + 2 * k] = ARGV[a + 2 + k] end
+    a = a + 3 + no
     local job_key = KEYS[4 + i]
-    local existing
-    if body_hash == '' then
+    local existing = false
+    if not any_exists then  -- none existed before the call: only one created by it can
+      existing = made[job_key] or false
+    elseif body_hash == '' then
       existing = redis.call('EXISTS', job_key) == 1 and ''
     else
       existing = redis.call('HGET', job_key, 'body_hash')
@@ -111,19 +142,17 @@ while i < n do
                                'x', fields[NEXT_MS + 2], 'o', '1')
         used[stream_key] = true
         fields[NEXT_MS] = '0'
-        local f = {'last_run_id', run_id, 'own_run', run_id, 'r.attempt', '1',
-                   'r.state', 'dispatched', 'r.dispatched_ms', now_s, 'r.stream_id', sid}
-        for k = 1, #f do fields[last + k] = f[k] end
+        fields[last + 2], fields[last + 4], fields[last + 12] = run_id, run_id, sid
         direct = run_id
       end
+      -- The run fields after `last` are sent for a job sent to its queue only.
+      local stop = direct and last + RUN_FIELDS or last
       if body_hash == '' then
-        redis.call('HSET', job_key, unpack(fields))
+        redis.call('HSET', job_key, unpack(fields, 3, stop))
       else
-        redis.call('HSET', job_key, 'body_hash', body_hash, unpack(fields))
+        redis.call('HSET', job_key, 'body_hash', body_hash, unpack(fields, 1, stop))
       end
-      if direct then
-        for k = #fields, last + 1, -1 do fields[k] = nil end
-      elseif score ~= '' then
+      if not direct and score ~= '' then
         due[#due + 1] = score
         due[#due + 1] = id
         if #due >= 2000 then flush_due() end
@@ -139,6 +168,7 @@ while i < n do
           direct, '1', jtype, queue
         sent = sent + 1
       end
+      if not any_exists then made[job_key] = body_hash end
       out[i + 2] = 0
     end
   end

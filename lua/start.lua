@@ -34,6 +34,7 @@ Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this
 The call's 'started' events share one events-stream entry (batch_flush in util).
 ]]
 --!include util
+--!include defaults
 --!include life
 --!include streak
 --!include dead_letter
@@ -94,7 +95,8 @@ for i = 1, n do
            'w', worker, 'ty', jtype)
       redis.call('HINCRBY', stats_key, 'reclaimed', 1)
       attempt = attempt + 1
-      local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1')
+      local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '')
+        or DEFAULT_MAX_ATTEMPTS  -- not stored when it is the default
       if attempt > max_attempts then
         dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                     job_id, attempt - 1, err, jtype)

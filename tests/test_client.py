@@ -12,6 +12,7 @@ import redis
 from helpers import PARTITIONS, event_types, redis_now_ms, settings, smembers
 
 from rsched import Client, Conflict, JobSpec, JobStatus, NotFound, ValidationError
+from rsched.core import defaults
 from rsched.core.cron import parse_cron
 from rsched.core.errors import PayloadTooLarge, UnsafeRedis
 from rsched.core.ids import partition_for_key
@@ -19,6 +20,7 @@ from rsched.core.models import partition_of, run_fields
 from rsched.core.spec import check_ints, check_names, prepare, usual_fast
 from rsched.rdb import keys, ops
 from rsched.rdb.ops import Scripts
+from rsched.service.patch import JobPatch
 
 
 def job_keys(r: redis.Redis) -> list[bytes]:
@@ -233,6 +235,34 @@ def test_a_batch_mixing_types_queues_and_states_stores_and_returns_each_job_as_g
     assert due_count(r) == sum(not s.paused for s in specs)  # a conflict's job is the earlier
     assert {q.decode() for p in range(PARTITIONS) for q in smembers(r, keys.queues(p))} == {
         "default", "bulk"}
+
+
+def test_a_job_hash_leaves_out_its_id_an_empty_cron_and_the_default_attempts(
+    client: Client, r: redis.Redis
+) -> None:
+    """The key holds the id, a random id its creation time, and readers fill in the rest: a
+    small job's hash stays a listpack under Redis's default hash-max-listpack-value (README:
+    memory per job)."""
+    before = redis_now_ms(r)
+    run_at = before + 3_600_000
+    job = client.schedule("report.send", {"to": "user-1@example.com", "n": 1}, run_at=run_at)
+    key = keys.job(job.partition, job.id)
+    assert set(r.hgetall(key)) == {b"type", b"queue", b"status", b"next_ms", b"spec"}
+    assert r.object("encoding", key) == b"listpack"
+    assert client.get(job.id) == job and job.max_attempts == defaults.MAX_ATTEMPTS
+    assert job.cron is None
+    assert before - 50 <= job.created_ms == job.updated_ms <= redis_now_ms(r) + 50
+    keyed = client.schedule("t", run_at=run_at, idempotency_key="stored-created")
+    stored = r.hget(keys.job(keyed.partition, keyed.id), "created_ms")
+    assert stored == str(keyed.created_ms).encode()
+    assert client.get(keyed.id) == keyed
+    five = client.schedule("t", max_attempts=5, run_at=run_at)
+    assert r.hget(keys.job(five.partition, five.id), "max_attempts") == b"5"
+    # Back to the default by an update: stored as '' (or absent), read as the default.
+    assert client.update(five.id, JobPatch(max_attempts=defaults.MAX_ATTEMPTS)).max_attempts == (
+        defaults.MAX_ATTEMPTS)
+    assert client.update(job.id, JobPatch(max_attempts=2)).max_attempts == 2
+    assert client.get(job.id).max_attempts == 2
 
 
 # --- validation --------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def _shape(h: dict[bytes, bytes]) -> dict[str, str]:
     for k, v in h.items():
         s = v.decode(errors="replace")
         s = re.sub(r"\d{13}-\d+", "<sid>", s)
-        s = re.sub(r"\d+-[0-9a-z]{20,}(@\d+)?", "<id>", s)
+        s = re.sub(r"\d+-[\w-]{19,}(@\d+)?", "<id>", s)  # rsched.core.ids
         s = re.sub(r"\b\d{13}\b", "<ms>", s)
         out[k.decode()] = s
     return out

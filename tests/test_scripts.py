@@ -53,7 +53,7 @@ SCRIPT_FILES = sorted(LUA.glob("*.lua"))
 # --- static checks -----------------------------------------------------------------------------
 
 CALL = re.compile(r"redis\.call\(\s*'(\w+)'\s*,\s*([^,)]+)(?:,\s*([^,)]+))?")
-KEY_ARG = re.compile(r"^(KEYS\[[^\]]+\]|\w*key)$")
+KEY_ARG = re.compile(r"^(KEYS\[[^\]]+\]|\w*key|unpack\(KEYS)$")  # unpack(KEYS, i, j): a slice
 SUBCOMMANDS = {"XINFO"}  # the key follows the subcommand
 KEYLESS = {"TIME"}
 STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")

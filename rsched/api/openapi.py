@@ -38,7 +38,7 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str = "",
             "schema": schema, "description": description}
 
 
-JOB_ID = _param("id", "path", {"type": "string"}, "Job id, e.g. 7-01JD...")
+JOB_ID = _param("id", "path", {"type": "string"}, "Job id, e.g. 7-P7mwJFmG6o6nG_UFHP3")
 LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}, "Page size.")
 CURSOR = _param("cursor", "query", {"type": "string"}, "nextCursor of the previous page.")
 IF_MATCH = _param("If-Match", "header", {"type": "string", "pattern": "^[0-9]{1,18}$"},

@@ -18,6 +18,7 @@ import msgpack
 from rsched.core import defaults
 from rsched.core.catchup import Gap
 from rsched.core.errors import ValidationError
+from rsched.core.ids import created_ms_of
 from rsched.core.lifecycle import NO_LIFE, Life, life_of
 
 
@@ -182,11 +183,14 @@ class Job:
         return partition_of(self.id)
 
     @classmethod
-    def from_hash(cls, h: Mapping[Any, Any]) -> Job:
+    def from_hash(cls, h: Mapping[Any, Any], job_id: str) -> Job:
+        """The job ``job_id`` from its hash (which holds no id: its key does)."""
         g = lambda n: _get(h, n)  # noqa: E731
         sp = unpack_spec(g("spec"))
+        # Stored for a keyed id only: a random id's stamp is its creation time.
+        created = _i(g("created_ms")) or created_ms_of(job_id) or 0
         return cls(
-            id=_s(g("id")),
+            id=job_id,
             type=_s(g("type")),
             queue=_s(g("queue"), defaults.QUEUE),
             payload=unpack_payload(sp.get("payload")),
@@ -195,7 +199,7 @@ class Job:
             cron=_s(g("cron")) or None,
             tz=sp.get("tz") or defaults.TZ,
             next_ms=_i(g("next_ms")) or None,
-            max_attempts=_i(g("max_attempts"), 1),
+            max_attempts=_i(g("max_attempts"), defaults.MAX_ATTEMPTS),  # absent: the default
             backoff_base_ms=sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS),
             backoff_cap_ms=sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS),
             priority=sp.get("priority", defaults.PRIORITY),
@@ -203,9 +207,9 @@ class Job:
             idempotency_key=sp.get("idem_key") or None,
             misfire=Misfire(sp.get("misfire") or "run_once"),
             jitter_ms=sp.get("jitter_ms", defaults.JITTER_MS),
-            created_ms=_i(g("created_ms")),
+            created_ms=created,
             # lua/schedule.lua stores no updated_ms: until a change, it is created_ms.
-            updated_ms=_i(g("updated_ms")) or _i(g("created_ms")),
+            updated_ms=_i(g("updated_ms")) or created,
             last_run_id=_s(g("last_run_id")) or None,
             catch_up_window_ms=sp.get("catch_up_ms", defaults.CATCH_UP_WINDOW_MS),
             last_gap=gap_of(_s(g("gap"))),
@@ -358,7 +362,7 @@ class DeadLetter:
 
 
 def partition_of(job_id: str) -> int:
-    """Job ids start with their partition number (``7-01J...``): no lookup needed."""
+    """Job ids start with their partition number (``7-P7mw...``): no lookup needed."""
     head, sep, _ = job_id.partition("-")
     if not sep or not head.isdigit():
         raise ValidationError("id", f"not an rsched job id: {job_id!r}")

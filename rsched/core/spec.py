@@ -48,6 +48,7 @@ _OVERLAPS = {m.value: (m, "" if m is Overlap.ALLOW else m.value) for m in Overla
 _STATUS_TEXT = {s: s.value for s in JobStatus}
 # A new job's two statuses as constants: JobStatus.PAUSED is an enum lookup of ~0.1 us.
 _SCHEDULED, _PAUSED = JobStatus.SCHEDULED, JobStatus.PAUSED
+_MAX_ATTEMPTS = defaults.MAX_ATTEMPTS
 
 
 def check_names(jtype: Any, queue: Any) -> None:
@@ -132,9 +133,11 @@ class JobSpec:
 SHARED_FIELDS = ("type", "queue", "status", "max_attempts", "cron")
 """Job-hash fields that the jobs of a batch mostly share: lua/schedule.lua takes them once per
 group of jobs with the same values."""
-OWN_FIELDS = ("id", "next_ms", "spec")
+OWN_FIELDS = ("next_ms", "spec")
 """Job-hash fields each job has its own value of.  With SHARED_FIELDS, what scheduling writes
-(lua/schedule.lua adds created_ms, and body_hash for a job with an idempotency key)."""
+(lua/schedule.lua adds created_ms and body_hash for a job with an idempotency key; it leaves
+out a shared field that is '', e.g. a one-off job's cron).  No ``id``: the key holds it, and a
+random id's stamp is its created_ms (rsched.core.ids.created_ms_of)."""
 
 
 class Prepared(NamedTuple):
@@ -143,20 +146,25 @@ class Prepared(NamedTuple):
     A NamedTuple, not a dataclass: a batch builds one per job, and this is the cheapest record;
     the job-hash values are read off the job when sent rather than kept in more tuples."""
 
-    job: Job  # created_ms/updated_ms are the caller's clock until the script reports its own
+    job: Job  # created_ms/updated_ms: the caller's reading of Redis's clock (a random id's
+    # stamp); a keyed job takes the script's
     blob: bytes  # the job hash's spec field
     body_hash: str  # '' without an idempotency key: a random id is never reused
     next_ms: int  # nominal next occurrence
     score: float | int  # due score: next_ms plus the job's deterministic jitter, priority-ordered
 
     def shared(self) -> tuple[Any, ...]:
-        """Job-hash values in SHARED_FIELDS order."""
+        """Job-hash values in SHARED_FIELDS order; '' (not stored) for max_attempts when it is
+        the default (the readers fill it in: Job.from_hash, `--!include defaults`) and for a
+        one-off job's cron: 24 bytes fewer keep a small job's hash a listpack of 160 bytes."""
         job = self.job
-        return (job.type, job.queue, _STATUS_TEXT[job.status], job.max_attempts, job.cron or "")
+        attempts = job.max_attempts
+        return (job.type, job.queue, _STATUS_TEXT[job.status],
+                "" if attempts == _MAX_ATTEMPTS else attempts, job.cron or "")
 
     def own(self) -> tuple[Any, ...]:
         """Job-hash values in OWN_FIELDS order."""
-        return (self.job.id, self.next_ms, self.blob)
+        return (self.next_ms, self.blob)
 
 
 # A due set orders jobs due in the same millisecond by priority: the score is the due ms minus

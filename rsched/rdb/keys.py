@@ -158,6 +158,11 @@ def job_pattern() -> str:
     return f"{PREFIX}:{{p*}}:job:*"
 
 
+def job_id_of(job_key: str) -> str:
+    """The job id a job key (``job``) ends with: the job hash holds no id field of its own."""
+    return job_key.partition("}:job:")[2]
+
+
 def run(p: int, run_id: str) -> str:
     """HASH: one occurrence of a job and its current attempt (see models.Run)."""
     return _pk(p, f"run:{run_id}")

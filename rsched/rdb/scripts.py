@@ -20,6 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from rsched.core import defaults
 from rsched.rdb.cluster import is_cluster
 from rsched.rdb.durable import Wait
 
@@ -47,13 +48,23 @@ class Script:
     sha: str
 
 
+def _defaults_lua() -> str:
+    """The `--!include defaults` of a script: defaults the scripts read, from core.defaults (so
+    each is defined once).  Job-hash fields holding one are not stored."""
+    return ("-- Defaults of job-hash fields left out when they hold them (rsched.core.defaults).\n"
+            f"local DEFAULT_MAX_ATTEMPTS = {int(defaults.MAX_ATTEMPTS)}\n")
+
+
 @cache
 def load(name: str) -> Script:
-    """Read lua/<name>.lua and inline its `--!include x` lines from lua/include/x.lua."""
+    """Read lua/<name>.lua and inline its `--!include x` lines from lua/include/x.lua (and
+    `--!include defaults` from core.defaults)."""
     base = _lua_dir()
     text = base.joinpath(f"{name}.lua").read_text()
 
     def inline(m: re.Match[str]) -> str:
+        if m.group(1) == "defaults":
+            return _defaults_lua()
         # One segment per joinpath: an installed wheel gives a MultiplexedPath (rsched.lua has
         # no __init__.py), whose joinpath takes a single argument on Python 3.11.
         return str(base.joinpath("include").joinpath(f"{m.group(1)}.lua").read_text())

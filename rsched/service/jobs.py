@@ -24,7 +24,7 @@ def op_get(job_id: str) -> Op[Job]:
     (h,) = yield Commands([cmd("hgetall", keys.job(partition_of(job_id), job_id))])
     if not h:
         raise NotFound("job", job_id)
-    return Job.from_hash(h)
+    return Job.from_hash(h, job_id)
 
 
 def op_read_runs(run_ids: Sequence[str]) -> Op[list[Run | None]]:
@@ -57,7 +57,7 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
     (jh,) = yield Commands([cmd("hgetall", keys.job(p, job_id))])
     if not jh:
         raise NotFound("job", job_id)
-    job = Job.from_hash(jh)
+    job = Job.from_hash(jh, job_id)
     out: list[Attempt] = []
     own: list[Attempt] = []
     own_run = jh.get(b"own_run", b"").decode()

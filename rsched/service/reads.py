@@ -103,7 +103,8 @@ def op_list_jobs(
             jobs += [found_jobs[n] for n in take]
         elif take:
             hashes = yield Commands([cmd("hgetall", n) for n in take])
-            jobs += [Job.from_hash(h) for h in hashes if h]
+            jobs += [Job.from_hash(h, keys.job_id_of(n))
+                     for n, h in zip(take, hashes, strict=True) if h]
         if len(take) < len(names):
             return Page(jobs, encode_cursor([node, batch_at, take[-1]]))
         if scan_at == 0:  # this master is done: the next one, or the end
@@ -119,7 +120,8 @@ def op_list_jobs(
 def _with_last_run(names: list[str], wanted: str) -> Op[dict[str, Job]]:
     """The jobs (by key, in order) among ``names`` whose latest run is as ``wanted``."""
     hashes = yield Commands([cmd("hgetall", n) for n in names])
-    found = [(n, Job.from_hash(h)) for n, h in zip(names, hashes, strict=True) if h]
+    found = [(n, Job.from_hash(h, keys.job_id_of(n)))
+             for n, h in zip(names, hashes, strict=True) if h]
     last = yield from op_last_runs([j for _, j in found])
     return {n: j for (n, j), lr in zip(found, last, strict=True) if lr.matches(wanted)}
 

@@ -30,10 +30,10 @@ from rsched.service.patch import JobPatch
 
 UPDATE_TRIES = 5  # re-reads when a dispatcher advances a job between an update's read and write
 
-_FIXED_FIELDS = frozenset({"id", "type", "queue", "status", "next_ms"})
+_FIXED_FIELDS = frozenset({"type", "queue", "status", "next_ms"})
 _STATUS_AT = SHARED_FIELDS.index("status")
 _CRON_AT = SHARED_FIELDS.index("cron")
-assert OWN_FIELDS == ("id", "next_ms", "spec")  # the order _schedule_call writes them in
+assert OWN_FIELDS == ("next_ms", "spec")  # the order _schedule_call writes them in
 assert SHARED_FIELDS[:2] == ("type", "queue")  # what _schedule_call reports group sizes by
 
 _Layout = tuple[int, list[int], list[Prepared], list[tuple[Any, int]]]
@@ -66,7 +66,8 @@ def op_schedule(
     created = [False] * len(specs)
     now = yield from svc.op_now()
     P = yield from svc.op_store_partitions()
-    parts, ids = random_job_ids(len(specs), P, spread=-(-len(specs) // defaults.SCHEDULE_CHUNK))
+    parts, ids = random_job_ids(len(specs), P, now,
+                                spread=-(-len(specs) // defaults.SCHEDULE_CHUNK))
     by_part: dict[int, list[int]] = defaultdict(list)
     for i, spec in enumerate(specs):
         key = spec.idempotency_key
@@ -99,7 +100,8 @@ def op_schedule(
         for i, prep, code in zip(chunk, preps, codes, strict=True):
             job = prep.job
             if code == ScheduleCode.CREATED:
-                job.created_ms = job.updated_ms = created_ms
+                if prep.body_hash:  # a keyed id: Redis's clock, stored (a random id's is `now`)
+                    job.created_ms = job.updated_ms = created_ms
                 out[i] = job
                 created[i] = True
             elif code == ScheduleCode.SAME:
@@ -109,7 +111,7 @@ def op_schedule(
     if existing:
         hashes = yield Commands([cmd("hgetall", keys.job(parts[i], ids[i])) for i in existing])
         for i, h in zip(existing, hashes, strict=True):
-            out[i] = Job.from_hash(h)
+            out[i] = Job.from_hash(h, ids[i])
     SCHEDULED.add(tally)  # rsched_jobs_scheduled, read by rsched.obs.metrics when scraped
     yield from op_wake(wake)
     return out, created  # type: ignore[return-value]
@@ -168,7 +170,7 @@ def _schedule_call(
             args.append(0)
         args += shared
         paused = shared[_STATUS_AT] == JobStatus.PAUSED.value
-        for k in members:  # OWN_FIELDS values written out: a call per job cost 0.2 us
+        for k in members:  # the id, then OWN_FIELDS values written out: a call per job cost 0.2 us
             job, blob, body_hash, next_ms, score = preps[k]
             ks.append(job_key + job.id)
             args += (body_hash, "" if paused else score, job.id, next_ms, blob)
@@ -178,8 +180,11 @@ def _schedule_call(
     return ("schedule", ks, args), order, sizes
 
 
-def _as_bytes(v: Any) -> bytes | None:
-    if v is None or isinstance(v, bytes):
+def _as_bytes(v: Any) -> bytes:
+    """A hash value as stored; an absent field is '' (schedule.lua stores no '' values)."""
+    if v is None:
+        return b""
+    if isinstance(v, bytes):
         return v
     return str(v).encode()
 
@@ -194,7 +199,7 @@ def op_update(svc: Service, job_id: str, patch: JobPatch,
         (h,) = yield Commands([cmd("hgetall", key)])
         if not h:
             raise NotFound("job", job_id)
-        job = Job.from_hash(h)
+        job = Job.from_hash(h, job_id)
         if job.status not in (JobStatus.SCHEDULED, JobStatus.PAUSED):
             raise Conflict("status", f"cannot update a job that is {job.status.value}")
         now = yield from svc.op_now()
