@@ -35,7 +35,7 @@ from rsched.core.cron import parse_cron
 from rsched.core.errors import UnsafeRedis
 from rsched.core.spec import jitter_offset_ms, ms_to_iso
 from rsched.engine.dispatcher import Dispatcher, LeaseKeeper
-from rsched.engine.dispatcher.claimer import retry_item, retry_item_plain
+from rsched.engine.dispatcher.claimer import _pairs, retry_item, retry_item_plain
 from rsched.engine.worker.worker import Worker
 from rsched.rdb import keys, scripts
 from rsched.service.shapes import job_json
@@ -590,3 +590,15 @@ def test_a_process_started_with_another_partition_count_refuses_to_run(
 def test_the_fast_retry_item_equals_the_plain_one(run_id: str, due: float) -> None:
     fast, plain = retry_item(run_id, due), retry_item_plain(run_id, due)
     assert fast == plain and type(fast) is type(plain) and fast.job_id == plain.job_id
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_raw_due_reads_give_the_pairs_redis_py_gives_on_either_protocol(
+    redis_url: str, r: redis.Redis, protocol: int
+) -> None:
+    r.zadd("z", {"a": 1700000000000, "b": 1700000000000 - 3 / 2048, "c": 17.5})
+    rp = redis.Redis.from_url(redis_url, protocol=protocol)
+    raw = rp.execute_command("ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", 0, 10, "WITHSCORES")
+    plain = rp.zrangebyscore("z", "-inf", "+inf", start=0, num=10, withscores=True)
+    assert [tuple(p) for p in _pairs(raw)] == [tuple(p) for p in plain] and _pairs([]) == []
+    rp.close()

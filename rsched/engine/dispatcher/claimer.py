@@ -31,6 +31,8 @@ from rsched.rdb.cluster import clock_routes
 
 log = logging.getLogger("rsched.dispatcher")
 
+_Read = dict[int, list[Any]]  # per partition: due one-off jobs as read, [member, score] pairs
+
 CLAIMS_IN_FLIGHT = 2  # claim scripts queued in Redis at once
 FULL_READ_S = 0.1  # skip_idle rounds still read every partition this often (see run_once)
 
@@ -145,8 +147,11 @@ class Claimer:
                 pipe.execute_command("TIME", route_by=key)
         for p in parts:
             for key in (keys.due(p), keys.retry(p)):
-                pipe.zrangebyscore(key, "-inf", horizon, start=0, num=self.batch, withscores=True)
-                pipe.zrange(key, 0, 0, withscores=True)
+                # Raw replies (no withscores option: redis-py's callback leaves them as they
+                # are); see _pairs.
+                pipe.execute_command("ZRANGEBYSCORE", key, "-inf", horizon, "LIMIT", 0,
+                                     self.batch, "WITHSCORES")
+                pipe.execute_command("ZRANGE", key, 0, 0, "WITHSCORES")
             if p not in self._queues:
                 pipe.smembers(keys.queues(p))
         res = await pipe.execute(raise_on_error=False)
@@ -185,21 +190,21 @@ class Claimer:
         return ok_parts, ok_res
 
     def _candidates(self, parts: list[int], res: list[Any], clocks: dict[int, int],
-                    out: ClaimResult) -> tuple[dict[int, list[ClaimItem]], _Due, _Due]:
+                    out: ClaimResult) -> tuple[dict[int, list[ClaimItem]], _Read, _Due]:
         """What _read_due read, sorted by how it is claimed: retries and one-off jobs as read,
         recurring jobs once their next time is computed.  Notes each partition's head; each
         partition's entries are judged by its own node's clock (``clocks``)."""
         inf = float("inf")
         known, cron = self._next, self._recurring.ids
         plain: dict[int, list[ClaimItem]] = {}  # claimable as read: retries
-        once: _Due = {}  # claimable as read: one-off jobs
+        once: _Read = {}  # claimable as read: one-off jobs, as [member, score] pairs
         recurring: _Due = {}  # need their next time first
         i = 0
         for p in parts:
             now = clocks[p]
             # A due score is the due ms minus priority/2048: due once it is <= now + 0.5.
             cutoff = now + 0.5
-            due, due_head, ret, ret_head = res[i : i + 4]
+            due, due_head, ret, ret_head = map(_pairs, res[i : i + 4])
             i += 4
             if p not in self._queues:
                 self._queues[p] = sorted(q.decode() for q in res[i])
@@ -209,17 +214,19 @@ class Claimer:
             # The partition's earliest entry as read; a claim replaces it with what its script
             # saw left.
             known[p] = min(due_head[0][1] if due_head else inf, ret_head[0][1] if ret_head else inf)
-            ones: list[tuple[str, float]] = []
-            for m, sc in due:
-                if sc > cutoff:
-                    break
-                job_id = m.decode()
-                if job_id in cron:
-                    recurring.setdefault(p, []).append((job_id, sc))
-                else:
-                    ones.append((job_id, sc))
-            if ones:
-                once[p] = ones
+            if due:
+                due = due[:_due_count(due, cutoff)]
+                if cron:  # some ids are known to recur: sort them out (decoding every id)
+                    ones = []
+                    for pair in due:
+                        job_id = pair[0].decode()
+                        if job_id in cron:
+                            recurring.setdefault(p, []).append((job_id, pair[1]))
+                        else:
+                            ones.append(pair)
+                    due = ones
+                if due:
+                    once[p] = due
             items: list[ClaimItem] = []
             for m, sc in ret:
                 if sc > now:
@@ -229,7 +236,7 @@ class Claimer:
                 plain[p] = items
         return plain, once, recurring
 
-    async def _claim_candidates(self, plain: dict[int, list[ClaimItem]], once: _Due,
+    async def _claim_candidates(self, plain: dict[int, list[ClaimItem]], once: _Read,
                                 recurring: _Due, owned: dict[int, int],
                                 clocks: dict[int, int], out: ClaimResult) -> None:
         """Claim retries and one-off jobs, then recurring jobs (with those the first claims
@@ -260,7 +267,7 @@ class Claimer:
 
     async def _claim(self, calls_by_part: dict[int, list[ClaimItem]], owned: dict[int, int],
                      now_arg: int, out: ClaimResult,
-                     once: _Due | None = None) -> _Due:
+                     once: _Read | None = None) -> _Due:
         """One claim script per partition; returns the job ids handed back, with their scores.
 
         The calls go out as soon as their arguments are built, CLAIMS_IN_FLIGHT at a time:
@@ -292,8 +299,8 @@ class Claimer:
             out.left[p] = float(res[2]) if res[2] not in (b"", "") else float("inf")
             if len(res) > 3:
                 handed = {_s(x) for x in res[3:]}
-                for job_id, score in once.get(p, []):
-                    if job_id in handed:
+                for m, score in once.get(p, []):
+                    if (job_id := m.decode()) in handed:
                         needs.setdefault(p, []).append((job_id, score))
                 for it in calls_by_part.get(p, []):
                     if it.kind == CLAIM_RETRY and it.run_id in handed:
@@ -318,17 +325,20 @@ class Claimer:
                           [j for j, _ in ids][:5], self._queues.get(p))
 
     def _claim_call(self, p: int, fence: int, now: int, items: list[ClaimItem],
-                    once: Sequence[tuple[str, float]] = ()) -> scripts.Call:
+                    once: Sequence[Sequence[Any]] = ()) -> scripts.Call:
+        """The claim script call of one partition; ``once``: one-off jobs as read ([member,
+        score] pairs, the member as bytes)."""
         queues = self._queues.get(p) or []
-        ks = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p), keys.stats(p)]
+        ks: list[Any] = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p),
+                         keys.stats(p)]
         ks += [keys.stream(p, q) for q in queues]
         args: list[Any] = [self.owner, fence, now, self.events_maxlen, len(queues), len(items),
                            keys.GROUP, len(once), self.run_ttl_ms]
-        # One-off jobs: a key and two values each (see lua/claim.lua), built without a call.
-        prefix = keys.job(p, "")
-        for job_id, score in once:
-            ks.append(prefix + job_id)
-            args += (job_id, score)
+        # One-off jobs: a key and their id each (see lua/claim.lua), the id kept as the bytes
+        # read: no decoding, no call per job.
+        prefix = keys.job(p, "").encode()
+        ks += [prefix + pair[0] for pair in once]
+        args += [pair[0] for pair in once]
         for it in items:
             ks += [keys.job(p, it.job_id), keys.run(p, it.run_id)]
             args += it
@@ -350,6 +360,24 @@ def retry_item_plain(run_id: str, due_ms: float) -> ClaimItem:
 
 
 _new_tuple = tuple.__new__
+
+
+def _pairs(reply: list[Any]) -> list[Any]:
+    """A raw ``ZRANGE ... WITHSCORES`` reply as [member, score] pairs.  RESP3 sends them so,
+    with float scores; RESP2 (a URL's ``protocol=2``) flat, scores as text.  redis-py's own
+    callback turns every RESP3 score back into text and parses it again (3-4 us a job, the
+    dispatcher's largest cost per job in a burst).  tests/test_dispatch.py compares both."""
+    if not reply or isinstance(reply[0], list):
+        return reply
+    return [[m, float(s)] for m, s in zip(reply[::2], reply[1::2], strict=True)]
+
+
+def _due_count(pairs: list[Any], cutoff: float) -> int:
+    """How many of the score-ordered ``pairs`` are due by ``cutoff`` (usually all of them: one
+    comparison)."""
+    if pairs[-1][1] <= cutoff:
+        return len(pairs)
+    return next(k for k, pair in enumerate(pairs) if pair[1] > cutoff)
 
 
 def _time_ms(t: Any) -> int:
