@@ -101,6 +101,25 @@ def started_events(r: Any, partitions: int) -> list[tuple[str, int, int]]:
     return out
 
 
+def dispatch_times(r: Any, partitions: int) -> list[int]:
+    """The Redis time of every 'dispatched' event so far (one per run), from the events
+    streams: when the dispatcher handed each run to its queue."""
+    out: list[int] = []
+    for i in range(partitions):
+        last = "-"
+        while True:
+            batch = r.xrange(keys.events(i), min=last, count=10_000)
+            if last != "-" and batch:
+                batch = batch[1:]
+            if not batch:
+                break
+            for _eid, f in batch:
+                if f.get(b"e") == b"dispatched":
+                    out += [int(f[b"t"])] * int(f.get(b"n", b"1"))
+            last = batch[-1][0].decode()
+    return out
+
+
 def pct(values: list[int], q: float) -> float:
     if not values:
         return 0.0
@@ -162,7 +181,15 @@ def burst(client: Client, reader: Any, nodes: dict[str, redis.Redis],
     dcpu = proc_cpu_us(procs[0].pid) - dcpu0
     wcpu = proc_cpu_us(procs[1].pid) - wcpu0
     e2e_s = done_at - due_at / 1000
+    # The timeline after the instant: the first and last run dispatched and started (all
+    # started within: the issue 16 target), read after the CPU figures.
+    disp = dispatch_times(reader, a.partitions)
+    starts = [t for _, _, t in started_events(reader, a.partitions)]
     return {
+        "dispatched_first_ms": min(disp, default=due_at) - due_at,
+        "dispatched_last_ms": max(disp, default=due_at) - due_at,
+        "started_first_ms": min(starts, default=due_at) - due_at,
+        "started_last_ms": max(starts, default=due_at) - due_at,
         "schedule_jobs_per_s": round(a.jobs / sched_s),
         "e2e_jobs_per_s": round(a.jobs / e2e_s),
         "redis_cpu_us_per_job": round(sum(cpu.values()) / a.jobs, 1),

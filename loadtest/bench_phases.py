@@ -7,8 +7,11 @@ per job (INFO cpu), commands per job by name (INFO commandstats: a script's own 
 included, EVALSHA counted once per call) and their usec; with --monitor, the round trips per
 job (commands a client sent, not those a script ran) by name, read with MONITOR (slow: use a
 smaller N).  The processes' own time-driven traffic (leases, heartbeats, polling) is included:
-small next to N jobs.  Run the code of another checkout with --code DIR (before/after pairs).
-Prints a table, then a last line of JSON.
+small next to N jobs.  With --due-in-ms the dispatcher starts before the instant and holds its
+leases when it comes, so the claim phase also gives the dispatcher's own CPU per job (its
+start-up left out) and the timeline of its claims: when the first and the last job was
+dispatched after the instant, and how many claim calls.  Run the code of another checkout with
+--code DIR (before/after pairs).  Prints a table, then a last line of JSON.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def parse_args() -> argparse.Namespace:
                     help="schedule the jobs this far ahead (0: due now)")
     ap.add_argument("--concurrency", type=int, default=1000)
     ap.add_argument("--partitions", type=int, default=16)
+    ap.add_argument("--no-run", action="store_true",
+                    help="stop after the claim phase (a quicker loop for the dispatcher)")
     ap.add_argument("--monitor", action="store_true", help="also count round trips (MONITOR)")
     ap.add_argument("--code", type=Path, default=HERE.parent,
                     help="the rsched checkout to run (default: this one)")
@@ -52,7 +57,7 @@ sys.path.insert(1, str(HERE))
 from rsched import Client, JobSpec  # noqa: E402, I001
 from rsched.core.settings import Settings  # noqa: E402
 from rsched.rdb import keys  # noqa: E402
-from bench_engine import start_redis, succeeded  # noqa: E402
+from bench_engine import proc_cpu_us, start_redis, succeeded  # noqa: E402
 
 
 def cpu_us(r: redis.Redis) -> float:
@@ -65,6 +70,35 @@ def dispatched(r: redis.Redis, partitions: int) -> int:
     for i in range(partitions):
         p.hget(keys.stats(i), "dispatched")
     return sum(int(v or 0) for v in p.execute())
+
+
+def leases_held(r: redis.Redis, partitions: int) -> bool:
+    """Every partition's lease has an owner (the dispatcher is up and claiming)."""
+    p = r.pipeline(transaction=False)
+    for i in range(partitions):
+        p.hget(keys.lease(i), "owner")
+    return all(p.execute())
+
+
+def dispatch_timeline(r: redis.Redis, partitions: int, at_ms: int) -> dict[str, Any]:
+    """When the 'dispatched' events (one entry per claim call and 100 events) were written,
+    in ms after the instant: first, median and last job; entries and jobs per entry."""
+    stamps: list[tuple[int, int]] = []  # (ms after the instant, jobs)
+    for i in range(partitions):
+        for _sid, f in r.xrange(keys.events(i)):
+            if f.get(b"e") == b"dispatched":
+                stamps.append((int(f[b"t"]) - at_ms, int(f.get(b"n", b"1"))))
+    stamps.sort()
+    total = sum(n for _, n in stamps)
+    seen, median = 0, 0
+    for t, k in stamps:
+        seen += k
+        if seen * 2 >= total:
+            median = t
+            break
+    return {"first_ms": stamps[0][0] if stamps else None, "median_ms": median,
+            "last_ms": stamps[-1][0] if stamps else None, "entries": len(stamps),
+            "jobs_per_entry": round(total / len(stamps), 1) if stamps else 0}
 
 
 class Watch:
@@ -104,7 +138,8 @@ class Watch:
     def take(self) -> Counter[str]:
         """The round trips counted since the last call (MONITOR lags a little: let it catch
         up first)."""
-        time.sleep(0.5)
+        if self.thread:
+            time.sleep(0.5)
         out, self.sent = self.sent, Counter()
         return out
 
@@ -173,13 +208,25 @@ def main() -> None:
                                       for _ in range(min(1000, n - i))])
 
         out = [phase("schedule", watch, r, schedule, n)]
-        while client.now_ms() < at:
-            time.sleep(0.05)
         procs: list[subprocess.Popen[bytes]] = []
 
-        def claim() -> None:
+        early = A.due_in_ms > 0
+        dcpu: list[float] = []
+        if early:  # up and holding its leases before the instant: its start-up not counted
             procs.append(engine(url, ["dispatcher"]))
+            until(lambda: leases_held(r, A.partitions), 60)
+            if client.now_ms() >= at:
+                print("warning: the dispatcher came up after the instant: use a larger "
+                      "--due-in-ms", file=sys.stderr)
+
+        def claim() -> None:
+            if not early:
+                procs.append(engine(url, ["dispatcher"]))
+            while client.now_ms() < at:
+                time.sleep(0.002)
+            dcpu.append(proc_cpu_us(procs[-1].pid))
             until(lambda: dispatched(r, A.partitions) >= n)
+            dcpu.append(proc_cpu_us(procs[-1].pid))
             stop(procs.pop())
 
         def run() -> None:
@@ -189,7 +236,11 @@ def main() -> None:
             stop(procs.pop())
 
         out.append(phase("claim", watch, r, claim, n))
-        out.append(phase("run", watch, r, run, n))
+        out[-1]["dispatcher_cpu_us_per_job"] = round((dcpu[1] - dcpu[0]) / n, 2)
+        out[-1]["startup_included"] = not early
+        out[-1]["timeline"] = dispatch_timeline(r, A.partitions, at)
+        if not A.no_run:
+            out.append(phase("run", watch, r, run, n))
         total = {
             "redis_cpu_us_per_job": round(sum(p["redis_cpu_us_per_job"] for p in out), 2),
             "commands_per_job": round(sum(p["commands_per_job"] for p in out), 2),
@@ -201,6 +252,10 @@ def main() -> None:
                   f"{p['commands_per_job']:6.2f} commands/job, "
                   f"round trips/job {p['round_trips_per_job']}, {p['seconds']} s",
                   file=sys.stderr)
+            if "dispatcher_cpu_us_per_job" in p:
+                print(f"          dispatcher CPU {p['dispatcher_cpu_us_per_job']} us/job "
+                      f"(start-up included: {p['startup_included']}); timeline {p['timeline']}",
+                      file=sys.stderr)
             for k, v in list(p["by_command"].items())[:8]:
                 print(f"          {k:14} {v['per_job']:7.3f}/job {v['usec_per_job']:7.2f} us/job",
                       file=sys.stderr)

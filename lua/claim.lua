@@ -27,12 +27,14 @@ The call's 'dispatched' events share one events-stream entry (batch_flush in uti
 ARGV[1]  owner        ARGV[2] fence        ARGV[3] now_ms (0 = Redis TIME)
 ARGV[4]  events_maxlen (0 = unbounded)      ARGV[5] nq      ARGV[6] n items
 ARGV[7]  consumer group of the queue streams (acknowledged entries are trimmed)
-ARGV[8]  no: one-off items, then 2 values each (from ARGV[10]): job id, due score as read from
-         the due set (the job's next_ms it implies, round(score), is the compare-and-set; the
-         run id is <job id>@<next_ms>).  Only a job's first occurrence is claimed this way:
-         anything else (recurring, unknown queue, gone, or a one-off job run before) is handed
-         back.  One past its startDeadlineSeconds (include life) is dead-lettered instead,
-         with the error 'missed start deadline' (its own run, attempt 0).
+ARGV[8]  no: one-off items, then 1 value each (from ARGV[10]): job id.  Read from the due set
+         as due; the job's stored next_ms, due by Redis's clock, is the occurrence claimed
+         (run id <job id>@<next_ms>): a one-off job's due score is its next_ms give or take
+         0.49 (priority), so 'score due' and 'next_ms <= now' agree, and a job rescheduled
+         meanwhile is judged by its new time.  Only a job's first occurrence is claimed this
+         way: anything else (recurring, unknown queue, gone, or a one-off job run before) is
+         handed back.  One past its startDeadlineSeconds (include life) is dead-lettered
+         instead, with the error 'missed start deadline' (its own run, attempt 0).
 ARGV[9]  run_ttl_ms: how long the hash of a run skipped by its overlap policy is kept (0 = ever)
 then per item 8 values: kind, job id, run id, score, expected, next_ms, next_score, fire
   kind 'j' (an occurrence the dispatcher read, with the next time computed for a recurring
@@ -132,12 +134,12 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, j)
   dispatched = dispatched + 1
 end
 for i = 1, no do
-  -- A one-off job's first occurrence: two arguments and one key, nothing computed in Python.
-  local job_id, score = ARGV[8 + 2 * i], tonumber(ARGV[9 + 2 * i])
+  -- A one-off job's first occurrence: one argument and one key, nothing computed in Python.
+  local job_id = ARGV[9 + i]
   local job_key = KEYS[5 + nq + i]
-  local expected = string.format('%d', math.floor(score + 0.5))
   local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec', 'cron',
                        'own_run')
+  local next_ms = tonumber(j[2]) or 0
   local qi = stream_at[j[4]] or 0
   local stream_key = KEYS[qi]
   if not j[1] or (j[6] and j[6] ~= '') or not stream_key or (j[7] and j[7] ~= '') then
@@ -147,13 +149,13 @@ for i = 1, no do
     -- change its status remove it); a left-over entry would look due forever.
     unindex[#unindex + 1] = job_id
     skipped = skipped + 1
-  elseif score > now + 0.5 or j[2] ~= expected then
+  elseif next_ms == 0 or next_ms > now then
     skipped = skipped + 1
   else
-    dispatch_own(job_key, stream_key, job_id, job_id .. '@' .. expected, j)
+    dispatch_own(job_key, stream_key, job_id, job_id .. '@' .. j[2], j)
   end
 end
-local a = 10 + 2 * no
+local a = 10 + no
 local base = 5 + nq + no
 for i = 1, n do
   local kind, job_id, run_id, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])

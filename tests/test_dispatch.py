@@ -8,6 +8,7 @@ sleeps; the wake-up test runs the real loops.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -35,7 +36,7 @@ from rsched.core.cron import parse_cron
 from rsched.core.errors import UnsafeRedis
 from rsched.core.spec import jitter_offset_ms, ms_to_iso
 from rsched.engine.dispatcher import Dispatcher, LeaseKeeper
-from rsched.engine.dispatcher.claimer import retry_item, retry_item_plain
+from rsched.engine.dispatcher.claimer import Claimer, _pairs, retry_item, retry_item_plain
 from rsched.engine.worker.worker import Worker
 from rsched.rdb import keys, scripts
 from rsched.service.shapes import job_json
@@ -590,3 +591,35 @@ def test_a_process_started_with_another_partition_count_refuses_to_run(
 def test_the_fast_retry_item_equals_the_plain_one(run_id: str, due: float) -> None:
     fast, plain = retry_item(run_id, due), retry_item_plain(run_id, due)
     assert fast == plain and type(fast) is type(plain) and fast.job_id == plain.job_id
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_raw_due_reads_give_the_pairs_redis_py_gives_on_either_protocol(
+    redis_url: str, r: redis.Redis, protocol: int
+) -> None:
+    r.zadd("z", {"a": 1700000000000, "b": 1700000000000 - 3 / 2048, "c": 17.5})
+    rp = redis.Redis.from_url(redis_url, protocol=protocol)
+    raw = rp.execute_command("ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", 0, 10, "WITHSCORES")
+    plain = rp.zrangebyscore("z", "-inf", "+inf", start=0, num=10, withscores=True)
+    assert [tuple(p) for p in _pairs(raw)] == [tuple(p) for p in plain] and _pairs([]) == []
+    rp.close()
+
+
+def test_a_job_due_by_redis_time_but_past_the_clock_estimate_is_claimed_in_the_same_round(
+    redis_url: str, client: Client
+) -> None:
+    """Due entries are read without their scores up to the clock estimate, and with them up
+    to the horizon; those the round's TIME says are due go too.  Here the estimate lags Redis
+    by 5 minutes (within a 10-minute horizon): only the second read finds the job."""
+    job = client.schedule("t", run_at=client.now_ms() + 300)
+    time.sleep(0.5)  # due by Redis's TIME
+
+    async def scenario() -> None:
+        async with aredis(redis_url) as ar:
+            owned = await LeaseKeeper(ar, "d1", PARTITIONS, LEASE_MS).run_once()
+            claimer = Claimer(ar, "d1", horizon_ms=10 * MINUTE)
+            claimer._offset_ms = -5 * MINUTE  # the estimate: local clock 5 minutes behind
+            assert (await claimer.run_once(owned)).dispatched == 1
+
+    asyncio.run(scenario())
+    assert client.get(job.id).last_run_id == f"{job.id}@{job.next_ms}"

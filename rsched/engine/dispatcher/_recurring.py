@@ -29,7 +29,8 @@ CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra cla
 # ('' = allow): lua/claim.lua decides skip and bufferOne against the job's active run.
 _FIRE: dict[str, int | str] = {"skip": "s", "bufferOne": "b", "cancelPrevious": "c"}
 
-Due = dict[int, list[tuple[str, float]]]  # per partition: due job ids with their scores
+# Per partition: due job ids with their scores (None: read without, see Claimer._read_due).
+Due = dict[int, list[tuple[str, float | None]]]
 
 
 @dataclass
@@ -43,17 +44,22 @@ class RecurringJobs:
         whose hash is gone.  ``queues`` learns the jobs' queues."""
         pipe = r.pipeline(transaction=False)
         for p, due in cands.items():
-            for job_id, _ in due:
+            for job_id, score in due:
                 pipe.hmget(keys.job(p, job_id), JOB_FIELDS)
+                if score is None:  # read without its score: its due-set entry's, now
+                    pipe.zscore(keys.due(p), job_id)
         fields = iter(await pipe.execute())
         stale: list[tuple[str, str]] = []  # index entries whose hash is gone
         items_by_part: dict[int, list[ClaimItem]] = {}
         for p, due in cands.items():
             items = []
-            for job_id, score in due:
+            for job_id, read in due:
                 f = next(fields)
+                score = next(fields) if read is None else read
                 if f[0] is None:  # job hash gone (deleted out of band): drop its index entry
                     stale.append((keys.due(p), job_id))
+                    continue
+                if score is None:  # no longer in the due set (claimed or removed meanwhile)
                     continue
                 items.append(self.item(p, job_id, score, f, clocks[p], queues))
             if items:

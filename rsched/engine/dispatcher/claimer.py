@@ -31,8 +31,12 @@ from rsched.rdb.cluster import clock_routes
 
 log = logging.getLogger("rsched.dispatcher")
 
+_Read = dict[int, list[bytes]]  # per partition: due one-off jobs' ids as read
+_READS = 5  # due-set reads per partition in _read_due (due, near, head; retries, head)
+
 CLAIMS_IN_FLIGHT = 2  # claim scripts queued in Redis at once
 FULL_READ_S = 0.1  # skip_idle rounds still read every partition this often (see run_once)
+HORIZON_MS = 20  # a round reads entries due this far past its clock estimate (see _read_due)
 
 
 @dataclass
@@ -57,8 +61,10 @@ class Claimer:
     full_read_s: float = FULL_READ_S  # skip_idle rounds still read every partition this often
     call_many: CallMany = scripts.acall_many  # how the claim scripts are sent
     run_ttl_ms: int = 0  # how long a run its overlap policy skipped is kept (Settings; 0 = ever)
+    horizon_ms: int = HORIZON_MS  # how far the clock estimate may lag Redis's TIME
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
+    _offsets: dict[int, int] = field(default_factory=dict)  # the same per partition (its node's)
     _queues: dict[int, list[str]] = field(default_factory=dict)  # each partition's queues
     _next: dict[int, float] = field(default_factory=dict)  # partition -> earliest score seen
     _full_at: float = float("-inf")  # monotonic time of the last round that read every partition
@@ -97,7 +103,7 @@ class Claimer:
         now_est = self.clock() if self.clock else self._estimate_now()
         # Only entries due by (estimated Redis time + margin) come back, plus each set's head for
         # the sleep computation: a round costs O(due), not O(batch), when little is due.
-        horizon = now_est + 20
+        horizon = now_est + self.horizon_ms
         self._forgotten.clear()
         parts = self._parts_to_read(owned, horizon, skip_idle)
         if not parts:
@@ -132,10 +138,13 @@ class Claimer:
         Each partition is judged by the TIME of the node that holds it (on a cluster one TIME
         per master, in that master's part of the pipeline; rdb.cluster.clock_routes): which
         entries are due, and a cron job's catch-up, are decided by the same clock its claim
-        script reads.  Returns (the first clock, the clock per partition, parts, replies after
-        the TIMEs).  A partition whose reads failed (its cluster master is down) is left out of
-        this round rather than failing it: partitions on healthy masters go on.  Without TIME
-        the clock is the local one plus the last offset seen."""
+        script reads.  Due-set entries up to the clock estimate come without their scores (the
+        estimate lags TIME by up to a round trip, and claim.lua checks each one-off job's
+        next_ms by its node's clock anyway), those from there to the horizon with them, kept
+        when TIME says they are due.  Returns (the first clock, the clock per partition, parts,
+        replies after the TIMEs).  A partition whose reads failed (its cluster master is down)
+        is left out of this round rather than failing it: partitions on healthy masters go
+        on.  Without TIME the clock is the local one plus the last offset seen."""
         routes, clock_of = clock_routes(self.r, [keys.due(p) for p in parts])
         pipe = self.r.pipeline(transaction=False)
         for key in routes:
@@ -143,10 +152,25 @@ class Claimer:
                 pipe.time()
             else:
                 pipe.execute_command("TIME", route_by=key)
+        local = int(time.time() * 1000)
+        injected = self.clock() if self.clock else None
         for p in parts:
-            for key in (keys.due(p), keys.retry(p)):
-                pipe.zrangebyscore(key, "-inf", horizon, start=0, num=self.batch, withscores=True)
-                pipe.zrange(key, 0, 0, withscores=True)
+            # Due by the partition's clock as estimated (its node's last TIME offset, which lags
+            # its TIME by up to a round trip): members only, as redis 7.0 formats each score
+            # with printf (5% of a claim's Redis instructions).  Then, with scores, what lies
+            # between that estimate and the horizon: _candidates takes what the TIME read here
+            # says is due (usually nothing).  See _pairs for the raw replies.
+            bound = (injected if injected is not None
+                     else local + self._offsets.get(p, self._offset_ms)) + 0.5
+            due_key = keys.due(p)
+            pipe.execute_command("ZRANGEBYSCORE", due_key, "-inf", bound, "LIMIT", 0, self.batch)
+            pipe.execute_command("ZRANGEBYSCORE", due_key, f"({bound}", horizon, "LIMIT", 0,
+                                 self.batch, "WITHSCORES")
+            pipe.execute_command("ZRANGE", due_key, 0, 0, "WITHSCORES")
+            retry_key = keys.retry(p)
+            pipe.execute_command("ZRANGEBYSCORE", retry_key, "-inf", horizon, "LIMIT", 0,
+                                 self.batch, "WITHSCORES")
+            pipe.execute_command("ZRANGE", retry_key, 0, 0, "WITHSCORES")
             if p not in self._queues:
                 pipe.smembers(keys.queues(p))
         res = await pipe.execute(raise_on_error=False)
@@ -157,10 +181,13 @@ class Claimer:
         if known:
             self._offset_ms = known[0] - local
         fallback = local + self._offset_ms
-        if self.clock:
-            fallback = self.clock()
+        if injected is not None:
+            fallback = injected
             nows = [fallback] * len(nows)
         clocks = {p: nows[clock_of[i]] or fallback for i, p in enumerate(parts)}
+        for i, p in enumerate(parts):
+            if nows[clock_of[i]] is not None:
+                self._offsets[p] = clocks[p] - local
         if any(isinstance(x, Exception) for x in res):
             parts, res = self._readable(parts, res)
             if not parts and not known:
@@ -173,7 +200,7 @@ class Claimer:
         ok_res: list[Any] = []
         i = 0
         for p in parts:
-            n = 4 if p in self._queues else 5
+            n = _READS if p in self._queues else _READS + 1
             chunk = res[i:i + n]
             i += n
             if any(isinstance(x, Exception) for x in chunk):
@@ -185,41 +212,44 @@ class Claimer:
         return ok_parts, ok_res
 
     def _candidates(self, parts: list[int], res: list[Any], clocks: dict[int, int],
-                    out: ClaimResult) -> tuple[dict[int, list[ClaimItem]], _Due, _Due]:
+                    out: ClaimResult) -> tuple[dict[int, list[ClaimItem]], _Read, _Due]:
         """What _read_due read, sorted by how it is claimed: retries and one-off jobs as read,
         recurring jobs once their next time is computed.  Notes each partition's head; each
         partition's entries are judged by its own node's clock (``clocks``)."""
         inf = float("inf")
         known, cron = self._next, self._recurring.ids
         plain: dict[int, list[ClaimItem]] = {}  # claimable as read: retries
-        once: _Due = {}  # claimable as read: one-off jobs
+        once: _Read = {}  # claimable as read: one-off jobs' ids, as the bytes read
         recurring: _Due = {}  # need their next time first
         i = 0
         for p in parts:
             now = clocks[p]
             # A due score is the due ms minus priority/2048: due once it is <= now + 0.5.
             cutoff = now + 0.5
-            due, due_head, ret, ret_head = res[i : i + 4]
-            i += 4
+            due, near, due_head, ret, ret_head = res[i : i + _READS]
+            near, due_head, ret, ret_head = map(_pairs, (near, due_head, ret, ret_head))
+            i += _READS
             if p not in self._queues:
                 self._queues[p] = sorted(q.decode() for q in res[i])
                 i += 1
-            if len(due) >= self.batch or len(ret) >= self.batch:
+            if len(due) >= self.batch or len(near) >= self.batch or len(ret) >= self.batch:
                 out.full = True
             # The partition's earliest entry as read; a claim replaces it with what its script
             # saw left.
             known[p] = min(due_head[0][1] if due_head else inf, ret_head[0][1] if ret_head else inf)
-            ones: list[tuple[str, float]] = []
-            for m, sc in due:
-                if sc > cutoff:
-                    break
-                job_id = m.decode()
-                if job_id in cron:
-                    recurring.setdefault(p, []).append((job_id, sc))
-                else:
-                    ones.append((job_id, sc))
-            if ones:
-                once[p] = ones
+            if near and near[0][1] <= cutoff and len(due) < self.batch:
+                due = due + [m for m, sc in near[:self.batch - len(due)] if sc <= cutoff]
+            if due and cron:  # some ids are known to recur: sort them out (decoding every id)
+                ones = []
+                for m in due:
+                    job_id = m.decode()
+                    if job_id in cron:
+                        recurring.setdefault(p, []).append((job_id, None))
+                    else:
+                        ones.append(m)
+                due = ones
+            if due:
+                once[p] = due
             items: list[ClaimItem] = []
             for m, sc in ret:
                 if sc > now:
@@ -229,7 +259,7 @@ class Claimer:
                 plain[p] = items
         return plain, once, recurring
 
-    async def _claim_candidates(self, plain: dict[int, list[ClaimItem]], once: _Due,
+    async def _claim_candidates(self, plain: dict[int, list[ClaimItem]], once: _Read,
                                 recurring: _Due, owned: dict[int, int],
                                 clocks: dict[int, int], out: ClaimResult) -> None:
         """Claim retries and one-off jobs, then recurring jobs (with those the first claims
@@ -260,7 +290,7 @@ class Claimer:
 
     async def _claim(self, calls_by_part: dict[int, list[ClaimItem]], owned: dict[int, int],
                      now_arg: int, out: ClaimResult,
-                     once: _Due | None = None) -> _Due:
+                     once: _Read | None = None) -> _Due:
         """One claim script per partition; returns the job ids handed back, with their scores.
 
         The calls go out as soon as their arguments are built, CLAIMS_IN_FLIGHT at a time:
@@ -292,9 +322,9 @@ class Claimer:
             out.left[p] = float(res[2]) if res[2] not in (b"", "") else float("inf")
             if len(res) > 3:
                 handed = {_s(x) for x in res[3:]}
-                for job_id, score in once.get(p, []):
-                    if job_id in handed:
-                        needs.setdefault(p, []).append((job_id, score))
+                for m in once.get(p, []):
+                    if (job_id := m.decode()) in handed:
+                        needs.setdefault(p, []).append((job_id, None))
                 for it in calls_by_part.get(p, []):
                     if it.kind == CLAIM_RETRY and it.run_id in handed:
                         # A retry on a queue this claimer did not know: reload the partition's
@@ -318,17 +348,19 @@ class Claimer:
                           [j for j, _ in ids][:5], self._queues.get(p))
 
     def _claim_call(self, p: int, fence: int, now: int, items: list[ClaimItem],
-                    once: Sequence[tuple[str, float]] = ()) -> scripts.Call:
+                    once: Sequence[bytes] = ()) -> scripts.Call:
+        """The claim script call of one partition; ``once``: one-off jobs' ids as read."""
         queues = self._queues.get(p) or []
-        ks = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p), keys.stats(p)]
+        ks: list[Any] = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p),
+                         keys.stats(p)]
         ks += [keys.stream(p, q) for q in queues]
         args: list[Any] = [self.owner, fence, now, self.events_maxlen, len(queues), len(items),
                            keys.GROUP, len(once), self.run_ttl_ms]
-        # One-off jobs: a key and two values each (see lua/claim.lua), built without a call.
-        prefix = keys.job(p, "")
-        for job_id, score in once:
-            ks.append(prefix + job_id)
-            args += (job_id, score)
+        # One-off jobs: a key and their id each (see lua/claim.lua), the id kept as the bytes
+        # read: no decoding, no call per job.
+        prefix = keys.job(p, "").encode()
+        ks += [prefix + m for m in once]
+        args += once
         for it in items:
             ks += [keys.job(p, it.job_id), keys.run(p, it.run_id)]
             args += it
@@ -350,6 +382,16 @@ def retry_item_plain(run_id: str, due_ms: float) -> ClaimItem:
 
 
 _new_tuple = tuple.__new__
+
+
+def _pairs(reply: list[Any]) -> list[Any]:
+    """A raw ``ZRANGE ... WITHSCORES`` reply as [member, score] pairs.  RESP3 sends them so,
+    with float scores; RESP2 (a URL's ``protocol=2``) flat, scores as text.  redis-py's own
+    callback turns every RESP3 score back into text and parses it again (3-4 us a job, the
+    dispatcher's largest cost per job in a burst).  tests/test_dispatch.py compares both."""
+    if not reply or isinstance(reply[0], list):
+        return reply
+    return [[m, float(s)] for m, s in zip(reply[::2], reply[1::2], strict=True)]
 
 
 def _time_ms(t: Any) -> int:
