@@ -21,18 +21,22 @@ heartbeat.lua) is final: no retry, no dead letter, the active-run record release
 
 KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
 KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
-then per run 4 keys: rsched:{pN}:run:<run id> HASH (the job key again for a one-off job's own
-                     run, whose fields live in the job hash: see run_fields in util),
-                     rsched:{pN}:job:<id> HASH, rsched:{pN}:hist:<id> LIST,
-                     rsched:{pN}:q:<queue> STREAM
+KEYS[5 .. 4+g] per group of runs (g = ARGV[5]) the queue stream its runs came from,
+               rsched:{pN}:q:<queue> STREAM (twice when a queue's runs form two groups)
+then per run, group by group: a one-off job's own run 1 key, rsched:{pN}:job:<id> HASH (its
+     fields and its history live in the job hash: see run_fields in util); any other run 3 keys,
+     rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH, rsched:{pN}:hist:<id> LIST
 ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
-ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
+ARGV[4] group       ARGV[5] g groups of runs          ARGV[6] history length
 ARGV[7] run_ttl_ms: how long a finished run's hash is kept (0 = forever; a one-off job's own
         run lives in the job hash, kept as long as the job)
 ARGV[8] finished_ttl_ms: how long a completed one-off job and its own run are kept (0 = forever)
-then per run 8 values (from ARGV[9]): run id, fence ('0' = start not recorded yet), outcome ('succeeded' |
-  'failed' | 'timed_out' | 'cancelled'), duration_ms, text (JSON result when succeeded, error message
-  otherwise), retry_delay_ms, stream entry id, elapsed_ms (since the handler started)
+then per group 2 values (from ARGV[9]): n runs, own ('1': one-off jobs' own runs, '0': others)
+then per run 8 values (from ARGV[9 + 2g]): run id, fence ('0' = start not recorded yet), outcome
+  ('succeeded' | 'failed' | 'timed_out' | 'cancelled'), duration_ms, text (JSON result when
+  succeeded, error message otherwise), retry_delay_ms, stream entry id, elapsed_ms (since the
+  handler started)
+The groups save arguments on the hottest path (a one-off job's own run: 9 instead of 12).
 Returns {code_1, ..., code_n}
   1 succeeded recorded   2 retry scheduled   3 dead-lettered   4 cancelled recorded
   0 duplicate report of an outcome already recorded (client retry)   -1 fenced (stale token)
@@ -49,7 +53,7 @@ local now = now_ms(ARGV[2])
 -- Redis 7.0 formats every Lua number passed to redis.call with snprintf: the success path
 -- passes strings.
 local now_s = string.format('%d', now)
-local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local maxlen, group, groups, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local run_ttl, finished_ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
 -- The run id holds the job id and the scheduled time (read only off the hot path).
 local function job_of(run_id) return string.match(run_id, '^(.*)@%d+$') end
@@ -72,16 +76,31 @@ local function outcome_event(outcome, run_id, attempt_s, duration_s, jtype, queu
          'd', duration_s, 'ty', jtype, 'q', queue, field, text)
   end
 end
+local n = 0
+for g = 1, groups do n = n + tonumber(ARGV[7 + 2 * g]) end
+-- The current group, its runs still to come, and where the next run's values and keys start.
+local g, left, vi, ki = 0, 0, 8 + 2 * groups, 4 + groups
 for i = 1, n do
-  local c = 8 + 8 * (i - 1)
-  local run_id, fence, outcome = ARGV[c + 1], ARGV[c + 2], ARGV[c + 3]
-  local duration, text, delay = tonumber(ARGV[c + 4]), ARGV[c + 5], tonumber(ARGV[c + 6])
-  local duration_s = ARGV[c + 4]
-  local sid, elapsed = ARGV[c + 7], tonumber(ARGV[c + 8])
-  local b = 4 + 4 * (i - 1)
-  local run_key, job_key, hist_key, stream_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
+  while left == 0 do
+    g = g + 1
+    left = tonumber(ARGV[7 + 2 * g])
+  end
+  left = left - 1
+  local own, stream_key = ARGV[8 + 2 * g] == '1', KEYS[4 + g]
+  local run_id, fence, outcome = ARGV[vi + 1], ARGV[vi + 2], ARGV[vi + 3]
+  local duration, text, delay = tonumber(ARGV[vi + 4]), ARGV[vi + 5], tonumber(ARGV[vi + 6])
+  local duration_s = ARGV[vi + 4]
+  local sid, elapsed = ARGV[vi + 7], tonumber(ARGV[vi + 8])
+  vi = vi + 8
+  local run_key, job_key, hist_key
+  if own then
+    job_key = KEYS[ki + 1]
+    run_key, ki = job_key, ki + 1
+  else
+    run_key, job_key, hist_key = KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3]
+    ki = ki + 3
+  end
   local F = run_fields(run_key, job_key)
-  local own = F == OWN_RUN
   -- An own run is read with the job fields that decide whether the job ends with it: one HMGET.
   local r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
                        F.type, F.started_ms, F.queue, 'status', 'cron', 'next_ms', 'ov')

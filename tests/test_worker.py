@@ -21,6 +21,7 @@ import redis
 from helpers import (
     ManualClock,
     Rig,
+    all_jobs,
     event_types,
     events,
     next_ms,
@@ -32,7 +33,7 @@ from helpers import (
     xrange,
 )
 
-from rsched import App, Client, Conflict, Job, JobContext, JobStatus, RunState
+from rsched import App, Client, Conflict, Job, JobContext, JobSpec, JobStatus, RunState
 from rsched.core.retry import backoff_ceiling_ms
 from rsched.engine.worker import Worker
 from rsched.rdb import keys, scripts
@@ -674,11 +675,56 @@ def test_a_report_that_also_records_the_start_is_a_no_op_when_applied_twice(
 
     asyncio.run(scenario())
     [(name, ks, args)] = calls
-    assert args[8 + 1] == 0  # the report carried fence 0: it recorded the start too
+    assert args[8 + 2 + 1] == 0  # after one group's 2 values: fence 0, it recorded the start
     before = snapshot(r)
     assert [int(x) for x in scripts.call(r, name, ks, args)] == [0]
     assert snapshot(r) == before
     assert event_types(r, job.partition, job.id) == ["scheduled", "dispatched", "succeeded"]
+
+
+def test_one_report_holds_own_and_other_runs_from_two_queues_of_a_partition(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """complete.lua groups a call's runs by stream and kind: one-off jobs' own runs (their job
+    key only) and a cron job's run (run, job and history keys), from two queues of one
+    partition, go in one call, and each outcome lands on its own run."""
+    app = App()
+
+    @app.job("ok")
+    async def ok(ctx: JobContext) -> str:
+        return ctx.job_id
+
+    @app.job("bad")
+    async def bad(ctx: JobContext) -> None:
+        raise ValueError("no")
+
+    due = clock() - 1
+    specs = [JobSpec("ok", queue="a", run_at=due), JobSpec("bad", queue="b", run_at=due),
+             JobSpec("ok", queue="b", cron="* * * * *"), JobSpec("ok", queue="a", run_at=due),
+             JobSpec("ok", queue="b", run_at=due)]
+    a1, b_bad, cron, a2, b1 = jobs = all_jobs(client.schedule_many(specs))
+    assert len({j.partition for j in jobs}) == 1  # one small batch: one partition
+    clock.advance(60_000)
+    calls, recording = record_script_calls("complete")
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock,
+                       worker_kw={"call_many": recording, "queues": ["a", "b"],
+                                  "concurrency": 128}) as rig:  # 4 a stream a read
+            assert (await rig.cycle())[1:] == (5, 5)
+
+    asyncio.run(scenario())
+    [(_, ks, args)] = calls
+    assert args[4] == 3  # groups: own runs of a, own runs of b, the cron job's run of b
+    for j in (a1, a2, b1):
+        [attempt] = client.runs(j.id)
+        assert (attempt.status, attempt.result) == ("succeeded", j.id)
+        assert client.get(j.id).status == JobStatus.COMPLETED
+    failed = client.runs(b_bad.id)[-1]  # its first attempt (a retry waits)
+    assert failed.status == "failed" and (failed.error or "").startswith("ValueError: no\n")
+    [ran] = client.runs(cron.id)
+    assert (ran.status, ran.result) == ("succeeded", cron.id)
+    assert stats(r, cron.partition)["succeeded"] == 4
 
 
 def test_a_run_dispatched_before_its_job_was_cancelled_still_runs_and_is_recorded(

@@ -9,7 +9,7 @@ from enum import Enum
 from typing import Any
 
 from rsched.core.app import JobContext
-from rsched.core.wire import ENTRY_OWN, ENTRY_RUN, ENTRY_TYPE
+from rsched.core.wire import ENTRY_OWN, ENTRY_TYPE
 from rsched.rdb import keys
 
 Entry = tuple[str, str, dict[bytes, bytes]]
@@ -59,11 +59,11 @@ class Inflight:
     queue: str = ""
 
 
-def inflight(p: int, stream: str, queue: str, eid: str, f: dict[bytes, bytes], attempt: int,
-             t0: float) -> Inflight:
-    """A run from its stream entry: the run id holds the job id and the scheduled time; 'o'
-    marks a one-off job's own run, whose fields live in the job hash (lua/include/util.lua)."""
-    rid = f[ENTRY_RUN].decode()
+def inflight(p: int, stream: str, queue: str, eid: str, rid: str, f: dict[bytes, bytes],
+             attempt: int, t0: float) -> Inflight:
+    """A run from its stream entry and its run id (decoded by the caller, which checks it
+    first): the run id holds the job id and the scheduled time; 'o' marks a one-off job's own
+    run, whose fields live in the job hash (lua/include/util.lua)."""
     job_id, _, sched = rid.rpartition("@")
     job_key = keys.job(p, job_id)
     run_key = job_key if ENTRY_OWN in f else keys.run(p, rid)

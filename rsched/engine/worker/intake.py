@@ -23,6 +23,15 @@ from rsched.rdb import keys
 log = logging.getLogger("rsched.worker")
 
 
+def _entries(resp: Any) -> list[Entry]:
+    """XREADGROUP's reply as entries; each stream's name decoded once, not once per entry."""
+    out: list[Entry] = []
+    for s, items in resp or ():
+        name = _s(s)
+        out += [(name, _s(eid), f) for eid, f in items if f]
+    return out
+
+
 @dataclass(slots=True)
 class Intake:
     """Reads entries and hands them to the runner: fresh ones at once (their start is recorded
@@ -60,7 +69,7 @@ class Intake:
         resp: Any = await self.link.r.xreadgroup(
             keys.GROUP, self.link.id, dict.fromkeys(names, ">"), count=count, block=block_ms
         )
-        entries = [(_s(s), _s(eid), f) for s, items in resp or () for eid, f in items if f]
+        entries = _entries(resp)
         got = {s for s, _, _ in entries}
         self._busy = [s for s in names if s in got]
         return self._launch(entries)
@@ -80,7 +89,7 @@ class Intake:
         pick = [busy[(self._turn + j) % len(busy)] for j in range(k)]
         resp: Any = await self.link.r.xreadgroup(
             keys.GROUP, self.link.id, dict.fromkeys(pick, ">"), count=free // k)
-        entries = [(_s(s), _s(eid), f) for s, items in resp or () for eid, f in items if f]
+        entries = _entries(resp)
         if not entries:
             self._busy = []
         return entries
@@ -93,10 +102,11 @@ class Intake:
         started_in = self.metrics.started_in
         for s, eid, f in entries:
             p, queue = streams[s]
-            if f[ENTRY_RUN].decode() in by_id:  # delivered again while still running here
+            rid = f[ENTRY_RUN].decode()
+            if rid in by_id:  # delivered again while still running here
                 continue
             attempt = int(f[ENTRY_ATTEMPT])
-            fl = inflight(p, s, queue, eid, f, attempt, now)
+            fl = inflight(p, s, queue, eid, rid, f, attempt, now)
             started[(fl.type, queue)] += 1
             started_in[p] += 1
             if attempt == 1:  # retries wait for their backoff on purpose
@@ -135,7 +145,7 @@ class Intake:
         fls: list[Inflight] = []
         for s, eid, f in entries:
             p, queue = self.link.streams[s]
-            fls.append(inflight(p, s, queue, eid, f, 0, now))
+            fls.append(inflight(p, s, queue, eid, _s(f[ENTRY_RUN]), f, 0, now))
         await self.reporter.record_starts(fls, reclaimed=True)
         started = 0
         for fl, (_, _, f) in zip(fls, entries, strict=True):

@@ -75,6 +75,9 @@ class Flusher:
             rep.wake.clear()
             await asyncio.sleep(self.flush_ms / 1000)
             await slots.acquire()
+            if not rep.done:  # what woke this round went with a report started since
+                slots.release()
+                continue
             task = asyncio.create_task(report())
             reports.add(task)
             task.add_done_callback(reports.discard)
