@@ -8,7 +8,6 @@ archiver and the SQL drivers it never uses (`python -X importtime`: 1.05 s -> se
 
 from __future__ import annotations
 
-import gc
 import importlib
 import logging
 import os
@@ -26,6 +25,7 @@ from rsched.core import defaults
 from rsched.core.app import App
 from rsched.core.errors import RschedError
 from rsched.core.spec import QUEUE_PATTERN
+from rsched.engine import aio
 from rsched.obs import logs, metrics
 from rsched.rdb.connect import connect
 from rsched.rdb.setup import check_redis, is_unavailable
@@ -245,23 +245,11 @@ def api(ctx: click.Context, host: str, port: int, no_auth: bool, max_body_bytes:
     app = create_app(settings, auth=not no_auth, max_body_bytes=max_body_bytes,
                      max_batch_bytes=max_batch_bytes)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
-    _tune_gc_for_serving()
+    aio.tune_gc()
     # log_config=None: uvicorn's lines go through rsched.logs (text or JSON)
     uvicorn.run(app, host=host, port=port, log_level=level, access_log=access_log,
                 lifespan="on", timeout_graceful_shutdown=10, proxy_headers=False,
                 server_header=False, log_config=None)
-
-
-def _tune_gc_for_serving() -> None:
-    """The API allocates hundreds of container objects a request and holds a batch's ~10,000
-    until its response is sent; under CPython's default thresholds (700, 10, 10) the cyclic
-    collector ran every few requests and walked each batch's objects again at every pass.
-    Objects alive at start (modules, the app) are frozen out of all passes, and a young pass
-    runs every 20,000 allocations (a few MB of garbage cycles at most, as nearly everything is
-    freed by reference counting).  Locust, shared 2-core VM: API CPU per single POST /jobs
-    246-269 -> 177-190 us, per job of POST /jobs/batch 30-32 -> 22-27 us."""
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
 
 
 for _command in COMMANDS:

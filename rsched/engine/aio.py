@@ -8,8 +8,23 @@ callbacks per run.  Measured with `make bench`: worker CPU 49-53 -> 43-45 us per
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Coroutine
 from typing import Any
+
+# A young collection every this many container allocations (CPython's default: 700).
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def tune_gc() -> None:
+    """For a long-running process, once its start-up is done: what is alive then (modules,
+    functions, classes) is frozen out of every pass of the cyclic collector, and a young pass
+    runs every GC_YOUNG_THRESHOLD allocations, since nearly everything a job allocates is freed
+    by reference counting.  Under CPython's defaults the collector ran every 700 allocations
+    and every hundredth pass walked the whole start-up heap: a quarter of the dispatcher's
+    instructions per claimed job (callgrind), and API CPU per POST /jobs 246-269 -> 177-190 us."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:

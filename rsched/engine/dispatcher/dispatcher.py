@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 from collections.abc import Callable
@@ -29,10 +28,6 @@ from rsched.rdb.setup import (
 )
 
 log = logging.getLogger("rsched.dispatcher")
-
-# A young collection every this many container allocations (CPython's default: 700).
-GC_YOUNG_THRESHOLD = 20_000
-
 
 class Dispatcher:
     def __init__(
@@ -160,23 +155,12 @@ class Dispatcher:
                 w.cancel()
 
 
-def _tune_gc() -> None:
-    """A burst's claim round allocates a list per due entry read (4,000 a round); under
-    CPython's default thresholds the cyclic collector ran every 700 and, every hundredth pass,
-    walked every module, function and class loaded (a quarter of the dispatcher's instructions
-    per claimed job, callgrind).  What is alive at start is frozen out of all passes (as the
-    API does, cli.main._tune_gc_for_serving), and a young pass runs every 20,000 allocations:
-    nearly everything is freed by reference counting."""
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
-
-
 def serve(settings: Settings, **options: Any) -> None:
     """Run a dispatcher until SIGINT/SIGTERM."""
     import signal
 
     async def main() -> None:
-        _tune_gc()
+        aio.tune_gc()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -245,6 +245,7 @@ def serve(app: App, settings: Settings, **options: Any) -> None:
     import signal
 
     async def main() -> None:
+        aio.tune_gc()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
