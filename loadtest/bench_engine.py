@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +80,8 @@ def succeeded(r: Any, partitions: int) -> int:
     return sum(int(v or 0) for v in p.execute())
 
 
-def started_events(r: Any, partitions: int) -> list[tuple[str, int, int]]:
-    """(run id, sched ms, started ms) of every start, read from the events streams: 'started'
-    events, and outcome events that carry their run's start ('st', lua/complete.lua)."""
-    out = []
+def event_entries(r: Any, partitions: int) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
+    """Every entry of every partition's events stream so far, in stream order, read in pages."""
     for i in range(partitions):
         last = "-"
         while True:
@@ -91,13 +90,20 @@ def started_events(r: Any, partitions: int) -> list[tuple[str, int, int]]:
                 batch = batch[1:]
             if not batch:
                 break
-            for eid, entry in batch:
-                for _sid, f in expand(eid, entry):  # a script call's events share an entry
-                    started = f[b"t"] if f[b"e"] == b"started" else f.get(b"st")
-                    if started is not None:
-                        rid = f[b"r"].decode()  # <job id>@<scheduled ms>
-                        out.append((rid, int(rid.rpartition("@")[2]), int(started)))
+            yield from batch
             last = batch[-1][0].decode()
+
+
+def started_events(r: Any, partitions: int) -> list[tuple[str, int, int]]:
+    """(run id, sched ms, started ms) of every start, read from the events streams: 'started'
+    events, and outcome events that carry their run's start ('st', lua/complete.lua)."""
+    out = []
+    for eid, entry in event_entries(r, partitions):
+        for _sid, f in expand(eid, entry):  # a script call's events share an entry
+            started = f[b"t"] if f[b"e"] == b"started" else f.get(b"st")
+            if started is not None:
+                rid = f[b"r"].decode()  # <job id>@<scheduled ms>
+                out.append((rid, int(rid.rpartition("@")[2]), int(started)))
     return out
 
 
@@ -105,18 +111,9 @@ def dispatch_times(r: Any, partitions: int) -> list[int]:
     """The Redis time of every 'dispatched' event so far (one per run), from the events
     streams: when the dispatcher handed each run to its queue."""
     out: list[int] = []
-    for i in range(partitions):
-        last = "-"
-        while True:
-            batch = r.xrange(keys.events(i), min=last, count=10_000)
-            if last != "-" and batch:
-                batch = batch[1:]
-            if not batch:
-                break
-            for _eid, f in batch:
-                if f.get(b"e") == b"dispatched":
-                    out += [int(f[b"t"])] * int(f.get(b"n", b"1"))
-            last = batch[-1][0].decode()
+    for _eid, f in event_entries(r, partitions):
+        if f.get(b"e") == b"dispatched":
+            out += [int(f[b"t"])] * int(f.get(b"n", b"1"))
     return out
 
 
