@@ -23,16 +23,18 @@ Returns {code, status, c_1, ..., c_n}: code 1 done, -1 no such job, -2 job cance
   run ends)
 The call's 'triggered' and 'skipped' events share one events-stream entry each (batch_flush).
 ]]
+--!include layout
 --!include util
 local job_key, retry_key, events_key = KEYS[1], KEYS[2], KEYS[3]
 local job_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
 local now_s = string.format('%d', now)
 local run_ttl, overlap, n = ARGV[4], ARGV[5], tonumber(ARGV[6])
-local j = redis.call('HMGET', job_key, 'status', 'type', 'queue', 'version', 'active',
+local j = redis.call('HMGET', job_key, J.status, J.type, J.queue, 'version', 'active',
                      'buffered')
+if j[2] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
 if not j[1] then return {-1, ''} end
 if j[1] == 'cancelled' then return {-2, j[1]} end
-local jtype, queue, version, active, buffered = j[2], j[3], j[4] or '1', j[5] or '', j[6] or ''
+local jtype, queue, version, active, buffered = j[2], j[3] or DEFAULT_QUEUE, j[4] or '1', j[5] or '', j[6] or ''
 local queued = batch_new(events_key, maxlen, {'e', 'triggered', 'j', job_id, 't', now_s,
                                               'ty', jtype}, {'r'})
 local skips = batch_new(events_key, maxlen, {'e', 'skipped', 'j', job_id, 't', now_s,
@@ -81,7 +83,7 @@ for i = 1, n do
   end
   out[2 + i] = code
 end
-if last then redis.call('HSET', job_key, 'last_run_id', last) end
+if last then redis.call('HSET', job_key, J.last_run_id, last) end
 batch_flush(queued)
 batch_flush(skips)
 return out

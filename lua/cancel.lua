@@ -6,18 +6,20 @@ ARGV[4] expected version (If-Match; '' = any): a change increments the job's 've
 Returns {code, status}: 1 cancelled, 0 already cancelled, -1 no such job, -2 already finished,
   -4 the job's version is not the expected one (nothing written)
 ]]
+--!include layout
 --!include util
 local job_key, due_key, events_key = KEYS[1], KEYS[2], KEYS[3]
 local job_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
 local want_version = ARGV[4]
-local j = redis.call('HMGET', job_key, 'status', 'type', 'version')
+local j = redis.call('HMGET', job_key, J.status, J.type, 'version')
+if j[2] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
 if not j[1] then return {-1, ''} end
 -- If-Match: the caller's version ('' = any) against the job's (absent = 1, a job never changed)
 local version = tonumber(j[3] or '1')
 if want_version ~= '' and tostring(version) ~= want_version then return {-4, j[1]} end
 if j[1] == 'cancelled' then return {0, 'cancelled'} end
 if j[1] ~= 'scheduled' and j[1] ~= 'paused' then return {-2, j[1]} end
-redis.call('HSET', job_key, 'status', 'cancelled', 'updated_ms', now, 'next_ms', 0,
+redis.call('HSET', job_key, J.status, 'cancelled', J.updated_ms, now, J.next_ms, 0,
            'version', version + 1)
 redis.call('ZREM', due_key, job_id)
 emit(events_key, maxlen, 'e', 'cancelled', 'j', job_id, 't', now, 'ty', j[2])

@@ -66,6 +66,7 @@ Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
          run before, queue stream not passed, or job hash gone), run ids of retries whose
          queue stream was not passed
 ]]
+--!include layout
 --!include util
 --!include trim_acked
 --!include overlap
@@ -114,8 +115,8 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, j)
   local life = spec_life(j[5])
   if life then
     if life[4] > 0 and now > tonumber(string.match(run_id, '@(%d+)$')) + life[4] then
-      redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', run_id, 'own_run', run_id,
-                 'r.attempt', '0')
+      redis.call('HSET', job_key, J.next_ms, '0', J.last_run_id, run_id, J.own_run, run_id,
+                 OWN.attempt, '0')
       dead_letter(job_key, job_key, OWN_RUN, dead_key, events_key, stats_key, maxlen, now,
                   run_id, job_id, '0', 'missed start deadline', j[3])
       unindex[#unindex + 1] = job_id
@@ -126,9 +127,9 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, j)
   local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5],
                          'o', '1')
   used[stream_key] = true
-  redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', run_id, 'own_run', run_id,
-             'r.attempt', '1', 'r.state', 'dispatched', 'r.dispatched_ms', now_s,
-             'r.stream_id', sid)
+  redis.call('HSET', job_key, J.next_ms, '0', J.last_run_id, run_id, J.own_run, run_id,
+             OWN.attempt, '1', OWN.state, 'dispatched', OWN.dispatched_ms, now_s,
+             OWN.stream_id, sid)
   dispatch_event(run_id, '1', j[3], j[4])
   unindex[#unindex + 1] = job_id
   dispatched = dispatched + 1
@@ -137,8 +138,10 @@ for i = 1, no do
   -- A one-off job's first occurrence: one argument and one key, nothing computed in Python.
   local job_id = ARGV[9 + i]
   local job_key = KEYS[5 + nq + i]
-  local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec', 'cron',
-                       'own_run')
+  local j = redis.call('HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron,
+                       J.own_run)
+  if j[3] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
+  j[4] = j[4] or DEFAULT_QUEUE
   local next_ms = tonumber(j[2]) or 0
   local qi = stream_at[j[4]] or 0
   local stream_key = KEYS[qi]
@@ -166,10 +169,12 @@ for i = 1, n do
   if kind ~= 'r' then
     -- Due by Redis's clock, and still the occurrence that was read (compare-and-set on status
     -- and next_ms): a second apply, a paused or rescheduled job all find nothing to do.
-    local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'queue', 'spec', 'cron',
-                         'own_run', 'version')
+    local j = redis.call('HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron,
+                         J.own_run, 'version')
+    if j[3] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
     local version = j[8] or '1'  -- recorded with the run (field 'v'): the job version it ran with
     local once = (not j[6] or j[6] == '')
+    j[4] = j[4] or DEFAULT_QUEUE
     local qi = stream_at[j[4]] or 0
     local stream_key = KEYS[qi]
     if j[1] and j[1] ~= 'scheduled' then
@@ -248,7 +253,7 @@ for i = 1, n do
       if once then
         -- A one-off job run again (its time changed after its own run): a run of its own.
         unindex[#unindex + 1] = job_id
-        redis.call('HSET', job_key, 'next_ms', '0', 'last_run_id', last_run)
+        redis.call('HSET', job_key, J.next_ms, '0', J.last_run_id, last_run)
       else
         local life = last_run and spec_life(j[5])
         if life and life[3] > 0 then
@@ -259,22 +264,23 @@ for i = 1, n do
           redis.call('ZADD', due_key, next_score, job_id)
         else
           unindex[#unindex + 1] = job_id
-          redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now_s)
+          redis.call('HSET', job_key, J.status, 'completed', J.updated_ms, now_s)
         end
         if last_run and last_run ~= '' then
-          redis.call('HSET', job_key, 'next_ms', next_ms, 'last_run_id', last_run)
+          redis.call('HSET', job_key, J.next_ms, next_ms, J.last_run_id, last_run)
         else
-          redis.call('HSET', job_key, 'next_ms', next_ms)
+          redis.call('HSET', job_key, J.next_ms, next_ms)
         end
       end
     end
   else
     local due = redis.call('ZSCORE', retry_key, run_id)
-    local j = redis.call('HMGET', job_key, 'status', 'type', 'spec', 'own_run', 'queue', 'r.state',
-                         'r.attempt', 'cancel')
+    local j = redis.call('HMGET', job_key, J.status, J.type, J.spec, J.own_run, J.queue, OWN.state,
+                         OWN.attempt, 'cancel')
+    if j[2] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
     local rkey, F = run_home(run_id, run_key, job_key, j[4])
     local own = F == OWN_RUN
-    local state, attempt_s, queue, ov = j[6], j[7], j[5], nil
+    local state, attempt_s, queue, ov = j[6], j[7], j[5] or DEFAULT_QUEUE, nil
     if not own then
       local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue', 'ov')
       state, attempt_s, queue, ov = r[1], r[2], r[3], r[4]
@@ -312,12 +318,12 @@ for i = 1, n do
           sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[2], 'a', attempt, 'x', j[3],
                            'o', '1')
           redis.call('HSET', job_key, F.attempt, attempt, F.state, 'dispatched', F.worker, '',
-                     F.dispatched_ms, now, F.stream_id, sid, 'last_run_id', run_id)
+                     F.dispatched_ms, now, F.stream_id, sid, J.last_run_id, run_id)
         else
           sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[2], 'a', attempt, 'x', j[3])
           redis.call('HSET', run_key, F.attempt, attempt, F.state, 'dispatched', F.worker, '',
                      F.dispatched_ms, now, F.stream_id, sid)
-          redis.call('HSET', job_key, 'last_run_id', run_id)
+          redis.call('HSET', job_key, J.last_run_id, run_id)
         end
         used[stream_key] = true
         dispatch_event(run_id, string.format('%d', attempt), j[2], queue)

@@ -41,6 +41,7 @@ Returns {code_1, ..., code_n}
   1 succeeded recorded   2 retry scheduled   3 dead-lettered   4 cancelled recorded
   0 duplicate report of an outcome already recorded (client retry)   -1 fenced (stale token)
 ]]
+--!include layout
 --!include util
 --!include defaults
 --!include life
@@ -103,9 +104,9 @@ for i = 1, n do
   local F = run_fields(run_key, job_key)
   -- An own run is read with the job fields that decide whether the job ends with it: one HMGET.
   local r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
-                       F.type, F.started_ms, F.queue, 'status', 'cron', 'next_ms', 'ov')
+                       F.type, F.started_ms, F.queue, J.status, J.cron, J.next_ms, 'ov')
   local state, run_worker, run_fence, attempt_s, stream_id = r[1], r[2], r[3], r[4], r[5]
-  local jtype, started_ms, queue = r[6], r[7], r[8]
+  local jtype, started_ms, queue = r[6], r[7], r[8] or DEFAULT_QUEUE
   -- A run the claim created has no fence or worker field until it starts.
   local start_fields = nil
   if fence == '0' and stream_id == sid then
@@ -130,10 +131,11 @@ for i = 1, n do
       local done
       if own then
         -- one_off_done, from the fields read above
-        done = (r[9] == 'scheduled' or r[9] == 'paused') and (not r[10] or r[10] == '')
+        local status = r[9] or DEFAULT_STATUS  -- not stored while scheduled (layout)
+        done = (status == 'scheduled' or status == 'paused') and (not r[10] or r[10] == '')
           and (not r[11] or r[11] == '0')
         if done then
-          w[#w + 1], w[#w + 2], w[#w + 3], w[#w + 4] = 'status', 'completed', 'updated_ms', now_s
+          w[#w + 1], w[#w + 2], w[#w + 3], w[#w + 4] = J.status, 'completed', J.updated_ms, now_s
         end
         redis.call('HSET', job_key, unpack(w))
       else
@@ -141,7 +143,7 @@ for i = 1, n do
         -- Other runs expire (their record stays in the job's history list).
         if run_ttl > 0 then redis.call('PEXPIRE', run_key, ARGV[7]) end
         done = one_off_done(job_key)
-        if done then redis.call('HSET', job_key, 'status', 'completed', 'updated_ms', now_s) end
+        if done then redis.call('HSET', job_key, J.status, 'completed', J.updated_ms, now_s) end
         redis.call('HDEL', job_key, 'fails')  -- a success ends the failure streak (streak)
       end
       if done and finished_ttl > 0 then redis.call('PEXPIRE', job_key, ARGV[8]) end
@@ -169,7 +171,7 @@ for i = 1, n do
                     start_fields and {started_ms, fence})
       if outcome ~= 'cancelled' then fail_count = fail_count + 1 end
       local job_id = job_of(run_id)
-      local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '')
+      local max_attempts = tonumber(redis.call('HGET', job_key, J.max_attempts) or '')
         or DEFAULT_MAX_ATTEMPTS  -- not stored when it is the default
       if outcome == 'cancelled' then
         redis.call('HSET', run_key, F.state, 'cancelled', F.ended_ms, now, F.duration_ms, duration,

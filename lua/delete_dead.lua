@@ -13,6 +13,7 @@ ARGV[1] now_ms (0 = Redis TIME)   ARGV[2] events_maxlen   ARGV[3] who (API key n
 ARGV[4] history length            ARGV[5] n runs          then per run 1 value: run id
 Returns {code_1, ..., code_n}: 1 deleted, 0 not a dead letter (gone, replayed or deleted)
 ]]
+--!include layout
 --!include util
 local dead_key, events_key = KEYS[1], KEYS[2]
 local now, maxlen, who = now_ms(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
@@ -24,7 +25,7 @@ for i = 1, n do
   local run_key, job_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3]
   out[i] = 0
   if redis.call('ZREM', dead_key, run_id) == 1 then
-    local rkey, F = run_home(run_id, run_key, job_key, redis.call('HGET', job_key, 'own_run'))
+    local rkey, F = run_home(run_id, run_key, job_key, redis.call('HGET', job_key, J.own_run))
     local r = redis.call('HMGET', rkey, F.state, F.attempt, F.type)
     if r[1] == 'dead' then
       local own = F == OWN_RUN

@@ -14,6 +14,7 @@ ARGV[1] run id   ARGV[2] stream entry id   ARGV[3] now_ms (0 = Redis TIME)
 ARGV[4] events_maxlen (0 = unbounded)      ARGV[5] consumer group
 Returns 1: dead-lettered (do not run it), 0: run it
 ]]
+--!include layout
 --!include util
 --!include life
 --!include streak
@@ -25,7 +26,7 @@ local run_id, sid, now = ARGV[1], ARGV[2], now_ms(ARGV[3])
 local maxlen, group = tonumber(ARGV[4]), ARGV[5]
 local F = run_fields(run_key, job_key)
 local r = redis.call('HMGET', run_key, F.state, F.attempt, F.stream_id, F.dispatched_ms)
-local j = redis.call('HMGET', job_key, 'spec', 'type')
+local j = redis.call('HMGET', job_key, J.spec, J.type)
 if r[1] ~= 'dispatched' or r[3] ~= sid or not missed_start(j[1], run_id, r[2], r[4], now) then
   return 0
 end

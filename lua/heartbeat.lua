@@ -17,6 +17,7 @@ Returns {code_1, ..., code_n}: 1 still ours, 2 still ours and asked to stop (ove
   -1 fenced: the run is live under another worker or fence, or its entry is delivered to
   another consumer
 ]]
+--!include layout
 --!include util
 --!include delivery
 local events_key, stats_key = KEYS[1], KEYS[2]

@@ -23,6 +23,7 @@ Returns {code, fence, expires_ms, owner}
           who and until when)
   code -1 renew/release refused: the caller's fence is stale (it lost the lease)
 ]]
+--!include layout
 --!include util
 local lease_key, stats_key = KEYS[1], KEYS[2]
 local owner, lease_ms, mode, held = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[5]

@@ -7,11 +7,13 @@ ARGV[1] run id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 Returns {code, state}: 1 replayed, 0 already replayed (not dead any more), -1 no such dead letter,
   -2 the job was cancelled (cancel is final)
 ]]
+--!include layout
 --!include util
 local run_key, job_key, dead_key, retry_key, events_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local run_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
 local job_id = string.match(run_id, '^(.*)@%d+$')  -- the job id, from the run id
-local j = redis.call('HMGET', job_key, 'status', 'own_run', 'r.state', 'type')
+local j = redis.call('HMGET', job_key, J.status, J.own_run, OWN.state, J.type)
+if j[4] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
 local rkey, F = run_home(run_id, run_key, job_key, j[2])
 local state, jtype = j[3], j[4]
 if F == PLAIN_RUN then
@@ -25,6 +27,6 @@ if status == 'cancelled' or not status then return {-2, status or 'missing'} end
 redis.call('ZREM', dead_key, run_id)
 redis.call('HSET', rkey, F.state, 'retry_wait', F.attempt, 0, F.error, '')
 redis.call('ZADD', retry_key, now, run_id)
-if status == 'dead' then redis.call('HSET', job_key, 'status', 'scheduled', 'updated_ms', now) end
+if status == 'dead' then redis.call('HSET', job_key, J.status, 'scheduled', J.updated_ms, now) end
 emit(events_key, maxlen, 'e', 'replayed', 'j', job_id, 'r', run_id, 't', now, 'ty', jtype)
 return {1, 'retry_wait'}

@@ -11,12 +11,14 @@ left (next_ms '0': past its endAt or its maxRuns) completes instead.
 Returns {code, status}: 1 resumed, 0 already scheduled, -1 no such job, -2 not resumable,
   -4 the job's version is not the expected one (nothing written)
 ]]
+--!include layout
 --!include util
 local job_key, due_key, events_key = KEYS[1], KEYS[2], KEYS[3]
 local job_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
 local next_ms, next_score = ARGV[4], ARGV[5]
 local want_version = ARGV[6]
-local j = redis.call('HMGET', job_key, 'status', 'type', 'version', 'cron')
+local j = redis.call('HMGET', job_key, J.status, J.type, 'version', J.cron)
+if j[2] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
 if not j[1] then return {-1, ''} end
 -- If-Match: the caller's version ('' = any) against the job's (absent = 1, a job never changed)
 local version = tonumber(j[3] or '1')
@@ -25,7 +27,7 @@ if j[1] == 'scheduled' then return {0, 'scheduled'} end
 if j[1] ~= 'paused' then return {-2, j[1]} end
 local status = 'scheduled'
 if next_ms == '0' and j[4] and j[4] ~= '' then status = 'completed' end
-redis.call('HSET', job_key, 'status', status, 'updated_ms', now, 'next_ms', next_ms,
+redis.call('HSET', job_key, J.status, status, J.updated_ms, now, J.next_ms, next_ms,
            'version', version + 1, 'resumed_ms', now, 'resumed_by', ARGV[7],
            'resumed_note', ARGV[8])
 redis.call('HDEL', job_key, 'fails')

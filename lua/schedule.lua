@@ -34,7 +34,8 @@ then groups until n jobs are read; a group: count, stream (index in KEYS of the 
   with a random id, which only a replay of this very call can find existing), score (due
   score; '' = not indexed, e.g. created paused), id (the job id: the key holds it, the hash
   does not), its no own values
-Stores per job: the shared fields not '', the no own fields, and for a job with a body_hash
+Stores per job: the shared fields not '' and not their default (queue DEFAULT_QUEUE, status
+DEFAULT_STATUS: include layout; the readers fill them in), the no own fields, and for a job with a body_hash
 (a keyed id) body_hash and created_ms (now_ms; a random id's stamp holds the client's reading
 of it: rsched.core.ids.created_ms_of).  The call's
 'scheduled' events share one events-stream entry, its 'dispatched' ones another (batch_flush in
@@ -45,6 +46,7 @@ Returns {head, now_ms, code_1, ..., code_n}
   code_i  0 created, 1 already exists with the same body_hash (idempotent replay),
           2 exists with another body_hash (conflict)
 ]]
+--!include layout
 --!include util
 --!include trim_acked
 --!include life
@@ -79,22 +81,25 @@ local dispatched = batch_new(events_key, maxlen, {'e', 'dispatched', 't', now_s}
                              {'r', 'a', 'ty', 'q'})
 local sent = 0
 local used = {}  -- queue streams written: trimmed below the acknowledged entries at the end
+-- Shared fields left out when they hold their default (a field costs a job hash its name's and
+-- value's bytes plus 4: 12 for queue 'default', 14 for status 'scheduled').
+local LEFT_OUT = {[J.queue] = DEFAULT_QUEUE, [J.status] = DEFAULT_STATUS}
 -- A group's HSET arguments: created_ms (sent for keyed ids only: unpack(fields, 3) leaves it
--- out), its shared fields but those it leaves '' (an empty field costs a job hash ~8 bytes),
--- then the own field names, their values filled per job.
+-- out), its shared fields but those it leaves '' (an empty field costs a job hash ~8 bytes) or
+-- at their default, then the own field names, their values filled per job.
 local function set_group(at)
-  fields = {'created_ms', now_s}
+  fields = {J.created_ms, now_s}
   for k = 1, ns do
-    local v = ARGV[at + k]
-    if v ~= '' then fields[#fields + 1], fields[#fields + 2] = ARGV[7 + k], v end
+    local name, v = ARGV[7 + k], ARGV[at + k]
+    if v ~= '' and LEFT_OUT[name] ~= v then fields[#fields + 1], fields[#fields + 2] = name, v end
   end
   NEXT_MS = #fields + 2
   for k = 1, no do fields[#fields + 1], fields[#fields + 2] = ARGV[7 + ns + k], '' end
   last = #fields
   -- A job sent straight to its queue also gets its run's fields (claim.lua's dispatch_own);
   -- the run id (twice) and stream id are filled in per job.
-  local run = {'last_run_id', '', 'own_run', '', 'r.attempt', '1', 'r.state', 'dispatched',
-               'r.dispatched_ms', now_s, 'r.stream_id', ''}
+  local run = {J.last_run_id, '', J.own_run, '', OWN.attempt, '1', OWN.state, 'dispatched',
+               OWN.dispatched_ms, now_s, OWN.stream_id, ''}
   for k = 1, RUN_FIELDS do fields[last + k] = run[k] end
 end
 local a = 8 + ns + no
@@ -126,7 +131,7 @@ while i < n do
     elseif body_hash == '' then
       existing = redis.call('EXISTS', job_key) == 1 and ''
     else
-      existing = redis.call('HGET', job_key, 'body_hash')
+      existing = redis.call('HGET', job_key, J.body_hash)
     end
     if existing then
       out[i + 2] = (existing == body_hash) and 1 or 2
@@ -150,7 +155,7 @@ while i < n do
       if body_hash == '' then
         redis.call('HSET', job_key, unpack(fields, 3, stop))
       else
-        redis.call('HSET', job_key, 'body_hash', body_hash, unpack(fields, 1, stop))
+        redis.call('HSET', job_key, J.body_hash, body_hash, unpack(fields, 1, stop))
       end
       if not direct and score ~= '' then
         due[#due + 1] = score

@@ -33,6 +33,7 @@ Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this
   now (not acknowledged: it is theirs)
 The call's 'started' events share one events-stream entry (batch_flush in util).
 ]]
+--!include layout
 --!include util
 --!include defaults
 --!include life
@@ -77,7 +78,7 @@ for i = 1, n do
   elseif state == 'running' and run_worker == worker then
     fence_out = fence  -- the same call applied twice (client retry): nothing new happened
   elseif state == 'dispatched' and reclaimed == '1'
-      and missed_start(redis.call('HGET', job_key, 'spec'), run_id, r[2], r[9], now) then
+      and missed_start(redis.call('HGET', job_key, J.spec), run_id, r[2], r[9], now) then
     -- Never started, and too late now (startDeadlineSeconds): dead-lettered, never run late.
     dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                 job_id, attempt, 'missed start deadline', jtype)
@@ -95,7 +96,7 @@ for i = 1, n do
            'w', worker, 'ty', jtype)
       redis.call('HINCRBY', stats_key, 'reclaimed', 1)
       attempt = attempt + 1
-      local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '')
+      local max_attempts = tonumber(redis.call('HGET', job_key, J.max_attempts) or '')
         or DEFAULT_MAX_ATTEMPTS  -- not stored when it is the default
       if attempt > max_attempts then
         dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
@@ -106,7 +107,7 @@ for i = 1, n do
       end
     end
     local js = state and (r[1] == 'running' or reclaimed == '1')
-      and redis.call('HMGET', job_key, 'status', 'cancel')
+      and redis.call('HMGET', job_key, J.status, 'cancel')
     if js and (js[1] == 'cancelled' or js[2] == run_id) then
       -- the job was cancelled, or overlap cancelPrevious asked this run to stop
       local st, why, note = 'abandoned', 'job cancelled',

@@ -20,13 +20,15 @@ Returns {code, status}
   -3 changed since it was read (the caller reads again and retries)
   -4 the job's version is not the expected one (checked first; nothing written)
 ]]
+--!include layout
 --!include util
 local job_key, due_key, events_key = KEYS[1], KEYS[2], KEYS[3]
 local job_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
 local want_status, want_next, new_next, new_score = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local want_version, nf = ARGV[8], tonumber(ARGV[9])
 
-local j = redis.call('HMGET', job_key, 'status', 'next_ms', 'type', 'version')
+local j = redis.call('HMGET', job_key, J.status, J.next_ms, J.type, 'version')
+if j[3] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
 if not j[1] then return {-1, ''} end
 -- If-Match: the caller's version ('' = any) against the job's (absent = 1, a job never changed)
 local version = tonumber(j[4] or '1')
@@ -43,9 +45,9 @@ if same then return {0, j[1]} end
 if j[1] ~= want_status or cur_next ~= want_next then return {-3, j[1]} end
 
 if nf > 0 then redis.call('HSET', job_key, unpack(ARGV, 10, 9 + 2 * nf)) end
-redis.call('HSET', job_key, 'updated_ms', now, 'version', version + 1)
+redis.call('HSET', job_key, J.updated_ms, now, 'version', version + 1)
 if new_next ~= '' then
-  redis.call('HSET', job_key, 'next_ms', new_next)
+  redis.call('HSET', job_key, J.next_ms, new_next)
   if j[1] == 'scheduled' then
     if new_next ~= '0' then
       redis.call('ZADD', due_key, new_score, job_id)

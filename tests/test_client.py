@@ -16,6 +16,7 @@ from rsched.core import defaults
 from rsched.core.cron import parse_cron
 from rsched.core.errors import PayloadTooLarge, UnsafeRedis
 from rsched.core.ids import partition_for_key
+from rsched.core.layout import JB, OWN, J
 from rsched.core.models import partition_of, run_fields
 from rsched.core.spec import check_ints, check_names, prepare, usual_fast
 from rsched.rdb import keys, ops
@@ -237,27 +238,31 @@ def test_a_batch_mixing_types_queues_and_states_stores_and_returns_each_job_as_g
         "default", "bulk"}
 
 
-def test_a_job_hash_leaves_out_its_id_an_empty_cron_and_the_default_attempts(
+def test_a_job_hash_leaves_out_its_id_an_empty_cron_and_the_defaults(
     client: Client, r: redis.Redis
 ) -> None:
-    """The key holds the id, a random id its creation time, and readers fill in the rest: a
-    small job's hash stays a listpack under Redis's default hash-max-listpack-value (README:
-    memory per job)."""
+    """The key holds the id, a random id its creation time, and readers fill in the rest (the
+    default attempts, queue and status 'scheduled'), under core.layout's short names: a small
+    job's hash stays a listpack of at most 96 bytes, in jemalloc's 96-byte class (README: memory
+    per job)."""
     before = redis_now_ms(r)
     run_at = before + 3_600_000
     job = client.schedule("report.send", {"to": "user-1@example.com", "n": 1}, run_at=run_at)
     key = keys.job(job.partition, job.id)
-    assert set(r.hgetall(key)) == {b"type", b"queue", b"status", b"next_ms", b"spec"}
+    assert set(r.hgetall(key)) == {JB.type, JB.next_ms, JB.spec}
     assert r.object("encoding", key) == b"listpack"
+    # MEMORY USAGE: the key's string (48), object (16), dict entry (24 -> 32 with the
+    # allocator's rounding, counted as 24) and the listpack's size class.
+    assert r.memory_usage(key, samples=0) <= 48 + 16 + 24 + 96
     assert client.get(job.id) == job and job.max_attempts == defaults.MAX_ATTEMPTS
     assert job.cron is None
     assert before - 50 <= job.created_ms == job.updated_ms <= redis_now_ms(r) + 50
     keyed = client.schedule("t", run_at=run_at, idempotency_key="stored-created")
-    stored = r.hget(keys.job(keyed.partition, keyed.id), "created_ms")
+    stored = r.hget(keys.job(keyed.partition, keyed.id), J.created_ms)
     assert stored == str(keyed.created_ms).encode()
     assert client.get(keyed.id) == keyed
     five = client.schedule("t", max_attempts=5, run_at=run_at)
-    assert r.hget(keys.job(five.partition, five.id), "max_attempts") == b"5"
+    assert r.hget(keys.job(five.partition, five.id), J.max_attempts) == b"5"
     # Back to the default by an update: stored as '' (or absent), read as the default.
     assert client.update(five.id, JobPatch(max_attempts=defaults.MAX_ATTEMPTS)).max_attempts == (
         defaults.MAX_ATTEMPTS)
@@ -404,10 +409,12 @@ def test_a_job_scheduled_paused_is_not_due_until_resumed(client: Client, r: redi
 
 
 def test_run_fields_finds_an_own_run_in_its_job_hash_and_any_other_run_in_its_own_hash() -> None:
-    job = {b"own_run": b"j@5", b"type": b"t", b"queue": b"q", b"status": b"scheduled",
-           b"r.state": b"running", b"r.attempt": b"2", b"h:1-0:1": b"{}"}
+    job = {JB.own_run: b"j@5", JB.type: b"t", JB.queue: b"q", JB.status: b"paused",
+           OWN.state.encode(): b"running", OWN.attempt.encode(): b"2", b"h:1-0:1": b"{}"}
     assert run_fields("j@5", {}, job) == {b"state": b"running", b"attempt": b"2", b"type": b"t",
                                           b"queue": b"q"}
+    del job[JB.queue]  # not stored at its default (core.layout)
+    assert run_fields("j@5", {}, job)[b"queue"] == defaults.QUEUE.encode()
     other = {b"state": b"succeeded", b"type": b"t"}
     assert run_fields("j@9", other, job) == other  # a trigger's run: a hash of its own
     assert run_fields("j@9", {}, job) is None

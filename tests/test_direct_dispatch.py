@@ -20,6 +20,7 @@ from helpers import (
 )
 
 from rsched import App, Client, JobContext, JobSpec, RunState
+from rsched.core.layout import JB, J
 from rsched.engine.worker.worker import Worker
 from rsched.rdb import keys
 
@@ -121,12 +122,12 @@ def test_a_job_queued_at_scheduling_looks_exactly_like_one_the_dispatcher_claime
     asyncio.run(scenario())
     a, b = (hgetall(r, keys.job(P, j.id)) for j in (direct, claimed))
     assert set(a) == set(b)
-    own = ("spec", "body_hash")  # run_at differs, so do these
+    own = (J.spec, J.body_hash)  # run_at differs, so do these
     assert {k: v for k, v in _shape(a).items() if k not in own} == {
         k: v for k, v in _shape(b).items() if k not in own}
     ea, eb = (next(e for e in stream_entries(r, P) if e["j"] == j.id) for j in (direct, claimed))
     assert set(ea) == set(eb) and ea["o"] == eb["o"] == "1" and ea["a"] == eb["a"] == "1"
-    assert ea["r"] == a[b"own_run"].decode() == f"{direct.id}@{direct.next_ms}"
+    assert ea["r"] == a[JB.own_run].decode() == f"{direct.id}@{direct.next_ms}"
     hist = {j.id: [(e["e"], sorted(e)) for e in events(r, P, job_id=j.id)]
             for j in (direct, claimed)}
     assert hist[direct.id] == hist[claimed.id]

@@ -7,7 +7,7 @@ local function dead_letter(run_key, job_key, F, dead_key, events_key, stats_key,
   redis.call('HSET', run_key, F.state, 'dead', F.ended_ms, now, F.error, err)
   redis.call('ZADD', dead_key, now, run_id)
   if one_off_done(job_key) then
-    redis.call('HSET', job_key, 'status', 'dead', 'updated_ms', now)
+    redis.call('HSET', job_key, J.status, 'dead', J.updated_ms, now)
   else
     local why = fail_streak(job_key, now, run_id)
     if why then

@@ -88,8 +88,9 @@ end
 -- A one-off job whose only regular occurrence was dispatched (next_ms 0) ends with its run,
 -- even if paused meanwhile; a trigger's run before that occurrence does not end the job.
 local function one_off_done(job_key)
-  local j = redis.call('HMGET', job_key, 'status', 'cron', 'next_ms')
-  return (j[1] == 'scheduled' or j[1] == 'paused') and (not j[2] or j[2] == '')
+  local j = redis.call('HMGET', job_key, J.status, J.cron, J.next_ms)
+  local status = j[1] or DEFAULT_STATUS  -- not stored while scheduled (layout)
+  return (status == 'scheduled' or status == 'paused') and (not j[2] or j[2] == '')
     and (not j[3] or j[3] == '0')
 end
 
@@ -102,10 +103,10 @@ local PLAIN_RUN = {state = 'state', attempt = 'attempt', fence = 'fence', worker
   stream_id = 'stream_id', dispatched_ms = 'dispatched_ms', started_ms = 'started_ms',
   ended_ms = 'ended_ms', duration_ms = 'duration_ms', result = 'result', error = 'error',
   hb_ms = 'hb_ms', type = 'type', queue = 'queue'}
-local OWN_RUN = {state = 'r.state', attempt = 'r.attempt', fence = 'r.fence', worker = 'r.worker',
-  stream_id = 'r.stream_id', dispatched_ms = 'r.dispatched_ms', started_ms = 'r.started_ms',
-  ended_ms = 'r.ended_ms', duration_ms = 'r.duration_ms', result = 'r.result', error = 'r.error',
-  hb_ms = 'r.hb_ms', type = 'type', queue = 'queue'}
+local OWN_RUN = {state = OWN.state, attempt = OWN.attempt, fence = OWN.fence, worker = OWN.worker,
+  stream_id = OWN.stream_id, dispatched_ms = OWN.dispatched_ms, started_ms = OWN.started_ms,
+  ended_ms = OWN.ended_ms, duration_ms = OWN.duration_ms, result = OWN.result, error = OWN.error,
+  hb_ms = OWN.hb_ms, type = J.type, queue = J.queue}
 local function run_fields(run_key, job_key)
   if run_key == job_key then return OWN_RUN end
   return PLAIN_RUN

@@ -19,6 +19,7 @@ from rsched.core import defaults
 from rsched.core.catchup import Gap
 from rsched.core.errors import ValidationError
 from rsched.core.ids import created_ms_of
+from rsched.core.layout import JB, OWN_BYTES, STATUS_DEFAULT, J
 from rsched.core.lifecycle import NO_LIFE, Life, life_of
 
 
@@ -186,20 +187,20 @@ class Job:
     def from_hash(cls, h: Mapping[Any, Any], job_id: str) -> Job:
         """The job ``job_id`` from its hash (which holds no id: its key does)."""
         g = lambda n: _get(h, n)  # noqa: E731
-        sp = unpack_spec(g("spec"))
+        sp = unpack_spec(g(J.spec))
         # Stored for a keyed id only: a random id's stamp is its creation time.
-        created = _i(g("created_ms")) or created_ms_of(job_id) or 0
+        created = _i(g(J.created_ms)) or created_ms_of(job_id) or 0
         return cls(
             id=job_id,
-            type=_s(g("type")),
-            queue=_s(g("queue"), defaults.QUEUE),
+            type=_s(g(J.type)),
+            queue=_s(g(J.queue), defaults.QUEUE),
             payload=unpack_payload(sp.get("payload")),
-            status=JobStatus(_s(g("status"))),
+            status=JobStatus(_s(g(J.status), STATUS_DEFAULT)),
             run_at_ms=sp.get("run_at_ms") or None,
-            cron=_s(g("cron")) or None,
+            cron=_s(g(J.cron)) or None,
             tz=sp.get("tz") or defaults.TZ,
-            next_ms=_i(g("next_ms")) or None,
-            max_attempts=_i(g("max_attempts"), defaults.MAX_ATTEMPTS),  # absent: the default
+            next_ms=_i(g(J.next_ms)) or None,
+            max_attempts=_i(g(J.max_attempts), defaults.MAX_ATTEMPTS),  # absent: the default
             backoff_base_ms=sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS),
             backoff_cap_ms=sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS),
             priority=sp.get("priority", defaults.PRIORITY),
@@ -209,8 +210,8 @@ class Job:
             jitter_ms=sp.get("jitter_ms", defaults.JITTER_MS),
             created_ms=created,
             # lua/schedule.lua stores no updated_ms: until a change, it is created_ms.
-            updated_ms=_i(g("updated_ms")) or created,
-            last_run_id=_s(g("last_run_id")) or None,
+            updated_ms=_i(g(J.updated_ms)) or created,
+            last_run_id=_s(g(J.last_run_id)) or None,
             catch_up_window_ms=sp.get("catch_up_ms", defaults.CATCH_UP_WINDOW_MS),
             last_gap=gap_of(_s(g("gap"))),
             overlap=Overlap(sp.get("overlap") or "allow"),
@@ -308,13 +309,14 @@ def run_fields(run_id: str, run_hash: Mapping[bytes, bytes],
                job_hash: Mapping[bytes, bytes]) -> Mapping[bytes, bytes] | None:
     """The fields of run ``run_id`` given its run hash and its job's hash (None: no such run).
 
-    A one-off job's own run (the job's ``own_run``) keeps its fields in the job hash, prefixed
-    ``r.`` (see lua/include/util.lua); its type and queue are the job's.  Other runs have a hash
-    of their own."""
-    if job_hash.get(b"own_run") != run_id.encode():
+    A one-off job's own run (the job's ``own_run``) keeps its fields in the job hash, under
+    core.layout's OWN names (see lua/include/util.lua); its type and queue are the job's.  Other
+    runs have a hash of their own."""
+    if job_hash.get(JB.own_run) != run_id.encode():
         return run_hash or None
-    out = {k[2:]: v for k, v in job_hash.items() if k.startswith(b"r.")}
-    out[b"type"], out[b"queue"] = job_hash.get(b"type", b""), job_hash.get(b"queue", b"")
+    out = {OWN_BYTES[k]: v for k, v in job_hash.items() if k in OWN_BYTES}
+    out[b"type"] = job_hash.get(JB.type, b"")
+    out[b"queue"] = job_hash.get(JB.queue) or defaults.QUEUE.encode()  # absent: the default
     return out
 
 

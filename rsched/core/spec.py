@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from rsched.core import defaults
 from rsched.core.cron import parse_cron, validate_zone
 from rsched.core.errors import PayloadTooLarge, ValidationError
+from rsched.core.layout import J
 from rsched.core.lifecycle import NEVER_MS, NO_LIFE, Life, bounded, life_packed
 from rsched.core.models import Job, JobStatus, Misfire, Overlap, pack_spec, packer
 from rsched.core.times import ms_to_iso, to_ms
@@ -130,10 +131,10 @@ class JobSpec:
     start_deadline_ms: int | None = None  # one-off: not started by runAt + this: dead letter
 
 
-SHARED_FIELDS = ("type", "queue", "status", "max_attempts", "cron")
+SHARED_FIELDS = (J.type, J.queue, J.status, J.max_attempts, J.cron)
 """Job-hash fields that the jobs of a batch mostly share: lua/schedule.lua takes them once per
 group of jobs with the same values."""
-OWN_FIELDS = ("next_ms", "spec")
+OWN_FIELDS = (J.next_ms, J.spec)
 """Job-hash fields each job has its own value of.  With SHARED_FIELDS, what scheduling writes
 (lua/schedule.lua adds created_ms and body_hash for a job with an idempotency key; it leaves
 out a shared field that is '', e.g. a one-off job's cron).  No ``id``: the key holds it, and a

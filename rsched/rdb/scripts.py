@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from rsched.core import defaults
+from rsched.core import defaults, layout
 from rsched.rdb.cluster import is_cluster
 from rsched.rdb.durable import Wait
 
@@ -58,13 +58,15 @@ def _defaults_lua() -> str:
 @cache
 def load(name: str) -> Script:
     """Read lua/<name>.lua and inline its `--!include x` lines from lua/include/x.lua (and
-    `--!include defaults` from core.defaults)."""
+    `--!include defaults` from core.defaults, `--!include layout` from core.layout)."""
     base = _lua_dir()
     text = base.joinpath(f"{name}.lua").read_text()
 
     def inline(m: re.Match[str]) -> str:
         if m.group(1) == "defaults":
             return _defaults_lua()
+        if m.group(1) == "layout":
+            return layout.lua()
         # One segment per joinpath: an installed wheel gives a MultiplexedPath (rsched.lua has
         # no __init__.py), whose joinpath takes a single argument on Python 3.11.
         return str(base.joinpath("include").joinpath(f"{m.group(1)}.lua").read_text())

@@ -11,6 +11,7 @@ from rsched.core import defaults
 from rsched.core.codes import ControlCode
 from rsched.core.errors import Conflict, NotFound, ValidationError, VersionMismatch
 from rsched.core.ids import run_id as make_run_id
+from rsched.core.layout import JB
 from rsched.core.models import Attempt, Job, JobStatus, Run, job_of_run, partition_of, run_fields
 from rsched.core.spec import due_score, next_occurrence
 from rsched.rdb import keys
@@ -60,7 +61,7 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
     job = Job.from_hash(jh, job_id)
     out: list[Attempt] = []
     own: list[Attempt] = []
-    own_run = jh.get(b"own_run", b"").decode()
+    own_run = jh.get(JB.own_run, b"").decode()
     reads = [r for r in dict.fromkeys((job.last_run_id, own_run)) if r]
     if reads:
         # The own run's fields are in the job hash (lua/include/util.lua): no read for it.

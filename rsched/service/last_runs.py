@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsched.core.errors import ValidationError
+from rsched.core.layout import OWN, J
 from rsched.core.models import Job
 from rsched.rdb import keys
 from rsched.rdb.ops import Commands, Op, cmd
@@ -64,8 +65,8 @@ def op_last_runs(jobs: Sequence[Job]) -> Op[list[LastRun]]:
     reads = []
     for j in jobs:
         p = j.partition
-        reads += [cmd("hmget", keys.job(p, j.id), "own_run", "r.state", "r.ended_ms",
-                      "r.started_ms"),
+        reads += [cmd("hmget", keys.job(p, j.id), J.own_run, OWN.state, OWN.ended_ms,
+                      OWN.started_ms),
                   cmd("lrange", keys.history(p, j.id), 0, STREAK_SCAN - 1)]
     got = (yield Commands(reads)) if reads else []
     own = [got[2 * i] for i in range(len(jobs))]

@@ -21,6 +21,7 @@ from rsched.core import defaults
 from rsched.core.cron import parse_cron, validate_zone
 from rsched.core.cursor import check_limit, decode_cursor, encode_cursor
 from rsched.core.errors import NotFound, ScheduleError, ValidationError
+from rsched.core.layout import STATUS_DEFAULT, J
 from rsched.core.lifecycle import skip_reason
 from rsched.core.models import Job, JobStatus, Run, job_of_run, partition_of
 from rsched.core.times import ms_to_iso
@@ -59,6 +60,9 @@ class Page:
     next_cursor: str | None
 
 
+# What a job hash without the field holds, in the filter's order (status, type, queue).
+_ABSENT = (STATUS_DEFAULT, None, defaults.QUEUE)
+
 def op_list_jobs(
     *,
     status: str | None = None,
@@ -92,9 +96,11 @@ def op_list_jobs(
         if after:
             names, after = [n for n in names if n > after], ""
         if want and names:
-            vals = yield Commands([cmd("hmget", n, "status", "type", "queue") for n in names])
-            names = [n for n, v in zip(names, vals, strict=True)
-                     if all(v[i] is not None and _s(v[i]) == w for i, w in want)]
+            vals = yield Commands([cmd("hmget", n, J.status, J.type, J.queue) for n in names])
+            # A job hash always has its type; status and queue are left out at their default.
+            names = [n for n, v in zip(names, vals, strict=True) if v[1] is not None
+                     and all(_s(v[i]) == w if v[i] is not None else _ABSENT[i] == w
+                             for i, w in want)]
         if last_run is not None and names:
             found_jobs = yield from _with_last_run(names, last_run)
             names = list(found_jobs)

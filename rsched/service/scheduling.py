@@ -10,6 +10,7 @@ from rsched.core import defaults
 from rsched.core.codes import ControlCode, ScheduleCode
 from rsched.core.errors import Conflict, NotFound, RschedError, VersionMismatch
 from rsched.core.ids import keyed_job_id, random_job_ids
+from rsched.core.layout import J
 from rsched.core.models import Job, JobStatus, partition_of
 from rsched.core.spec import (
     OWN_FIELDS,
@@ -30,11 +31,11 @@ from rsched.service.patch import JobPatch
 
 UPDATE_TRIES = 5  # re-reads when a dispatcher advances a job between an update's read and write
 
-_FIXED_FIELDS = frozenset({"type", "queue", "status", "next_ms"})
-_STATUS_AT = SHARED_FIELDS.index("status")
-_CRON_AT = SHARED_FIELDS.index("cron")
-assert OWN_FIELDS == ("next_ms", "spec")  # the order _schedule_call writes them in
-assert SHARED_FIELDS[:2] == ("type", "queue")  # what _schedule_call reports group sizes by
+_FIXED_FIELDS = frozenset({J.type, J.queue, J.status, J.next_ms})
+_STATUS_AT = SHARED_FIELDS.index(J.status)
+_CRON_AT = SHARED_FIELDS.index(J.cron)
+assert OWN_FIELDS == (J.next_ms, J.spec)  # the order _schedule_call writes them in
+assert SHARED_FIELDS[:2] == (J.type, J.queue)  # what _schedule_call reports group sizes by
 
 _Layout = tuple[int, list[int], list[Prepared], list[tuple[Any, int]]]
 

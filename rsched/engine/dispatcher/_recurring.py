@@ -14,6 +14,7 @@ from rsched.core import defaults
 from rsched.core.catchup import plan_catch_up
 from rsched.core.cron import parse_cron
 from rsched.core.ids import run_id as make_run_id
+from rsched.core.layout import J
 from rsched.core.lifecycle import NEVER_MS, bounded, life_of
 from rsched.core.models import gap_text, unpack_spec
 from rsched.core.spec import due_score, jitter_offset_ms
@@ -22,7 +23,7 @@ from rsched.rdb import keys
 
 log = logging.getLogger("rsched.dispatcher")
 
-JOB_FIELDS = ("status", "next_ms", "queue", "cron", "spec")
+JOB_FIELDS = (J.type, J.next_ms, J.queue, J.cron, J.spec)  # type: always stored
 CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra claim call)
 
 # The claim item's fire value for an occurrence that runs, by the job's stored overlap policy
@@ -77,6 +78,7 @@ class RecurringJobs:
              queues: dict[int, list[str]]) -> ClaimItem:
         """The claim item of a due job read as JOB_FIELDS ``f``; notes whether it recurs."""
         next_ms, queue, cron = (v.decode() if v is not None else "" for v in f[1:4])
+        queue = queue or defaults.QUEUE  # not stored at its default (core.layout)
         if queue not in queues.setdefault(p, []):
             queues[p] = sorted({*queues[p], queue})
         expected = run_ms = int(next_ms or 0)

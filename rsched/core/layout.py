@@ -1,0 +1,82 @@
+"""The job hash's stored field names, defined once: Python reads them from here and every Lua
+script from the generated `--!include layout` (rdb.scripts), as J.<name> and OWN.<name>.
+
+Every job stores them, so they are one or two characters: a name takes its length plus two
+bytes of a job hash's listpack, and a million jobs' hashes fall a jemalloc size class or two
+(README, Performance).  Code says the long names; only Redis sees the short ones.  Job-hash
+fields not listed here (version, gap, runs, fails, active, buffered, cancel, ov, paused_* and
+resumed_*, h:<stream id>:<attempt>) are rare and keep their names.
+
+Values left out when they hold their default (readers fill it in): ``max_attempts``
+(defaults.MAX_ATTEMPTS), ``queue`` (defaults.QUEUE) and ``status`` 'scheduled'; a job's ``type``
+is always stored, which is how a script tells an existing job from none.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from rsched.core import defaults
+
+
+class JobFields(NamedTuple):
+    type: str
+    queue: str
+    status: str
+    next_ms: str
+    spec: str
+    cron: str
+    max_attempts: str
+    created_ms: str
+    updated_ms: str
+    body_hash: str
+    last_run_id: str
+    own_run: str
+
+
+class OwnRunFields(NamedTuple):
+    """A one-off job's own run kept in its job hash (see lua/include/util.lua run_fields): the
+    run hash's field names (the keys) under these names; its type and queue are the job's."""
+
+    state: str
+    attempt: str
+    fence: str
+    worker: str
+    stream_id: str
+    dispatched_ms: str
+    started_ms: str
+    ended_ms: str
+    duration_ms: str
+    result: str
+    error: str
+    hb_ms: str
+
+
+J = JobFields(type="t", queue="q", status="s", next_ms="n", spec="x", cron="k",
+              max_attempts="m", created_ms="c", updated_ms="u", body_hash="b", last_run_id="l",
+              own_run="o")
+OWN = OwnRunFields(state="rs", attempt="ra", fence="rf", worker="rw", stream_id="ri",
+                   dispatched_ms="rd", started_ms="rt", ended_ms="re", duration_ms="rl",
+                   result="rr", error="rx", hb_ms="rh")
+assert len({*J, *OWN}) == len(J) + len(OWN)  # no two fields share a stored name
+
+STATUS_DEFAULT = "scheduled"
+"""The status of a job hash without a ``status`` field (lua/schedule.lua leaves it out)."""
+
+# The byte-keyed forms readers of raw hashes use.
+JB = JobFields(*(name.encode() for name in J))
+OWN_BYTES = {own.encode(): plain.encode() for plain, own in OWN._asdict().items()}
+"""An own run's stored field -> the run hash's name for it (models.run_fields)."""
+
+
+def lua() -> str:
+    """The `--!include layout` of a script: J, OWN and the defaults of fields left out."""
+    def table(t: NamedTuple) -> str:
+        return "{" + ", ".join(f"{k} = '{v}'" for k, v in t._asdict().items()) + "}"
+    return ("-- Job-hash field names (rsched.core.layout): J.<name> of the job, OWN.<name> of a\n"
+            "-- one-off job's own run kept in it.\n"
+            f"local J = {table(J)}\n"
+            f"local OWN = {table(OWN)}\n"
+            "-- Values not stored when they are the default (a job hash always has J.type).\n"
+            f"local DEFAULT_QUEUE = '{defaults.QUEUE}'\n"
+            f"local DEFAULT_STATUS = '{STATUS_DEFAULT}'\n")
