@@ -13,6 +13,7 @@ from rsched.core import defaults, wire
 from rsched.core.models import (
     SPEC_DEFAULTS,
     SPEC_ORDER,
+    SPEC_WITH_LIFE,
     pack_spec,
     unpack_payload,
     unpack_spec,
@@ -125,7 +126,11 @@ def test_a_spec_stores_default_settings_as_nil_and_reads_them_back_exactly() -> 
     blob = pack_spec(*values)
     assert unpack_spec(blob) == dict(zip(SPEC_ORDER, values, strict=True))
     assert len(blob) <= 64 - 8, len(blob)  # Redis's hash-max-listpack-value, with room to spare
-    assert msgpack.unpackb(blob)[:3] == [None, None, None] and blob[-1] == 0xC0  # life: nil
+    # Only the payload and run_at_ms are stored: the defaults after them are left out.
+    assert msgpack.unpackb(blob) == [values[9], values[8]] and blob[0] == 0x92
+    assert blob[0] != SPEC_WITH_LIFE and pack_spec(*values[:-1], "L1,2,3,0,4")[0] == SPEC_WITH_LIFE
+    life_lua = (ROOT / "lua" / "include" / "life.lua").read_text()
+    assert f"string.byte(spec, 1) ~= {SPEC_WITH_LIFE:#x}" in life_lua
     near = (timeout + 1, base - 1, 0, 0, "Etc/UTC", "skip", 0, "",
             0, b"", 0, "", None)  # values next to the defaults are kept as they are
     assert unpack_spec(pack_spec(*near)) == dict(zip(SPEC_ORDER, near, strict=True))

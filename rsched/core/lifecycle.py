@@ -43,8 +43,8 @@ def life_of(raw: Any) -> Life:
 
 
 def life_packed(life: Life) -> str | None:
-    """What pack_spec stores: None (one byte) for no limits, else 'L' and the five integers
-    joined by ',' (a spec with limits ends with a digit, one without with msgpack's nil)."""
+    """What pack_spec stores: None (left out) for no limits, else 'L' and the five integers
+    joined by ',' (a spec with limits ends with them: models.SPEC_WITH_LIFE)."""
     if life is NO_LIFE or life == NO_LIFE:  # `is` first: every job without limits is NO_LIFE
         return None
     return "L" + ",".join(map(str, life))

@@ -88,11 +88,23 @@ def unpack_payload(raw: Any) -> Any:
 # spec.prepare and copied into each stream entry), as Asynq keeps a task's message: one field to
 # write and to read instead of ten, which halves the Redis time of scheduling.  Scalars the
 # scripts branch on stay separate.
-# pack_spec writes these fields in this order and unpack_spec names them; tests/test_wire.py
+# pack_spec takes these fields in this order and unpack_spec names them; tests/test_wire.py
 # holds the two together and against every reader of the unpacked spec.
 SPEC_ORDER = ("timeout_ms", "backoff_base_ms", "backoff_cap_ms", "priority", "tz", "misfire",
               "jitter_ms", "idem_key", "run_at_ms", "payload", "catch_up_ms", "overlap",
               "life")
+# The order the array stores them in: those a job most often sets first, so that the trailing
+# ones holding their default are left out (a one-off job with the defaults stores its payload
+# and run_at_ms only: 11 bytes fewer); ``life`` last, where lua/include/life.lua looks.
+SPEC_STORED = ("payload", "run_at_ms", "idem_key", "priority", "timeout_ms", "jitter_ms",
+               "backoff_base_ms", "backoff_cap_ms", "tz", "misfire", "catch_up_ms", "overlap",
+               "life")
+# What a left-out element held, in SPEC_STORED order (nil: a SPEC_DEFAULTS field at its default).
+_LEFT_OUT: tuple[Any, ...] = (b"", 0, "", 0, None, 0, None, None, None, None, None, "", None)
+_EMPTY_SPEC = dict(zip(SPEC_STORED, _LEFT_OUT, strict=True))
+SPEC_WITH_LIFE = 0x90 + len(SPEC_STORED)
+"""A spec's first byte (msgpack fixarray header) when it holds ``life``: one without limits
+leaves it out, so its array is shorter (lua/include/life.lua tests this byte)."""
 
 
 class _Packer(threading.local):
@@ -118,24 +130,28 @@ _D = SPEC_DEFAULTS
 def pack_spec(timeout_ms: int, backoff_base_ms: int, backoff_cap_ms: int, priority: int,
               tz: str, misfire: str, jitter_ms: int, idem_key: str, run_at_ms: int,
               payload: bytes, catch_up_ms: int, overlap: str, life: str | None) -> bytes:
-    """The job hash's spec field: SPEC_ORDER's values as one array (``payload`` packed already,
-    ``idem_key`` and ``run_at_ms`` '' and 0 when absent, SPEC_DEFAULTS' fields nil when they
-    hold the default, ``life`` None without limits: the spec then ends with msgpack's nil byte,
-    which lua/include/life.lua tests first; last, so the scripts find it at the end)."""
-    return packer.pack([
-        None if timeout_ms == _D["timeout_ms"] else timeout_ms,
-        None if backoff_base_ms == _D["backoff_base_ms"] else backoff_base_ms,
-        None if backoff_cap_ms == _D["backoff_cap_ms"] else backoff_cap_ms,
-        priority, None if tz == _D["tz"] else tz, None if misfire == _D["misfire"] else misfire,
-        jitter_ms, idem_key, run_at_ms, payload,
-        None if catch_up_ms == _D["catch_up_ms"] else catch_up_ms, overlap, life])
+    """The job hash's spec field: the values as one array in SPEC_STORED order (``payload``
+    packed already, ``idem_key`` and ``run_at_ms`` '' and 0 when absent, SPEC_DEFAULTS' fields
+    nil when they hold the default, ``life`` None without limits), the trailing ones that hold
+    what _LEFT_OUT says left out (the payload is always stored)."""
+    a = [payload, run_at_ms, idem_key, priority,
+         None if timeout_ms == _D["timeout_ms"] else timeout_ms, jitter_ms,
+         None if backoff_base_ms == _D["backoff_base_ms"] else backoff_base_ms,
+         None if backoff_cap_ms == _D["backoff_cap_ms"] else backoff_cap_ms,
+         None if tz == _D["tz"] else tz, None if misfire == _D["misfire"] else misfire,
+         None if catch_up_ms == _D["catch_up_ms"] else catch_up_ms, overlap, life]
+    n = len(a)
+    while n > 1 and a[n - 1] == _LEFT_OUT[n - 1] and type(a[n - 1]) is type(_LEFT_OUT[n - 1]):
+        n -= 1
+    return packer.pack(a[:n] if n < len(a) else a)
 
 
 def unpack_spec(raw: Any) -> dict[str, Any]:
     """A spec field as a dict keyed by SPEC_ORDER's names ({} for none), defaults filled in."""
     if not raw:
         return {}
-    sp = dict(zip(SPEC_ORDER, msgpack.unpackb(raw, raw=False), strict=False))
+    sp = _EMPTY_SPEC.copy()
+    sp.update(zip(SPEC_STORED, msgpack.unpackb(raw, raw=False), strict=False))
     for name, value in _D.items():
         if sp.get(name) is None:
             sp[name] = value
