@@ -19,8 +19,9 @@ local version = tonumber(j[3] or '1')
 if want_version ~= '' and tostring(version) ~= want_version then return {-4, j[1]} end
 if j[1] == 'cancelled' then return {0, 'cancelled'} end
 if j[1] ~= 'scheduled' and j[1] ~= 'paused' then return {-2, j[1]} end
-redis.call('HSET', job_key, J.status, 'cancelled', J.updated_ms, now, J.next_ms, 0,
-           'version', version + 1)
+-- next_ms stays: a one-off job's runAt is read from it (core.models.Job.from_hash), and no
+-- script reads a cancelled job's.
+redis.call('HSET', job_key, J.status, 'cancelled', J.updated_ms, now, 'version', version + 1)
 redis.call('ZREM', due_key, job_id)
 emit(events_key, maxlen, 'e', 'cancelled', 'j', job_id, 't', now, 'ty', j[2])
 return {1, 'cancelled'}

@@ -17,10 +17,11 @@ from rsched.core.cron import parse_cron
 from rsched.core.errors import PayloadTooLarge, UnsafeRedis
 from rsched.core.ids import partition_for_key
 from rsched.core.layout import JB, OWN, J
-from rsched.core.models import partition_of, run_fields
+from rsched.core.models import partition_of, run_fields, unpack_spec
 from rsched.core.spec import check_ints, check_names, prepare, usual_fast
 from rsched.rdb import keys, ops
 from rsched.rdb.ops import Scripts
+from rsched.service import reads
 from rsched.service.patch import JobPatch
 
 
@@ -253,7 +254,8 @@ def test_a_job_hash_leaves_out_its_id_an_empty_cron_and_the_defaults(
     assert r.object("encoding", key) == b"listpack"
     # MEMORY USAGE: the key's string (48), object (16), dict entry (24 -> 32 with the
     # allocator's rounding, counted as 24) and the listpack's size class.
-    assert r.memory_usage(key, samples=0) <= 48 + 16 + 24 + 96
+    usage = r.memory_usage(key, samples=0)
+    assert usage is not None and usage <= 48 + 16 + 24 + 96
     assert client.get(job.id) == job and job.max_attempts == defaults.MAX_ATTEMPTS
     assert job.cron is None
     assert before - 50 <= job.created_ms == job.updated_ms <= redis_now_ms(r) + 50
@@ -269,6 +271,45 @@ def test_a_job_hash_leaves_out_its_id_an_empty_cron_and_the_defaults(
     assert client.update(job.id, JobPatch(max_attempts=2)).max_attempts == 2
     assert client.get(job.id).max_attempts == 2
 
+
+
+def test_a_queue_or_status_off_its_default_is_stored_and_read_back(
+    client: Client, r: redis.Redis
+) -> None:
+    run_at = redis_now_ms(r) + 3_600_000
+    bulk = client.schedule("t", queue="bulk", run_at=run_at)
+    paused = client.schedule("t", paused=True, run_at=run_at)
+    assert r.hget(keys.job(bulk.partition, bulk.id), J.queue) == b"bulk"
+    assert r.hget(keys.job(paused.partition, paused.id), J.status) == b"paused"
+    assert client.get(bulk.id).queue == "bulk" and client.get(paused.id).status is JobStatus.PAUSED
+    # The listing's filters read absent fields as their defaults, too.
+    def listed(status: str | None = None, queue: str | None = None) -> set[str]:
+        return {j.id for j in client.run(reads.op_list_jobs(status=status, queue=queue)).items}
+    assert listed(status="scheduled") == {bulk.id} and listed(status="paused") == {paused.id}
+    assert listed(queue=defaults.QUEUE) == {paused.id} and listed(queue="bulk") == {bulk.id}
+
+
+def test_a_one_off_jobs_run_at_is_read_from_its_first_occurrence_through_its_life(
+    client: Client, r: redis.Redis
+) -> None:
+    """The spec leaves a runAt out (models._LEFT_OUT): the job hash holds it as next_ms, then
+    as its own run's time; a cancel keeps next_ms, an update after the first run stores it."""
+    now = redis_now_ms(r)
+    later = client.schedule("t", run_at=now + 3_600_000)
+    assert unpack_spec(r.hget(keys.job(later.partition, later.id), J.spec))["run_at_ms"] is None
+    assert client.get(later.id).run_at_ms == now + 3_600_000
+    client.cancel(later.id)
+    cancelled = client.get(later.id)
+    assert cancelled.run_at_ms == now + 3_600_000 and cancelled.next_ms is None
+    due = client.schedule("t", run_at=now - 5)  # due: straight to its queue (own run)
+    key = keys.job(due.partition, due.id)
+    assert r.hget(key, J.next_ms) == b"0"
+    assert r.hget(key, J.own_run) == f"{due.id}@{now - 5}".encode()
+    assert client.get(due.id).run_at_ms == now - 5
+    moved = client.update(due.id, JobPatch(run_at=now + 60_000))
+    assert moved.run_at_ms == now + 60_000 == client.get(due.id).run_at_ms
+    assert unpack_spec(r.hget(key, J.spec))["run_at_ms"] == now + 60_000
+    assert client.schedule("t").run_at_ms is None  # no runAt: none, not its creation time
 
 # --- validation --------------------------------------------------------------------------------
 
@@ -414,7 +455,7 @@ def test_run_fields_finds_an_own_run_in_its_job_hash_and_any_other_run_in_its_ow
     assert run_fields("j@5", {}, job) == {b"state": b"running", b"attempt": b"2", b"type": b"t",
                                           b"queue": b"q"}
     del job[JB.queue]  # not stored at its default (core.layout)
-    assert run_fields("j@5", {}, job)[b"queue"] == defaults.QUEUE.encode()
+    assert (run_fields("j@5", {}, job) or {}).get(b"queue") == defaults.QUEUE.encode()
     other = {b"state": b"succeeded", b"type": b"t"}
     assert run_fields("j@9", other, job) == other  # a trigger's run: a hash of its own
     assert run_fields("j@9", {}, job) is None

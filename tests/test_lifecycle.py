@@ -29,7 +29,7 @@ from rsched.core.lifecycle import (
     life_packed,
     skip_reason,
 )
-from rsched.core.models import Run, pack_spec
+from rsched.core.models import SPEC_WITH_LIFE, Run, pack_spec
 from rsched.rdb import keys, scripts
 from rsched.service.patch import JobPatch
 from rsched.service.shapes import LIFE_KEYS, job_json
@@ -69,12 +69,13 @@ def test_the_preview_marks_what_the_policies_would_skip(
     assert skip_reason(at, kept, life, runs) == reason
 
 
-def test_limits_pack_as_text_at_the_spec_end_and_none_as_its_nil_byte() -> None:
+def test_limits_pack_as_text_at_the_spec_end_and_none_left_out() -> None:
     life = Life(1, 2, 3, 4, 5)
     assert life_of(life_packed(life)) == life and life_packed(NO_LIFE) is None
-    def spec(life_text: str | None) -> bytes:  # a payload ending with nil's byte, too
-        return pack_spec(1, 1, 1, 0, "UTC", "", 0, "", 0, b"\xc4\x01\xc0", 0, "", life_text)
-    assert spec(None).endswith(b"\xc0")  # lua/include/life.lua's byte test
+    def spec(life_text: str | None) -> bytes:  # a payload that looks like limits, too
+        return pack_spec(1, 1, 1, 0, "UTC", "", 0, "", 0, b"\xaaL1,2,3,4,5", 0, "skip", life_text)
+    assert spec(None)[0] == 0x9c  # 12 elements: lua/include/life.lua's byte test says none
+    assert spec(life_packed(life))[0] == SPEC_WITH_LIFE
     assert spec(life_packed(life)).endswith(b"L1,2,3,4,5")
 
 

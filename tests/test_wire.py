@@ -148,8 +148,10 @@ def test_a_prepared_jobs_spec_blob_holds_its_settings_where_every_reader_looks()
     assert {name: sp[name] for name in SPEC_ORDER if name not in skipped} == {
         "timeout_ms": job.timeout_ms, "backoff_base_ms": job.backoff_base_ms,
         "backoff_cap_ms": job.backoff_cap_ms, "priority": job.priority, "tz": job.tz,
-        "jitter_ms": job.jitter_ms, "idem_key": job.idempotency_key, "run_at_ms": job.run_at_ms,
+        "jitter_ms": job.jitter_ms, "idem_key": job.idempotency_key,
+        "run_at_ms": None,  # a runAt is the job's first occurrence: its next_ms (models._LEFT_OUT)
         "catch_up_ms": job.catch_up_window_ms}
+    assert job.run_at_ms == prep.next_ms == 1_700_000_000_000
     assert sp["misfire"] == job.misfire.value and unpack_payload(sp["payload"]) == job.payload
     # Every reader of an unpacked spec (the worker's runner, the claimer, Job.from_hash) asks
     # for names SPEC_ORDER has.

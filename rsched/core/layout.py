@@ -14,24 +14,28 @@ is always stored, which is how a script tells an existing job from none.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from rsched.core import defaults
 
+S = TypeVar("S", str, bytes)
 
-class JobFields(NamedTuple):
-    type: str
-    queue: str
-    status: str
-    next_ms: str
-    spec: str
-    cron: str
-    max_attempts: str
-    created_ms: str
-    updated_ms: str
-    body_hash: str
-    last_run_id: str
-    own_run: str
+
+class JobFields(NamedTuple, Generic[S]):
+    """The names as text (J) or as the bytes a raw hash's keys are (JB)."""
+
+    type: S
+    queue: S
+    status: S
+    next_ms: S
+    spec: S
+    cron: S
+    max_attempts: S
+    created_ms: S
+    updated_ms: S
+    body_hash: S
+    last_run_id: S
+    own_run: S
 
 
 class OwnRunFields(NamedTuple):
@@ -52,7 +56,7 @@ class OwnRunFields(NamedTuple):
     hb_ms: str
 
 
-J = JobFields(type="t", queue="q", status="s", next_ms="n", spec="x", cron="k",
+J: JobFields[str] = JobFields(type="t", queue="q", status="s", next_ms="n", spec="x", cron="k",
               max_attempts="m", created_ms="c", updated_ms="u", body_hash="b", last_run_id="l",
               own_run="o")
 OWN = OwnRunFields(state="rs", attempt="ra", fence="rf", worker="rw", stream_id="ri",
@@ -64,19 +68,19 @@ STATUS_DEFAULT = "scheduled"
 """The status of a job hash without a ``status`` field (lua/schedule.lua leaves it out)."""
 
 # The byte-keyed forms readers of raw hashes use.
-JB = JobFields(*(name.encode() for name in J))
+JB: JobFields[bytes] = JobFields(*(name.encode() for name in J))
 OWN_BYTES = {own.encode(): plain.encode() for plain, own in OWN._asdict().items()}
 """An own run's stored field -> the run hash's name for it (models.run_fields)."""
 
 
 def lua() -> str:
     """The `--!include layout` of a script: J, OWN and the defaults of fields left out."""
-    def table(t: NamedTuple) -> str:
-        return "{" + ", ".join(f"{k} = '{v}'" for k, v in t._asdict().items()) + "}"
+    def table(t: dict[str, str]) -> str:
+        return "{" + ", ".join(f"{k} = '{v}'" for k, v in t.items()) + "}"
     return ("-- Job-hash field names (rsched.core.layout): J.<name> of the job, OWN.<name> of a\n"
             "-- one-off job's own run kept in it.\n"
-            f"local J = {table(J)}\n"
-            f"local OWN = {table(OWN)}\n"
+            f"local J = {table(J._asdict())}\n"
+            f"local OWN = {table(OWN._asdict())}\n"
             "-- Values not stored when they are the default (a job hash always has J.type).\n"
             f"local DEFAULT_QUEUE = '{defaults.QUEUE}'\n"
             f"local DEFAULT_STATUS = '{STATUS_DEFAULT}'\n")

@@ -94,13 +94,15 @@ SPEC_ORDER = ("timeout_ms", "backoff_base_ms", "backoff_cap_ms", "priority", "tz
               "jitter_ms", "idem_key", "run_at_ms", "payload", "catch_up_ms", "overlap",
               "life")
 # The order the array stores them in: those a job most often sets first, so that the trailing
-# ones holding their default are left out (a one-off job with the defaults stores its payload
-# and run_at_ms only: 11 bytes fewer); ``life`` last, where lua/include/life.lua looks.
+# ones holding their default are left out (a one-off job with a runAt and the defaults stores
+# its payload only: 20 bytes fewer); ``life`` last, where lua/include/life.lua looks.
 SPEC_STORED = ("payload", "run_at_ms", "idem_key", "priority", "timeout_ms", "jitter_ms",
                "backoff_base_ms", "backoff_cap_ms", "tz", "misfire", "catch_up_ms", "overlap",
                "life")
 # What a left-out element held, in SPEC_STORED order (nil: a SPEC_DEFAULTS field at its default).
-_LEFT_OUT: tuple[Any, ...] = (b"", 0, "", 0, None, 0, None, None, None, None, None, "", None)
+# run_at_ms nil: the time of the job's first occurrence (a one-off job's runAt is, and the job
+# hash holds it: Job.from_hash), 0: none (a one-off job due at once), so a runAt costs nothing.
+_LEFT_OUT: tuple[Any, ...] = (b"", None, "", 0, None, 0, None, None, None, None, None, "", None)
 _EMPTY_SPEC = dict(zip(SPEC_STORED, _LEFT_OUT, strict=True))
 SPEC_WITH_LIFE = 0x90 + len(SPEC_STORED)
 """A spec's first byte (msgpack fixarray header) when it holds ``life``: one without limits
@@ -128,12 +130,12 @@ _D = SPEC_DEFAULTS
 
 
 def pack_spec(timeout_ms: int, backoff_base_ms: int, backoff_cap_ms: int, priority: int,
-              tz: str, misfire: str, jitter_ms: int, idem_key: str, run_at_ms: int,
+              tz: str, misfire: str, jitter_ms: int, idem_key: str, run_at_ms: int | None,
               payload: bytes, catch_up_ms: int, overlap: str, life: str | None) -> bytes:
     """The job hash's spec field: the values as one array in SPEC_STORED order (``payload``
-    packed already, ``idem_key`` and ``run_at_ms`` '' and 0 when absent, SPEC_DEFAULTS' fields
-    nil when they hold the default, ``life`` None without limits), the trailing ones that hold
-    what _LEFT_OUT says left out (the payload is always stored)."""
+    packed already, ``idem_key`` '' when absent, ``run_at_ms`` as _LEFT_OUT says,
+    SPEC_DEFAULTS' fields nil when they hold the default, ``life`` None without limits), the
+    trailing ones that hold what _LEFT_OUT says left out (the payload is always stored)."""
     a = [payload, run_at_ms, idem_key, priority,
          None if timeout_ms == _D["timeout_ms"] else timeout_ms, jitter_ms,
          None if backoff_base_ms == _D["backoff_base_ms"] else backoff_base_ms,
@@ -144,6 +146,14 @@ def pack_spec(timeout_ms: int, backoff_base_ms: int, backoff_cap_ms: int, priori
     while n > 1 and a[n - 1] == _LEFT_OUT[n - 1] and type(a[n - 1]) is type(_LEFT_OUT[n - 1]):
         n -= 1
     return packer.pack(a[:n] if n < len(a) else a)
+
+
+def with_run_at(raw: bytes, run_at_ms: int) -> bytes:
+    """A spec ``raw`` with its ``run_at_ms`` stored: a job whose first occurrence ran already
+    and is rescheduled (service.scheduling.op_update) has another runAt than that one's time."""
+    sp = unpack_spec(raw)
+    sp["run_at_ms"] = run_at_ms
+    return pack_spec(**{name: sp[name] for name in SPEC_ORDER})
 
 
 def unpack_spec(raw: Any) -> dict[str, Any]:
@@ -206,16 +216,24 @@ class Job:
         sp = unpack_spec(g(J.spec))
         # Stored for a keyed id only: a random id's stamp is its creation time.
         created = _i(g(J.created_ms)) or created_ms_of(job_id) or 0
+        status = JobStatus(_s(g(J.status), STATUS_DEFAULT))
+        cron = _s(g(J.cron)) or None
+        next_ms = _i(g(J.next_ms)) or None
+        run_at = sp.get("run_at_ms")
+        if run_at is None and cron is None:  # the first occurrence's time (_LEFT_OUT): its
+            # next_ms until dispatched (cancel.lua keeps it), then its own run's
+            own = _s(g(J.own_run))
+            run_at = next_ms or (int(own.rpartition("@")[2]) if own else None)
         return cls(
             id=job_id,
             type=_s(g(J.type)),
             queue=_s(g(J.queue), defaults.QUEUE),
             payload=unpack_payload(sp.get("payload")),
-            status=JobStatus(_s(g(J.status), STATUS_DEFAULT)),
-            run_at_ms=sp.get("run_at_ms") or None,
-            cron=_s(g(J.cron)) or None,
+            status=status,
+            run_at_ms=run_at or None,
+            cron=cron,
             tz=sp.get("tz") or defaults.TZ,
-            next_ms=_i(g(J.next_ms)) or None,
+            next_ms=None if status is JobStatus.CANCELLED else next_ms,
             max_attempts=_i(g(J.max_attempts), defaults.MAX_ATTEMPTS),  # absent: the default
             backoff_base_ms=sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS),
             backoff_cap_ms=sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS),

@@ -254,12 +254,14 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     if key is not None:
         check_idempotency_key(key)
     # The spec blob holds every other setting, so it doubles as the canonical body to hash.
+    # run_at_ms nil: a runAt is the job's first occurrence, which the job hash holds (models).
     blob = pack_spec(timeout, base, cap, priority, tz, misfire_text, jitter, key or "",
-                     run_at_ms, payload, catch_up, overlap_text,
-                     None if life is NO_LIFE else life_packed(life))
+                     None if run_at_ms or cron is not None else 0, payload, catch_up,
+                     overlap_text, None if life is NO_LIFE else life_packed(life))
     body_hash = ""
-    if key is not None:  # the formula stays as is: stored jobs' hashes must keep matching
-        head = f"{jtype}\0{queue}\0{max_attempts}\0{cron}\0{bool(spec.paused)}\0"
+    if key is not None:  # run_at_ms too: the blob leaves a runAt out
+        head = (f"{jtype}\0{queue}\0{max_attempts}\0{cron}\0{bool(spec.paused)}\0"
+                f"{run_at_ms}\0")
         body_hash = hashlib.blake2b(head.encode() + blob, digest_size=16).hexdigest()
     if cron is not None:
         nominal = bounded(schedule.next_after, life)(now_ms)

@@ -10,8 +10,8 @@ from rsched.core import defaults
 from rsched.core.codes import ControlCode, ScheduleCode
 from rsched.core.errors import Conflict, NotFound, RschedError, VersionMismatch
 from rsched.core.ids import keyed_job_id, random_job_ids
-from rsched.core.layout import J
-from rsched.core.models import Job, JobStatus, partition_of
+from rsched.core.layout import JB, J
+from rsched.core.models import Job, JobStatus, partition_of, with_run_at
 from rsched.core.spec import (
     OWN_FIELDS,
     SHARED_FIELDS,
@@ -205,6 +205,8 @@ def op_update(svc: Service, job_id: str, patch: JobPatch,
             raise Conflict("status", f"cannot update a job that is {job.status.value}")
         now = yield from svc.op_now()
         prep = prepare(patch.apply(job), job_id, now, svc.settings.max_payload_bytes)
+        if h.get(JB.own_run) and prep.job.run_at_ms:  # its runAt is no longer its first run's
+            prep = prep._replace(blob=with_run_at(prep.blob, prep.job.run_at_ms))
         pairs: list[Any] = []
         for k, v in zip(SHARED_FIELDS + OWN_FIELDS, prep.shared() + prep.own(), strict=True):
             if k not in _FIXED_FIELDS and _as_bytes(h.get(k.encode())) != _as_bytes(v):

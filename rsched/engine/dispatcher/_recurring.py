@@ -23,7 +23,7 @@ from rsched.rdb import keys
 
 log = logging.getLogger("rsched.dispatcher")
 
-JOB_FIELDS = (J.type, J.next_ms, J.queue, J.cron, J.spec)  # type: always stored
+JOB_FIELDS = (J.type, J.next_ms, J.queue, J.cron, J.spec)  # J.type: in every job hash
 CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra claim call)
 
 # The claim item's fire value for an occurrence that runs, by the job's stored overlap policy
