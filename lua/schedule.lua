@@ -7,7 +7,7 @@ Redis to parse and the client to pack.
 
 A one-off job created due (score <= now) in a group that names its queue stream goes straight
 to that stream, as claim.lua's dispatch_own would send it a moment later: the same stream entry
-(r, t, a, x, o), run fields (r.* in the job hash, next_ms 0) and 'dispatched' event, without a
+(r, t, a, x, o), run fields (OWN.* in the job hash, next_ms 0) and 'dispatched' event, without a
 due-set entry and a dispatcher round trip.  Jobs due later, recurring or paused ones keep the
 due set (the dispatcher applies overlap and catch-up to recurring jobs), as does a job past its
 start deadline already (claim.lua dead-letters it).
@@ -34,10 +34,10 @@ then groups until n jobs are read; a group: count, stream (index in KEYS of the 
   with a random id, which only a replay of this very call can find existing), score (due
   score; '' = not indexed, e.g. created paused), id (the job id: the key holds it, the hash
   does not), its no own values
-Stores per job: the shared fields not '' and not their default (queue DEFAULT_QUEUE, status
-DEFAULT_STATUS: include layout; the readers fill them in), the no own fields, and for a job with a body_hash
-(a keyed id) body_hash and created_ms (now_ms; a random id's stamp holds the client's reading
-of it: rsched.core.ids.created_ms_of).  The call's
+Stores per job (under the names of include layout, J): the shared fields not '' and not
+their default (queue DEFAULT_QUEUE, status DEFAULT_STATUS: the readers fill them in), the no
+own fields, and for a job with a body_hash (a keyed id) body_hash and created_ms (now_ms; a
+random id's stamp holds the client's reading of it: rsched.core.ids.created_ms_of).  The call's
 'scheduled' events share one events-stream entry, its 'dispatched' ones another (batch_flush in
 util).
 Returns {head, now_ms, code_1, ..., code_n}

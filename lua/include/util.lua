@@ -95,8 +95,8 @@ local function one_off_done(job_key)
 end
 
 -- Where a run's fields live.  A one-off job's own run (the job's `own_run`) keeps them in the job
--- hash, prefixed 'r.': one key fewer to write, read and expire on the hottest path (a one-off
--- job run once), and one HMGET/HSET instead of two.  Every other run has a hash of its own.
+-- hash, under OWN's names (include layout): one key fewer to write, read and expire on the
+-- hottest path (a one-off job run once), and one HMGET/HSET instead of two.  Every other run has a hash of its own.
 -- Callers pass the job key in place of the run key for an own run; its type and queue are the
 -- job's.
 local PLAIN_RUN = {state = 'state', attempt = 'attempt', fence = 'fence', worker = 'worker',
