@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 from rsched import App, Client, JobContext
 from rsched.api.app import API_ROUTES, create_app, openapi_paths
 from rsched.api.openapi import document
+from rsched.core.layout import J
 from rsched.core.models import partition_of
 from rsched.rdb import keys
 from rsched.rdb.ops import Scripts
@@ -424,11 +425,11 @@ def test_the_update_script_is_a_compare_and_set_safe_to_apply_twice(
     p = job.partition
     call = ("update", [keys.job(p, job.id), keys.due(p), keys.events(p)],
             [job.id, 0, 0, "scheduled", 1893456000000, 1900000000000, 1900000000000,
-             "", 1, "max_attempts", 7])  # "": any version
+             "", 1, J.max_attempts, 7])  # "": any version
     assert sync_client.run(_script(call)) == [1, b"scheduled"]
     assert sync_client.run(_script(call)) == [0, b"scheduled"]  # a retried call: no-op
     stale = (call[0], call[1], [*call[2][:4], 1893456000000, 1800000000000, 1800000000000,
-                                "", 1, "max_attempts", 8])
+                                "", 1, J.max_attempts, 8])
     assert sync_client.run(_script(stale)) == [-3, b"scheduled"]  # read before the change
     assert r.zscore(keys.due(p), job.id) == 1900000000000
     assert sync_client.get(job.id).max_attempts == 7
