@@ -109,8 +109,8 @@ end
 
 -- Dispatch a one-off job's first occurrence, its own run: the run's fields go into the job hash
 -- (see run_fields in util), written with the job's own change in one HSET.
--- j: the job's status, next_ms, type, queue, spec as read.
-local function dispatch_own(job_key, stream_key, job_id, run_id, j)
+-- j: the job's status, next_ms, type, queue, spec as read; last: its last_run_id as read.
+local function dispatch_own(job_key, stream_key, job_id, run_id, j, last)
   -- startDeadlineSeconds: dead-lettered, never run late (spec_life costs one byte test here).
   local life = spec_life(j[5])
   if life then
@@ -127,9 +127,16 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, j)
   local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5],
                          'o', '1')
   used[stream_key] = true
-  redis.call('HSET', job_key, J.next_ms, '0', J.last_run_id, run_id, J.own_run, run_id,
-             OWN.attempt, '1', OWN.state, 'dispatched', OWN.dispatched_ms, now_s,
-             OWN.stream_id, sid)
+  -- last_run_id absent is the own run (core.models.Job.from_hash): written only over a
+  -- trigger's, one field fewer to insert and store.
+  if last then
+    redis.call('HSET', job_key, J.next_ms, '0', J.last_run_id, run_id, J.own_run, run_id,
+               OWN.attempt, '1', OWN.state, 'dispatched', OWN.dispatched_ms, now_s,
+               OWN.stream_id, sid)
+  else
+    redis.call('HSET', job_key, J.next_ms, '0', J.own_run, run_id, OWN.attempt, '1',
+               OWN.state, 'dispatched', OWN.dispatched_ms, now_s, OWN.stream_id, sid)
+  end
   dispatch_event(run_id, '1', j[3], j[4])
   unindex[#unindex + 1] = job_id
   dispatched = dispatched + 1
@@ -139,7 +146,7 @@ for i = 1, no do
   local job_id = ARGV[9 + i]
   local job_key = KEYS[5 + nq + i]
   local j = redis.call('HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron,
-                       J.own_run)
+                       J.own_run, J.last_run_id)
   if j[3] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
   j[4] = j[4] or DEFAULT_QUEUE
   local next_ms = tonumber(j[2]) or 0
@@ -155,7 +162,7 @@ for i = 1, no do
   elseif next_ms == 0 or next_ms > now then
     skipped = skipped + 1
   else
-    dispatch_own(job_key, stream_key, job_id, job_id .. '@' .. j[2], j)
+    dispatch_own(job_key, stream_key, job_id, job_id .. '@' .. j[2], j, j[8])
   end
 end
 local a = 10 + no
@@ -170,7 +177,7 @@ for i = 1, n do
     -- Due by Redis's clock, and still the occurrence that was read (compare-and-set on status
     -- and next_ms): a second apply, a paused or rescheduled job all find nothing to do.
     local j = redis.call('HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron,
-                         J.own_run, 'version')
+                         J.own_run, 'version', J.last_run_id)
     if j[3] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
     local version = j[8] or '1'  -- recorded with the run (field 'v'): the job version it ran with
     local once = (not j[6] or j[6] == '')
@@ -186,7 +193,7 @@ for i = 1, n do
       skipped = skipped + 1
     elseif once and (not j[7] or j[7] == '') then
       -- A one-off job's first occurrence, handed back above for an unknown queue.
-      dispatch_own(job_key, stream_key, job_id, run_id, j)
+      dispatch_own(job_key, stream_key, job_id, run_id, j, j[9])
     else
       local last_run = nil
       local gap = ''

@@ -124,7 +124,9 @@ for i = 1, n do
   if state == 'running' and run_worker == worker and run_fence == fence then
     local attempt = tonumber(attempt_s)
     if outcome == 'succeeded' then
-      local w = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s, F.result, text}
+      local w = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s}
+      -- A handler's None ('null') is not stored: an absent result reads as None (models.Run).
+      if text ~= 'null' then w[7], w[8] = F.result, text end
       if start_fields then
         for k = 1, #start_fields do w[#w + 1] = start_fields[k] end
       end

@@ -64,7 +64,7 @@ local now_s = string.format('%d', now)
 local fields = {}
 local NEXT_MS  -- where next_ms's value is in fields (own field 1)
 local last  -- the run fields of a job sent to its queue go after the hash fields
-local RUN_FIELDS = 12  -- their names and values
+local RUN_FIELDS = 10  -- their names and values
 local out = {0, now}
 local earliest = nil
 -- One ZADD for the call's jobs (a call per job cost ~1 us each), flushed below Lua's
@@ -96,9 +96,9 @@ local function set_group(at)
   NEXT_MS = #fields + 2
   for k = 1, no do fields[#fields + 1], fields[#fields + 2] = ARGV[7 + ns + k], '' end
   last = #fields
-  -- A job sent straight to its queue also gets its run's fields (claim.lua's dispatch_own);
-  -- the run id (twice) and stream id are filled in per job.
-  local run = {J.last_run_id, '', J.own_run, '', OWN.attempt, '1', OWN.state, 'dispatched',
+  -- A job sent straight to its queue also gets its run's fields (claim.lua's dispatch_own; no
+  -- last_run_id: absent, it is the own run); the run id and stream id are filled in per job.
+  local run = {J.own_run, '', OWN.attempt, '1', OWN.state, 'dispatched',
                OWN.dispatched_ms, now_s, OWN.stream_id, ''}
   for k = 1, RUN_FIELDS do fields[last + k] = run[k] end
 end
@@ -147,7 +147,7 @@ while i < n do
                                'x', fields[NEXT_MS + 2], 'o', '1')
         used[stream_key] = true
         fields[NEXT_MS] = '0'
-        fields[last + 2], fields[last + 4], fields[last + 12] = run_id, run_id, sid
+        fields[last + 2], fields[last + 10] = run_id, sid
         direct = run_id
       end
       -- The run fields after `last` are sent for a job sent to its queue only.

@@ -133,3 +133,34 @@ def test_a_job_queued_at_scheduling_looks_exactly_like_one_the_dispatcher_claime
     assert hist[direct.id] == hist[claimed.id]
     assert [kind for kind, _ in hist[direct.id]] == ["scheduled", "dispatched"]
     assert stats(r, P)["dispatched"] == 2
+
+
+def test_a_dispatched_own_run_is_the_jobs_last_run_without_a_field_unless_a_trigger_came_first(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """last_run_id is not stored for the own run (lua/claim.lua, lua/schedule.lua): absent, the
+    own run is the last (Job.from_hash); a trigger's run before it is written over."""
+    now = client.now_ms()
+    direct = client.schedule("t", run_at=now - 1, idempotency_key=key_for("last-direct"))
+    plain = client.schedule("t", run_at=now + 1000, idempotency_key=key_for("last-plain"))
+    triggered = client.schedule("t", run_at=now + 1000, idempotency_key=key_for("last-trig"))
+    trigger_run = client.trigger(triggered.id)
+    assert client.get(triggered.id).last_run_id == trigger_run
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock) as rig:
+            clock.advance(200)
+            await rig.lease()
+            assert (await rig.claim()).dispatched == 1  # the trigger's run
+            assert client.get(triggered.id).last_run_id == trigger_run
+            clock.advance(1800)
+            await rig.lease()
+            assert (await rig.claim()).dispatched == 2
+
+    asyncio.run(scenario())
+    for job in (direct, plain, triggered):
+        h = hgetall(r, keys.job(P, job.id))
+        own = f"{job.id}@{job.next_ms}"
+        assert h[JB.own_run] == own.encode()
+        assert (JB.last_run_id in h) == (job is triggered)
+        assert client.get(job.id).last_run_id == own

@@ -24,6 +24,7 @@ from helpers import (
     all_jobs,
     event_types,
     events,
+    hgetall,
     next_ms,
     record_script_calls,
     redis_now_ms,
@@ -34,6 +35,7 @@ from helpers import (
 )
 
 from rsched import App, Client, Conflict, Job, JobContext, JobSpec, JobStatus, RunState
+from rsched.core.layout import OWN, J
 from rsched.core.retry import backoff_ceiling_ms
 from rsched.engine.worker import Worker
 from rsched.rdb import keys, scripts
@@ -86,6 +88,37 @@ def test_a_successful_run_records_its_result_history_and_completes_a_one_off_job
     assert (int(done["st"]), int(done["f"]), done["w"]) == (run.started_ms, 1, "w-test")
     assert stats(r, job.partition)["succeeded"] == 1
     assert pending(r, job.partition) == []  # acknowledged
+
+
+def test_a_one_off_job_run_once_keeps_its_run_in_a_few_short_fields_and_no_null_result(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """The memory a completed job keeps (core.layout): no last_run_id (its own run is the last)
+    and no result for a handler's None."""
+    app = App()
+
+    @app.job("noop")
+    def noop(ctx: JobContext) -> None:
+        return None
+
+    job = client.schedule("noop", run_at=clock() - 1)
+    rid = f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock) as rig:
+            assert (await rig.cycle())[1:] == (1, 1)
+
+    asyncio.run(scenario())
+    stored = {k.decode() for k in hgetall(r, keys.job(job.partition, job.id))}
+    assert stored == {J.type, J.next_ms, J.spec, J.own_run, J.status, J.updated_ms, OWN.attempt,
+                      OWN.state, OWN.dispatched_ms, OWN.stream_id, OWN.worker, OWN.fence,
+                      OWN.started_ms, OWN.ended_ms, OWN.duration_ms}
+    run = client.get_run(rid)
+    assert run.state is RunState.SUCCEEDED and run.result is None
+    done = client.get(job.id)
+    assert done.status is JobStatus.COMPLETED and done.last_run_id == rid
+    [attempt] = client.runs(job.id)
+    assert (attempt.run_id, attempt.status, attempt.result) == (rid, "succeeded", None)
 
 
 @pytest.mark.parametrize(("base_ms", "cap_ms"), [(1000, 3_600_000), (1000, 1500)])

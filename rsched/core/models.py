@@ -245,7 +245,8 @@ class Job:
             created_ms=created,
             # lua/schedule.lua stores no updated_ms: until a change, it is created_ms.
             updated_ms=_i(g(J.updated_ms)) or created,
-            last_run_id=_s(g(J.last_run_id)) or None,
+            # Absent after the own run's dispatch (lua/claim.lua): that run is the last.
+            last_run_id=_s(g(J.last_run_id)) or _s(g(J.own_run)) or None,
             catch_up_window_ms=sp.get("catch_up_ms", defaults.CATCH_UP_WINDOW_MS),
             last_gap=gap_of(_s(g("gap"))),
             overlap=Overlap(sp.get("overlap") or "allow"),
