@@ -107,16 +107,18 @@ for i = 1, n do
                        F.type, F.started_ms, F.queue, J.status, J.cron, J.next_ms, 'ov')
   local state, run_worker, run_fence, attempt_s, stream_id = r[1], r[2], r[3], r[4], r[5]
   local jtype, started_ms, queue = r[6], r[7], r[8] or DEFAULT_QUEUE
-  -- A run the claim created has no fence or worker field until it starts.
-  local start_fields = nil
+  -- A run the claim created has no fence or worker field until it starts.  starting: it starts
+  -- here (its worker, fence and started_ms are written with its outcome).
+  local starting = false
   if fence == '0' and stream_id == sid then
     if state == 'dispatched' then
       -- Start and finish in one go: no 'started' event of its own, the outcome event carries the
       -- handler's real start time ('st') and the fence ('f'): one XADD per run fewer.
-      fence = tostring(tonumber(run_fence or '0') + 1)
-      local started = string.format('%d', now - elapsed)
-      state, run_worker, run_fence, started_ms = 'running', worker, fence, started
-      start_fields = {F.worker, worker, F.fence, fence, F.started_ms, started}
+      -- (Strings, not numbers: Redis formats a Lua number with snprintf on every call.)
+      fence = run_fence and string.format('%d', tonumber(run_fence) + 1) or '1'
+      state, run_worker, run_fence, started_ms = 'running', worker, fence,
+        string.format('%d', now - elapsed)
+      starting = true
     elseif run_worker == worker then
       fence = run_fence  -- our start landed after all (a retried call): judge by its fence
     end
@@ -124,12 +126,17 @@ for i = 1, n do
   if state == 'running' and run_worker == worker and run_fence == fence then
     local attempt = tonumber(attempt_s)
     if outcome == 'succeeded' then
-      local w = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s}
-      -- A handler's None ('null') is not stored: an absent result reads as None (models.Run).
-      if text ~= 'null' then w[7], w[8] = F.result, text end
-      if start_fields then
-        for k = 1, #start_fields do w[#w + 1] = start_fields[k] end
+      -- One table constructor (Lua sizes it once) for the usual write.
+      local w, nw
+      if starting then
+        w = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s,
+             F.worker, worker, F.fence, fence, F.started_ms, started_ms}
+        nw = 12
+      else
+        w, nw = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s}, 6
       end
+      -- A handler's None ('null') is not stored: an absent result reads as None (models.Run).
+      if text ~= 'null' then w[nw + 1], w[nw + 2], nw = F.result, text, nw + 2 end
       local done
       if own then
         -- one_off_done, from the fields read above
@@ -137,7 +144,7 @@ for i = 1, n do
         done = (status == 'scheduled' or status == 'paused') and (not r[10] or r[10] == '')
           and (not r[11] or r[11] == '0')
         if done then
-          w[#w + 1], w[#w + 2], w[#w + 3], w[#w + 4] = J.status, 'completed', J.updated_ms, now_s
+          w[nw + 1], w[nw + 2], w[nw + 3], w[nw + 4] = J.status, 'completed', J.updated_ms, now_s
         end
         redis.call('HSET', job_key, unpack(w))
       else
@@ -152,13 +159,13 @@ for i = 1, n do
       if string.find(text, '\n', 1, true) then
         -- Not JSON as workers send it: an event of its own, since batches join values by '\n'.
         outcome_event('succeeded', run_id, attempt_s, duration_s, jtype, queue, 'res', text,
-                      start_fields and {started_ms, fence})
+                      starting and {started_ms, fence})
       else
         local b = succeeded_events
         local k = batch_slot(b)
         b[1][k], b[2][k], b[3][k], b[4][k], b[5][k], b[6][k] =
           run_id, attempt_s, duration_s, jtype, queue, text
-        if start_fields then
+        if starting then
           b[7][k], b[8][k] = started_ms, fence
         else
           b[7][k], b[8][k] = '', ''
@@ -168,9 +175,11 @@ for i = 1, n do
       ok_count = ok_count + 1
       out[i] = 1
     else
-      if start_fields then redis.call('HSET', run_key, unpack(start_fields)) end
+      if starting then
+        redis.call('HSET', run_key, F.worker, worker, F.fence, fence, F.started_ms, started_ms)
+      end
       outcome_event(outcome, run_id, attempt_s, duration_s, jtype, queue, 'err', text,
-                    start_fields and {started_ms, fence})
+                    starting and {started_ms, fence})
       if outcome ~= 'cancelled' then fail_count = fail_count + 1 end
       local job_id = job_of(run_id)
       local max_attempts = tonumber(redis.call('HGET', job_key, J.max_attempts) or '')
