@@ -89,8 +89,9 @@ for i = 1, n do
   left = left - 1
   local own, stream_key = ARGV[8 + 2 * g] == '1', KEYS[4 + g]
   local run_id, fence, outcome = ARGV[vi + 1], ARGV[vi + 2], ARGV[vi + 3]
-  local duration, text, delay = tonumber(ARGV[vi + 4]), ARGV[vi + 5], tonumber(ARGV[vi + 6])
-  local duration_s = ARGV[vi + 4]
+  -- Numbers are read off the hot path only (tonumber is a strtod): a success keeps the strings.
+  local duration_s, text, delay_s = ARGV[vi + 4], ARGV[vi + 5], ARGV[vi + 6]
+  local duration = nil
   local sid, elapsed = ARGV[vi + 7], tonumber(ARGV[vi + 8])
   vi = vi + 8
   local run_key, job_key, hist_key
@@ -103,8 +104,16 @@ for i = 1, n do
   end
   local F = run_fields(run_key, job_key)
   -- An own run is read with the job fields that decide whether the job ends with it: one HMGET.
-  local r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
-                       F.type, F.started_ms, F.queue, J.status, J.cron, J.next_ms, 'ov')
+  -- Another run, with its 'ov' (an own run has none: overlap runs recur); ov = '1' then.
+  local r, ov
+  if own then
+    r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
+                   F.type, F.started_ms, F.queue, J.status, J.cron, J.next_ms)
+  else
+    r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
+                   F.type, F.started_ms, F.queue, 'ov')
+    ov = r[9] == '1'
+  end
   local state, run_worker, run_fence, attempt_s, stream_id = r[1], r[2], r[3], r[4], r[5]
   local jtype, started_ms, queue = r[6], r[7], r[8] or DEFAULT_QUEUE
   -- A run the claim created has no fence or worker field until it starts.  starting: it starts
@@ -124,7 +133,7 @@ for i = 1, n do
     end
   end
   if state == 'running' and run_worker == worker and run_fence == fence then
-    local attempt = tonumber(attempt_s)
+    local attempt = nil
     if outcome == 'succeeded' then
       -- One table constructor (Lua sizes it once) for the usual write.
       local w, nw
@@ -171,10 +180,12 @@ for i = 1, n do
           b[7][k], b[8][k] = '', ''
         end
       end
-      if r[12] == '1' then release_active(job_key, retry_key, run_id, now_s) end
+      if ov then release_active(job_key, retry_key, run_id, now_s) end
       ok_count = ok_count + 1
       out[i] = 1
     else
+      attempt, duration = tonumber(attempt_s), tonumber(duration_s)
+      local delay = tonumber(delay_s)
       if starting then
         redis.call('HSET', run_key, F.worker, worker, F.fence, fence, F.started_ms, started_ms)
       end
@@ -188,7 +199,7 @@ for i = 1, n do
         redis.call('HSET', run_key, F.state, 'cancelled', F.ended_ms, now, F.duration_ms, duration,
                    F.error, text)
         if run_ttl > 0 and not own then redis.call('PEXPIRE', run_key, ARGV[7]) end
-        if r[12] == '1' then release_active(job_key, retry_key, run_id, now) end
+        if ov then release_active(job_key, retry_key, run_id, now) end
         out[i] = 4
       elseif attempt < max_attempts then
         redis.call('HSET', run_key, F.state, 'retry_wait', F.ended_ms, now, F.duration_ms, duration,
@@ -202,7 +213,7 @@ for i = 1, n do
         redis.call('HSET', run_key, F.duration_ms, duration)
         dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                     job_id, attempt, text, jtype)
-        if r[12] == '1' then release_active(job_key, retry_key, run_id, now) end
+        if ov then release_active(job_key, retry_key, run_id, now) end
         out[i] = 3
       end
     end
@@ -211,9 +222,10 @@ for i = 1, n do
       -- kept as long as the job, hold it
       -- (Client.runs reads them back).  On the hottest path that saves a third of this script's
       -- time (and the record is built only when kept).
-      local rec = {run = run_id, attempt = attempt, status = outcome, worker = worker,
-                   sched_ms = tonumber(string.match(run_id, '@(%d+)$')),
-                   started_ms = tonumber(started_ms), ended_ms = now, duration_ms = duration}
+      local rec = {run = run_id, attempt = attempt or tonumber(attempt_s), status = outcome,
+                   worker = worker, sched_ms = tonumber(string.match(run_id, '@(%d+)$')),
+                   started_ms = tonumber(started_ms), ended_ms = now,
+                   duration_ms = duration or tonumber(duration_s)}
       if outcome == 'succeeded' then rec.result = text else rec.error = text end
       remember(job_key, hist_key, hlen, own, stream_id, rec)
     end
