@@ -90,25 +90,29 @@ def test_a_successful_run_records_its_result_history_and_completes_a_one_off_job
     assert pending(r, job.partition) == []  # acknowledged
 
 
-def test_a_one_off_job_run_once_keeps_its_run_in_a_few_short_fields_and_no_null_result(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
-) -> None:
-    """The memory a completed job keeps (core.layout): no last_run_id (its own run is the last)
-    and no result for a handler's None."""
+def run_a_one_off_once(redis_url: str, client: Client, clock: ManualClock) -> tuple[Job, str]:
+    """A one-off job of a handler returning None, run once; the job and its own run's id."""
     app = App()
 
-    @app.job("noop")
-    def noop(ctx: JobContext) -> None:
+    @app.job("t")
+    async def t(ctx: JobContext) -> None:
         return None
 
-    job = client.schedule("noop", run_at=clock() - 1)
-    rid = f"{job.id}@{job.next_ms}"
+    job = client.schedule("t", run_at=clock() - 1)
 
     async def scenario() -> None:
         async with Rig(redis_url, app, clock=clock) as rig:
             assert (await rig.cycle())[1:] == (1, 1)
 
     asyncio.run(scenario())
+    return job, f"{job.id}@{job.next_ms}"
+
+def test_a_one_off_job_run_once_keeps_its_run_in_a_few_short_fields_and_no_null_result(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """The memory a completed job keeps (core.layout): no last_run_id (its own run is the last)
+    and no result for a handler's None."""
+    job, rid = run_a_one_off_once(redis_url, client, clock)
     stored = {k.decode() for k in hgetall(r, keys.job(job.partition, job.id))}
     assert stored == {J.type, J.next_ms, J.spec, J.own_run, J.status, J.updated_ms, OWN.attempt,
                       OWN.state, OWN.dispatched_ms, OWN.stream_id, OWN.worker, OWN.fence,
@@ -665,20 +669,7 @@ def test_a_trigger_whose_run_id_is_the_own_runs_creates_no_second_run(
 ) -> None:
     """A trigger in the very millisecond of a one-off job's own run: same run id, and the own run
     has no hash of its own for the trigger to find, so the script checks the job's own_run."""
-    app = App()
-
-    @app.job("t")
-    async def t(ctx: JobContext) -> None:
-        return None
-
-    job = client.schedule("t", run_at=clock() - 1)
-    rid = f"{job.id}@{job.next_ms}"
-
-    async def scenario() -> None:
-        async with Rig(redis_url, app, clock=clock) as rig:
-            assert (await rig.cycle())[1:] == (1, 1)
-
-    asyncio.run(scenario())
+    job, rid = run_a_one_off_once(redis_url, client, clock)
     p = job.partition
     before = snapshot(r)
     code, status = scripts.call(
