@@ -136,7 +136,8 @@ while i < n do
     if existing then
       out[i + 2] = (existing == body_hash) and 1 or 2
     else
-      local direct = stream_key and score ~= '' and tonumber(score) <= due_cut
+      local s = score ~= '' and tonumber(score)  -- parsed once (tonumber is a strtod)
+      local direct = stream_key and s and s <= due_cut
       if direct then  -- past its start deadline already: the due set, where claim dead-letters it
         local life = spec_life(fields[NEXT_MS + 2])
         if life and life[4] > 0 and now > tonumber(fields[NEXT_MS]) + life[4] then direct = false end
@@ -157,11 +158,10 @@ while i < n do
       else
         redis.call('HSET', job_key, J.body_hash, body_hash, unpack(fields, 1, stop))
       end
-      if not direct and score ~= '' then
+      if not direct and s then
         due[#due + 1] = score
         due[#due + 1] = id
         if #due >= 2000 then flush_due() end
-        local s = tonumber(score)
         if not earliest or s < earliest then earliest = s end
       end
       local k = batch_slot(scheduled)
