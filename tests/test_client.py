@@ -243,8 +243,8 @@ def test_a_job_hash_leaves_out_its_id_an_empty_cron_and_the_defaults(
     client: Client, r: redis.Redis
 ) -> None:
     """The key holds the id, a random id its creation time, and readers fill in the rest (the
-    default attempts, queue and status 'scheduled'), under core.layout's short names: a small
-    job's hash stays a listpack of at most 96 bytes, in jemalloc's 96-byte class (README: memory
+    default attempts, queue and status 'scheduled', a runAt), under core.layout's short names: a
+    small job's hash is a listpack of at most 80 bytes, jemalloc's 80-byte class (README: memory
     per job)."""
     before = redis_now_ms(r)
     run_at = before + 3_600_000
@@ -255,7 +255,7 @@ def test_a_job_hash_leaves_out_its_id_an_empty_cron_and_the_defaults(
     # MEMORY USAGE: the key's string (48), object (16), dict entry (24 -> 32 with the
     # allocator's rounding, counted as 24) and the listpack's size class.
     usage = r.memory_usage(key, samples=0)
-    assert usage is not None and usage <= 48 + 16 + 24 + 96
+    assert usage is not None and usage <= 48 + 16 + 24 + 80
     assert client.get(job.id) == job and job.max_attempts == defaults.MAX_ATTEMPTS
     assert job.cron is None
     assert before - 50 <= job.created_ms == job.updated_ms <= redis_now_ms(r) + 50
