@@ -8,8 +8,10 @@ fields not listed here (version, gap, runs, fails, active, buffered, cancel, ov,
 resumed_*, h:<stream id>:<attempt>) are rare and keep their names.
 
 Values left out when they hold their default (readers fill it in): ``max_attempts``
-(defaults.MAX_ATTEMPTS), ``queue`` (defaults.QUEUE) and ``status`` 'scheduled'; a job's ``type``
-is always stored, which is how a script tells an existing job from none.
+(defaults.MAX_ATTEMPTS), ``queue`` (defaults.QUEUE), ``status`` 'scheduled', ``last_run_id``
+while the own run is the last, the own run's ``result`` for a handler's None (and, in the spec,
+a runAt: models._LEFT_OUT).  A job's ``type`` is always stored, which is how a script tells an
+existing job from none.
 """
 
 from __future__ import annotations
