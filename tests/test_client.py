@@ -20,6 +20,7 @@ from rsched.core.models import partition_of, run_fields
 from rsched.core.spec import check_ints, check_names, prepare, usual_fast
 from rsched.rdb import keys, ops
 from rsched.rdb.ops import Scripts
+from rsched.service import scheduling
 from rsched.service.patch import JobPatch
 
 
@@ -197,6 +198,26 @@ def test_a_small_batch_lands_in_one_partition_and_batches_spread_over_all(
         assert len(parts) == 1
         picked += parts
     assert set(picked) == set(range(PARTITIONS))
+
+
+@pytest.mark.parametrize("n", [0, 1, 32, 64, 65, 100, 250, 1000, 5000])
+def test_a_batch_goes_in_calls_growing_from_a_small_first_one_to_equal_bounded_ones(
+    n: int,
+) -> None:
+    """Redis waits for the first call only: it is small, the next ones double (while Redis
+    stores one, the client builds the next), then the rest split evenly under the bound."""
+    first, chunk = defaults.SCHEDULE_FIRST_CHUNK, defaults.SCHEDULE_CHUNK
+    sizes = scheduling.call_sizes(n)
+    assert sum(sizes) == n and all(0 < s <= chunk for s in sizes)
+    if n <= 2 * first:
+        assert sizes == ([n] if n else [])
+    else:
+        assert sizes[0] == first and sizes[1] > first
+    ramp = (chunk // first).bit_length()  # 32, 64, 128: then calls of up to 250
+    assert len(sizes) <= ramp + -(-n // chunk)
+    if n >= 1000:
+        assert sizes[:ramp] == [first << k for k in range(ramp)]
+        assert max(sizes[ramp:]) - min(sizes[ramp:]) <= 1
 
 
 def vars_of(spec: JobSpec) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 from rsched.core import defaults
 from rsched.core.codes import ControlCode, ScheduleCode
 from rsched.core.errors import Conflict, NotFound, RschedError, VersionMismatch
-from rsched.core.ids import keyed_job_id, random_job_ids
+from rsched.core.ids import keyed_job_id, random_job_ids, random_partition
 from rsched.core.models import Job, JobStatus, partition_of
 from rsched.core.spec import (
     OWN_FIELDS,
@@ -62,90 +62,125 @@ def op_schedule(
     Written to leave few objects per job alive until the batch ends (parallel lists, no
     per-job tuples): at 100,000 jobs the garbage collector, which walks every live container
     again and again, cost as much as all the rest of the client's work."""
-    out: list[Job | RschedError | None] = [None] * len(specs)
-    created = [False] * len(specs)
+    n = len(specs)
+    out: list[Job | RschedError | None] = [None] * n
+    created = [False] * n
     now = yield from svc.op_now()
     P = yield from svc.op_store_partitions()
-    parts, ids = random_job_ids(len(specs), P, now,
-                                spread=-(-len(specs) // defaults.SCHEDULE_CHUNK))
-    by_part: dict[int, list[int]] = defaultdict(list)
-    for i, spec in enumerate(specs):
-        key = spec.idempotency_key
-        if key is not None:
+    keyed = [i for i, spec in enumerate(specs) if spec.idempotency_key is not None]
+    plain: Sequence[int] = range(n)  # the jobs with random ids, in runs of a call each
+    if keyed:
+        plain = sorted(set(plain).difference(keyed))
+    # (partition, spec indexes, their ids; None: random ones, drawn as the call is built)
+    plan: list[tuple[int, Sequence[int], list[str] | None]] = []
+    p, at = random_partition(P), 0
+    for run in call_sizes(len(plain)):  # consecutive partitions: batches spread evenly
+        plan.append((p, plain[at : at + run], None))
+        p, at = (p + 1) % P, at + run
+    if keyed:
+        by_part: dict[int, list[int]] = defaultdict(list)
+        key_ids: dict[int, str] = {}
+        for i in keyed:
             try:
-                parts[i], ids[i] = keyed_job_id(check_idempotency_key(key), P)
+                p, key_ids[i] = keyed_job_id(check_idempotency_key(specs[i].idempotency_key), P)
             except RschedError as e:
                 out[i] = e
                 continue
-        by_part[parts[i]].append(i)
+            by_part[p].append(i)
+        plan += ((p, chunk, [key_ids[i] for i in chunk]) for p, items in by_part.items()
+                 for c in range(0, len(items), defaults.SCHEDULE_CHUNK)
+                 for chunk in [items[c : c + defaults.SCHEDULE_CHUNK]])
     layout: list[_Layout] = []
-    calls = _calls(svc, specs, ids, by_part, now, out, layout)
+    calls = _calls(svc, specs, plan, now, out, created, layout)
     results = yield Scripts(calls, durable=True)
     wake: set[int] = set()
-    existing: list[int] = []
+    existing: list[tuple[int, int, str]] = []  # (spec index, partition, id) of jobs found
     tally: list[tuple[Any, int]] = []  # ((type, queue), how many such jobs were created)
     for (p, chunk, preps, sizes), res in zip(layout, results, strict=True):
         if isinstance(res, Exception):
             raise res
         if res[0] == 1:
             wake.add(p)
-        created_ms = int(res[1])
         codes = res[2:]
-        if any(codes):
-            tally += (((prep.job.type, prep.job.queue), 1)
-                      for prep, code in zip(preps, codes, strict=True)
-                      if code == ScheduleCode.CREATED)
-        else:  # the usual case, every job created: the metric counts whole groups
-            tally += sizes
+        if preps[0].body_hash:  # keyed ids (a call holds only keyed or only random ones):
+            created_ms = int(res[1])  # Redis's clock, stored (a random id's is `now`)
+            for prep, code in zip(preps, codes, strict=True):
+                if code == ScheduleCode.CREATED:
+                    prep.job.created_ms = prep.job.updated_ms = created_ms
+        if not any(codes):  # the usual case, every job created: out and created say so already
+            tally += sizes  # and the metric counts whole groups
+            continue
+        tally += (((prep.job.type, prep.job.queue), 1)
+                  for prep, code in zip(preps, codes, strict=True)
+                  if code == ScheduleCode.CREATED)
         for i, prep, code in zip(chunk, preps, codes, strict=True):
-            job = prep.job
             if code == ScheduleCode.CREATED:
-                if prep.body_hash:  # a keyed id: Redis's clock, stored (a random id's is `now`)
-                    job.created_ms = job.updated_ms = created_ms
-                out[i] = job
-                created[i] = True
-            elif code == ScheduleCode.SAME:
-                existing.append(i)
+                continue
+            created[i] = False
+            if code == ScheduleCode.SAME:
+                existing.append((i, p, prep.job.id))
             else:
                 out[i] = Conflict("idempotencyKey", "already used for a job with a different body")
     if existing:
-        hashes = yield Commands([cmd("hgetall", keys.job(parts[i], ids[i])) for i in existing])
-        for i, h in zip(existing, hashes, strict=True):
-            out[i] = Job.from_hash(h, ids[i])
+        hashes = yield Commands([cmd("hgetall", keys.job(p, job_id)) for _, p, job_id in existing])
+        for (i, _, job_id), h in zip(existing, hashes, strict=True):
+            out[i] = Job.from_hash(h, job_id)
     SCHEDULED.add(tally)  # rsched_jobs_scheduled, read by rsched.obs.metrics when scraped
     yield from op_wake(wake)
     return out, created  # type: ignore[return-value]
 
 
-def _calls(svc: Service, specs: Sequence[JobSpec], ids: list[str],
-           by_part: dict[int, list[int]], now: int, out: list[Any],
-           layout: list[_Layout]) -> Iterator[scripts.Call]:
+def call_sizes(n: int) -> list[int]:
+    """Jobs per script call for ``n`` jobs: a small first call (SCHEDULE_FIRST_CHUNK), each next
+    one twice as big, then the rest in equal calls of at most SCHEDULE_CHUNK.  Redis stores one
+    call while the client builds the next, so it waits only for the first; twice the jobs take
+    the client about as long to build as Redis to store (README, Performance)."""
+    sizes: list[int] = []
+    size = defaults.SCHEDULE_FIRST_CHUNK
+    while size < defaults.SCHEDULE_CHUNK and n > 2 * size:
+        sizes.append(size)
+        n -= size
+        size *= 2
+    calls = -(-n // defaults.SCHEDULE_CHUNK)
+    return sizes + [n * (k + 1) // calls - n * k // calls for k in range(calls)]
+
+
+def _calls(svc: Service, specs: Sequence[JobSpec],
+           plan: list[tuple[int, Sequence[int], list[str] | None]], now: int, out: list[Any],
+           created: list[bool], layout: list[_Layout]) -> Iterator[scripts.Call]:
     """Jobs prepared one script call at a time: the sync client sends each call as it comes, so
-    Redis stores one chunk while the next is prepared.  Fills ``out`` with each spec's error and
-    ``layout`` with (partition, spec indexes, prepared jobs, group sizes) of each call."""
+    Redis stores one chunk while the next is prepared.  Fills ``out`` with each spec's job
+    (``created`` True) or error, and ``layout`` with (partition, spec indexes, prepared jobs,
+    group sizes) of each call: the replies then only correct the jobs not created."""
     max_payload = svc.settings.max_payload_bytes
-    for p, items in by_part.items():
-        for c in range(0, len(items), defaults.SCHEDULE_CHUNK):
-            chunk: list[int] = []
-            preps: list[Prepared] = []
-            for i in items[c : c + defaults.SCHEDULE_CHUNK]:
-                try:
-                    preps.append(prepare(specs[i], ids[i], now, max_payload))
-                    chunk.append(i)
-                except RschedError as e:
-                    out[i] = e
-            if preps:
-                call, order, sizes = _schedule_call(svc, p, preps, now)
-                layout.append((p, [chunk[k] for k in order], [preps[k] for k in order], sizes))
-                yield call
+    for p, items, job_ids in plan:
+        chunk: list[int] = []
+        preps: list[Prepared] = []
+        drawn = random_job_ids(len(items), p, now) if job_ids is None else job_ids
+        for i, job_id in zip(items, drawn, strict=True):
+            try:
+                prep = prepare(specs[i], job_id, now, max_payload)
+            except RschedError as e:
+                out[i] = e
+                continue
+            preps.append(prep)
+            chunk.append(i)
+            out[i] = prep.job
+            created[i] = True
+        if preps:
+            call, order, sizes = _schedule_call(svc, p, preps, now)
+            if order is not None:
+                chunk, preps = [chunk[k] for k in order], [preps[k] for k in order]
+            layout.append((p, chunk, preps, sizes))
+            yield call
 
 
 def _schedule_call(
     svc: Service, p: int, preps: list[Prepared], now: int
-) -> tuple[scripts.Call, list[int], list[tuple[Any, int]]]:
+) -> tuple[scripts.Call, list[int] | None, list[tuple[Any, int]]]:
     """The script call for jobs of partition ``p``, the order it holds them in (indexes
-    into ``preps``): grouped by their SHARED_FIELDS values, each group's values sent once,
-    and ((type, queue), size) of each group."""
+    into ``preps``; None: as they are, one group): grouped by their SHARED_FIELDS values, each
+    group's values sent once, and ((type, queue), size) of each group."""
     groups: dict[tuple[Any, ...], list[int]] = {}
     for k, prep in enumerate(preps):
         shared = prep.shared()
@@ -177,7 +212,7 @@ def _schedule_call(
         order += members
     ks += (keys.stream(p, queue) for queue in streams)
     sizes = [(shared[:2], len(members)) for shared, members in groups.items()]
-    return ("schedule", ks, args), order, sizes
+    return ("schedule", ks, args), order if len(groups) > 1 else None, sizes
 
 
 def _as_bytes(v: Any) -> bytes:
