@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 from rsched.core import defaults
@@ -67,31 +68,13 @@ def op_schedule(
     created = [False] * n
     now = yield from svc.op_now()
     P = yield from svc.op_store_partitions()
-    keyed = [i for i, spec in enumerate(specs) if spec.idempotency_key is not None]
-    plain: Sequence[int] = range(n)  # the jobs with random ids, in runs of a call each
-    if keyed:
-        plain = sorted(set(plain).difference(keyed))
-    # (partition, spec indexes, their ids; None: random ones, drawn as the call is built)
-    plan: list[tuple[int, Sequence[int], list[str] | None]] = []
+    runs: list[tuple[int, Sequence[int], list[str] | None]] = []
     p, at = random_partition(P), 0
-    for run in call_sizes(len(plain)):  # consecutive partitions: batches spread evenly
-        plan.append((p, plain[at : at + run], None))
+    for run in call_sizes(n):  # consecutive partitions: batches spread evenly
+        runs.append((p, range(at, at + run), None))
         p, at = (p + 1) % P, at + run
-    if keyed:
-        by_part: dict[int, list[int]] = defaultdict(list)
-        key_ids: dict[int, str] = {}
-        for i in keyed:
-            try:
-                p, key_ids[i] = keyed_job_id(check_idempotency_key(specs[i].idempotency_key), P)
-            except RschedError as e:
-                out[i] = e
-                continue
-            by_part[p].append(i)
-        plan += ((p, chunk, [key_ids[i] for i in chunk]) for p, items in by_part.items()
-                 for c in range(0, len(items), defaults.SCHEDULE_CHUNK)
-                 for chunk in [items[c : c + defaults.SCHEDULE_CHUNK]])
     layout: list[_Layout] = []
-    calls = _calls(svc, specs, plan, now, out, created, layout)
+    calls = _calls(svc, specs, runs, P, now, out, created, layout)
     results = yield Scripts(calls, durable=True)
     wake: set[int] = set()
     existing: list[tuple[int, int, str]] = []  # (spec index, partition, id) of jobs found
@@ -146,20 +129,28 @@ def call_sizes(n: int) -> list[int]:
 
 
 def _calls(svc: Service, specs: Sequence[JobSpec],
-           plan: list[tuple[int, Sequence[int], list[str] | None]], now: int, out: list[Any],
-           created: list[bool], layout: list[_Layout]) -> Iterator[scripts.Call]:
+           runs: list[tuple[int, Sequence[int], list[str] | None]], P: int, now: int,
+           out: list[Any], created: list[bool], layout: list[_Layout]) -> Iterator[scripts.Call]:
     """Jobs prepared one script call at a time: the sync client sends each call as it comes, so
-    Redis stores one chunk while the next is prepared.  Fills ``out`` with each spec's job
-    (``created`` True) or error, and ``layout`` with (partition, spec indexes, prepared jobs,
-    group sizes) of each call: the replies then only correct the jobs not created."""
+    Redis stores one chunk while the next is prepared.  ``runs``: (partition, spec indexes,
+    None: random ids, drawn as the call is built); a spec with an idempotency key is left out
+    of its run and goes, with the others, in the keyed calls at the end (no pass over the specs
+    before the first call).  Fills ``out`` with each spec's job (``created`` True) or error, and
+    ``layout`` with (partition, spec indexes, prepared jobs, group sizes) of each call: the
+    replies then only correct the jobs not created."""
     max_payload = svc.settings.max_payload_bytes
-    for p, items, job_ids in plan:
+    keyed: list[int] = []  # filled while the runs are built, read once they are done
+    for p, items, job_ids in chain(runs, _keyed_calls(specs, keyed, P, out)):
         chunk: list[int] = []
         preps: list[Prepared] = []
         drawn = random_job_ids(len(items), p, now) if job_ids is None else job_ids
         for i, job_id in zip(items, drawn, strict=True):
+            spec = specs[i]
+            if job_ids is None and spec.idempotency_key is not None:
+                keyed.append(i)
+                continue
             try:
-                prep = prepare(specs[i], job_id, now, max_payload)
+                prep = prepare(spec, job_id, now, max_payload)
             except RschedError as e:
                 out[i] = e
                 continue
@@ -173,6 +164,25 @@ def _calls(svc: Service, specs: Sequence[JobSpec],
                 chunk, preps = [chunk[k] for k in order], [preps[k] for k in order]
             layout.append((p, chunk, preps, sizes))
             yield call
+
+
+def _keyed_calls(specs: Sequence[JobSpec], keyed: list[int], P: int, out: list[Any]
+                 ) -> Iterator[tuple[int, list[int], list[str]]]:
+    """(partition, spec indexes, ids) of the calls for the specs with an idempotency key: each
+    id, and so its partition, is derived from the key; a bad key is the spec's error."""
+    by_part: dict[int, list[int]] = defaultdict(list)
+    key_ids: dict[int, str] = {}
+    for i in keyed:
+        try:
+            p, key_ids[i] = keyed_job_id(check_idempotency_key(specs[i].idempotency_key), P)
+        except RschedError as e:
+            out[i] = e
+            continue
+        by_part[p].append(i)
+    for p, items in by_part.items():
+        for c in range(0, len(items), defaults.SCHEDULE_CHUNK):
+            chunk = items[c : c + defaults.SCHEDULE_CHUNK]
+            yield p, chunk, [key_ids[i] for i in chunk]
 
 
 def _schedule_call(
