@@ -37,7 +37,7 @@ _CRON_AT = SHARED_FIELDS.index("cron")
 assert OWN_FIELDS == ("next_ms", "spec")  # the order _schedule_call writes them in
 assert SHARED_FIELDS[:2] == ("type", "queue")  # what _schedule_call reports group sizes by
 
-_Layout = tuple[int, list[int], list[Prepared], list[tuple[Any, int]]]
+_Layout = tuple[int, list[int], list[tuple[Any, int]]]  # partition, spec indexes, groups
 
 
 def op_schedule_many(svc: Service, specs: Sequence[JobSpec]) -> Op[list[Job | RschedError]]:
@@ -79,29 +79,29 @@ def op_schedule(
     wake: set[int] = set()
     existing: list[tuple[int, int, str]] = []  # (spec index, partition, id) of jobs found
     tally: list[tuple[Any, int]] = []  # ((type, queue), how many such jobs were created)
-    for (p, chunk, preps, sizes), res in zip(layout, results, strict=True):
+    jobs: list[Job] = out  # type: ignore[assignment]  # what a call's spec indexes hold
+    for (p, chunk, sizes), res in zip(layout, results, strict=True):
         if isinstance(res, Exception):
             raise res
         if res[0] == 1:
             wake.add(p)
         codes = res[2:]
-        if preps[0].body_hash:  # keyed ids (a call holds only keyed or only random ones):
-            created_ms = int(res[1])  # Redis's clock, stored (a random id's is `now`)
-            for prep, code in zip(preps, codes, strict=True):
+        if jobs[chunk[0]].idempotency_key is not None:  # keyed ids (a call holds only keyed
+            created_ms = int(res[1])  # or only random ones): Redis's clock, stored (a random
+            for i, code in zip(chunk, codes, strict=True):  # id's is `now`)
                 if code == ScheduleCode.CREATED:
-                    prep.job.created_ms = prep.job.updated_ms = created_ms
+                    jobs[i].created_ms = jobs[i].updated_ms = created_ms
         if not any(codes):  # the usual case, every job created: out and created say so already
             tally += sizes  # and the metric counts whole groups
             continue
-        tally += (((prep.job.type, prep.job.queue), 1)
-                  for prep, code in zip(preps, codes, strict=True)
-                  if code == ScheduleCode.CREATED)
-        for i, prep, code in zip(chunk, preps, codes, strict=True):
+        for i, code in zip(chunk, codes, strict=True):
+            job = jobs[i]
             if code == ScheduleCode.CREATED:
+                tally.append(((job.type, job.queue), 1))
                 continue
             created[i] = False
             if code == ScheduleCode.SAME:
-                existing.append((i, p, prep.job.id))
+                existing.append((i, p, job.id))
             else:
                 out[i] = Conflict("idempotencyKey", "already used for a job with a different body")
     if existing:
@@ -138,8 +138,8 @@ def _calls(svc: Service, specs: Sequence[JobSpec],
     None: random ids, drawn as the call is built); a spec with an idempotency key is left out
     of its run and goes, with the others, in the keyed calls at the end (no pass over the specs
     before the first call).  Fills ``out`` with each spec's job (``created`` True) or error, and
-    ``layout`` with (partition, spec indexes, prepared jobs, group sizes) of each call: the
-    replies then only correct the jobs not created."""
+    ``layout`` with (partition, spec indexes, group sizes) of each call: the replies then only
+    correct the jobs not created."""
     max_payload = svc.settings.max_payload_bytes
     keyed: list[int] = []  # filled while the runs are built, read once they are done
     for p, items, job_ids in chain(runs, _keyed_calls(specs, keyed, P, out)):
@@ -163,8 +163,8 @@ def _calls(svc: Service, specs: Sequence[JobSpec],
         if preps:
             call, order, sizes = _schedule_call(svc, p, preps, now)
             if order is not None:
-                chunk, preps = [chunk[k] for k in order], [preps[k] for k in order]
-            layout.append((p, chunk, preps, sizes))
+                chunk = [chunk[k] for k in order]
+            layout.append((p, chunk, sizes))  # not the prepared jobs: they die here, not later
             yield call
 
 
