@@ -70,7 +70,7 @@ def op_schedule(
     P = yield from svc.op_store_partitions()
     runs: list[tuple[int, Sequence[int], list[str] | None]] = []
     p, at = random_partition(P), 0
-    for run in call_sizes(n):  # consecutive partitions: batches spread evenly
+    for run in call_sizes(n, svc.streams_calls):  # consecutive partitions: batches spread evenly
         runs.append((p, range(at, at + run), None))
         p, at = (p + 1) % P, at + run
     layout: list[_Layout] = []
@@ -113,16 +113,17 @@ def op_schedule(
     return out, created  # type: ignore[return-value]
 
 
-def call_sizes(n: int) -> list[int]:
-    """Jobs per script call for ``n`` jobs: a small first call (SCHEDULE_FIRST_CHUNK), each
-    next one twice as big, then the rest in equal calls of at most SCHEDULE_CHUNK.  The sync
-    client writes each call as it is built and Redis stores one while the next is built, so
-    Redis waits only for the first; it takes about twice as long per job as the client builds
-    one, hence the doubling.  A call costs Redis ~330k instructions of its own (4-5 jobs' work,
-    callgrind): no small calls at the end too, which only a client slower than Redis gains by."""
+def call_sizes(n: int, streamed: bool = True) -> list[int]:
+    """Jobs per script call for ``n`` jobs: equal calls of at most SCHEDULE_CHUNK, after, when
+    the calls are ``streamed``, a small first call (SCHEDULE_FIRST_CHUNK) and each next one
+    twice as big.  The sync client writes each call as it is built and Redis stores one while
+    the next is built, so Redis waits only for the first; it takes about twice as long per job
+    as the client builds one, hence the doubling.  A call costs Redis ~330k instructions of its
+    own (4-5 jobs' work, callgrind): no small calls at the end too, which only a client slower
+    than Redis gains by, nor when the calls go in one pipeline once all are built."""
     sizes: list[int] = []
     size = defaults.SCHEDULE_FIRST_CHUNK
-    while size < defaults.SCHEDULE_CHUNK and n > 2 * size:
+    while streamed and size < defaults.SCHEDULE_CHUNK and n > 2 * size:
         sizes.append(size)
         n -= size
         size *= 2
