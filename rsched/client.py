@@ -68,6 +68,7 @@ class Client(ClientBase):
         self.r: Redis = (fast_packing(redis) if redis is not None
                          else connect(self.settings.redis_url, wait=self.settings.wait_replicas,
                                       wait_timeout_ms=self.settings.wait_timeout_ms))
+        self.streams_calls = ops.streams(self.r, durable=True)  # scheduling's writes are durable
 
     def run(self, op: Op[T]) -> T:
         """Execute an operation's Redis work on this client, one pipeline per step."""

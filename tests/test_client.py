@@ -12,6 +12,7 @@ import redis
 from helpers import PARTITIONS, event_types, redis_now_ms, settings, smembers
 
 from rsched import Client, Conflict, JobSpec, JobStatus, NotFound, ValidationError
+from rsched.aclient import AsyncClient
 from rsched.core import defaults
 from rsched.core.cron import parse_cron
 from rsched.core.errors import PayloadTooLarge, UnsafeRedis
@@ -21,7 +22,7 @@ from rsched.core.models import partition_of, run_fields, unpack_spec
 from rsched.core.spec import check_ints, check_names, prepare, usual_fast
 from rsched.rdb import keys, ops
 from rsched.rdb.ops import Scripts
-from rsched.service import reads
+from rsched.service import reads, scheduling
 from rsched.service.patch import JobPatch
 
 
@@ -199,6 +200,43 @@ def test_a_small_batch_lands_in_one_partition_and_batches_spread_over_all(
         assert len(parts) == 1
         picked += parts
     assert set(picked) == set(range(PARTITIONS))
+
+
+@pytest.mark.parametrize("n", [0, 1, 32, 64, 65, 250, 1000, 5000])
+def test_a_batch_goes_in_calls_growing_from_a_small_first_one_to_equal_bounded_ones(
+    n: int,
+) -> None:
+    """Streamed, Redis waits for the first call only: it is small, the next ones double (while
+    Redis stores one, the client builds the next), then the rest split evenly under the bound.
+    In one pipeline, the fewest calls under the bound: each costs Redis work of its own."""
+    first, chunk = defaults.SCHEDULE_FIRST_CHUNK, defaults.SCHEDULE_CHUNK
+    sizes = scheduling.call_sizes(n)
+    assert sum(sizes) == n and all(0 < s <= chunk for s in sizes)
+    if n <= 2 * first:
+        assert sizes == ([n] if n else [])
+    else:
+        assert sizes[0] == first and sizes[1] > first
+    steps = (chunk // first).bit_length()  # 32, 64, 128: then calls of up to 250
+    assert len(sizes) <= steps + -(-n // chunk)
+    if n >= 1000:
+        assert sizes[:steps] == [first << k for k in range(steps)]
+        assert max(sizes[steps:]) - min(sizes[steps:]) <= 1
+    piped = scheduling.call_sizes(n, streamed=False)
+    assert sum(piped) == n and len(piped) == -(-n // chunk)
+    assert not piped or max(piped) - min(piped) <= 1
+
+
+def test_only_a_client_that_streams_its_calls_starts_a_batch_with_small_ones(
+    redis_url: str,
+) -> None:
+    plain = Client(settings=settings(redis_url))
+    waiting = Client(settings=settings(redis_url, wait_replicas=1))
+    try:
+        assert plain.streams_calls and not waiting.streams_calls
+        assert not AsyncClient(settings(redis_url)).streams_calls
+    finally:
+        plain.r.close()
+        waiting.r.close()
 
 
 def vars_of(spec: JobSpec) -> dict[str, Any]:

@@ -15,6 +15,7 @@ WAIT_TIMEOUT_MS = 1000
 
 # Scheduling (service.scheduling).
 SCHEDULE_CHUNK = 250  # jobs per schedule script call: bounded argument lists, short Redis pauses
+SCHEDULE_FIRST_CHUNK = 32  # a batch's first call: Redis starts early (service.scheduling)
 BACKFILL_MAX = 10_000  # occurrences one backfill call may run (POST /jobs/{id}/backfill)
 BACKFILL_CHUNK = 500  # occurrences per backfill script call, all sent in one round trip
 

@@ -59,27 +59,21 @@ def partition_for_key(key: str, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
 
-def random_job_ids(n: int, partitions: int, now_ms: int, spread: int | None = None
-                   ) -> tuple[list[int], list[str]]:
-    """Partitions and ids of ``n`` new jobs created at ``now_ms`` (the caller's reading of
-    Redis's clock: the jobs' created_ms, see created_ms_of), as two lists (no tuple per job for
-    the garbage collector to walk): one urandom and one base64 call per batch, since a ulid
-    per job cost more than the rest of its id.  Ids are ulids as above, behind their partition.
-
-    The jobs go to ``spread`` consecutive partitions (default: all) from one picked at random for
-    the batch, each job to one of them by its first two random bytes: a batch a single script
-    call holds then costs that one call instead of one per partition it would touch, and
-    batches still spread evenly over the partitions."""
-    spread = partitions if spread is None else max(1, min(spread, partitions))
-    head = stamp(now_ms)
+def random_job_ids(n: int, partition: int, now_ms: int) -> list[str]:
+    """Ids of ``n`` new jobs of ``partition`` created at ``now_ms`` (the caller's reading of
+    Redis's clock: the jobs' created_ms, see created_ms_of): one urandom and one base64 call
+    for them all, since a ulid per job cost more than the rest of its id.  Ids are ulids as
+    above, behind their partition."""
     size = RANDOM_BYTES
-    raw = os.urandom(size * n + 2)
-    rand = sorted64(raw[: size * n])
-    first = (raw[-2] << 8 | raw[-1]) % partitions if spread < partitions else 0
-    parts = [(first + (raw[j] << 8 | raw[j + 1]) % spread) % partitions
-             for j in range(0, size * n, size)]
+    rand = sorted64(os.urandom(size * n))
+    head = f"{partition}-{stamp(now_ms)}"
     w = 4 * size // 3
-    return parts, [f"{p}-{head}{rand[w * k : w * k + w]}" for k, p in enumerate(parts)]
+    return [head + rand[w * k : w * k + w] for k in range(n)]
+
+
+def random_partition(partitions: int) -> int:
+    """A partition drawn at random: where a batch of new jobs starts (service.scheduling)."""
+    return int.from_bytes(os.urandom(2), "big") % partitions
 
 
 def keyed_job_id(idempotency_key: str, partitions: int) -> tuple[int, str]:

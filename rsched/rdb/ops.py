@@ -75,6 +75,14 @@ def fill_pipeline(pipe: Any, work: Commands) -> Any:
     return pipe
 
 
+def streams(r: Any, durable: bool) -> bool:
+    """Whether `execute` on the sync client ``r`` writes a Scripts step's calls to Redis as
+    they are built (scripts.stream_many): one Redis, and no replicas to wait for on a durable
+    step; otherwise they go in one pipeline once all are built."""
+    return getattr(r, "connection_pool", None) is not None and not (
+        durable and wait_of(r) is not None)
+
+
 def execute(r: Any, work: Work) -> Any:
     """One step on a sync redis-py client, one pipeline (or script stream) per step."""
     if isinstance(work, Blocking):
@@ -85,8 +93,8 @@ def execute(r: Any, work: Work) -> Any:
         r.ready()
         return len(r.slots.masters)
     if isinstance(work, Scripts):
-        if work.durable and (wait := wait_of(r)) is not None:
-            return scripts.call_many(r, work.calls, wait)
+        if not streams(r, work.durable):
+            return scripts.call_many(r, work.calls, wait_of(r) if work.durable else None)
         return scripts.stream_many(r, work.calls)
     wait = wait_of(r) if work.durable else None
     pipe = _commands(r, work, wait)
@@ -143,4 +151,4 @@ async def arun(r: Any, op: Op[T]) -> T:
 
 
 __all__ = ["Blocking", "Commands", "Masters", "Op", "Scripts", "Work", "arun", "cmd",
-           "fill_pipeline", "one", "run"]
+           "fill_pipeline", "one", "run", "streams"]

@@ -30,6 +30,9 @@ class Service:
         self._partitions: int | None = None
         self._offset_ms = 0
         self._offset_at = 0.0
+        self.streams_calls = False
+        """The driver writes script calls to Redis as they are built (rdb.ops.streams), so
+        scheduling starts a batch with small calls (service.scheduling.call_sizes)."""
 
     @property
     def archive(self) -> Store | None:

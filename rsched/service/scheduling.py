@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 from rsched.core import defaults
 from rsched.core.codes import ControlCode, ScheduleCode
 from rsched.core.errors import Conflict, NotFound, RschedError, VersionMismatch
-from rsched.core.ids import keyed_job_id, random_job_ids
+from rsched.core.ids import keyed_job_id, random_job_ids, random_partition
 from rsched.core.layout import JB, J
 from rsched.core.models import Job, JobStatus, partition_of, with_run_at
 from rsched.core.spec import (
@@ -37,7 +38,7 @@ _CRON_AT = SHARED_FIELDS.index(J.cron)
 assert OWN_FIELDS == (J.next_ms, J.spec)  # the order _schedule_call writes them in
 assert SHARED_FIELDS[:2] == (J.type, J.queue)  # what _schedule_call reports group sizes by
 
-_Layout = tuple[int, list[int], list[Prepared], list[tuple[Any, int]]]
+_Layout = tuple[int, list[int], list[tuple[Any, int]]]  # partition, spec indexes, groups
 
 
 def op_schedule_many(svc: Service, specs: Sequence[JobSpec]) -> Op[list[Job | RschedError]]:
@@ -63,90 +64,137 @@ def op_schedule(
     Written to leave few objects per job alive until the batch ends (parallel lists, no
     per-job tuples): at 100,000 jobs the garbage collector, which walks every live container
     again and again, cost as much as all the rest of the client's work."""
-    out: list[Job | RschedError | None] = [None] * len(specs)
-    created = [False] * len(specs)
+    n = len(specs)
+    out: list[Job | RschedError | None] = [None] * n
+    created = [False] * n
     now = yield from svc.op_now()
     P = yield from svc.op_store_partitions()
-    parts, ids = random_job_ids(len(specs), P, now,
-                                spread=-(-len(specs) // defaults.SCHEDULE_CHUNK))
-    by_part: dict[int, list[int]] = defaultdict(list)
-    for i, spec in enumerate(specs):
-        key = spec.idempotency_key
-        if key is not None:
-            try:
-                parts[i], ids[i] = keyed_job_id(check_idempotency_key(key), P)
-            except RschedError as e:
-                out[i] = e
-                continue
-        by_part[parts[i]].append(i)
+    runs: list[tuple[int, Sequence[int], list[str] | None]] = []
+    p, at = random_partition(P), 0
+    for run in call_sizes(n, svc.streams_calls):  # consecutive partitions: batches spread evenly
+        runs.append((p, range(at, at + run), None))
+        p, at = (p + 1) % P, at + run
     layout: list[_Layout] = []
-    calls = _calls(svc, specs, ids, by_part, now, out, layout)
+    calls = _calls(svc, specs, runs, P, now, out, created, layout)
     results = yield Scripts(calls, durable=True)
     wake: set[int] = set()
-    existing: list[int] = []
+    existing: list[tuple[int, int, str]] = []  # (spec index, partition, id) of jobs found
     tally: list[tuple[Any, int]] = []  # ((type, queue), how many such jobs were created)
-    for (p, chunk, preps, sizes), res in zip(layout, results, strict=True):
+    jobs: list[Job] = out  # type: ignore[assignment]  # what a call's spec indexes hold
+    for (p, chunk, sizes), res in zip(layout, results, strict=True):
         if isinstance(res, Exception):
             raise res
         if res[0] == 1:
             wake.add(p)
-        created_ms = int(res[1])
         codes = res[2:]
-        if any(codes):
-            tally += (((prep.job.type, prep.job.queue), 1)
-                      for prep, code in zip(preps, codes, strict=True)
-                      if code == ScheduleCode.CREATED)
-        else:  # the usual case, every job created: the metric counts whole groups
-            tally += sizes
-        for i, prep, code in zip(chunk, preps, codes, strict=True):
-            job = prep.job
+        if jobs[chunk[0]].idempotency_key is not None:  # keyed ids (a call holds only keyed
+            created_ms = int(res[1])  # or only random ones): Redis's clock, stored (a random
+            for i, code in zip(chunk, codes, strict=True):  # id's is `now`)
+                if code == ScheduleCode.CREATED:
+                    jobs[i].created_ms = jobs[i].updated_ms = created_ms
+        if not any(codes):  # the usual case, every job created: out and created say so already
+            tally += sizes  # and the metric counts whole groups
+            continue
+        for i, code in zip(chunk, codes, strict=True):
+            job = jobs[i]
             if code == ScheduleCode.CREATED:
-                if prep.body_hash:  # a keyed id: Redis's clock, stored (a random id's is `now`)
-                    job.created_ms = job.updated_ms = created_ms
-                out[i] = job
-                created[i] = True
-            elif code == ScheduleCode.SAME:
-                existing.append(i)
+                tally.append(((job.type, job.queue), 1))
+                continue
+            created[i] = False
+            if code == ScheduleCode.SAME:
+                existing.append((i, p, job.id))
             else:
                 out[i] = Conflict("idempotencyKey", "already used for a job with a different body")
     if existing:
-        hashes = yield Commands([cmd("hgetall", keys.job(parts[i], ids[i])) for i in existing])
-        for i, h in zip(existing, hashes, strict=True):
-            out[i] = Job.from_hash(h, ids[i])
+        hashes = yield Commands([cmd("hgetall", keys.job(p, job_id)) for _, p, job_id in existing])
+        for (i, _, job_id), h in zip(existing, hashes, strict=True):
+            out[i] = Job.from_hash(h, job_id)
     SCHEDULED.add(tally)  # rsched_jobs_scheduled, read by rsched.obs.metrics when scraped
     yield from op_wake(wake)
     return out, created  # type: ignore[return-value]
 
 
-def _calls(svc: Service, specs: Sequence[JobSpec], ids: list[str],
-           by_part: dict[int, list[int]], now: int, out: list[Any],
-           layout: list[_Layout]) -> Iterator[scripts.Call]:
+def call_sizes(n: int, streamed: bool = True) -> list[int]:
+    """Jobs per script call for ``n`` jobs: equal calls of at most SCHEDULE_CHUNK, after, when
+    the calls are ``streamed``, a small first call (SCHEDULE_FIRST_CHUNK) and each next one
+    twice as big.  The sync client writes each call as it is built and Redis stores one while
+    the next is built, so Redis waits only for the first; it takes about twice as long per job
+    as the client builds one, hence the doubling.  A call costs Redis ~330k instructions of its
+    own (4-5 jobs' work, callgrind): no small calls at the end too, which only a client slower
+    than Redis gains by, nor when the calls go in one pipeline once all are built."""
+    sizes: list[int] = []
+    size = defaults.SCHEDULE_FIRST_CHUNK
+    while streamed and size < defaults.SCHEDULE_CHUNK and n > 2 * size:
+        sizes.append(size)
+        n -= size
+        size *= 2
+    calls = -(-n // defaults.SCHEDULE_CHUNK)
+    return sizes + [n * (k + 1) // calls - n * k // calls for k in range(calls)]
+
+
+def _calls(svc: Service, specs: Sequence[JobSpec],
+           runs: list[tuple[int, Sequence[int], list[str] | None]], P: int, now: int,
+           out: list[Any], created: list[bool], layout: list[_Layout]) -> Iterator[scripts.Call]:
     """Jobs prepared one script call at a time: the sync client sends each call as it comes, so
-    Redis stores one chunk while the next is prepared.  Fills ``out`` with each spec's error and
-    ``layout`` with (partition, spec indexes, prepared jobs, group sizes) of each call."""
+    Redis stores one chunk while the next is prepared.  ``runs``: (partition, spec indexes,
+    None: random ids, drawn as the call is built); a spec with an idempotency key is left out
+    of its run and goes, with the others, in the keyed calls at the end (no pass over the specs
+    before the first call).  Fills ``out`` with each spec's job (``created`` True) or error, and
+    ``layout`` with (partition, spec indexes, group sizes) of each call: the replies then only
+    correct the jobs not created."""
     max_payload = svc.settings.max_payload_bytes
+    keyed: list[int] = []  # filled while the runs are built, read once they are done
+    for p, items, job_ids in chain(runs, _keyed_calls(specs, keyed, P, out)):
+        chunk: list[int] = []
+        preps: list[Prepared] = []
+        drawn = random_job_ids(len(items), p, now) if job_ids is None else job_ids
+        for i, job_id in zip(items, drawn, strict=True):
+            spec = specs[i]
+            if job_ids is None and spec.idempotency_key is not None:
+                keyed.append(i)
+                continue
+            try:
+                prep = prepare(spec, job_id, now, max_payload)
+            except RschedError as e:
+                out[i] = e
+                continue
+            preps.append(prep)
+            chunk.append(i)
+            out[i] = prep.job
+            created[i] = True
+        if preps:
+            call, order, sizes = _schedule_call(svc, p, preps, now)
+            if order is not None:
+                chunk = [chunk[k] for k in order]
+            layout.append((p, chunk, sizes))  # not the prepared jobs: they die here, not later
+            yield call
+
+
+def _keyed_calls(specs: Sequence[JobSpec], keyed: list[int], P: int, out: list[Any]
+                 ) -> Iterator[tuple[int, list[int], list[str]]]:
+    """(partition, spec indexes, ids) of the calls for the specs with an idempotency key: each
+    id, and so its partition, is derived from the key; a bad key is the spec's error."""
+    by_part: dict[int, list[int]] = defaultdict(list)
+    key_ids: dict[int, str] = {}
+    for i in keyed:
+        try:
+            p, key_ids[i] = keyed_job_id(check_idempotency_key(specs[i].idempotency_key), P)
+        except RschedError as e:
+            out[i] = e
+            continue
+        by_part[p].append(i)
     for p, items in by_part.items():
         for c in range(0, len(items), defaults.SCHEDULE_CHUNK):
-            chunk: list[int] = []
-            preps: list[Prepared] = []
-            for i in items[c : c + defaults.SCHEDULE_CHUNK]:
-                try:
-                    preps.append(prepare(specs[i], ids[i], now, max_payload))
-                    chunk.append(i)
-                except RschedError as e:
-                    out[i] = e
-            if preps:
-                call, order, sizes = _schedule_call(svc, p, preps, now)
-                layout.append((p, [chunk[k] for k in order], [preps[k] for k in order], sizes))
-                yield call
+            chunk = items[c : c + defaults.SCHEDULE_CHUNK]
+            yield p, chunk, [key_ids[i] for i in chunk]
 
 
 def _schedule_call(
     svc: Service, p: int, preps: list[Prepared], now: int
-) -> tuple[scripts.Call, list[int], list[tuple[Any, int]]]:
+) -> tuple[scripts.Call, list[int] | None, list[tuple[Any, int]]]:
     """The script call for jobs of partition ``p``, the order it holds them in (indexes
-    into ``preps``): grouped by their SHARED_FIELDS values, each group's values sent once,
-    and ((type, queue), size) of each group."""
+    into ``preps``; None: as they are, one group): grouped by their SHARED_FIELDS values, each
+    group's values sent once, and ((type, queue), size) of each group."""
     groups: dict[tuple[Any, ...], list[int]] = {}
     for k, prep in enumerate(preps):
         shared = prep.shared()
@@ -161,6 +209,9 @@ def _schedule_call(
                        len(SHARED_FIELDS), len(OWN_FIELDS), *SHARED_FIELDS, *OWN_FIELDS]
     order: list[int] = []
     streams: dict[str, int] = {}  # queue -> KEYS index (1-based) of its stream, after the jobs
+    # next_ms -> its text, which is also the score of a job of priority 0: hiredis writes an int
+    # out through str() per argument, and the jobs of a call mostly share their due ms (0.7 us).
+    texts: dict[int, str] = {}
     for shared, members in groups.items():
         args.append(len(members))
         # One-off jobs that are due go straight to their queue stream (see lua/schedule.lua).
@@ -173,12 +224,16 @@ def _schedule_call(
         paused = shared[_STATUS_AT] == JobStatus.PAUSED.value
         for k in members:  # the id, then OWN_FIELDS values written out: a call per job cost 0.2 us
             job, blob, body_hash, next_ms, score = preps[k]
+            due = texts.get(next_ms)
+            if due is None:
+                due = texts[next_ms] = str(next_ms)
             ks.append(job_key + job.id)
-            args += (body_hash, "" if paused else score, job.id, next_ms, blob)
+            args += (body_hash, "" if paused else due if score == next_ms else score, job.id, due,
+                     blob)
         order += members
     ks += (keys.stream(p, queue) for queue in streams)
     sizes = [(shared[:2], len(members)) for shared, members in groups.items()]
-    return ("schedule", ks, args), order, sizes
+    return ("schedule", ks, args), order if len(groups) > 1 else None, sizes
 
 
 def _as_bytes(v: Any) -> bytes:
