@@ -82,3 +82,62 @@ def test_a_stream_that_became_busy_is_read_within_focus_s_while_another_stays_bu
     waited = asyncio.run(scenario())
     assert waited < defaults.FOCUS_S + 1.0  # generous: a shared machine
     assert int(r.hget(keys.stats(A), "succeeded") or 0) < 3000  # A still had work meanwhile
+
+
+# --- reads that go with reports ------------------------------------------------------------------
+
+
+async def full_table(w: Worker) -> None:
+    """Two reads of 4 runs at concurrency 4 (partition A's stream only), their handlers done: 8
+    outcomes wait for their report, no slot is free, and the fetch loop would wait (what
+    `Worker.run` lets a report read for: `reporter.tail`, `intake.parked`)."""
+    await w.setup()
+    w.link.streams = {keys.stream(A, defaults.QUEUE): (A, defaults.QUEUE)}
+    w.reporter.tail = w.intake
+    for _ in range(2):
+        assert await w.fetch_once(block_ms=20) == 4
+        await w.wait_handlers(5)
+    assert w.runs.free() == 0
+
+
+def test_a_report_takes_the_next_read_along_while_the_fetch_loop_waits_for_slots(
+    redis_url: str, client: Client, r: redis.Redis
+) -> None:
+    due_jobs(client, A, 12, "a")
+
+    async def scenario() -> tuple[int, int]:
+        w = Worker(noop_app(), settings(redis_url), concurrency=4)
+        try:
+            await full_table(w)
+            w.intake.parked = asyncio.Event()
+            assert await w.flush_once() == 8
+            taken = len(w.runs)  # read in the report's round trip, no fetch_once
+            await w.wait_handlers(5)
+            w.intake.parked = None
+            await w.flush_once()
+            return taken, int(r.hget(keys.stats(A), "succeeded") or 0)
+        finally:
+            await w.close()
+
+    assert asyncio.run(scenario()) == (4, 12)
+
+
+def test_once_the_worker_stops_a_report_takes_no_new_runs(
+    redis_url: str, client: Client, r: redis.Redis
+) -> None:
+    due_jobs(client, A, 12, "a")
+
+    async def scenario() -> int:
+        w = Worker(noop_app(), settings(redis_url), concurrency=4)
+        try:
+            await full_table(w)
+            stop = asyncio.Event()
+            w.intake.parked = stop
+            stop.set()  # draining: what is left stays in the stream for other workers
+            assert await w.flush_once() == 8
+            return len(w.runs)
+        finally:
+            await w.close()
+
+    assert asyncio.run(scenario()) == 0
+    assert int(r.xlen(keys.stream(A, defaults.QUEUE))) == 12

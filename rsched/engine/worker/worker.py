@@ -185,10 +185,13 @@ class Worker:
                                       max(self.visibility_ms / 4000, 0.1)).run(stop)),
             asyncio.create_task(Every(self.prune_consumers_once, PRUNE_EVERY_S).run(stop)),
         ]
+        groups = same_slot_groups(self.link.r, self.link.streams)
+        # One fetch loop (one Redis): reads may go with reports (Intake.plan_with_report).
+        self.reporter.tail = self.intake if groups == [None] else None
         try:
-            await asyncio.gather(*(self._fetch_loop(stop, group)
-                                   for group in same_slot_groups(self.link.r, self.link.streams)))
+            await asyncio.gather(*(self._fetch_loop(stop, group) for group in groups))
         finally:
+            self.reporter.tail = None
             for t in fetching:
                 t.cancel()
             await self.runner.drain(self.grace_s)
@@ -214,10 +217,14 @@ class Worker:
         while not stop.is_set():
             if self.runs.free() <= 0:
                 self._slot.clear()
-                try:
-                    await asyncio.wait_for(self._slot.wait(), 0.5)
+                self.intake.parked = stop  # meanwhile a report may read for this loop
+                try:  # a timeout scope, not wait_for: 3.11's wraps the wait in a task each time
+                    async with asyncio.timeout(0.5):
+                        await self._slot.wait()
                 except TimeoutError:
                     pass
+                finally:
+                    self.intake.parked = None
                 continue
             try:
                 await self.fetch_once(block_ms=500, streams=streams)
