@@ -71,6 +71,7 @@ class Reporter:
         self.done: list[Outcome] = []  # outcomes waiting for their report
         self.wake = asyncio.Event()  # set when there may be something to report
         self.tail: Tail | None = None  # the intake, when reads may go with reports
+        self.reported = asyncio.Event()  # set after each report
 
     # --- starts ------------------------------------------------------------------------------
 
@@ -214,6 +215,7 @@ class Reporter:
         if tail is not None and read is not None:  # after the report: its runs left the table
             tail.took_with_report(plan, read)
         self.slot.set()
+        self.reported.set()
         return len(batch) - len(retry_later)
 
     def _complete_calls(self, batch: list[Outcome]

@@ -3,7 +3,8 @@
 Hot path per batch, not per job: one XREADGROUP for every stream (intake), handlers start at
 once and run concurrently (runner), and outcomes are flushed every few milliseconds with one
 complete script per partition, which also records the start of runs that finished quickly
-(reporter).  Only runs still going after ``start_after_ms`` get a start script of their own
+(reporter); while the table is (nearly) full, the next read goes in a report's round trip.
+Only runs still going after ``start_after_ms`` get a start script of their own
 (batched), which takes their fencing token before any heartbeat; a run's start thus costs
 nothing extra on the hot path, and a long run is recorded as running well within the
 visibility timeout.  Heartbeats (membership) keep the stream entries of long runs fresh so
@@ -221,13 +222,15 @@ class Worker:
             # flush_ms, reads for these slots and those it frees in its own round trip (a read
             # each time a handler returned: round trips per run 0.21 -> 0.12 at concurrency 16
             # with a one-INCR body).  Below concurrency 4 a slot never waits for that.
+            few = free > 0  # then the report is what to wait for, not each handler's return
             if free <= 0 or (free < self._few and self.reporter.done
                              and self.reporter.tail is self.intake):
-                self._slot.clear()
+                wake = self.reporter.reported if few else self._slot
+                wake.clear()
                 self.intake.parked = stop  # meanwhile a report may read for this loop
                 try:  # a timeout scope, not wait_for: 3.11's wraps the wait in a task each time
-                    async with asyncio.timeout(0.5 if free <= 0 else defaults.FOCUS_S):
-                        await self._slot.wait()
+                    async with asyncio.timeout(defaults.FOCUS_S if few else 0.5):
+                        await wake.wait()
                 except TimeoutError:
                     pass
                 finally:
