@@ -159,6 +159,28 @@ def test_a_job_on_a_queue_the_dispatcher_has_not_seen_is_dispatched_in_the_same_
     assert [e["j"] for e in stream_entries(r, 2, "mail")] == [mail[0].id]
 
 
+def test_jobs_scheduled_after_the_dispatcher_first_read_no_queues_are_claimed_in_one_call(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    # A dispatcher up before any job (as in `make bench`) read the partition's queues empty:
+    # kept, its first claim would pass no queue stream and hand every job back to go the
+    # recurring way (a read per job and a second claim call).
+    k = keys_in_partition(4, 3)
+    calls, recording = record_script_calls("claim")
+
+    async def scenario() -> None:
+        async with Rig(redis_url, clock=clock, dispatcher_kw={"call_many": recording}) as rig:
+            assert (await rig.claim()).dispatched == 0
+            for key in k:
+                client.schedule("t", run_at=clock() + 1000, idempotency_key=key)
+            clock.advance(1000)
+            assert (await rig.claim()).dispatched == 3
+
+    asyncio.run(scenario())
+    assert len(calls) == 1
+    assert len(stream_entries(r, 4)) == 3
+
+
 def test_the_loops_rounds_read_only_partitions_with_something_due_and_miss_nothing(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import redis
 from helpers import keys_in_partition, settings
@@ -15,6 +17,7 @@ from rsched.engine.worker import Worker
 from rsched.rdb import keys
 
 A, B = 2, 9  # two partitions of the 16
+T = TypeVar("T")
 
 
 def due_jobs(client: Client, p: int, n: int, prefix: str) -> None:
@@ -82,3 +85,63 @@ def test_a_stream_that_became_busy_is_read_within_focus_s_while_another_stays_bu
     waited = asyncio.run(scenario())
     assert waited < defaults.FOCUS_S + 1.0  # generous: a shared machine
     assert int(r.hget(keys.stats(A), "succeeded") or 0) < 3000  # A still had work meanwhile
+
+
+# --- reads that go with reports ------------------------------------------------------------------
+
+
+def with_full_table(redis_url: str, then: Callable[[Worker], Awaitable[T]]) -> T:
+    """``then(w)`` on a worker at concurrency 4 reading partition A's stream only, after two
+    reads of 4 runs whose handlers are done: 8 outcomes wait for their report, no slot is free,
+    and the fetch loop would wait (what `Worker.run` lets a report read for: `reporter.tail`,
+    `intake.parked`)."""
+
+    async def scenario() -> T:
+        w = Worker(noop_app(), settings(redis_url), concurrency=4)
+        try:
+            await w.setup()
+            w.link.streams = {keys.stream(A, defaults.QUEUE): (A, defaults.QUEUE)}
+            w.reporter.tail = w.intake
+            for _ in range(2):
+                assert await w.fetch_once(block_ms=20) == 4
+                await w.wait_handlers(5)
+            assert w.runs.free() == 0
+            return await then(w)
+        finally:
+            await w.close()
+
+    return asyncio.run(scenario())
+
+
+def test_a_report_takes_the_next_read_along_while_the_fetch_loop_waits_for_slots(
+    redis_url: str, client: Client, r: redis.Redis
+) -> None:
+    due_jobs(client, A, 12, "a")
+
+    async def then(w: Worker) -> tuple[int, int]:
+        w.intake.parked = asyncio.Event()
+        assert await w.flush_once() == 8
+        taken = len(w.runs)  # read in the report's round trip, no fetch_once
+        await w.wait_handlers(5)
+        w.intake.parked = None
+        await w.flush_once()
+        return taken, int(r.hget(keys.stats(A), "succeeded") or 0)
+
+    assert with_full_table(redis_url, then) == (4, 12)
+
+
+def test_once_the_worker_stops_a_report_takes_no_new_runs(
+    redis_url: str, client: Client, r: redis.Redis
+) -> None:
+    due_jobs(client, A, 12, "a")
+
+    async def then(w: Worker) -> int:
+        stop = asyncio.Event()
+        w.intake.parked = stop
+        stop.set()  # draining: what is left stays in the stream for other workers
+        assert await w.flush_once() == 8
+        return len(w.runs)
+
+    assert with_full_table(redis_url, then) == 0
+    # nothing delivered past the 8 reported: the other 4 wait in the stream for other workers
+    assert r.xpending(keys.stream(A, defaults.QUEUE), keys.GROUP)["pending"] == 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -211,6 +211,23 @@ async def acall_many(r: Any, calls: Iterable[Call], wait: Wait | None = None) ->
     """call_many on an asyncio client."""
     todo = list(calls)
     return await _arun(r, todo, wait=wait) if todo else []
+
+
+async def acall_many_then(r: Any, calls: Sequence[Call], then: Callable[[Any], Any]
+                          ) -> tuple[list[Any], list[Any]]:
+    """acall_many with more commands in the same round trip (one Redis, not a cluster):
+    ``then`` queues them on the pipeline after the calls.  Returns the calls' results and the
+    commands' replies apart, exceptions in place.  A call whose script Redis lacked is sent again
+    after the load, alone: the commands are not repeated."""
+    p = _fill(pipeline(r), calls)
+    then(p)
+    replies = list(await p.execute(raise_on_error=False))
+    results, more = replies[:len(calls)], replies[len(calls):]
+    if (reload := _Reload.of(calls, results)) is not None:
+        for source in reload.sources:
+            await r.script_load(source)
+        results = reload.merge(results, await _asend(r, reload.calls(calls), False))
+    return results, more
 
 
 def stream_many(r: Any, calls: Iterable[Call]) -> list[Any]:

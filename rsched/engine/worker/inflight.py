@@ -116,11 +116,12 @@ class Runs:
     def __contains__(self, run_id: object) -> bool:
         return run_id in self.by_id
 
-    def free(self) -> int:
+    def free(self, freed: int = 0) -> int:
         """Slots for new runs.  A finished run waiting for its report holds no slot (up to
-        ``concurrency`` of them), so the report's round trip never idles the handlers."""
+        ``concurrency`` of them), so the report's round trip never idles the handlers.
+        ``freed``: as if a report took that many finished runs off first."""
         running = len(self.by_id) - self.finished
-        return min(self.concurrency - running, 2 * self.concurrency - len(self.by_id))
+        return min(self.concurrency - running, 2 * self.concurrency - len(self.by_id) + freed)
 
     def forget_finished(self, fl: Inflight) -> None:
         """Drop a finished run whose outcome will not be reported (off the per-job path)."""

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rsched.core import defaults
 from rsched.core.wire import ENTRY_ATTEMPT, ENTRY_RUN
@@ -32,6 +33,14 @@ def _entries(resp: Any) -> list[Entry]:
     return out
 
 
+class ReadPlan(NamedTuple):
+    """One XREADGROUP: its streams, COUNT, and whether it is focused (see Intake._plan)."""
+
+    streams: list[str]
+    n: int  # COUNT
+    focused: bool
+
+
 @dataclass(slots=True)
 class Intake:
     """Reads entries and hands them to the runner: fresh ones at once (their start is recorded
@@ -47,6 +56,8 @@ class Intake:
     _busy: list[str] = field(default_factory=list)  # streams the last full read found entries in
     _turn: int = 0  # where the next focused read starts among them
     _full_at: float = 0.0  # monotonic time of the last read of every stream
+    parked: asyncio.Event | None = None  # the fetch loop's stop while it waits for free slots
+    _tail: bool = False  # a read goes with a report now
 
     async def fetch_once(self, block_ms: int = 1000, streams: Sequence[str] | None = None) -> int:
         """Read new entries from every stream, or from ``streams`` (a cluster's one XREADGROUP
@@ -55,44 +66,78 @@ class Intake:
         free = self.runs.free()
         if free <= 0:
             return 0
-        # COUNT applies per stream: split the free slots over all streams (not just this read's)
-        # so reads cannot overshoot the concurrency by more than one entry per stream (the
-        # runner's semaphore holds those).
-        count = max(1, free // len(self.link.streams))
-        names = self.link.streams if streams is None else streams
-        if count < defaults.FOCUS_COUNT and len(names) > 1 \
-                and time.monotonic() - self._full_at < defaults.FOCUS_S:
-            focused = await self._focused_read(list(names), free)
+        names = list(self.link.streams if streams is None else streams)
+        plan = self._plan(names, free)
+        if plan.focused:
+            focused = self._took(plan, await self._read(plan))
             if focused:
                 return self._launch(focused)
-        self._full_at = time.monotonic()
-        resp: Any = await self.link.r.xreadgroup(
-            keys.GROUP, self.link.id, dict.fromkeys(names, ">"), count=count, block=block_ms
-        )
-        entries = _entries(resp)
-        got = {s for s, _, _ in entries}
-        self._busy = [s for s in names if s in got]
-        return self._launch(entries)
+            plan = self._plan(names, free, full=True)
+        return self._launch(self._took(plan, await self._read(plan, block_ms)))
 
-    async def _focused_read(self, names: list[str], free: int) -> list[Entry]:
-        """With few free slots for many streams, one entry a stream a read would leave every
-        report one run per partition (one complete call per run).  Instead read FOCUS_COUNT or
-        more entries from a few streams, taken in turn from those the last full read found
-        busy; nothing there (no block): the caller reads every stream as before, as it does
-        every FOCUS_S at least, so a stream that became busy since waits no longer than that.
-        At concurrency 16 this took complete calls from 0.45 to 0.1 per run, Redis CPU per run
-        from 57 to 31 us (loadtest/bench_phases.py)."""
+    def _plan(self, names: list[str], free: int, full: bool = False) -> ReadPlan:
+        """The next read for ``free`` slots.  COUNT applies per stream: a read of every stream
+        splits the free slots over all streams (not just this read's), so it cannot overshoot
+        the concurrency by more than one entry per stream (the runner's semaphore holds those).
+
+        With few free slots for many streams, one entry a stream a read would leave every
+        report one run per partition (one complete call per run).  Instead a focused read takes
+        FOCUS_COUNT or more entries from a few streams, in turn from those the last full read
+        found busy; nothing there (no block): the caller reads every stream as before, as it
+        does every FOCUS_S at least, so a stream that became busy since waits no longer than
+        that.  At concurrency 16 this took complete calls from 0.45 to 0.1 per run, Redis CPU
+        per run from 57 to 31 us (loadtest/bench_phases.py)."""
+        count = max(1, free // len(self.link.streams))
+        if full or count >= defaults.FOCUS_COUNT or len(names) < 2 \
+                or time.monotonic() - self._full_at >= defaults.FOCUS_S:
+            self._full_at = time.monotonic()
+            return ReadPlan(names, count, False)
         among = set(names)
         busy = [s for s in self._busy if s in among] or names
         k = max(1, min(len(busy), free // defaults.FOCUS_COUNT))
         self._turn = (self._turn + 1) % len(busy)
-        pick = [busy[(self._turn + j) % len(busy)] for j in range(k)]
-        resp: Any = await self.link.r.xreadgroup(
-            keys.GROUP, self.link.id, dict.fromkeys(pick, ">"), count=free // k)
+        return ReadPlan([busy[(self._turn + j) % len(busy)] for j in range(k)], free // k, True)
+
+    def _read(self, plan: ReadPlan, block_ms: int | None = None, on: Any = None) -> Any:
+        """XREADGROUP as planned, on the client or queued on pipeline ``on``."""
+        return (on or self.link.r).xreadgroup(
+            keys.GROUP, self.link.id, dict.fromkeys(plan.streams, ">"), count=plan.n,
+            block=block_ms)
+
+    def _took(self, plan: ReadPlan, resp: Any) -> list[Entry]:
+        """A planned read's entries; notes which streams are busy."""
         entries = _entries(resp)
-        if not entries:
+        if not plan.focused:
+            got = {s for s, _, _ in entries}
+            self._busy = [s for s in plan.streams if s in got]
+        elif not entries:
             self._busy = []
         return entries
+
+    # --- reads that go with a report (Reporter.flush_once) -----------------------------------
+
+    def plan_with_report(self, freed: int) -> ReadPlan | None:
+        """While the fetch loop waits for free slots, the read a report freeing ``freed`` slots
+        takes along in its round trip (non-blocking; nothing: the fetch loop reads as before).
+        A read round trip cost the worker 155 us of CPU here, a tenth of a run's at
+        concurrency 16.  One such read at a time, so two reports cannot both fill the slots."""
+        if self.parked is None or self.parked.is_set() or self._tail:
+            return None
+        free = self.runs.free(freed)
+        if free <= 0:
+            return None
+        self._tail = True
+        return self._plan(list(self.link.streams), free)
+
+    def queue_read(self, pipe: Any, plan: ReadPlan) -> None:
+        self._read(plan, None, pipe)
+
+    def took_with_report(self, plan: ReadPlan, resp: Any) -> int:
+        """Start what the report's read got (None or an error: nothing, the fetch loop reads)."""
+        self._tail = False
+        if resp is None or isinstance(resp, Exception):
+            return 0
+        return self._launch(self._took(plan, resp))
 
     def _launch(self, entries: list[Entry]) -> int:
         """Run fresh entries at once; their start is recorded later (see the reporter)."""

@@ -18,7 +18,7 @@ import logging
 import time
 from collections import defaultdict
 from functools import cache
-from typing import Any
+from typing import Any, Protocol
 
 from rsched.core.codes import CompleteCode, ExpireCode, StartFence
 from rsched.core.settings import Settings
@@ -49,6 +49,14 @@ def _call_keys(p: int) -> tuple[str, ...]:
     return keys.events(p), keys.stats(p), keys.retry(p), keys.dead(p)
 
 
+class Tail(Protocol):
+    """The intake's side of a read sent with a report (Intake.plan_with_report)."""
+
+    def plan_with_report(self, freed: int) -> Any: ...
+    def queue_read(self, pipe: Any, plan: Any) -> None: ...
+    def took_with_report(self, plan: Any, resp: Any) -> int: ...
+
+
 class Reporter:
     """Starts and outcomes of this worker's runs, batched per partition."""
 
@@ -62,6 +70,8 @@ class Reporter:
         self.start_after_ms = start_after_ms
         self.done: list[Outcome] = []  # outcomes waiting for their report
         self.wake = asyncio.Event()  # set when there may be something to report
+        self.tail: Tail | None = None  # the intake, when reads may go with reports
+        self.reported = asyncio.Event()  # set after each report
 
     # --- starts ------------------------------------------------------------------------------
 
@@ -175,12 +185,25 @@ class Reporter:
         if not batch:
             return 0
         calls, parts = self._complete_calls(batch)
+        # A read goes along only through the stock sender (an injected one sees scripts alone).
+        tail = self.tail if self.link.call_many is scripts.acall_many else None
+        plan = tail.plan_with_report(len(batch)) if tail is not None else None
+        read = None
         try:
-            results = await self.link.call_many(self.link.r, calls)
+            if tail is None or plan is None:
+                results = await self.link.call_many(self.link.r, calls)
+            else:
+                queue_read = tail.queue_read
+                results, more = await scripts.acall_many_then(
+                    self.link.r, calls, lambda pipe: queue_read(pipe, plan))
+                read = more[0] if more else None
         except UNAVAILABLE as e:
             log.warning("cannot report %d outcomes (%s); will retry", len(batch), e)
             self.done = batch + self.done
             return 0
+        finally:
+            if tail is not None and plan is not None and read is None:
+                tail.took_with_report(plan, None)
         retry_later: list[Outcome] = []
         for (p, items), res in zip(parts.items(), results, strict=False):
             if isinstance(res, Exception):
@@ -189,7 +212,10 @@ class Reporter:
             else:
                 self._reported(items, res)
         self.done = retry_later + self.done
+        if tail is not None and read is not None:  # after the report: its runs left the table
+            tail.took_with_report(plan, read)
         self.slot.set()
+        self.reported.set()
         return len(batch) - len(retry_later)
 
     def _complete_calls(self, batch: list[Outcome]
