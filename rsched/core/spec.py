@@ -157,7 +157,8 @@ class Prepared(NamedTuple):
     def shared(self) -> tuple[Any, ...]:
         """Job-hash values in SHARED_FIELDS order; '' (not stored) for max_attempts when it is
         the default (the readers fill it in: Job.from_hash, `--!include defaults`) and for a
-        one-off job's cron: 24 bytes fewer keep a small job's hash a listpack of 160 bytes."""
+        one-off job's cron.  schedule.lua leaves out queue and status at their defaults too
+        (core.layout): a small job's hash stays within jemalloc's 80-byte class."""
         job = self.job
         attempts = job.max_attempts
         return (job.type, job.queue, _STATUS_TEXT[job.status],

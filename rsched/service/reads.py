@@ -63,6 +63,7 @@ class Page:
 # What a job hash without the field holds, in the filter's order (status, type, queue).
 _ABSENT = (STATUS_DEFAULT, None, defaults.QUEUE)
 
+
 def op_list_jobs(
     *,
     status: str | None = None,
