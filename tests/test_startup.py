@@ -129,6 +129,35 @@ def test_stop_ends_the_wait_for_redis_even_while_a_connection_attempt_hangs() ->
     assert ok is False and took_s < 2
 
 
+def test_stop_does_not_wait_out_an_attempt_that_swallows_its_cancellation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A connection attempt deaf to its cancellation (as redis-py's once was, retrying for 21 s)
+    holds a stop back by the grace period at most."""
+    released = asyncio.Event()
+
+    async def deaf_setup() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await released.wait()  # swallowed: ends only when the test lets it
+
+    async def main() -> tuple[bool, float]:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.2, stop.set)
+        t0 = time.monotonic()
+        ok = await wait_for_redis(deaf_setup, "redis://127.0.0.1:1/0", stop)
+        took_s = time.monotonic() - t0
+        released.set()
+        await asyncio.sleep(0)
+        return ok, took_s
+
+    with caplog.at_level(logging.WARNING, logger="rsched"):
+        ok, took_s = asyncio.run(main())
+    assert ok is False and took_s < 3, took_s
+    assert any("did not end when cancelled" in r.getMessage() for r in caplog.records)
+
+
 def test_a_command_on_a_connection_the_network_dropped_is_retried_under_uvloop(
     redis_url: str,
 ) -> None:

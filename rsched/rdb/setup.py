@@ -99,6 +99,10 @@ def _op_start_up(url: str) -> Generator[float | None, BaseException | None, bool
         yield delay_s
 
 
+_CANCEL_GRACE_S = 1.0
+"""How long a stop waits for the connection attempt it cancelled to end."""
+
+
 async def wait_for_redis(setup: Callable[[], Awaitable[object]], url: str,
                          stop: asyncio.Event) -> bool:
     """Run a daemon's ``setup`` (checks, partitions, groups) until Redis answers it: True once it
@@ -127,7 +131,11 @@ async def wait_for_redis(setup: Callable[[], Awaitable[object]], url: str,
         stopped.cancel()
         if attempt is not None and not attempt.done():
             attempt.cancel()  # stopped while it connects
-            await asyncio.wait([attempt])
+            # Bounded: an attempt that swallows its cancellation would otherwise hold the stop for
+            # all its retries (4 x socket_timeout: once 21 s in a loaded test run).
+            await asyncio.wait([attempt], timeout=_CANCEL_GRACE_S)
+            if not attempt.done():
+                log.warning("a Redis connection attempt did not end when cancelled; not waiting")
 
 
 def wait_for_redis_sync(setup: Callable[[], object], url: str, stop: threading.Event) -> bool:
