@@ -81,6 +81,7 @@ def test_killing_one_of_two_dispatchers_and_restarting_it_leaves_the_other_parti
     assert len(ours) + len(theirs) == len(runs)
     assert ours[-1] < 1000, figures(ours)  # the survivor's partitions were never left unowned
     # ...and kept their normal start lag: 12-25 ms p99 on a quiet machine, 110 ms seen with a
-    # second test run beside this one on the 2 cores; before the fix 1,033-2,524 ms.
-    assert figures(ours)["p99"] < 250, figures(ours)
+    # second test run beside this one on the 2 cores, over 250 ms under heavier load; before the
+    # fix 1,033-2,524 ms, so 500 still tells the two apart.
+    assert figures(ours)["p99"] < 500, figures(ours)
     assert theirs[-1] <= LEASE_MS + RENEW_MS + 1000, figures(theirs)
