@@ -130,7 +130,8 @@ def test_a_spec_stores_default_settings_as_nil_and_reads_them_back_exactly() -> 
     assert msgpack.unpackb(blob) == [values[9], values[8]] and blob[0] == 0x92
     assert blob[0] != SPEC_WITH_LIFE and pack_spec(*values[:-1], "L1,2,3,0,4")[0] == SPEC_WITH_LIFE
     life_lua = (ROOT / "lua" / "include" / "life.lua").read_text()
-    assert f"string.byte(spec, 1) ~= {SPEC_WITH_LIFE:#x}" in life_lua
+    assert f"local SPEC_WITH_LIFE = {SPEC_WITH_LIFE:#x}\n" in life_lua
+    assert "string.byte(spec, 1) ~= SPEC_WITH_LIFE" in life_lua
     near = (timeout + 1, base - 1, 0, 0, "Etc/UTC", "skip", 0, "",
             0, b"", 0, "", None)  # values next to the defaults are kept as they are
     assert unpack_spec(pack_spec(*near)) == dict(zip(SPEC_ORDER, near, strict=True))
