@@ -17,6 +17,7 @@ from rsched.core.models import (
     SPEC_ORDER,
     SPEC_STORED,
     SPEC_WITH_LIFE,
+    pack_default_spec,
     pack_spec,
     unpack_payload,
     unpack_spec,
@@ -144,10 +145,9 @@ def test_a_spec_of_defaults_packs_by_the_shortcut_to_the_bytes_of_the_whole_rule
     """pack_spec's shortcut for a job with every setting at its default (most of a batch) must
     give the bytes the general rule gives: SPEC_STORED's array, defaults nil, the trailing
     left-out values cut; near misses (each setting off by one, of another type) take the rule."""
-    base = dict(zip(SPEC_ORDER, (defaults.TIMEOUT_MS, defaults.BACKOFF_BASE_MS,
-                                 defaults.BACKOFF_CAP_MS, 0, defaults.TZ, "run_once", 0, "",
-                                 None, b"\xc0", defaults.CATCH_UP_WINDOW_MS, "", None),
-                    strict=True))
+    base: dict[str, Any] = dict(zip(SPEC_ORDER, (
+        defaults.TIMEOUT_MS, defaults.BACKOFF_BASE_MS, defaults.BACKOFF_CAP_MS, 0, defaults.TZ,
+        "run_once", 0, "", None, b"\xc0", defaults.CATCH_UP_WINDOW_MS, "", None), strict=True))
     changes: list[dict[str, Any]] = [
         {}, {"run_at_ms": 0}, {"run_at_ms": 1_700_000_000_000},
         {"payload": b"\x81\xa1k\x01", "run_at_ms": 0},
@@ -168,6 +168,9 @@ def test_a_spec_of_defaults_packs_by_the_shortcut_to_the_bytes_of_the_whole_rule
                 _LEFT_OUT[n - 1]):
             n -= 1
         assert pack_spec(**values) == msgpack.packb(stored[:n], use_bin_type=True), change
+    for run_at_ms in (None, 0, 1_700_000_000_000):  # prepare's own shortcut
+        assert pack_default_spec(b"\x81\xa1k\x01", run_at_ms) == pack_spec(**{
+            **base, "payload": b"\x81\xa1k\x01", "run_at_ms": run_at_ms})
 
 
 def test_a_prepared_jobs_spec_blob_holds_its_settings_where_every_reader_looks() -> None:

@@ -16,7 +16,15 @@ from rsched.core.cron import parse_cron, validate_zone
 from rsched.core.errors import PayloadTooLarge, ValidationError
 from rsched.core.layout import J
 from rsched.core.lifecycle import NEVER_MS, NO_LIFE, Life, bounded, life_packed
-from rsched.core.models import Job, JobStatus, Misfire, Overlap, pack_spec, packer
+from rsched.core.models import (
+    Job,
+    JobStatus,
+    Misfire,
+    Overlap,
+    pack_default_spec,
+    pack_spec,
+    packer,
+)
 from rsched.core.times import ms_to_iso, to_ms
 
 # ms_to_iso and to_ms are re-exported: rsched.service.reads and the faces import them from here.
@@ -227,9 +235,8 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
         except Exception:  # the checks below name the error
             payload = None
         if payload is not None and len(payload) <= max_payload_bytes:
-            blob = pack_spec(u.timeout_ms, u.backoff_base_ms, u.backoff_cap_ms, u.priority, "UTC",
-                             u.misfire, u.jitter_ms, "", None if run_at else 0, payload,
-                             u.catch_up_window_ms, "", None)
+            # pack_spec of these settings, as the checked way packs them (run_at_ms: see there)
+            blob = pack_default_spec(payload, None if run_at else 0)
             nominal = run_at or now_ms
             job = Job(job_id, spec.type, spec.queue, spec.payload,
                       _PAUSED if spec.paused else _SCHEDULED, run_at, None, "UTC", nominal or None,
