@@ -173,8 +173,8 @@ while i < n do
     a = a + 1 + no
     local job_key = KEYS[4 + i]
     local existing = false
-    if not any_exists then  -- none existed before the call: only one created by it can
-      existing = made[job_key] or false
+    if not any_exists then  -- none existed before the call: only one created by it can (a
+      existing = keyed and made[job_key] or false  -- random id is never drawn twice)
     elseif not keyed then
       existing = redis.call('EXISTS', job_key) == 1 and ''
     else
