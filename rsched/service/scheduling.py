@@ -118,10 +118,11 @@ def call_sizes(n: int, streamed: bool = True) -> list[int]:
     """Jobs per script call for ``n`` jobs: equal calls of at most SCHEDULE_CHUNK, after, when
     the calls are ``streamed``, a small first call (SCHEDULE_FIRST_CHUNK) and each next one
     twice as big.  The sync client writes each call as it is built and Redis stores one while
-    the next is built, so Redis waits only for the first; it takes about twice as long per job
-    as the client builds one, hence the doubling.  A call costs Redis ~330k instructions of its
-    own (4-5 jobs' work, callgrind): no small calls at the end too, which only a client slower
-    than Redis gains by, nor when the calls go in one pipeline once all are built."""
+    the next is built, so Redis waits only for the first; it takes longer per job than the
+    client builds one (56k instructions against 40k, callgrind), hence the doubling.  A call
+    costs Redis ~330k instructions of its own (5-6 jobs' work): no small calls at the end too,
+    which only a client slower than Redis gains by, nor when the calls go in one pipeline once
+    all are built."""
     sizes: list[int] = []
     size = defaults.SCHEDULE_FIRST_CHUNK
     while streamed and size < defaults.SCHEDULE_CHUNK and n > 2 * size:
