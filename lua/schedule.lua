@@ -76,10 +76,10 @@ local out = {0, now}
 local earliest = nil
 -- One ZADD for the call's jobs (a call per job cost ~1 us each), flushed below Lua's
 -- unpack limit.
-local due = {}
+local due, nd = {}, 0  -- nd: its length, counted (# is a search in Lua 5.1)
 local function flush_due()
-  if #due > 0 then redis.call('ZADD', due_key, unpack(due)) end
-  due = {}
+  if nd > 0 then redis.call('ZADD', due_key, unpack(due, 1, nd)) end
+  due, nd = {}, 0
 end
 local a = NAMES + 1 + ns + no  -- the first group
 -- The call's jobs mostly share one type and queue (a batch of one kind): then its events
@@ -212,9 +212,9 @@ while i < n do
         redis.call('HSET', job_key, J.body_hash, body_hash, unpack(fields, 1, stop))
       end
       if not direct and s then
-        due[#due + 1] = score
-        due[#due + 1] = id
-        if #due >= 2000 then flush_due() end
+        due[nd + 1], due[nd + 2] = score, id
+        nd = nd + 2
+        if nd >= 2000 then flush_due() end
         if not earliest or s < earliest then earliest = s end
       end
       local k = batch_slot(scheduled)
