@@ -27,13 +27,15 @@ ARGV[4]     due_ms: the caller's estimate of Redis's clock when it computed the 
 ARGV[5]     n, the number of jobs
 ARGV[6]     ns, the number of shared job-hash fields; the first two are type and queue
 ARGV[7]     no, the number of a job's own job-hash fields: next_ms, spec
-ARGV[8..7+ns+no]  the shared field names, then the own field names
+ARGV[8]     keyed: 1 if every job of the call carries a body_hash (keyed ids), 0 if none does
+            (random ids, which only a replay of this very call can find existing)
+ARGV[9..8+ns+no]  the shared field names, then the own field names
 then groups until n jobs are read; a group: count, stream (index in KEYS of the group's queue
-  stream, 0 = none: never straight to the queue, e.g. recurring), its ns shared values ('' =
-  not stored, e.g. a one-off job's cron), then count jobs, each: body_hash ('' = none: a job
-  with a random id, which only a replay of this very call can find existing), score (due
-  score; '' = not indexed, e.g. created paused), id (the job id: the key holds it, the hash
-  does not), its no own values
+  stream, 0 = none: never straight to the queue, e.g. recurring), scored (0: its jobs are not
+  indexed, e.g. created paused; 1: each is due at its next_ms, the first own value; 2: each
+  carries its due score), its ns shared values ('' = not stored, e.g. a one-off job's cron),
+  then count jobs, each: its body_hash (keyed calls only), its score (scored 2 only), its id
+  (the key holds it, the hash does not), its no own values
 Stores per job (under the names of include layout, J): the shared fields not '' and not
 their default (queue DEFAULT_QUEUE, status DEFAULT_STATUS: the readers fill them in), the no
 own fields, and for a job with a body_hash (a keyed id) body_hash and created_ms (now_ms; a
@@ -50,6 +52,9 @@ Returns {head, now_ms, code_1, ..., code_n}
 --!include util
 --!include trim_acked
 --!include life
+-- Locals, not globals: the loop below reads ARGV and KEYS ~5 times a job (a global is a hash
+-- lookup each time).
+local ARGV, KEYS = ARGV, KEYS
 local due_key, events_key, queues_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms(ARGV[1])
 local maxlen = tonumber(ARGV[2])
@@ -57,6 +62,8 @@ local group = ARGV[3]
 local due_cut = math.max(tonumber(ARGV[4]), now) + 0.5
 local n = tonumber(ARGV[5])
 local ns, no = tonumber(ARGV[6]), tonumber(ARGV[7])
+local keyed = ARGV[8] == '1'
+local NAMES = 8  -- ARGV[NAMES + k]: the k-th field name
 -- The time as a string once: Redis formats a Lua number argument with snprintf on every call,
 -- twice a job here (created_ms, the event's t).
 local now_s = string.format('%d', now)
@@ -69,16 +76,43 @@ local out = {0, now}
 local earliest = nil
 -- One ZADD for the call's jobs (a call per job cost ~1 us each), flushed below Lua's
 -- unpack limit.
-local due = {}
+local due, nd = {}, 0  -- nd: its length, counted (# is a search in Lua 5.1)
 local function flush_due()
-  if #due > 0 then redis.call('ZADD', due_key, unpack(due)) end
-  due = {}
+  if nd > 0 then redis.call('ZADD', due_key, unpack(due, 1, nd)) end
+  due, nd = {}, 0
 end
--- The call's 'scheduled' events share one events-stream entry (batch_new in util).
-local scheduled = batch_new(events_key, maxlen, {'e', 'scheduled', 't', now_s}, {'j', 'ty', 'q'})
--- Jobs sent straight to their queue, as claim.lua's dispatch_own does (see the header).
-local dispatched = batch_new(events_key, maxlen, {'e', 'dispatched', 't', now_s},
-                             {'r', 'a', 'ty', 'q'})
+local a = NAMES + 1 + ns + no  -- the first group
+-- The call's jobs mostly share one type and queue (a batch of one kind): then its events
+-- carry them once, among the fields every event of the entry shares, rather than as columns
+-- filled per job and compared at the flush (3k instructions a job sent to its queue).
+local one_kind = true
+do
+  local g, seen = a, 0
+  local t1, q1 = ARGV[a + 3], ARGV[a + 4]
+  while seen < n do
+    local count = tonumber(ARGV[g])
+    if ARGV[g + 3] ~= t1 or ARGV[g + 4] ~= q1 then
+      one_kind = false
+      break
+    end
+    local per = 1 + no + (keyed and 1 or 0) + (ARGV[g + 2] == '2' and 1 or 0)
+    seen, g = seen + count, g + 3 + ns + count * per
+  end
+end
+-- The call's 'scheduled' events share one events-stream entry (batch_new in util), its
+-- 'dispatched' ones (jobs sent straight to their queue, as claim.lua's dispatch_own does: see
+-- the header) another.
+local scheduled, dispatched
+if one_kind then
+  local kind = {'ty', ARGV[a + 3], 'q', ARGV[a + 4]}
+  scheduled = batch_new(events_key, maxlen, {'e', 'scheduled', 't', now_s, unpack(kind)}, {'j'})
+  dispatched = batch_new(events_key, maxlen,
+                         {'e', 'dispatched', 't', now_s, 'a', '1', unpack(kind)}, {'r'})
+else
+  scheduled = batch_new(events_key, maxlen, {'e', 'scheduled', 't', now_s}, {'j', 'ty', 'q'})
+  dispatched = batch_new(events_key, maxlen, {'e', 'dispatched', 't', now_s, 'a', '1'},
+                         {'r', 'ty', 'q'})
+end
 local sent = 0
 local used = {}  -- queue streams written: trimmed below the acknowledged entries at the end
 -- Shared fields left out when they hold their default (a field costs a job hash its name's and
@@ -90,11 +124,11 @@ local LEFT_OUT = {[J.queue] = DEFAULT_QUEUE, [J.status] = DEFAULT_STATUS}
 local function set_group(at)
   fields = {J.created_ms, now_s}
   for k = 1, ns do
-    local name, v = ARGV[7 + k], ARGV[at + k]
+    local name, v = ARGV[NAMES + k], ARGV[at + k]
     if v ~= '' and LEFT_OUT[name] ~= v then fields[#fields + 1], fields[#fields + 2] = name, v end
   end
   NEXT_MS = #fields + 2
-  for k = 1, no do fields[#fields + 1], fields[#fields + 2] = ARGV[7 + ns + k], '' end
+  for k = 1, no do fields[#fields + 1], fields[#fields + 2] = ARGV[NAMES + ns + k], '' end
   last = #fields
   -- A job sent straight to its queue also gets its run's fields (claim.lua's dispatch_own; no
   -- last_run_id: absent, it is the own run); the run id and stream id are filled in per job.
@@ -102,33 +136,46 @@ local function set_group(at)
                OWN.dispatched_ms, now_s, OWN.stream_id, ''}
   for k = 1, RUN_FIELDS do fields[last + k] = run[k] end
 end
-local a = 8 + ns + no
 local i = 0
+local byte = string.byte
+local score_text, score_n = nil, nil  -- the last score seen, parsed
 -- One EXISTS over the call's job keys: in the usual call none exists, which spares a call per
 -- job (0.8 us of EXISTS, more of redis.call); else each job is looked up.  A key repeated in
--- the call (an idempotency key given twice) is found in `made`: job key -> its body_hash.
+-- a keyed call (an idempotency key given twice) is found in `made`: job key -> its body_hash.
 local made = {}
 local any_exists = false
 for c = 5, 4 + n, 1000 do
   any_exists = any_exists or redis.call('EXISTS', unpack(KEYS, c, math.min(c + 999, 4 + n))) > 0
 end
 while i < n do
-  local count, stream = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local jtype, queue = ARGV[a + 2], ARGV[a + 3]
+  local count, stream, scored = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2]
+  local jtype, queue = ARGV[a + 3], ARGV[a + 4]
   local stream_key = KEYS[stream]  -- nil for 0
-  set_group(a + 1)
-  a = a + 2 + ns
+  set_group(a + 2)
+  a = a + 3 + ns
   redis.call('SADD', queues_key, queue)
+  local own_score, indexed = scored == '2', scored ~= '0'
   for _ = 1, count do
     i = i + 1
-    local body_hash, score, id = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-    for k = 1, no do fields[NEXT_MS - 2 + 2 * k] = ARGV[a + 2 + k] end
-    a = a + 3 + no
+    local body_hash, score = '', nil
+    if keyed then
+      body_hash, a = ARGV[a], a + 1
+    end
+    if own_score then
+      score, a = ARGV[a], a + 1
+    end
+    local id = ARGV[a]
+    if no == 2 then  -- next_ms and spec, what the client sends: no loop (0.6k a job)
+      fields[NEXT_MS], fields[NEXT_MS + 2] = ARGV[a + 1], ARGV[a + 2]
+    else
+      for k = 1, no do fields[NEXT_MS - 2 + 2 * k] = ARGV[a + k] end
+    end
+    a = a + 1 + no
     local job_key = KEYS[4 + i]
     local existing = false
-    if not any_exists then  -- none existed before the call: only one created by it can
-      existing = made[job_key] or false
-    elseif body_hash == '' then
+    if not any_exists then  -- none existed before the call: only one created by it can (a
+      existing = keyed and made[job_key] or false  -- random id is never drawn twice)
+    elseif not keyed then
       existing = redis.call('EXISTS', job_key) == 1 and ''
     else
       existing = redis.call('HGET', job_key, J.body_hash)
@@ -136,9 +183,15 @@ while i < n do
     if existing then
       out[i + 2] = (existing == body_hash) and 1 or 2
     else
-      local s = score ~= '' and tonumber(score)  -- parsed once (tonumber is a strtod)
+      if indexed and not own_score then score = fields[NEXT_MS] end
+      -- Parsed once per distinct text (tonumber is a strtod; the jobs of a call mostly share
+      -- their due ms, and Lua compares its strings by reference).
+      if score ~= score_text then score_text, score_n = score, score and tonumber(score) end
+      local s = score_n
       local direct = stream_key and s and s <= due_cut
-      if direct then  -- past its start deadline already: the due set, where claim dead-letters it
+      -- Past its start deadline already: the due set, where claim dead-letters it (spec_life's
+      -- own first test, without its call per job: 0.6k instructions).
+      if direct and byte(fields[NEXT_MS + 2], 1) == SPEC_WITH_LIFE then
         local life = spec_life(fields[NEXT_MS + 2])
         if life and life[4] > 0 and now > tonumber(fields[NEXT_MS]) + life[4] then direct = false end
       end
@@ -153,27 +206,28 @@ while i < n do
       end
       -- The run fields after `last` are sent for a job sent to its queue only.
       local stop = direct and last + RUN_FIELDS or last
-      if body_hash == '' then
+      if not keyed then
         redis.call('HSET', job_key, unpack(fields, 3, stop))
       else
         redis.call('HSET', job_key, J.body_hash, body_hash, unpack(fields, 1, stop))
       end
       if not direct and s then
-        due[#due + 1] = score
-        due[#due + 1] = id
-        if #due >= 2000 then flush_due() end
+        due[nd + 1], due[nd + 2] = score, id
+        nd = nd + 2
+        if nd >= 2000 then flush_due() end
         if not earliest or s < earliest then earliest = s end
       end
       local k = batch_slot(scheduled)
-      scheduled[1][k], scheduled[2][k], scheduled[3][k] = id, jtype, queue
+      scheduled[1][k] = id
+      if not one_kind then scheduled[2][k], scheduled[3][k] = jtype, queue end
       if direct then  -- a job's 'dispatched' event is never written before its 'scheduled'
         if dispatched.n >= BATCH_MAX then batch_flush(scheduled) end
         k = batch_slot(dispatched)
-        dispatched[1][k], dispatched[2][k], dispatched[3][k], dispatched[4][k] =
-          direct, '1', jtype, queue
+        dispatched[1][k] = direct
+        if not one_kind then dispatched[2][k], dispatched[3][k] = jtype, queue end
         sent = sent + 1
       end
-      if not any_exists then made[job_key] = body_hash end
+      if keyed and not any_exists then made[job_key] = body_hash end
       out[i + 2] = 0
     end
   end

@@ -14,6 +14,7 @@ from helpers import PARTITIONS, event_types, redis_now_ms, settings, smembers
 from rsched import Client, Conflict, JobSpec, JobStatus, NotFound, ValidationError
 from rsched.aclient import AsyncClient
 from rsched.core import defaults
+from rsched.core import spec as spec_module
 from rsched.core.cron import parse_cron
 from rsched.core.errors import PayloadTooLarge, UnsafeRedis
 from rsched.core.ids import partition_for_key
@@ -529,3 +530,45 @@ def test_the_fast_usual_check_says_usual_only_for_specs_the_plain_checks_pass(
     usual = usual_fast(spec.type, spec.queue, *ints)
     assert not usual or plain_passes
     assert usual == (not changes)  # the usual spec takes the fast path
+
+
+@pytest.mark.parametrize(("changes", "shortcut"), [
+    ({}, True), ({"run_at": 1_700_000_000_000}, True), ({"paused": True}, True),
+    ({"payload": {"to": "a@b.c", "n": [1, 2.5, None]}}, True), ({"payload": b"\x00"}, True),
+    ({"run_at": 0}, False), ({"run_at": -5}, False), ({"run_at": True}, False),
+    ({"run_at": "2026-01-02T03:04:05Z"}, False), ({"payload": 2**64}, False),
+    ({"payload": "x" * (1 << 20)}, False), ({"payload": object()}, False),
+    ({"timeout_ms": int("30000")}, False), ({"timeout_ms": 9_000}, False),
+    ({"priority": 3}, False), ({"priority": _Int(0)}, False), ({"max_attempts": 5}, False),
+    ({"jitter_ms": 5}, False), ({"backoff_base_ms": 7}, False), ({"backoff_cap_ms": 70_000}, False),
+    ({"catch_up_window_ms": 0}, False), ({"misfire": "runOnce"}, False),
+    ({"misfire": "skip"}, False), ({"overlap": "skip"}, False), ({"tz": "UTC"}, False),
+    ({"idempotency_key": "k-1"}, False), ({"cron": "0 9 * * *"}, False),
+    ({"start_deadline_ms": 5_000}, False), ({"max_runs": 3}, False),
+    ({"type": _S("email.send")}, False), ({"queue": "never.seen"}, False),
+    ({"type": "bad type"}, False),
+])
+def test_prepares_shortcut_for_a_spec_of_defaults_gives_what_the_full_checks_give(
+    changes: dict[str, Any], shortcut: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prepare skips the checks a one-off spec with every setting at its default needs not:
+    its Prepared (or error) must be the full checks' own, and only such a spec takes it."""
+    now = 1_796_174_891_157
+    prepare(JobSpec("email.send", queue="default"), "3-01JABC", now, 1 << 20)  # the pair is seen
+    spec = JobSpec(**{"type": "email.send", **changes})
+
+    def outcome(fn: Any, at: int = now) -> Any:
+        try:
+            return fn(spec, "3-01JABCDEFGHIJKLMNOPQ", at, 1 << 20)
+        except ValidationError as e:
+            return type(e), str(e)
+
+    checked: list[JobSpec] = []
+    with monkeypatch.context() as m:  # first, while a new name is still unseen
+        m.setattr(spec_module, "_prepare_checked", lambda s, *a: checked.append(s))
+        outcome(prepare)
+    assert (not checked) is shortcut
+    for at in (now, 0):  # 0: a clock a test injects
+        full = outcome(spec_module._prepare_checked, at)
+        assert outcome(prepare, at) == full
+        assert isinstance(full, tuple) and full[0] is not None

@@ -164,3 +164,40 @@ def test_a_dispatched_own_run_is_the_jobs_last_run_without_a_field_unless_a_trig
         assert h[JB.own_run] == own.encode()
         assert (JB.last_run_id in h) == (job is triggered)
         assert client.get(job.id).last_run_id == own
+
+
+def test_a_call_mixing_types_queues_priorities_and_states_records_each_jobs_own_events(
+    client: Client, r: redis.Redis
+) -> None:
+    """One script call with several (type, queue) groups carries them per event, one of a single
+    kind once for its entry (lua/schedule.lua): either way each job's events name its own type
+    and queue.  A group with priorities sends each job's due score, one without sends none:
+    both are indexed (or queued) by the score the spec asks for."""
+    now = client.now_ms()
+    later = now + 3_600_000
+    names = keys_in_partition(P, 24, "mix")
+    specs = [JobSpec(("a", "b")[i % 2], queue=("default", "bulk")[i // 2 % 2],
+                     priority=(0, 0, 7)[i % 3], paused=i % 8 == 7,
+                     run_at=later if i % 4 == 3 else None, idempotency_key=names[i])
+             for i in range(24)]
+    jobs = client.schedule_many(specs)
+    one_kind = client.schedule_many([JobSpec("c", queue="bulk", priority=i % 2 * 3)
+                                     for i in range(20)])
+    assert len({j.partition for j in one_kind}) == 1  # type: ignore[union-attr]
+    for spec, job in [*zip(specs, jobs, strict=True), *zip([JobSpec("c", queue="bulk",
+                      priority=i % 2 * 3) for i in range(20)], one_kind, strict=True)]:
+        assert not isinstance(job, Exception)
+        hist = events(r, job.partition, job_id=job.id)
+        direct = not spec.paused and spec.run_at is None
+        assert [e["e"] for e in hist] == ["scheduled", "dispatched"][:2 if direct else 1]
+        for e in hist:
+            assert (e["ty"], e["q"]) == (spec.type, spec.queue), (spec, e)
+        score = r.zscore(keys.due(job.partition), job.id)
+        if direct:
+            assert score is None and hist[1]["r"] == f"{job.id}@{job.next_ms}"
+            assert hist[1]["a"] == "1"
+            assert any(e["j"] == job.id for e in stream_entries(r, job.partition, spec.queue))
+        elif spec.paused:
+            assert score is None
+        else:
+            assert score == later - spec.priority / 2048

@@ -6,14 +6,18 @@ from __future__ import annotations
 import inspect
 import re
 from pathlib import Path
+from typing import Any
 
 import msgpack
 
 from rsched.core import defaults, wire
 from rsched.core.models import (
+    _LEFT_OUT,
     SPEC_DEFAULTS,
     SPEC_ORDER,
+    SPEC_STORED,
     SPEC_WITH_LIFE,
+    pack_default_spec,
     pack_spec,
     unpack_payload,
     unpack_spec,
@@ -130,10 +134,43 @@ def test_a_spec_stores_default_settings_as_nil_and_reads_them_back_exactly() -> 
     assert msgpack.unpackb(blob) == [values[9], values[8]] and blob[0] == 0x92
     assert blob[0] != SPEC_WITH_LIFE and pack_spec(*values[:-1], "L1,2,3,0,4")[0] == SPEC_WITH_LIFE
     life_lua = (ROOT / "lua" / "include" / "life.lua").read_text()
-    assert f"string.byte(spec, 1) ~= {SPEC_WITH_LIFE:#x}" in life_lua
+    assert f"local SPEC_WITH_LIFE = {SPEC_WITH_LIFE:#x}\n" in life_lua
+    assert "string.byte(spec, 1) ~= SPEC_WITH_LIFE" in life_lua
     near = (timeout + 1, base - 1, 0, 0, "Etc/UTC", "skip", 0, "",
             0, b"", 0, "", None)  # values next to the defaults are kept as they are
     assert unpack_spec(pack_spec(*near)) == dict(zip(SPEC_ORDER, near, strict=True))
+
+
+def test_a_spec_of_defaults_packs_by_the_shortcut_to_the_bytes_of_the_whole_rule() -> None:
+    """pack_spec's shortcut for a job with every setting at its default (most of a batch) must
+    give the bytes the general rule gives: SPEC_STORED's array, defaults nil, the trailing
+    left-out values cut; near misses (each setting off by one, of another type) take the rule."""
+    base: dict[str, Any] = dict(zip(SPEC_ORDER, (
+        defaults.TIMEOUT_MS, defaults.BACKOFF_BASE_MS, defaults.BACKOFF_CAP_MS, 0, defaults.TZ,
+        "run_once", 0, "", None, b"\xc0", defaults.CATCH_UP_WINDOW_MS, "", None), strict=True))
+    changes: list[dict[str, Any]] = [
+        {}, {"run_at_ms": 0}, {"run_at_ms": 1_700_000_000_000},
+        {"payload": b"\x81\xa1k\x01", "run_at_ms": 0},
+        {"timeout_ms": defaults.TIMEOUT_MS + 1}, {"backoff_base_ms": defaults.BACKOFF_BASE_MS - 1},
+        {"backoff_cap_ms": 1}, {"priority": 1}, {"priority": -1}, {"priority": 0.0},
+        {"tz": "Etc/UTC"}, {"misfire": "skip"}, {"jitter_ms": 1}, {"jitter_ms": False},
+        {"idem_key": "k"}, {"catch_up_ms": 0}, {"overlap": "skip"}, {"life": "L1,2,3,0,4"},
+        {"life": "L1,2,3,0,4", "run_at_ms": 0}]
+    for change in changes:
+        values = {**base, **change}
+        stored = [values[name] for name in SPEC_STORED]
+        for name in SPEC_DEFAULTS:
+            k = SPEC_STORED.index(name)
+            if stored[k] == SPEC_DEFAULTS[name]:
+                stored[k] = None
+        n = len(stored)
+        while n > 1 and stored[n - 1] == _LEFT_OUT[n - 1] and type(stored[n - 1]) is type(
+                _LEFT_OUT[n - 1]):
+            n -= 1
+        assert pack_spec(**values) == msgpack.packb(stored[:n], use_bin_type=True), change
+    for run_at_ms in (None, 0, 1_700_000_000_000):  # prepare's own shortcut
+        assert pack_default_spec(b"\x81\xa1k\x01", run_at_ms) == pack_spec(**{
+            **base, "payload": b"\x81\xa1k\x01", "run_at_ms": run_at_ms})
 
 
 def test_a_prepared_jobs_spec_blob_holds_its_settings_where_every_reader_looks() -> None:

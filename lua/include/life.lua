@@ -5,8 +5,9 @@
 -- models.SPEC_STORED's 13 elements (its first byte, the array's header, is 0x9d:
 -- models.SPEC_WITH_LIFE): one byte tells them apart on the hot path.
 -- (Redis's cmsgpack cannot decode the spec: it refuses msgpack's bin type, the payload's.)
+local SPEC_WITH_LIFE = 0x9d
 local function spec_life(spec)
-  if not spec or string.byte(spec, 1) ~= 0x9d then return nil end
+  if not spec or string.byte(spec, 1) ~= SPEC_WITH_LIFE then return nil end
   -- The text is at most 85 bytes (five integers below 2^53): only the spec's tail is searched.
   local a, b, c, d, e = string.match(string.sub(spec, -90), 'L(%d+),(%d+),(%d+),(%d+),(%d+)$')
   if not a then return nil end

@@ -127,6 +127,9 @@ SPEC_DEFAULTS = {"timeout_ms": defaults.TIMEOUT_MS, "backoff_base_ms": defaults.
                  "backoff_cap_ms": defaults.BACKOFF_CAP_MS, "tz": defaults.TZ,
                  "misfire": "run_once", "catch_up_ms": defaults.CATCH_UP_WINDOW_MS}
 _D = SPEC_DEFAULTS
+_TIMEOUT, _BASE, _CAP, _TZ, _MISFIRE, _CATCH_UP = (
+    _D["timeout_ms"], _D["backoff_base_ms"], _D["backoff_cap_ms"], _D["tz"], _D["misfire"],
+    _D["catch_up_ms"])
 
 
 def pack_spec(timeout_ms: int, backoff_base_ms: int, backoff_cap_ms: int, priority: int,
@@ -136,6 +139,14 @@ def pack_spec(timeout_ms: int, backoff_base_ms: int, backoff_cap_ms: int, priori
     packed already, ``idem_key`` '' when absent, ``run_at_ms`` as _LEFT_OUT says,
     SPEC_DEFAULTS' fields nil when they hold the default, ``life`` None without limits), the
     trailing ones that hold what _LEFT_OUT says left out (the payload is always stored)."""
+    if (life is None and overlap == "" and priority == 0 and jitter_ms == 0 and idem_key == ""
+            and priority.__class__ is int and jitter_ms.__class__ is int
+            and idem_key.__class__ is str and overlap.__class__ is str
+            and timeout_ms == _TIMEOUT and backoff_base_ms == _BASE and backoff_cap_ms == _CAP
+            and tz == _TZ and misfire == _MISFIRE and catch_up_ms == _CATCH_UP):
+        # Every setting after run_at_ms left out (a job with the defaults: most of a batch),
+        # what the loop below comes to, without its 13-element list and 11 steps (1 us a job).
+        return pack_default_spec(payload, run_at_ms)
     a = [payload, run_at_ms, idem_key, priority,
          None if timeout_ms == _D["timeout_ms"] else timeout_ms, jitter_ms,
          None if backoff_base_ms == _D["backoff_base_ms"] else backoff_base_ms,
@@ -146,6 +157,13 @@ def pack_spec(timeout_ms: int, backoff_base_ms: int, backoff_cap_ms: int, priori
     while n > 1 and a[n - 1] == _LEFT_OUT[n - 1] and type(a[n - 1]) is type(_LEFT_OUT[n - 1]):
         n -= 1
     return packer.pack(a[:n] if n < len(a) else a)
+
+
+def pack_default_spec(payload: bytes, run_at_ms: int | None) -> bytes:
+    """pack_spec's bytes for a spec whose other settings all hold their defaults (SPEC_DEFAULTS,
+    and no priority, jitter, key, overlap or limits): those trailing elements are left out, so
+    the array is [payload, run_at_ms], or [payload] for a run_at_ms of None (left out too)."""
+    return packer.pack([payload] if run_at_ms is None else [payload, run_at_ms])
 
 
 def with_run_at(raw: bytes, run_at_ms: int) -> bytes:

@@ -118,10 +118,11 @@ def call_sizes(n: int, streamed: bool = True) -> list[int]:
     """Jobs per script call for ``n`` jobs: equal calls of at most SCHEDULE_CHUNK, after, when
     the calls are ``streamed``, a small first call (SCHEDULE_FIRST_CHUNK) and each next one
     twice as big.  The sync client writes each call as it is built and Redis stores one while
-    the next is built, so Redis waits only for the first; it takes about twice as long per job
-    as the client builds one, hence the doubling.  A call costs Redis ~330k instructions of its
-    own (4-5 jobs' work, callgrind): no small calls at the end too, which only a client slower
-    than Redis gains by, nor when the calls go in one pipeline once all are built."""
+    the next is built, so Redis waits only for the first; it takes longer per job than the
+    client builds one (56k instructions against 40k, callgrind), hence the doubling.  A call
+    costs Redis ~330k instructions of its own (5-6 jobs' work): no small calls at the end too,
+    which only a client slower than Redis gains by, nor when the calls go in one pipeline once
+    all are built."""
     sizes: list[int] = []
     size = defaults.SCHEDULE_FIRST_CHUNK
     while streamed and size < defaults.SCHEDULE_CHUNK and n > 2 * size:
@@ -194,7 +195,8 @@ def _schedule_call(
 ) -> tuple[scripts.Call, list[int] | None, list[tuple[Any, int]]]:
     """The script call for jobs of partition ``p``, the order it holds them in (indexes
     into ``preps``; None: as they are, one group): grouped by their SHARED_FIELDS values, each
-    group's values sent once, and ((type, queue), size) of each group."""
+    group's values sent once, and ((type, queue), size) of each group.  A call holds keyed or
+    random ids only (_calls), so its first job tells which."""
     groups: dict[tuple[Any, ...], list[int]] = {}
     for k, prep in enumerate(preps):
         shared = prep.shared()
@@ -205,8 +207,10 @@ def _schedule_call(
             group.append(k)
     ks = [keys.due(p), keys.events(p), keys.queues(p), keys.stats(p)]
     job_key = keys.job(p, "")
+    keyed = preps[0].body_hash != ""
     args: list[Any] = [0, svc.settings.events_maxlen, keys.GROUP, now, len(preps),
-                       len(SHARED_FIELDS), len(OWN_FIELDS), *SHARED_FIELDS, *OWN_FIELDS]
+                       len(SHARED_FIELDS), len(OWN_FIELDS), int(keyed),
+                       *SHARED_FIELDS, *OWN_FIELDS]
     order: list[int] = []
     streams: dict[str, int] = {}  # queue -> KEYS index (1-based) of its stream, after the jobs
     # next_ms -> its text, which is also the score of a job of priority 0: hiredis writes an int
@@ -220,16 +224,36 @@ def _schedule_call(
             args.append(streams.setdefault(queue, 4 + len(preps) + len(streams) + 1))
         else:
             args.append(0)
-        args += shared
         paused = shared[_STATUS_AT] == JobStatus.PAUSED.value
-        for k in members:  # the id, then OWN_FIELDS values written out: a call per job cost 0.2 us
+        scored_at = len(args)  # 0: not indexed (paused), 1: each due at its next_ms, 2: scores
+        args.append(0 if paused else 1)
+        args += shared
+        mark, key_mark = len(args), len(ks)
+        # The job's key; its body_hash in a keyed call, its id, then OWN_FIELDS values written
+        # out (a call per job cost 0.2 us).  No score while each is its job's next_ms.
+        for k in members:
             job, blob, body_hash, next_ms, score = preps[k]
+            if score != next_ms and not paused:  # a priority, a cron's jitter
+                break
             due = texts.get(next_ms)
             if due is None:
                 due = texts[next_ms] = str(next_ms)
             ks.append(job_key + job.id)
-            args += (body_hash, "" if paused else due if score == next_ms else score, job.id, due,
-                     blob)
+            if keyed:
+                args.append(body_hash)
+            args += (job.id, due, blob)
+        else:
+            order += members
+            continue
+        # A score that is not its job's next_ms: the group again, each job with its score.
+        args[scored_at] = 2
+        del args[mark:], ks[key_mark:]
+        for k in members:
+            job, blob, body_hash, next_ms, score = preps[k]
+            ks.append(job_key + job.id)
+            if keyed:
+                args.append(body_hash)
+            args += (score, job.id, str(next_ms), blob)
         order += members
     ks += (keys.stream(p, queue) for queue in streams)
     sizes = [(shared[:2], len(members)) for shared, members in groups.items()]
