@@ -61,10 +61,6 @@ local function job_of(run_id) return string.match(run_id, '^(.*)@%d+$') end
 local out = {}
 local acks = {}  -- stream key -> entry ids, acknowledged with one XACK per stream at the end
 local ok_count, fail_count = 0, 0
--- Every 'succeeded' event of the call goes into one stream entry (batch_new in util).
-local succeeded_events = batch_new(events_key, maxlen,
-                                   {'e', 'succeeded', 't', now_s, 'w', worker},
-                                   {'r', 'a', 'd', 'ty', 'q', 'res', 'st', 'f'})
 -- An outcome event of its own (a failure, or a result a batch cannot hold); `started` = {start
 -- ms, fence} when the run starts and ends in this call (no 'started' event of its own).
 local function outcome_event(outcome, run_id, attempt_s, duration_s, jtype, queue, field, text,
@@ -78,7 +74,20 @@ local function outcome_event(outcome, run_id, attempt_s, duration_s, jtype, queu
   end
 end
 local n = 0
-for g = 1, groups do n = n + tonumber(ARGV[7 + 2 * g]) end
+-- A run's queue is its stream's (a job's queue never changes, and claim.lua sends its runs to
+-- that queue's stream, naming it the same way), so no hash is asked for it: an own run's job
+-- stores no queue at the default, and asking for an absent field scans the whole hash.
+local queues = {}
+for g = 1, groups do
+  n = n + tonumber(ARGV[7 + 2 * g])
+  local stream_key = KEYS[4 + g]
+  queues[g] = string.match(stream_key, ':q:(.*)$')
+end
+-- Every 'succeeded' event of the call goes into one stream entry (batch_new in util), its
+-- columns sized for all of the call's runs.
+local succeeded_events = batch_new(events_key, maxlen,
+                                   {'e', 'succeeded', 't', now_s, 'w', worker},
+                                   {'r', 'a', 'd', 'ty', 'q', 'res', 'st', 'f'}, n)
 -- The current group, its runs still to come, and where the next run's values and keys start.
 local g, left, vi, ki = 0, 0, 8 + 2 * groups, 4 + groups
 for i = 1, n do
@@ -87,7 +96,7 @@ for i = 1, n do
     left = tonumber(ARGV[7 + 2 * g])
   end
   left = left - 1
-  local own, stream_key = ARGV[8 + 2 * g] == '1', KEYS[4 + g]
+  local own, stream_key, queue = ARGV[8 + 2 * g] == '1', KEYS[4 + g], queues[g]
   local run_id, fence, outcome = ARGV[vi + 1], ARGV[vi + 2], ARGV[vi + 3]
   -- Numbers are read off the hot path only (tonumber is a strtod): a success keeps the strings.
   local duration_s, text, delay_s = ARGV[vi + 4], ARGV[vi + 5], ARGV[vi + 6]
@@ -104,23 +113,38 @@ for i = 1, n do
   end
   local F = run_fields(run_key, job_key)
   -- An own run is read with the job fields that decide whether the job ends with it: one HMGET.
-  -- Another run, with its 'ov' (an own run has none: overlap runs recur); ov = '1' then.
-  local r, ov
+  -- Another run, with its 'ov' (an own run has none: overlap runs recur); ov = '1' then.  Its
+  -- worker and start time matter only to a run not starting here: a run whose start is not
+  -- recorded (fence '0', the common case) reads them after the fact, when it is not 'dispatched'
+  -- under this entry.  (Each field an HMGET asks for scans the hash; one absent scans it all.)
+  local r, ov, run_worker, started_ms
+  local late = fence ~= '0'
   if own then
-    r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
-                   F.type, F.started_ms, F.queue, J.status, J.cron, J.next_ms)
+    if late then
+      r = redis.call('HMGET', run_key, F.state, F.fence, F.attempt, F.stream_id, F.type, J.status,
+                     J.cron, J.next_ms, F.worker, F.started_ms)
+    else
+      r = redis.call('HMGET', run_key, F.state, F.fence, F.attempt, F.stream_id, F.type, J.status,
+                     J.cron, J.next_ms)
+    end
   else
-    r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
-                   F.type, F.started_ms, F.queue, 'ov')
-    ov = r[9] == '1'
+    if late then
+      r = redis.call('HMGET', run_key, F.state, F.fence, F.attempt, F.stream_id, F.type, 'ov',
+                     F.worker, F.started_ms)
+    else
+      r = redis.call('HMGET', run_key, F.state, F.fence, F.attempt, F.stream_id, F.type, 'ov')
+    end
+    ov = r[6] == '1'
   end
-  local state, run_worker, run_fence, attempt_s, stream_id = r[1], r[2], r[3], r[4], r[5]
-  local jtype, started_ms, queue = r[6], r[7], r[8] or DEFAULT_QUEUE
+  local state, run_fence, attempt_s, stream_id, jtype = r[1], r[2], r[3], r[4], r[5]
+  if late then
+    run_worker, started_ms = r[own and 9 or 7], r[own and 10 or 8]
+  end
   -- A run the claim created has no fence or worker field until it starts.  starting: it starts
   -- here (its worker, fence and started_ms are written with its outcome).
   local starting = false
-  if fence == '0' and stream_id == sid then
-    if state == 'dispatched' then
+  if not late then
+    if state == 'dispatched' and stream_id == sid then
       -- Start and finish in one go: no 'started' event of its own, the outcome event carries the
       -- handler's real start time ('st') and the fence ('f'): one XADD per run fewer.
       -- (Strings, not numbers: Redis formats a Lua number with snprintf on every call.)
@@ -128,8 +152,12 @@ for i = 1, n do
       state, run_worker, run_fence, started_ms = 'running', worker, fence,
         string.format('%d', now - elapsed)
       starting = true
-    elseif run_worker == worker then
-      fence = run_fence  -- our start landed after all (a retried call): judge by its fence
+    else
+      local w = redis.call('HMGET', run_key, F.worker, F.started_ms)
+      run_worker, started_ms = w[1], w[2]
+      if stream_id == sid and run_worker == worker then
+        fence = run_fence  -- our start landed after all (a retried call): judge by its fence
+      end
     end
   end
   if state == 'running' and run_worker == worker and run_fence == fence then
@@ -149,9 +177,9 @@ for i = 1, n do
       local done
       if own then
         -- one_off_done, from the fields read above
-        local status = r[9] or DEFAULT_STATUS  -- not stored while scheduled (layout)
-        done = (status == 'scheduled' or status == 'paused') and (not r[10] or r[10] == '')
-          and (not r[11] or r[11] == '0')
+        local status = r[6] or DEFAULT_STATUS  -- not stored while scheduled (layout)
+        done = (status == 'scheduled' or status == 'paused') and (not r[7] or r[7] == '')
+          and (not r[8] or r[8] == '0')
         if done then
           w[nw + 1], w[nw + 2], w[nw + 3], w[nw + 4] = J.status, 'completed', J.updated_ms, now_s
         end

@@ -79,7 +79,8 @@ def test_every_event_field_a_script_writes_is_named_in_wire_and_every_name_is_wr
         # outcome_event(outcome, run_id, attempt, duration, type, queue, field name, text, ...)
         written.update(m.encode() for m in re.findall(r"outcome_event\([^)]*?, '(\w+)',", source))
         for common, columns in re.findall(
-                r"batch_new\(events_key, maxlen,\s*\{(.*?)\},\s*\{(.*?)\}\)", source, re.S):
+                r"batch_new\(events_key, maxlen,\s*\{(.*?)\},\s*\{(.*?)\}(?:,[^,)]*)?\)", source,
+                re.S):
             written.update(_names(common))
             written.update(c.strip().strip("'").encode() for c in columns.split(","))
     assert written, "found no event written"
