@@ -48,6 +48,10 @@ Returns {code_1, ..., code_n}
 --!include streak
 --!include dead_letter
 --!include overlap
+-- The globals the per-run loop reads, as locals: a global is a table lookup each time (~1k
+-- Redis instructions per run of 16 a call).
+local ARGV, KEYS, tonumber, unpack = ARGV, KEYS, tonumber, unpack
+local format, find = string.format, string.find
 local events_key, stats_key, retry_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local worker = ARGV[1]
 local now = now_ms(ARGV[2])
@@ -74,15 +78,7 @@ local function outcome_event(outcome, run_id, attempt_s, duration_s, jtype, queu
   end
 end
 local n = 0
--- A run's queue is its stream's (a job's queue never changes, and claim.lua sends its runs to
--- that queue's stream, naming it the same way), so no hash is asked for it: an own run's job
--- stores no queue at the default, and asking for an absent field scans the whole hash.
-local queues = {}
-for g = 1, groups do
-  n = n + tonumber(ARGV[7 + 2 * g])
-  local stream_key = KEYS[4 + g]
-  queues[g] = string.match(stream_key, ':q:(.*)$')
-end
+for g = 1, groups do n = n + tonumber(ARGV[7 + 2 * g]) end
 -- Every 'succeeded' event of the call goes into one stream entry (batch_new in util), its
 -- columns sized for all of the call's runs.
 local succeeded_events = batch_new(events_key, maxlen,
@@ -90,13 +86,20 @@ local succeeded_events = batch_new(events_key, maxlen,
                                    {'r', 'a', 'd', 'ty', 'q', 'res', 'st', 'f'}, n)
 -- The current group, its runs still to come, and where the next run's values and keys start.
 local g, left, vi, ki = 0, 0, 8 + 2 * groups, 4 + groups
+-- The group's: whether its runs are own runs, their stream and queue, their field names.
+local own, stream_key, queue, F
 for i = 1, n do
   while left == 0 do
     g = g + 1
     left = tonumber(ARGV[7 + 2 * g])
+    own, stream_key = ARGV[8 + 2 * g] == '1', KEYS[4 + g]
+    -- A run's queue is its stream's (a job's queue never changes, and claim.lua sends its runs
+    -- to that queue's stream, naming it the same way), so no hash is asked for it: an own run's
+    -- job stores no queue at the default, and asking for an absent field scans the whole hash.
+    queue = string.match(stream_key, ':q:(.*)$')
+    F = own and OWN_RUN or PLAIN_RUN  -- run_fields in util: the run key is the job key
   end
   left = left - 1
-  local own, stream_key, queue = ARGV[8 + 2 * g] == '1', KEYS[4 + g], queues[g]
   local run_id, fence, outcome = ARGV[vi + 1], ARGV[vi + 2], ARGV[vi + 3]
   -- Numbers are read off the hot path only (tonumber is a strtod): a success keeps the strings.
   local duration_s, text, delay_s = ARGV[vi + 4], ARGV[vi + 5], ARGV[vi + 6]
@@ -111,7 +114,6 @@ for i = 1, n do
     run_key, job_key, hist_key = KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3]
     ki = ki + 3
   end
-  local F = run_fields(run_key, job_key)
   -- An own run is read with the job fields that decide whether the job ends with it: one HMGET.
   -- Another run, with its 'ov' (an own run has none: overlap runs recur); ov = '1' then.  Its
   -- worker and start time matter only to a run not starting here: a run whose start is not
@@ -148,9 +150,9 @@ for i = 1, n do
       -- Start and finish in one go: no 'started' event of its own, the outcome event carries the
       -- handler's real start time ('st') and the fence ('f'): one XADD per run fewer.
       -- (Strings, not numbers: Redis formats a Lua number with snprintf on every call.)
-      fence = run_fence and string.format('%d', tonumber(run_fence) + 1) or '1'
+      fence = run_fence and format('%d', tonumber(run_fence) + 1) or '1'
       state, run_worker, run_fence, started_ms = 'running', worker, fence,
-        string.format('%d', now - elapsed)
+        format('%d', now - elapsed)
       starting = true
     else
       local w = redis.call('HMGET', run_key, F.worker, F.started_ms)
@@ -193,7 +195,7 @@ for i = 1, n do
         redis.call('HDEL', job_key, 'fails')  -- a success ends the failure streak (streak)
       end
       if done and finished_ttl > 0 then redis.call('PEXPIRE', job_key, ARGV[8]) end
-      if string.find(text, '\n', 1, true) then
+      if find(text, '\n', 1, true) then
         -- Not JSON as workers send it: an event of its own, since batches join values by '\n'.
         outcome_event('succeeded', run_id, attempt_s, duration_s, jtype, queue, 'res', text,
                       starting and {started_ms, fence})
