@@ -9,8 +9,9 @@ resumed_*, h:<stream id>:<attempt>) are rare and keep their names.
 
 Values left out when they hold their default (readers fill it in): ``max_attempts``
 (defaults.MAX_ATTEMPTS), ``queue`` (defaults.QUEUE), ``status`` 'scheduled', ``last_run_id``
-while the own run is the last, the own run's ``result`` for a handler's None (and, in the spec,
-a runAt: models._LEFT_OUT).  A job's ``type`` is always stored, which is how a script tells an
+while the own run is the last, the own run's ``result`` for a handler's None, ``updated_ms``
+when the own run completes the job (its ``ended_ms``: models._updated_ms), and, in the spec,
+a runAt (models._LEFT_OUT).  A job's ``type`` is always stored, which is how a script tells an
 existing job from none.
 """
 
