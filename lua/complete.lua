@@ -31,12 +31,14 @@ ARGV[4] group       ARGV[5] g groups of runs          ARGV[6] history length
 ARGV[7] run_ttl_ms: how long a finished run's hash is kept (0 = forever; a one-off job's own
         run lives in the job hash, kept as long as the job)
 ARGV[8] finished_ttl_ms: how long a completed one-off job and its own run are kept (0 = forever)
-then per group 2 values (from ARGV[9]): n runs, own ('1': one-off jobs' own runs, '0': others)
-then per run 8 values (from ARGV[9 + 2g]): run id, fence ('0' = start not recorded yet), outcome
-  ('succeeded' | 'failed' | 'timed_out' | 'cancelled'), duration_ms, text (JSON result when
-  succeeded, error message otherwise), retry_delay_ms, stream entry id, elapsed_ms (since the
-  handler started)
-The groups save arguments on the hottest path (a one-off job's own run: 9 instead of 12).
+then per group 2 values (from ARGV[9]): n runs, kind: own ('1': one-off jobs' own runs, '0':
+  others), then 's' when every run of the group succeeded
+then per run, group by group (from ARGV[9 + 2g]) 6 values: run id, fence ('0' = start not
+  recorded yet), duration_ms, text (JSON result when succeeded, error message otherwise), stream
+  entry id, elapsed_ms (since the handler started); then, unless the group's kind ends in 's',
+  2 more: outcome ('succeeded' | 'failed' | 'timed_out' | 'cancelled'), retry_delay_ms
+The groups save arguments on the hottest path (a one-off job's own run that succeeded: 7 instead
+of 12; each costs Redis ~0.8k instructions).
 Returns {code_1, ..., code_n}
   1 succeeded recorded   2 retry scheduled   3 dead-lettered   4 cancelled recorded
   0 duplicate report of an outcome already recorded (client retry)   -1 fenced (stale token)
@@ -86,13 +88,16 @@ local succeeded_events = batch_new(events_key, maxlen,
                                    {'r', 'a', 'd', 'ty', 'q', 'res', 'st', 'f'}, n)
 -- The current group, its runs still to come, and where the next run's values and keys start.
 local g, left, vi, ki = 0, 0, 8 + 2 * groups, 4 + groups
--- The group's: whether its runs are own runs, their stream and queue, their field names.
-local own, stream_key, queue, F
+-- The group's: whether its runs are own runs, their stream and queue, their field names, and
+-- how many values a run has (6 when all succeeded).
+local own, stream_key, queue, F, stride
 for i = 1, n do
   while left == 0 do
     g = g + 1
     left = tonumber(ARGV[7 + 2 * g])
-    own, stream_key = ARGV[8 + 2 * g] == '1', KEYS[4 + g]
+    local kind = ARGV[8 + 2 * g]
+    own, stream_key = string.sub(kind, 1, 1) == '1', KEYS[4 + g]
+    stride = string.sub(kind, 2) == 's' and 6 or 8
     -- A run's queue is its stream's (a job's queue never changes, and claim.lua sends its runs
     -- to that queue's stream, naming it the same way), so no hash is asked for it: an own run's
     -- job stores no queue at the default, and asking for an absent field scans the whole hash.
@@ -100,12 +105,13 @@ for i = 1, n do
     F = own and OWN_RUN or PLAIN_RUN  -- run_fields in util: the run key is the job key
   end
   left = left - 1
-  local run_id, fence, outcome = ARGV[vi + 1], ARGV[vi + 2], ARGV[vi + 3]
   -- Numbers are read off the hot path only (tonumber is a strtod): a success keeps the strings.
-  local duration_s, text, delay_s = ARGV[vi + 4], ARGV[vi + 5], ARGV[vi + 6]
+  local run_id, fence, duration_s, text, sid = ARGV[vi + 1], ARGV[vi + 2], ARGV[vi + 3],
+    ARGV[vi + 4], ARGV[vi + 5]
+  local elapsed, outcome, delay_s = tonumber(ARGV[vi + 6]), 'succeeded', nil
+  if stride == 8 then outcome, delay_s = ARGV[vi + 7], ARGV[vi + 8] end
+  vi = vi + stride
   local duration = nil
-  local sid, elapsed = ARGV[vi + 7], tonumber(ARGV[vi + 8])
-  vi = vi + 8
   local run_key, job_key, hist_key
   if own then
     job_key = KEYS[ki + 1]

@@ -741,6 +741,9 @@ def test_one_report_holds_own_and_other_runs_from_two_queues_of_a_partition(
     asyncio.run(scenario())
     [(_, ks, args)] = calls
     assert args[4] == 3  # groups: own runs of a, own runs of b, the cron job's run of b
+    # Kinds: a group whose runs all succeeded ('s') leaves out their outcomes and retry delays.
+    assert sorted(args[9:14:2]) == ["0s", "1", "1s"]
+    assert len(args) == 14 + 6 * 3 + 8 * 2
     for j in (a1, a2, b1):
         [attempt] = client.runs(j.id)
         assert (attempt.status, attempt.result) == ("succeeded", j.id)
