@@ -37,7 +37,8 @@ from redis_server import RedisCluster, RedisServer
 
 from rsched import App, Client, JobContext, JobSpec, JobStatus, RunState
 from rsched.client import JobPatch
-from rsched.core import codes
+from rsched.core import codes, layout
+from rsched.core.layout import OWN, J
 from rsched.core.settings import Settings
 from rsched.engine.dispatcher import LeaseKeeper
 from rsched.engine.dispatcher.claimer import Claimer
@@ -103,6 +104,22 @@ def test_every_script_header_documents_its_keys_arguments_and_returns(path: Path
     used = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", code_of(path))}
     documented = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", header)}
     assert used <= documented, f"{path.name}: KEYS{sorted(used - documented)} undocumented"
+
+
+@pytest.mark.parametrize("name", scripts.NAMES)
+def test_a_loaded_script_names_job_hash_fields_only_as_literals(name: str) -> None:
+    """J.<name> and OWN.<name> are written as their stored names at load (core.layout.literals):
+    no J or OWN table is built, so nothing may be left to index it another way."""
+    source = scripts.load(name).source
+    code = re.sub(r"--[^\n]*", "", re.sub(r"--\[\[.*?\]\]", "", source, flags=re.S))
+    assert not re.search(r"(?<![\w.])(?:J|OWN)\b", code), f"{name}: J or OWN used as a table"
+
+
+def test_a_name_missing_from_the_layout_is_an_error_at_load() -> None:
+    written = layout.literals("local a = J.own_run .. OWN.state")
+    assert written == f"local a = '{J.own_run}' .. '{OWN.state}'"
+    with pytest.raises(ValueError, match="J.no_such"):
+        layout.literals("return J.no_such")
 
 
 SCRIPT_CODES: dict[str, type[IntEnum]] = {
