@@ -171,14 +171,17 @@ for i = 1, n do
   if state == 'running' and run_worker == worker and run_fence == fence then
     local attempt = nil
     if outcome == 'succeeded' then
-      -- One table constructor (Lua sizes it once) for the usual write.
+      -- One table constructor (Lua sizes it once) for the usual write: its 4 trailing places
+      -- hold the result and the job's end, so adding them grows no table; w[1 .. nw] is written.
       local w, nw
       if starting then
         w = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s,
-             F.worker, worker, F.fence, fence, F.started_ms, started_ms}
+             F.worker, worker, F.fence, fence, F.started_ms, started_ms, false, false, false, false}
         nw = 12
       else
-        w, nw = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s}, 6
+        w = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s,
+             false, false, false, false}
+        nw = 6
       end
       -- A handler's None ('null') is not stored: an absent result reads as None (models.Run).
       if text ~= 'null' then w[nw + 1], w[nw + 2], nw = F.result, text, nw + 2 end
@@ -190,10 +193,10 @@ for i = 1, n do
           and (not r[8] or r[8] == '0')
         -- No updated_ms: a job its own run completes was last updated when that run ended
         -- (layout; the last field inserted cost ~4k Redis instructions, the longest scan).
-        if done then w[nw + 1], w[nw + 2] = J.status, 'completed' end
-        redis.call('HSET', job_key, unpack(w))
+        if done then w[nw + 1], w[nw + 2], nw = J.status, 'completed', nw + 2 end
+        redis.call('HSET', job_key, unpack(w, 1, nw))
       else
-        redis.call('HSET', run_key, unpack(w))
+        redis.call('HSET', run_key, unpack(w, 1, nw))
         -- Other runs expire (their record stays in the job's history list).
         if run_ttl > 0 then redis.call('PEXPIRE', run_key, ARGV[7]) end
         done = one_off_done(job_key)
