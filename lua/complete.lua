@@ -187,10 +187,7 @@ for i = 1, n do
       if text ~= 'null' then w[nw + 1], w[nw + 2], nw = F.result, text, nw + 2 end
       local done
       if own then
-        -- one_off_done, from the fields read above
-        local status = r[6] or DEFAULT_STATUS  -- not stored while scheduled (layout)
-        done = (status == 'scheduled' or status == 'paused') and (not r[7] or r[7] == '')
-          and (not r[8] or r[8] == '0')
+        done = one_off_ends(r[6], r[7], r[8])  -- one_off_done, from the fields read above
         -- No updated_ms: a job its own run completes was last updated when that run ended
         -- (layout; the last field inserted cost ~4k Redis instructions, the longest scan).
         if done then w[nw + 1], w[nw + 2], nw = J.status, 'completed', nw + 2 end
@@ -199,9 +196,12 @@ for i = 1, n do
         redis.call('HSET', run_key, unpack(w, 1, nw))
         -- Other runs expire (their record stays in the job's history list).
         if run_ttl > 0 then redis.call('PEXPIRE', run_key, ARGV[7]) end
-        done = one_off_done(job_key)
+        -- one_off_done, read with the job's failure streak, which a success ends (streak):
+        -- deleting an absent field is a command for nothing.
+        local j = redis.call('HMGET', job_key, J.status, J.cron, J.next_ms, 'fails')
+        done = one_off_ends(j[1], j[2], j[3])
         if done then redis.call('HSET', job_key, J.status, 'completed', J.updated_ms, now_s) end
-        redis.call('HDEL', job_key, 'fails')  -- a success ends the failure streak (streak)
+        if j[4] then redis.call('HDEL', job_key, 'fails') end
       end
       if done and finished_ttl > 0 then redis.call('PEXPIRE', job_key, ARGV[8]) end
       if find(text, '\n', 1, true) then
