@@ -16,13 +16,15 @@ call's 'succeeded' events share one events-stream entry (batch_flush in util).  
 under an overlap policy (field 'ov') lets go of its job's active-run record when it succeeds or
 is dead-lettered (release_active in include overlap), not when it waits for a retry.  A run
 that is not a one-off job's own ends its job's failure streak when it succeeds (include streak).
+A one-off job its own run completes stores no updated_ms: that run's end is it (core.layout).
 Outcome 'cancelled' (the worker stopped a run overlap cancelPrevious asked to stop,
 heartbeat.lua) is final: no retry, no dead letter, the active-run record released.
 
 KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
 KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
 KEYS[5 .. 4+g] per group of runs (g = ARGV[5]) the queue stream its runs came from,
-               rsched:{pN}:q:<queue> STREAM (twice when a queue's runs form two groups)
+               rsched:{pN}:q:<queue> STREAM (twice when a queue's runs form two groups; the
+               runs' queue is read off its name)
 then per run, group by group: a one-off job's own run 1 key, rsched:{pN}:job:<id> HASH (its
      fields and its history live in the job hash: see run_fields in util); any other run 3 keys,
      rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH, rsched:{pN}:hist:<id> LIST
