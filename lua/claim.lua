@@ -21,8 +21,9 @@ KEYS[5+nq+no+2i-1], KEYS[5+nq+no+2i]  per item: rsched:{pN}:job:<id> HASH,
                rsched:{pN}:run:<run id> HASH (a one-off job's first occurrence, its own run, is
                kept in the job hash instead: see run_fields in util; the run key is then unused)
 KEYS[#KEYS]    rsched:{pN}:dead      ZSET   dead letters (a one-off job past its start deadline)
-Queue stream entries: r run id, t job type, a attempt, x packed spec, o '1' for an own run (the
-worker then passes the job key as the run key); job id and scheduled time are in the run id.
+Queue stream entries: r run id, t job type, a attempt (left out for a first attempt: 1), x packed
+spec, o '1' for an own run (the worker then passes the job key as the run key); job id and
+scheduled time are in the run id.
 The call's 'dispatched' events share one events-stream entry (batch_flush in util).
 ARGV[1]  owner        ARGV[2] fence        ARGV[3] now_ms (0 = Redis TIME)
 ARGV[4]  events_maxlen (0 = unbounded)      ARGV[5] nq      ARGV[6] n items
@@ -124,8 +125,7 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, j, last)
       return
     end
   end
-  local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5],
-                         'o', '1')
+  local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'x', j[5], 'o', '1')
   used[stream_key] = true
   -- last_run_id absent is the own run (core.models.Job.from_hash): written only over a
   -- trigger's, one field fewer to insert and store.
@@ -239,7 +239,7 @@ for i = 1, n do
           skipped = skipped + 1
         end
       elseif fire ~= '0' then
-        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'a', '1', 'x', j[5])
+        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'x', j[5])
         used[stream_key] = true
         -- No fence and no worker yet (read as 0 and none); id, job id and scheduled time are
         -- in the run id.

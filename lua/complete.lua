@@ -16,13 +16,15 @@ call's 'succeeded' events share one events-stream entry (batch_flush in util).  
 under an overlap policy (field 'ov') lets go of its job's active-run record when it succeeds or
 is dead-lettered (release_active in include overlap), not when it waits for a retry.  A run
 that is not a one-off job's own ends its job's failure streak when it succeeds (include streak).
+A one-off job its own run completes stores no updated_ms: that run's end is it (core.layout).
 Outcome 'cancelled' (the worker stopped a run overlap cancelPrevious asked to stop,
 heartbeat.lua) is final: no retry, no dead letter, the active-run record released.
 
 KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
 KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
 KEYS[5 .. 4+g] per group of runs (g = ARGV[5]) the queue stream its runs came from,
-               rsched:{pN}:q:<queue> STREAM (twice when a queue's runs form two groups)
+               rsched:{pN}:q:<queue> STREAM (twice when a queue's runs form two groups; the
+               runs' queue is read off its name)
 then per run, group by group: a one-off job's own run 1 key, rsched:{pN}:job:<id> HASH (its
      fields and its history live in the job hash: see run_fields in util); any other run 3 keys,
      rsched:{pN}:run:<run id> HASH, rsched:{pN}:job:<id> HASH, rsched:{pN}:hist:<id> LIST
@@ -31,12 +33,14 @@ ARGV[4] group       ARGV[5] g groups of runs          ARGV[6] history length
 ARGV[7] run_ttl_ms: how long a finished run's hash is kept (0 = forever; a one-off job's own
         run lives in the job hash, kept as long as the job)
 ARGV[8] finished_ttl_ms: how long a completed one-off job and its own run are kept (0 = forever)
-then per group 2 values (from ARGV[9]): n runs, own ('1': one-off jobs' own runs, '0': others)
-then per run 8 values (from ARGV[9 + 2g]): run id, fence ('0' = start not recorded yet), outcome
-  ('succeeded' | 'failed' | 'timed_out' | 'cancelled'), duration_ms, text (JSON result when
-  succeeded, error message otherwise), retry_delay_ms, stream entry id, elapsed_ms (since the
-  handler started)
-The groups save arguments on the hottest path (a one-off job's own run: 9 instead of 12).
+then per group 2 values (from ARGV[9]): n runs, kind: own ('1': one-off jobs' own runs, '0':
+  others), then 's' when every run of the group succeeded
+then per run, group by group (from ARGV[9 + 2g]) 6 values: run id, fence ('0' = start not
+  recorded yet), duration_ms, text (JSON result when succeeded, error message otherwise), stream
+  entry id, elapsed_ms (since the handler started); then, unless the group's kind ends in 's',
+  2 more: outcome ('succeeded' | 'failed' | 'timed_out' | 'cancelled'), retry_delay_ms
+The groups save arguments on the hottest path (a one-off job's own run that succeeded: 7 instead
+of 12; each costs Redis ~0.8k instructions).
 Returns {code_1, ..., code_n}
   1 succeeded recorded   2 retry scheduled   3 dead-lettered   4 cancelled recorded
   0 duplicate report of an outcome already recorded (client retry)   -1 fenced (stale token)
@@ -48,6 +52,10 @@ Returns {code_1, ..., code_n}
 --!include streak
 --!include dead_letter
 --!include overlap
+-- The globals the per-run loop reads, as locals: a global is a table lookup each time (~1k
+-- Redis instructions per run of 16 a call).
+local ARGV, KEYS, tonumber, unpack = ARGV, KEYS, tonumber, unpack
+local format, find = string.format, string.find
 local events_key, stats_key, retry_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local worker = ARGV[1]
 local now = now_ms(ARGV[2])
@@ -61,10 +69,6 @@ local function job_of(run_id) return string.match(run_id, '^(.*)@%d+$') end
 local out = {}
 local acks = {}  -- stream key -> entry ids, acknowledged with one XACK per stream at the end
 local ok_count, fail_count = 0, 0
--- Every 'succeeded' event of the call goes into one stream entry (batch_new in util).
-local succeeded_events = batch_new(events_key, maxlen,
-                                   {'e', 'succeeded', 't', now_s, 'w', worker},
-                                   {'r', 'a', 'd', 'ty', 'q', 'res', 'st', 'f'})
 -- An outcome event of its own (a failure, or a result a batch cannot hold); `started` = {start
 -- ms, fence} when the run starts and ends in this call (no 'started' event of its own).
 local function outcome_event(outcome, run_id, attempt_s, duration_s, jtype, queue, field, text,
@@ -79,21 +83,37 @@ local function outcome_event(outcome, run_id, attempt_s, duration_s, jtype, queu
 end
 local n = 0
 for g = 1, groups do n = n + tonumber(ARGV[7 + 2 * g]) end
+-- Every 'succeeded' event of the call goes into one stream entry (batch_new in util), its
+-- columns sized for all of the call's runs.
+local succeeded_events = batch_new(events_key, maxlen,
+                                   {'e', 'succeeded', 't', now_s, 'w', worker},
+                                   {'r', 'a', 'd', 'ty', 'q', 'res', 'st', 'f'}, n)
 -- The current group, its runs still to come, and where the next run's values and keys start.
 local g, left, vi, ki = 0, 0, 8 + 2 * groups, 4 + groups
+-- The group's: whether its runs are own runs, their stream and queue, their field names, and
+-- how many values a run has (6 when all succeeded).
+local own, stream_key, queue, F, stride
 for i = 1, n do
   while left == 0 do
     g = g + 1
     left = tonumber(ARGV[7 + 2 * g])
+    local kind = ARGV[8 + 2 * g]
+    own, stream_key = string.sub(kind, 1, 1) == '1', KEYS[4 + g]
+    stride = string.sub(kind, 2) == 's' and 6 or 8
+    -- A run's queue is its stream's (a job's queue never changes, and claim.lua sends its runs
+    -- to that queue's stream, naming it the same way), so no hash is asked for it: an own run's
+    -- job stores no queue at the default, and asking for an absent field scans the whole hash.
+    queue = string.match(stream_key, ':q:(.*)$')
+    F = own and OWN_RUN or PLAIN_RUN  -- run_fields in util: the run key is the job key
   end
   left = left - 1
-  local own, stream_key = ARGV[8 + 2 * g] == '1', KEYS[4 + g]
-  local run_id, fence, outcome = ARGV[vi + 1], ARGV[vi + 2], ARGV[vi + 3]
   -- Numbers are read off the hot path only (tonumber is a strtod): a success keeps the strings.
-  local duration_s, text, delay_s = ARGV[vi + 4], ARGV[vi + 5], ARGV[vi + 6]
+  local run_id, fence, duration_s, text, sid = ARGV[vi + 1], ARGV[vi + 2], ARGV[vi + 3],
+    ARGV[vi + 4], ARGV[vi + 5]
+  local elapsed, outcome, delay_s = tonumber(ARGV[vi + 6]), 'succeeded', nil
+  if stride == 8 then outcome, delay_s = ARGV[vi + 7], ARGV[vi + 8] end
+  vi = vi + stride
   local duration = nil
-  local sid, elapsed = ARGV[vi + 7], tonumber(ARGV[vi + 8])
-  vi = vi + 8
   local run_key, job_key, hist_key
   if own then
     job_key = KEYS[ki + 1]
@@ -102,70 +122,91 @@ for i = 1, n do
     run_key, job_key, hist_key = KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3]
     ki = ki + 3
   end
-  local F = run_fields(run_key, job_key)
   -- An own run is read with the job fields that decide whether the job ends with it: one HMGET.
-  -- Another run, with its 'ov' (an own run has none: overlap runs recur); ov = '1' then.
-  local r, ov
+  -- Another run, with its 'ov' (an own run has none: overlap runs recur); ov = '1' then.  Its
+  -- worker and start time matter only to a run not starting here: a run whose start is not
+  -- recorded (fence '0', the common case) reads them after the fact, when it is not 'dispatched'
+  -- under this entry.  (Each field an HMGET asks for scans the hash; one absent scans it all.)
+  local r, ov, run_worker, started_ms
+  local late = fence ~= '0'
   if own then
-    r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
-                   F.type, F.started_ms, F.queue, J.status, J.cron, J.next_ms)
+    if late then
+      r = redis.call('HMGET', run_key, F.state, F.fence, F.attempt, F.stream_id, F.type, J.status,
+                     J.cron, J.next_ms, F.worker, F.started_ms)
+    else
+      r = redis.call('HMGET', run_key, F.state, F.fence, F.attempt, F.stream_id, F.type, J.status,
+                     J.cron, J.next_ms)
+    end
   else
-    r = redis.call('HMGET', run_key, F.state, F.worker, F.fence, F.attempt, F.stream_id,
-                   F.type, F.started_ms, F.queue, 'ov')
-    ov = r[9] == '1'
+    if late then
+      r = redis.call('HMGET', run_key, F.state, F.fence, F.attempt, F.stream_id, F.type, 'ov',
+                     F.worker, F.started_ms)
+    else
+      r = redis.call('HMGET', run_key, F.state, F.fence, F.attempt, F.stream_id, F.type, 'ov')
+    end
+    ov = r[6] == '1'
   end
-  local state, run_worker, run_fence, attempt_s, stream_id = r[1], r[2], r[3], r[4], r[5]
-  local jtype, started_ms, queue = r[6], r[7], r[8] or DEFAULT_QUEUE
+  local state, run_fence, attempt_s, stream_id, jtype = r[1], r[2], r[3], r[4], r[5]
+  if late then
+    run_worker, started_ms = r[own and 9 or 7], r[own and 10 or 8]
+  end
   -- A run the claim created has no fence or worker field until it starts.  starting: it starts
   -- here (its worker, fence and started_ms are written with its outcome).
   local starting = false
-  if fence == '0' and stream_id == sid then
-    if state == 'dispatched' then
+  if not late then
+    if state == 'dispatched' and stream_id == sid then
       -- Start and finish in one go: no 'started' event of its own, the outcome event carries the
       -- handler's real start time ('st') and the fence ('f'): one XADD per run fewer.
       -- (Strings, not numbers: Redis formats a Lua number with snprintf on every call.)
-      fence = run_fence and string.format('%d', tonumber(run_fence) + 1) or '1'
+      fence = run_fence and format('%d', tonumber(run_fence) + 1) or '1'
       state, run_worker, run_fence, started_ms = 'running', worker, fence,
-        string.format('%d', now - elapsed)
+        format('%d', now - elapsed)
       starting = true
-    elseif run_worker == worker then
-      fence = run_fence  -- our start landed after all (a retried call): judge by its fence
+    else
+      local w = redis.call('HMGET', run_key, F.worker, F.started_ms)
+      run_worker, started_ms = w[1], w[2]
+      if stream_id == sid and run_worker == worker then
+        fence = run_fence  -- our start landed after all (a retried call): judge by its fence
+      end
     end
   end
   if state == 'running' and run_worker == worker and run_fence == fence then
     local attempt = nil
     if outcome == 'succeeded' then
-      -- One table constructor (Lua sizes it once) for the usual write.
+      -- One table constructor (Lua sizes it once) for the usual write: its 4 trailing places
+      -- hold the result and the job's end, so adding them grows no table; w[1 .. nw] is written.
       local w, nw
       if starting then
         w = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s,
-             F.worker, worker, F.fence, fence, F.started_ms, started_ms}
+             F.worker, worker, F.fence, fence, F.started_ms, started_ms, false, false, false, false}
         nw = 12
       else
-        w, nw = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s}, 6
+        w = {F.state, 'succeeded', F.ended_ms, now_s, F.duration_ms, duration_s,
+             false, false, false, false}
+        nw = 6
       end
       -- A handler's None ('null') is not stored: an absent result reads as None (models.Run).
       if text ~= 'null' then w[nw + 1], w[nw + 2], nw = F.result, text, nw + 2 end
       local done
       if own then
-        -- one_off_done, from the fields read above
-        local status = r[9] or DEFAULT_STATUS  -- not stored while scheduled (layout)
-        done = (status == 'scheduled' or status == 'paused') and (not r[10] or r[10] == '')
-          and (not r[11] or r[11] == '0')
-        if done then
-          w[nw + 1], w[nw + 2], w[nw + 3], w[nw + 4] = J.status, 'completed', J.updated_ms, now_s
-        end
-        redis.call('HSET', job_key, unpack(w))
+        done = one_off_ends(r[6], r[7], r[8])  -- one_off_done, from the fields read above
+        -- No updated_ms: a job its own run completes was last updated when that run ended
+        -- (layout; the last field inserted cost ~4k Redis instructions, the longest scan).
+        if done then w[nw + 1], w[nw + 2], nw = J.status, 'completed', nw + 2 end
+        redis.call('HSET', job_key, unpack(w, 1, nw))
       else
-        redis.call('HSET', run_key, unpack(w))
+        redis.call('HSET', run_key, unpack(w, 1, nw))
         -- Other runs expire (their record stays in the job's history list).
         if run_ttl > 0 then redis.call('PEXPIRE', run_key, ARGV[7]) end
-        done = one_off_done(job_key)
+        -- one_off_done, read with the job's failure streak, which a success ends (streak):
+        -- deleting an absent field is a command for nothing.
+        local j = redis.call('HMGET', job_key, J.status, J.cron, J.next_ms, 'fails')
+        done = one_off_ends(j[1], j[2], j[3])
         if done then redis.call('HSET', job_key, J.status, 'completed', J.updated_ms, now_s) end
-        redis.call('HDEL', job_key, 'fails')  -- a success ends the failure streak (streak)
+        if j[4] then redis.call('HDEL', job_key, 'fails') end
       end
       if done and finished_ttl > 0 then redis.call('PEXPIRE', job_key, ARGV[8]) end
-      if string.find(text, '\n', 1, true) then
+      if find(text, '\n', 1, true) then
         -- Not JSON as workers send it: an event of its own, since batches join values by '\n'.
         outcome_event('succeeded', run_id, attempt_s, duration_s, jtype, queue, 'res', text,
                       starting and {started_ms, fence})

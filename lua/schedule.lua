@@ -197,7 +197,7 @@ while i < n do
       end
       if direct then
         local run_id = id .. '@' .. fields[NEXT_MS]
-        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype, 'a', '1',
+        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype,
                                'x', fields[NEXT_MS + 2], 'o', '1')
         used[stream_key] = true
         fields[NEXT_MS] = '0'

@@ -42,22 +42,39 @@ The call's 'started' events share one events-stream entry (batch_flush in util).
 --!include deadline
 --!include delivery
 --!include overlap
+-- The globals the per-run loop reads, as locals: a global is a table lookup each time.
+local ARGV, KEYS, tonumber, format = ARGV, KEYS, tonumber, string.format
 local events_key, stats_key, dead_key, retry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local worker = ARGV[1]
 local now = now_ms(ARGV[2])
+local now_s = format('%d', now)
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local out = {}
 -- The call's 'started' events share one events-stream entry (batch_new in util).
 local started_events = batch_new(events_key, maxlen, {'e', 'started', 'w', worker},
-                                 {'r', 'a', 't', 'f', 'ty'})
+                                 {'r', 'a', 't', 'f', 'ty'}, n)
 for i = 1, n do
   local c = 6 + 4 * (i - 1)
   local run_id, sid, elapsed, reclaimed = ARGV[c + 1], ARGV[c + 2], tonumber(ARGV[c + 3]), ARGV[c + 4]
   local b = 4 + 4 * (i - 1)
   local run_key, job_key, stream_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   local F = run_fields(run_key, job_key)
-  local r = redis.call('HMGET', run_key, F.state, F.attempt, F.fence, F.stream_id, F.worker,
-                       F.type, F.started_ms, 'ov', F.dispatched_ms)
+  -- Each field an HMGET asks for scans the hash (an absent one all of it): a fresh entry's start
+  -- (the common case) reads neither the start time (of an abandoned attempt) nor the dispatch
+  -- time (of a reclaimed run's start deadline), and an own run has no 'ov' (overlap runs recur).
+  local r, started_ms, ov, dispatched_ms
+  if reclaimed == '1' then
+    r = redis.call('HMGET', run_key, F.state, F.attempt, F.fence, F.stream_id, F.worker,
+                   F.type, F.started_ms, 'ov', F.dispatched_ms)
+    started_ms, ov, dispatched_ms = r[7], r[8], r[9]
+  elseif F == OWN_RUN then
+    r = redis.call('HMGET', run_key, F.state, F.attempt, F.fence, F.stream_id, F.worker,
+                   F.type)
+  else
+    r = redis.call('HMGET', run_key, F.state, F.attempt, F.fence, F.stream_id, F.worker,
+                   F.type, 'ov')
+    ov = r[7]
+  end
   -- The run id holds the job id and the scheduled time; a run the claim created has no fence or
   -- worker field yet.
   local job_id, sched = string.match(run_id, '^(.*)@(%d+)$')
@@ -78,7 +95,7 @@ for i = 1, n do
   elseif state == 'running' and run_worker == worker then
     fence_out = fence  -- the same call applied twice (client retry): nothing new happened
   elseif state == 'dispatched' and reclaimed == '1'
-      and missed_start(redis.call('HGET', job_key, J.spec), run_id, r[2], r[9], now) then
+      and missed_start(redis.call('HGET', job_key, J.spec), run_id, r[2], dispatched_ms, now) then
     -- Never started, and too late now (startDeadlineSeconds): dead-lettered, never run late.
     dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                 job_id, attempt, 'missed start deadline', jtype)
@@ -87,9 +104,10 @@ for i = 1, n do
     if state == 'running' or reclaimed == '1' then
       local err = 'worker ' .. run_worker .. ' stopped heartbeating'
       if state == 'dispatched' then err = 'its worker stopped before recording the start' end
+      if reclaimed ~= '1' then started_ms = redis.call('HGET', run_key, F.started_ms) end
       remember(job_key, hist_key, hlen, F == OWN_RUN, sid, {run = run_id, attempt = attempt,
                status = 'abandoned', worker = run_worker, sched_ms = tonumber(sched),
-               started_ms = tonumber(r[7]), ended_ms = now, error = err})
+               started_ms = tonumber(started_ms), ended_ms = now, error = err})
       emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
            'w', run_worker, 'ty', jtype, 'err', err)
       emit(events_key, maxlen, 'e', 'reclaimed', 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
@@ -101,7 +119,7 @@ for i = 1, n do
       if attempt > max_attempts then
         dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                     job_id, attempt - 1, err, jtype)
-        if r[8] == '1' then release_active(job_key, retry_key, run_id, now) end
+        if ov == '1' then release_active(job_key, retry_key, run_id, now) end
         redis.call('XACK', stream_key, group, sid)
         state = nil
       end
@@ -116,17 +134,26 @@ for i = 1, n do
       redis.call('HSET', run_key, F.state, st, F.ended_ms, now, F.error, why)
       emit(events_key, maxlen, 'e', st, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
            'ty', jtype, 'err', note)
-      if r[8] == '1' then release_active(job_key, retry_key, run_id, now) end
+      if ov == '1' then release_active(job_key, retry_key, run_id, now) end
       redis.call('XACK', stream_key, group, sid)
     elseif state then
       fence_out = fence + 1
-      local started = now - elapsed
-      redis.call('HSET', run_key, F.state, 'running', F.worker, worker, F.fence, fence_out,
-                 F.attempt, attempt, F.started_ms, started, F.hb_ms, now)
+      -- Numbers as text once, for the write and the event (Redis 7.0 formats a Lua number with
+      -- snprintf on every call); the attempt is written only when it changed (a reclaim).
+      local fence_s, started_s = format('%d', fence_out), format('%d', now - elapsed)
+      local attempt_s = r[2]
+      if attempt_s and attempt == tonumber(attempt_s) then
+        redis.call('HSET', run_key, F.state, 'running', F.worker, worker, F.fence, fence_s,
+                   F.started_ms, started_s, F.hb_ms, now_s)
+      else
+        attempt_s = format('%d', attempt)
+        redis.call('HSET', run_key, F.state, 'running', F.worker, worker, F.fence, fence_s,
+                   F.attempt, attempt_s, F.started_ms, started_s, F.hb_ms, now_s)
+      end
       local b = started_events
       local k = batch_slot(b)
-      b[1][k], b[2][k], b[3][k], b[4][k], b[5][k] = run_id, string.format('%d', attempt),
-        string.format('%d', started), string.format('%d', fence_out), jtype or ''
+      b[1][k], b[2][k], b[3][k], b[4][k], b[5][k] = run_id, attempt_s, started_s, fence_s,
+        jtype or ''
     end
     attempt_out = attempt
   end

@@ -110,17 +110,18 @@ def run_a_one_off_once(redis_url: str, client: Client, clock: ManualClock) -> tu
 def test_a_one_off_job_run_once_keeps_its_run_in_a_few_short_fields_and_no_null_result(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
-    """The memory a completed job keeps (core.layout): no last_run_id (its own run is the last)
-    and no result for a handler's None."""
+    """The memory a completed job keeps (core.layout): no last_run_id (its own run is the last),
+    no result for a handler's None, and no updated_ms (it is the run's end)."""
     job, rid = run_a_one_off_once(redis_url, client, clock)
     stored = {k.decode() for k in hgetall(r, keys.job(job.partition, job.id))}
-    assert stored == {J.type, J.next_ms, J.spec, J.own_run, J.status, J.updated_ms, OWN.attempt,
+    assert stored == {J.type, J.next_ms, J.spec, J.own_run, J.status, OWN.attempt,
                       OWN.state, OWN.dispatched_ms, OWN.stream_id, OWN.worker, OWN.fence,
                       OWN.started_ms, OWN.ended_ms, OWN.duration_ms}
     run = client.get_run(rid)
     assert run.state is RunState.SUCCEEDED and run.result is None
     done = client.get(job.id)
     assert done.status is JobStatus.COMPLETED and done.last_run_id == rid
+    assert run.ended_ms is not None and done.updated_ms == run.ended_ms > done.created_ms
     [attempt] = client.runs(job.id)
     assert (attempt.run_id, attempt.status, attempt.result) == (rid, "succeeded", None)
 
@@ -740,6 +741,9 @@ def test_one_report_holds_own_and_other_runs_from_two_queues_of_a_partition(
     asyncio.run(scenario())
     [(_, ks, args)] = calls
     assert args[4] == 3  # groups: own runs of a, own runs of b, the cron job's run of b
+    # Kinds: a group whose runs all succeeded ('s') leaves out their outcomes and retry delays.
+    assert sorted(args[9:14:2]) == ["0s", "1", "1s"]
+    assert len(args) == 14 + 6 * 3 + 8 * 2
     for j in (a1, a2, b1):
         [attempt] = client.runs(j.id)
         assert (attempt.status, attempt.result) == ("succeeded", j.id)

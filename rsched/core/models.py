@@ -19,7 +19,7 @@ from rsched.core import defaults
 from rsched.core.catchup import Gap
 from rsched.core.errors import ValidationError
 from rsched.core.ids import created_ms_of
-from rsched.core.layout import JB, OWN_BYTES, STATUS_DEFAULT, J
+from rsched.core.layout import JB, OWN, OWN_BYTES, STATUS_DEFAULT, J
 from rsched.core.lifecycle import NO_LIFE, Life, life_of
 
 
@@ -73,6 +73,17 @@ def _i(v: Any, default: int = 0) -> int:
     if v is None or v == b"" or v == "":
         return default
     return int(float(v))
+
+
+def _updated_ms(g: Callable[[str], Any], status: JobStatus) -> int:
+    """A job's updated_ms as stored, 0 for none yet (lua/schedule.lua stores none: until a
+    change, it is created_ms).  lua/complete.lua stores none either when a one-off job's own
+    run completes it: a completed job was last updated when its own run ended, if that was
+    after the stored time (a job completed otherwise has one: claim.lua, resume.lua)."""
+    stored = _i(g(J.updated_ms))
+    if status is JobStatus.COMPLETED:
+        return max(stored, _i(g(OWN.ended_ms)))
+    return stored
 
 
 def _get(h: Mapping[Any, Any], name: str) -> Any:
@@ -261,8 +272,7 @@ class Job:
             misfire=Misfire(sp.get("misfire") or "run_once"),
             jitter_ms=sp.get("jitter_ms", defaults.JITTER_MS),
             created_ms=created,
-            # lua/schedule.lua stores no updated_ms: until a change, it is created_ms.
-            updated_ms=_i(g(J.updated_ms)) or created,
+            updated_ms=_updated_ms(g, status) or created,
             # Absent after the own run's dispatch (lua/claim.lua): that run is the last.
             last_run_id=_s(g(J.last_run_id)) or _s(g(J.own_run)) or None,
             catch_up_window_ms=sp.get("catch_up_ms", defaults.CATCH_UP_WINDOW_MS),

@@ -14,7 +14,7 @@ from typing import NamedTuple
 # scheduled time are in the run id.
 ENTRY_RUN = b"r"  # run id, <job id>@<scheduled ms>
 ENTRY_TYPE = b"t"  # job type
-ENTRY_ATTEMPT = b"a"  # attempt number
+ENTRY_ATTEMPT = b"a"  # attempt number; left out for a first attempt (one field fewer to read)
 ENTRY_SPEC = b"x"  # the job's packed spec (models.SPEC_ORDER)
 ENTRY_OWN = b"o"  # present ('1') for a one-off job's own run: its run key is the job key
 ENTRY_FIELDS = (ENTRY_RUN, ENTRY_TYPE, ENTRY_ATTEMPT, ENTRY_SPEC, ENTRY_OWN)

@@ -58,7 +58,8 @@ def _defaults_lua() -> str:
 @cache
 def load(name: str) -> Script:
     """Read lua/<name>.lua and inline its `--!include x` lines from lua/include/x.lua (and
-    `--!include defaults` from core.defaults, `--!include layout` from core.layout)."""
+    `--!include defaults` from core.defaults, `--!include layout` from core.layout), then write
+    the job-hash field names J.<name> and OWN.<name> as literals (core.layout.literals)."""
     base = _lua_dir()
     text = base.joinpath(f"{name}.lua").read_text()
 
@@ -71,7 +72,7 @@ def load(name: str) -> Script:
         # no __init__.py), whose joinpath takes a single argument on Python 3.11.
         return str(base.joinpath("include").joinpath(f"{m.group(1)}.lua").read_text())
 
-    source = _INCLUDE.sub(inline, text)
+    source = layout.literals(_INCLUDE.sub(inline, text))
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 

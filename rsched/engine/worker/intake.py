@@ -150,7 +150,7 @@ class Intake:
             rid = f[ENTRY_RUN].decode()
             if rid in by_id:  # delivered again while still running here
                 continue
-            attempt = int(f[ENTRY_ATTEMPT])
+            attempt = int(f.get(ENTRY_ATTEMPT, 1))  # left out for a first attempt (wire)
             fl = inflight(p, s, queue, eid, rid, f, attempt, now)
             started[(fl.type, queue)] += 1
             started_in[p] += 1

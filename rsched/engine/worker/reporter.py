@@ -224,7 +224,8 @@ class Reporter:
         outcomes in the order of its replies.  A run not STARTED goes with fence 0, and the
         script records its start with its outcome.  Runs are grouped by stream and by kind, so
         the stream key goes once per group and a one-off job's own run needs only its job key
-        (its run and history live there): 9 arguments a run instead of 12."""
+        (its run and history live there), and a group whose runs all succeeded leaves out
+        their outcome and retry delay: 7 arguments a run instead of 12."""
         by_part: dict[int, dict[tuple[str, bool], list[Outcome]]] = defaultdict(
             lambda: defaultdict(list))
         for o in batch:
@@ -242,15 +243,18 @@ class Reporter:
             parts[p] = ordered = []
             for (stream, own), items in groups.items():
                 ks.append(stream)
-                args += [len(items), "1" if own else "0"]
+                ok = all(o.status == "succeeded" for o in items)
+                args += [len(items), ("1" if own else "0") + ("s" if ok else "")]
                 for o in items:
                     fl = o.fl
                     if own:
                         run_ks.append(fl.job_key)
                     else:
                         run_ks += [fl.run_key, fl.job_key, keys.history(p, fl.job_id)]
-                    run_args += [fl.run_id, fl.fence, o.status, o.duration_ms, o.text,
-                                 o.delay_ms, fl.entry_id, int((now - fl.t0) * 1000)]
+                    run_args += [fl.run_id, fl.fence, o.duration_ms, o.text, fl.entry_id,
+                                 int((now - fl.t0) * 1000)]
+                    if not ok:
+                        run_args += [o.status, o.delay_ms]
                 ordered += items
             calls.append(("complete", ks + run_ks, args + run_args))
         return calls, parts
