@@ -29,7 +29,7 @@ def _entries(resp: Any) -> list[Entry]:
     out: list[Entry] = []
     for s, items in resp or ():
         name = _s(s)
-        out += [(name, _s(eid), f) for eid, f in items if f]
+        out += [(name, eid.decode(), f) for eid, f in items if f]  # bytes, as _launch reads
     return out
 
 
