@@ -33,6 +33,20 @@ def _entries(resp: Any) -> list[Entry]:
     return out
 
 
+def _raw_entries(resp: Any) -> list[Entry]:
+    """A raw XREADGROUP reply (no redis-py callback) as entries: [[stream, [[id, [field, value,
+    ...]], ...]], ...] (RESP2) or {stream: [...]} (RESP3); an entry deleted since it was
+    delivered has no fields."""
+    out: list[Entry] = []
+    for s, items in resp.items() if isinstance(resp, dict) else resp or ():
+        name = _s(s)
+        for eid, kv in items:
+            if kv:
+                it = iter(kv)
+                out.append((name, eid.decode(), dict(zip(it, it, strict=True))))
+    return out
+
+
 class ReadPlan(NamedTuple):
     """One XREADGROUP: its streams, COUNT, and whether it is focused (see Intake._plan)."""
 
@@ -98,15 +112,16 @@ class Intake:
         self._turn = (self._turn + 1) % len(busy)
         return ReadPlan([busy[(self._turn + j) % len(busy)] for j in range(k)], free // k, True)
 
-    def _read(self, plan: ReadPlan, block_ms: int | None = None, on: Any = None) -> Any:
-        """XREADGROUP as planned, on the client or queued on pipeline ``on``."""
-        return (on or self.link.r).xreadgroup(
+    def _read(self, plan: ReadPlan, block_ms: int | None = None) -> Any:
+        """XREADGROUP as planned."""
+        return self.link.r.xreadgroup(
             keys.GROUP, self.link.id, dict.fromkeys(plan.streams, ">"), count=plan.n,
             block=block_ms)
 
-    def _took(self, plan: ReadPlan, resp: Any) -> list[Entry]:
-        """A planned read's entries; notes which streams are busy."""
-        entries = _entries(resp)
+    def _took(self, plan: ReadPlan, resp: Any, raw: bool = False) -> list[Entry]:
+        """A planned read's entries (its reply ``raw``: without redis-py's callback); notes
+        which streams are busy."""
+        entries = _raw_entries(resp) if raw else _entries(resp)
         if not plan.focused:
             got = {s for s, _, _ in entries}
             self._busy = [s for s in plan.streams if s in got]
@@ -129,15 +144,17 @@ class Intake:
         self._tail = True
         return self._plan(list(self.link.streams), free)
 
-    def queue_read(self, pipe: Any, plan: ReadPlan) -> None:
-        self._read(plan, None, pipe)
+    def read_command(self, plan: ReadPlan) -> tuple[Any, ...]:
+        """The planned XREADGROUP as a command (non-blocking), its reply raw."""
+        return ("XREADGROUP", "GROUP", keys.GROUP, self.link.id, "COUNT", plan.n, "STREAMS",
+                *plan.streams, *[">"] * len(plan.streams))
 
     def took_with_report(self, plan: ReadPlan, resp: Any) -> int:
         """Start what the report's read got (None or an error: nothing, the fetch loop reads)."""
         self._tail = False
         if resp is None or isinstance(resp, Exception):
             return 0
-        return self._launch(self._took(plan, resp))
+        return self._launch(self._took(plan, resp, raw=True))
 
     def _launch(self, entries: list[Entry]) -> int:
         """Run fresh entries at once; their start is recorded later (see the reporter)."""
