@@ -226,32 +226,38 @@ async def acall_many_then(r: Any, calls: Sequence[Call], more: Sequence[Sequence
     script Redis lacked is sent again after the load, alone: the commands are not repeated."""
     cmds: list[Sequence[Any]] = [("EVALSHA", load(name).sha, len(keys), *keys, *args)
                                  for name, keys, args in calls]
-    cmds += more
-    pool = r.connection_pool
-    conn = await pool.get_connection()
     try:
-        try:
-            await conn.send_packed_command(conn.pack_commands(cmds))
-            replies: list[Any] = []
-            for _ in cmds:
-                try:
-                    replies.append(await conn.read_response())
-                except ResponseError as e:
-                    replies.append(e)
-        except (RedisConnectionError, RedisTimeoutError):
-            await conn.disconnect()
-            return await acall_many(r, calls), []
-        except BaseException:
-            await conn.disconnect()  # replies may be unread: the next user must not get them
-            raise
-    finally:
-        await pool.release(conn)
+        replies = await acommands_raw(r, [*cmds, *more])
+    except (RedisConnectionError, RedisTimeoutError):
+        return await acall_many(r, calls), []
     results, extra = replies[:len(calls)], replies[len(calls):]
     if (reload := _Reload.of(calls, results)) is not None:
         for source in reload.sources:
             await r.script_load(source)
         results = reload.merge(results, await _asend(r, reload.calls(calls), False))
     return results, extra
+
+
+async def acommands_raw(r: Any, cmds: Sequence[Sequence[Any]]) -> list[Any]:
+    """Commands written at once on one connection of ``r``'s pool, their replies raw (no
+    redis-py response callback), error replies in place; a connection error is raised (the
+    connection is dropped) and not retried: the caller decides."""
+    pool = r.connection_pool
+    conn = await pool.get_connection()
+    try:
+        await conn.send_packed_command(conn.pack_commands(cmds))
+        replies: list[Any] = []
+        for _ in cmds:
+            try:
+                replies.append(await conn.read_response())
+            except ResponseError as e:
+                replies.append(e)
+        return replies
+    except BaseException:
+        await conn.disconnect()  # replies may be unread: the next user must not get them
+        raise
+    finally:
+        await pool.release(conn)
 
 
 def pooled(r: Any) -> bool:

@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from rsched.core import defaults
 from rsched.core.wire import ENTRY_ATTEMPT, ENTRY_RUN
 from rsched.engine.worker._link import Link
@@ -19,7 +22,7 @@ from rsched.engine.worker.inflight import STARTED, Entry, Inflight, Runs, inflig
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
 from rsched.obs.metrics import RunMetrics
-from rsched.rdb import keys
+from rsched.rdb import keys, scripts
 
 log = logging.getLogger("rsched.worker")
 
@@ -83,11 +86,27 @@ class Intake:
         names = list(self.link.streams if streams is None else streams)
         plan = self._plan(names, free)
         if plan.focused:
-            focused = self._took(plan, await self._read(plan))
+            focused = await self._take(plan)
             if focused:
                 return self._launch(focused)
             plan = self._plan(names, free, full=True)
-        return self._launch(self._took(plan, await self._read(plan, block_ms)))
+        return self._launch(await self._take(plan, block_ms))
+
+    async def _take(self, plan: ReadPlan, block_ms: int | None = None) -> list[Entry]:
+        """A planned read's entries: its reply raw on one pooled connection, as a report's read
+        (redis-py's XREADGROUP costs ~100k instructions more), or through redis-py on a cluster
+        or after a connection error (its client retries)."""
+        if scripts.pooled(self.link.r):
+            try:
+                resp = (await scripts.acommands_raw(self.link.r,
+                                                    [self.read_command(plan, block_ms)]))[0]
+            except (RedisConnectionError, RedisTimeoutError):
+                pass
+            else:
+                if isinstance(resp, Exception):
+                    raise resp  # NOGROUP: the fetch loop joins the groups again
+                return self._took(plan, resp, raw=True)
+        return self._took(plan, await self._read(plan, block_ms))
 
     def _plan(self, names: list[str], free: int, full: bool = False) -> ReadPlan:
         """The next read for ``free`` slots.  COUNT applies per stream: a read of every stream
@@ -144,10 +163,11 @@ class Intake:
         self._tail = True
         return self._plan(list(self.link.streams), free)
 
-    def read_command(self, plan: ReadPlan) -> tuple[Any, ...]:
-        """The planned XREADGROUP as a command (non-blocking), its reply raw."""
-        return ("XREADGROUP", "GROUP", keys.GROUP, self.link.id, "COUNT", plan.n, "STREAMS",
-                *plan.streams, *[">"] * len(plan.streams))
+    def read_command(self, plan: ReadPlan, block_ms: int | None = None) -> tuple[Any, ...]:
+        """The planned XREADGROUP as a command (None: non-blocking), its reply raw."""
+        block = () if block_ms is None else ("BLOCK", block_ms)
+        return ("XREADGROUP", "GROUP", keys.GROUP, self.link.id, "COUNT", plan.n, *block,
+                "STREAMS", *plan.streams, *[">"] * len(plan.streams))
 
     def took_with_report(self, plan: ReadPlan, resp: Any) -> int:
         """Start what the report's read got (None or an error: nothing, the fetch loop reads)."""
