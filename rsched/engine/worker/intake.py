@@ -94,8 +94,8 @@ class Intake:
 
     async def _take(self, plan: ReadPlan, block_ms: int | None = None) -> list[Entry]:
         """A planned read's entries: its reply raw on one pooled connection, as a report's read
-        (redis-py's XREADGROUP costs ~100k instructions more), or through redis-py on a cluster
-        or after a connection error (its client retries)."""
+        (redis-py's XREADGROUP of 15 entries: 342k instructions, this way 317k), or through
+        redis-py on a cluster or after a connection error (its client retries)."""
         if scripts.pooled(self.link.r):
             try:
                 resp = (await scripts.acommands_raw(self.link.r,
