@@ -8,12 +8,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import pytest
 import redis
 from helpers import keys_in_partition, settings
 
 from rsched import App, Client, JobContext, JobSpec
 from rsched.core import defaults
 from rsched.engine.worker import Worker
+from rsched.engine.worker.intake import _raw_entries
 from rsched.rdb import keys
 
 A, B = 2, 9  # two partitions of the 16
@@ -145,3 +147,14 @@ def test_once_the_worker_stops_a_report_takes_no_new_runs(
     assert with_full_table(redis_url, then) == 0
     # nothing delivered past the 8 reported: the other 4 wait in the stream for other workers
     assert r.xpending(keys.stream(A, defaults.QUEUE), keys.GROUP)["pending"] == 0
+
+
+@pytest.mark.parametrize("resp", [
+    [[b"s1", [[b"1-0", [b"r", b"a@1", b"t", b"noop"]], [b"1-1", None]]], [b"s2", []]],  # RESP2
+    {b"s1": [[b"1-0", [b"r", b"a@1", b"t", b"noop"]], [b"1-1", None]], b"s2": []},  # RESP3
+])
+def test_a_raw_read_reply_gives_the_entries_redis_py_would_less_the_deleted_ones(
+    resp: object,
+) -> None:
+    assert _raw_entries(resp) == [("s1", "1-0", {b"r": b"a@1", b"t": b"noop"})]
+    assert _raw_entries(None) == []  # nothing new

@@ -489,3 +489,36 @@ def test_after_a_redis_restart_empties_the_script_cache_every_call_path_reloads_
     finally:
         client.close()
 
+
+
+def test_calls_with_more_commands_share_one_write_and_a_dropped_connection_sends_the_calls_again(
+    redis_url: str,
+) -> None:
+    """scripts.acall_many_then: the commands' replies come raw; when the connection drops, the
+    calls go again through the retrying pipeline and the commands not at all."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from rsched.rdb.connect import connect_async
+
+    hb: scripts.Call = ("heartbeat", [keys.events(0), keys.stats(0)], ["w", 0, keys.GROUP, 0, 1000])
+
+    async def scenario() -> tuple[Any, Any]:
+        r = connect_async(redis_url)
+        try:
+            first = await scripts.acall_many_then(r, [hb], [("PING",)])
+            conn = await r.connection_pool.get_connection()
+            await r.connection_pool.release(conn)
+            send = conn.send_packed_command
+
+            async def dropped(*args: Any, **kwargs: Any) -> None:
+                conn.send_packed_command = send
+                raise RedisConnectionError("dropped")
+
+            conn.send_packed_command = dropped
+            return first, await scripts.acall_many_then(r, [hb], [("PING",)])
+        finally:
+            await r.aclose()
+
+    first, again = asyncio.run(scenario())
+    assert first == ([[]], [b"PONG"])
+    assert again == ([[]], [])

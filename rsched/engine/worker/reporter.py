@@ -53,7 +53,7 @@ class Tail(Protocol):
     """The intake's side of a read sent with a report (Intake.plan_with_report)."""
 
     def plan_with_report(self, freed: int) -> Any: ...
-    def queue_read(self, pipe: Any, plan: Any) -> None: ...
+    def read_command(self, plan: Any) -> tuple[Any, ...]: ...
     def took_with_report(self, plan: Any, resp: Any) -> int: ...
 
 
@@ -193,9 +193,8 @@ class Reporter:
             if tail is None or plan is None:
                 results = await self.link.call_many(self.link.r, calls)
             else:
-                queue_read = tail.queue_read
                 results, more = await scripts.acall_many_then(
-                    self.link.r, calls, lambda pipe: queue_read(pipe, plan))
+                    self.link.r, calls, [tail.read_command(plan)])
                 read = more[0] if more else None
         except UNAVAILABLE as e:
             log.warning("cannot report %d outcomes (%s); will retry", len(batch), e)

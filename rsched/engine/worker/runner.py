@@ -1,4 +1,4 @@
-"""Running handlers: one task per run, a semaphore for the concurrency, one timer for every
+"""Running handlers: one task per run, a count of slots for the concurrency, one timer for every
 run's timeout, and the outcome handed to the reporter."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from rsched.core import defaults
@@ -36,6 +38,23 @@ class UnknownJobType(Exception):
 class UnserializableResult(Exception):
     """The handler returned what JSON cannot hold: the attempt fails rather than storing the
     value's str() as if it were the result."""
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """What a run needs of its job's spec, read once per distinct packed spec (Runner._spec)."""
+
+    sp: dict[str, Any]  # unpack_spec's dict, shared: only read
+    timeout_s: float
+    start_deadline: bool  # the job has startDeadlineSeconds: a first attempt asks expire.lua
+    payload: Any  # still packed: unpacked per run, so no handler sees another's changes
+
+    @classmethod
+    def of(cls, raw: bytes | None) -> Spec:
+        sp = unpack_spec(raw)
+        life = sp.get("life")
+        return cls(sp, int(sp.get("timeout_ms") or defaults.TIMEOUT_MS) / 1000,
+                   bool(life) and life_of(life).start_deadline_ms > 0, sp.get("payload"))
 
 
 class Deadlines:
@@ -91,28 +110,55 @@ class Runner:
         self.pool = ThreadPoolExecutor(threads or concurrency, thread_name_prefix="rsched-job")
         self.tasks: set[asyncio.Task[None]] = set()
         self.deadlines = Deadlines(runs)
-        self._sem = asyncio.Semaphore(concurrency)
-        self._specs: dict[bytes, dict[str, Any]] = {}
+        self.concurrency = concurrency
+        # Handlers running, and those waiting for one of them to end (see _wait_turn): a
+        # counter, not an asyncio.Semaphore, whose acquire and release cost four Python calls
+        # per run (its locked() scans the waiters with a generator each time).
+        self._running = 0
+        self._queued: deque[asyncio.Future[None]] = deque()
+        self._specs: dict[bytes | None, Spec] = {}
 
     def run(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
         """Start a run's handler now."""
         self.runs.by_id[fl.run_id] = fl
-        task = asyncio.create_task(self._handle(fl, f))
+        # The loop's own create_task: asyncio.create_task adds two Python frames per run.
+        task = asyncio.get_running_loop().create_task(self._handle(fl, f))
         fl.task = task
         self.tasks.add(task)
 
-    def _spec(self, raw: bytes | None) -> dict[str, Any]:
+    def _spec(self, raw: bytes | None) -> Spec:
         """A run's spec, unpacked once per distinct spec: jobs scheduled in a batch mostly share
         theirs.  Shared dicts are only read; the payload inside stays packed (unpacked per run)."""
-        key = raw or b""
-        sp = self._specs.get(key)
-        if sp is None:
-            sp = unpack_spec(raw)
-            if len(key) <= SPEC_CACHE_BYTES:
+        spec = self._specs.get(raw)
+        if spec is None:
+            spec = Spec.of(raw)
+            if len(raw or b"") <= SPEC_CACHE_BYTES:
                 if len(self._specs) >= SPEC_CACHE:
                     self._specs.clear()
-                self._specs[key] = sp
-        return sp
+                self._specs[raw] = spec
+        return spec
+
+    async def _wait_turn(self) -> None:
+        """Wait until a running handler hands its slot over (_leave): the intake reads no more
+        than the free slots, but a read of every stream may take one entry a stream more."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queued.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if not fut.cancelled():  # handed a slot just as it was cancelled: pass it on
+                self._leave()
+            raise
+
+    def _leave(self) -> None:
+        """A handler's slot is free: to the first waiter still waiting, or back to the count."""
+        queued = self._queued
+        while queued:
+            fut = queued.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._running -= 1
 
     async def _handle(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
         # Leaves the task set itself (a done callback per run cost another loop turn), in the
@@ -120,10 +166,14 @@ class Runner:
         # since each helper call here is per job.
         try:
             jtype = fl.type
-            sp = self._spec(f.get(ENTRY_SPEC))
-            timeout_s = int(sp.get("timeout_ms") or defaults.TIMEOUT_MS) / 1000
-            await self._sem.acquire()
-            if sp.get("life") and fl.attempt == 1 and await self._missed_start(fl, sp):
+            raw = f.get(ENTRY_SPEC)
+            spec = self._specs.get(raw) or self._spec(raw)
+            timeout_s = spec.timeout_s
+            if self._running < self.concurrency and not self._queued:
+                self._running += 1
+            else:
+                await self._wait_turn()
+            if spec.start_deadline and fl.attempt == 1 and await self._missed_start(fl):
                 return
             t0 = time.perf_counter()
             loop = asyncio.get_running_loop()
@@ -138,8 +188,9 @@ class Runner:
                         f"no handler registered for job type {jtype!r} in app {self.app.name!r} "
                         f"(registered: {', '.join(sorted(self.app.handlers)) or 'none'})"
                     )
+                payload = spec.payload
                 ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, fl.sched_ms,
-                                 unpack_payload(sp.get("payload")), self.worker_id)
+                                 unpack_payload(payload) if payload else None, self.worker_id)
                 fl.ctx = ctx
                 if fl.stop:  # asked to stop before its handler started: it never starts
                     raise asyncio.CancelledError
@@ -158,13 +209,14 @@ class Runner:
             except Exception as e:  # noqa: BLE001 - any handler error is a failed attempt
                 status, text = "failed", failure_text(e)
             finally:
-                self._sem.release()
+                self._leave()
                 fl.deadline = float("inf")
             if fl.stop and status != "timed_out":  # whatever the handler did once asked
                 status, text = "cancelled", STOPPED
             duration = int((time.perf_counter() - t0) * 1000)
             delay = 0
             if status != "succeeded":
+                sp = spec.sp
                 delay = retry_delay_ms(
                     fl.attempt, int(sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS)),
                     int(sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS)))
@@ -181,11 +233,9 @@ class Runner:
         finally:
             self.tasks.discard(fl.task)
 
-    async def _missed_start(self, fl: Inflight, sp: dict[str, Any]) -> bool:
+    async def _missed_start(self, fl: Inflight) -> bool:
         """A job with startDeadlineSeconds: True if Redis dead-lettered this run for starting
         past it (lua/expire.lua), which then leaves its slot unrun; else it runs now."""
-        if not life_of(sp["life"]).start_deadline_ms:
-            return False
         try:
             missed = await self.reporter.expire(fl)
         except Exception as e:  # noqa: BLE001 - unasked, it is not run: reclaimed later
@@ -193,7 +243,7 @@ class Runner:
                       "reclaimed", fl.run_id, e, extra={"job_id": fl.job_id, "run_id": fl.run_id})
             missed = True
         if missed:
-            self._sem.release()
+            self._leave()
             self.runs.by_id.pop(fl.run_id, None)
             self.slot.set()
             log.warning("run %s missed its start deadline: dead-lettered, not run", fl.run_id,

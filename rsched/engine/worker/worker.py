@@ -189,7 +189,8 @@ class Worker:
         ]
         groups = same_slot_groups(self.link.r, self.link.streams)
         # One fetch loop (one Redis): reads may go with reports (Intake.plan_with_report).
-        self.reporter.tail = self.intake if groups == [None] else None
+        one = groups == [None] and scripts.pooled(self.link.r)
+        self.reporter.tail = self.intake if one else None
         try:
             await asyncio.gather(*(self._fetch_loop(stop, group) for group in groups))
         finally:
