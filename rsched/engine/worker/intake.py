@@ -111,7 +111,8 @@ class Intake:
     def _plan(self, names: list[str], free: int, full: bool = False) -> ReadPlan:
         """The next read for ``free`` slots.  COUNT applies per stream: a read of every stream
         splits the free slots over all streams (not just this read's), so it cannot overshoot
-        the concurrency by more than one entry per stream (the runner's semaphore holds those).
+        the concurrency by more than one entry per stream
+        (Runner._wait_turn holds those until a slot is free).
 
         With few free slots for many streams, one entry a stream a read would leave every
         report one run per partition (one complete call per run).  Instead a focused read takes
