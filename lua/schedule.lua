@@ -26,7 +26,8 @@ ARGV[4]     due_ms: the caller's estimate of Redis's clock when it computed the 
             queue even when Redis's clock reads a millisecond or two earlier
 ARGV[5]     n, the number of jobs
 ARGV[6]     ns, the number of shared job-hash fields; the first two are type and queue
-ARGV[7]     no, the number of a job's own job-hash fields: next_ms, spec
+ARGV[7]     no, the number of a job's own job-hash fields: 2, next_ms and spec (the only layout
+            the client sends; anything else is refused)
 ARGV[8]     keyed: 1 if every job of the call carries a body_hash (keyed ids), 0 if none does
             (random ids, which only a replay of this very call can find existing)
 ARGV[9..8+ns+no]  the shared field names, then the own field names
@@ -62,6 +63,9 @@ local group = ARGV[3]
 local due_cut = math.max(tonumber(ARGV[4]), now) + 0.5
 local n = tonumber(ARGV[5])
 local ns, no = tonumber(ARGV[6]), tonumber(ARGV[7])
+if no ~= 2 then
+  return redis.error_reply('schedule: a job has 2 own fields (next_ms, spec), not ' .. ARGV[7])
+end
 local keyed = ARGV[8] == '1'
 local NAMES = 8  -- ARGV[NAMES + k]: the k-th field name
 -- The time as a string once: Redis formats a Lua number argument with snprintf on every call,
@@ -165,11 +169,7 @@ while i < n do
       score, a = ARGV[a], a + 1
     end
     local id = ARGV[a]
-    if no == 2 then  -- next_ms and spec, what the client sends: no loop (0.6k a job)
-      fields[NEXT_MS], fields[NEXT_MS + 2] = ARGV[a + 1], ARGV[a + 2]
-    else
-      for k = 1, no do fields[NEXT_MS - 2 + 2 * k] = ARGV[a + k] end
-    end
+    fields[NEXT_MS], fields[NEXT_MS + 2] = ARGV[a + 1], ARGV[a + 2]  -- next_ms, spec: no loop
     a = a + 1 + no
     local job_key = KEYS[4 + i]
     local existing = false

@@ -316,6 +316,17 @@ def undeclared_keys(
     return out
 
 
+def test_schedule_refuses_a_job_layout_other_than_next_ms_and_spec(r: redis.Redis) -> None:
+    """Its direct dispatch reads a job's spec as its second own field: another count of own
+    fields is refused, not stored askew."""
+    ks = [keys.due(0), keys.events(0), keys.queues(0), keys.stats(0)]
+    args = [0, 1000, keys.GROUP, 0, 0, 0, 2, 0]
+    assert scripts.call(r, "schedule", ks, args)[0] == 0  # no jobs: nothing to do
+    args[6] = 3
+    with pytest.raises(ResponseError, match="2 own fields"):
+        scripts.call(r, "schedule", ks, args)
+
+
 def test_the_key_check_finds_a_script_that_touches_an_undeclared_key(r: redis.Redis) -> None:
     sneaky = "redis.call('HSET', KEYS[1], 'a', 1) return redis.call('GET', 'rsched:{p0}:other')"
     honest = "redis.call('HSET', KEYS[1], 'a', 1); return redis.pcall('HGET', KEYS[1], 'a')"
