@@ -72,6 +72,7 @@ class Reporter:
         self.wake = asyncio.Event()  # set when there may be something to report
         self.tail: Tail | None = None  # the intake, when reads may go with reports
         self.reported = asyncio.Event()  # set after each report
+        self.settled = asyncio.Event()  # set when every run in flight has finished (Flusher)
 
     # --- starts ------------------------------------------------------------------------------
 

@@ -226,8 +226,11 @@ class Runner:
             self.metrics.duration.observe(jtype, duration / 1000)
             rep = self.reporter
             rep.done.append(Outcome(fl, status, duration, text, delay, jtype, fl.queue))
-            self.runs.finished += 1
+            runs = self.runs
+            runs.finished += 1
             fl.finished = True
+            if runs.finished == len(runs.by_id):
+                rep.settled.set()
             rep.wake.set()
             self.slot.set()
         finally:
