@@ -102,10 +102,11 @@ local unindex = {}  -- job ids leaving the due set: one ZREM for the whole call
 -- Every 'dispatched' event of the call goes into one stream entry (batch_new in util).
 local dispatched_events = batch_new(events_key, maxlen, {'e', 'dispatched', 't', now_s},
                                     {'r', 'a', 'ty', 'q'})
+-- Its columns as locals (a flush empties the batch but keeps them): no table read per value.
+local ev_r, ev_a, ev_ty, ev_q = unpack(dispatched_events, 1, 4)
 local function dispatch_event(run_id, attempt, jtype, queue)
-  local b = dispatched_events
-  local k = batch_slot(b)
-  b[1][k], b[2][k], b[3][k], b[4][k] = run_id, attempt, jtype, queue
+  local k = batch_slot(dispatched_events)
+  ev_r[k], ev_a[k], ev_ty[k], ev_q[k] = run_id, attempt, jtype, queue
 end
 
 -- Dispatch a one-off job's first occurrence, its own run: the run's fields go into the job hash
