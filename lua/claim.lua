@@ -119,7 +119,7 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, j, last)
     if life[4] > 0 and now > tonumber(string.match(run_id, '@(%d+)$')) + life[4] then
       redis.call('HSET', job_key, J.next_ms, '0', J.last_run_id, run_id, J.own_run, run_id,
                  OWN.attempt, '0')
-      dead_letter(job_key, job_key, OWN_RUN, dead_key, events_key, stats_key, maxlen, now,
+      dead_letter(job_key, job_key, run_names(true), dead_key, events_key, stats_key, maxlen, now,
                   run_id, job_id, '0', 'missed start deadline', j[3])
       unindex[#unindex + 1] = job_id
       skipped = skipped + 1

@@ -112,7 +112,7 @@ for i = 1, n do
     -- to that queue's stream, naming it the same way), so no hash is asked for it: an own run's
     -- job stores no queue at the default, and asking for an absent field scans the whole hash.
     queue = string.match(stream_key, ':q:(.*)$')
-    F = own and OWN_RUN or PLAIN_RUN  -- run_fields in util: the run key is the job key
+    F = run_names(own)  -- run_fields in util: the run key is the job key
     ack_ids = acks[stream_key]
     if not ack_ids then
       ack_ids = {}

@@ -110,22 +110,32 @@ end
 -- hottest path (a one-off job run once), and one HMGET/HSET instead of two.  Every other run has a hash of its own.
 -- Callers pass the job key in place of the run key for an own run; its type and queue are the
 -- job's.
-local PLAIN_RUN = {state = 'state', attempt = 'attempt', fence = 'fence', worker = 'worker',
-  stream_id = 'stream_id', dispatched_ms = 'dispatched_ms', started_ms = 'started_ms',
-  ended_ms = 'ended_ms', duration_ms = 'duration_ms', result = 'result', error = 'error',
-  hb_ms = 'hb_ms', type = 'type', queue = 'queue'}
-local OWN_RUN = {state = OWN.state, attempt = OWN.attempt, fence = OWN.fence, worker = OWN.worker,
-  stream_id = OWN.stream_id, dispatched_ms = OWN.dispatched_ms, started_ms = OWN.started_ms,
-  ended_ms = OWN.ended_ms, duration_ms = OWN.duration_ms, result = OWN.result, error = OWN.error,
-  hb_ms = OWN.hb_ms, type = J.type, queue = J.queue}
-local function run_fields(run_key, job_key)
-  if run_key == job_key then return OWN_RUN end
+-- Each table is built on its first use in a call (run_names): building both in every call of
+-- every script cost ~9k Redis instructions.  F == OWN_RUN (or PLAIN_RUN) holds once F came from
+-- run_names: a table not built yet is nil, and F is never nil.
+local PLAIN_RUN, OWN_RUN
+local function run_names(own)
+  if own then
+    OWN_RUN = OWN_RUN or {state = OWN.state, attempt = OWN.attempt, fence = OWN.fence,
+      worker = OWN.worker, stream_id = OWN.stream_id, dispatched_ms = OWN.dispatched_ms,
+      started_ms = OWN.started_ms, ended_ms = OWN.ended_ms, duration_ms = OWN.duration_ms,
+      result = OWN.result, error = OWN.error, hb_ms = OWN.hb_ms, type = J.type, queue = J.queue}
+    return OWN_RUN
+  end
+  PLAIN_RUN = PLAIN_RUN or {state = 'state', attempt = 'attempt', fence = 'fence',
+    worker = 'worker', stream_id = 'stream_id', dispatched_ms = 'dispatched_ms',
+    started_ms = 'started_ms', ended_ms = 'ended_ms', duration_ms = 'duration_ms',
+    result = 'result', error = 'error', hb_ms = 'hb_ms', type = 'type', queue = 'queue'}
   return PLAIN_RUN
+end
+local function run_fields(run_key, job_key)
+  if run_key == job_key then return OWN_RUN or run_names(true) end
+  return PLAIN_RUN or run_names(false)
 end
 
 -- Where run `run_id` lives when the caller cannot tell (retry, replay): given the job's own_run
 -- as read, the key and field names to use.  Same rule as models.run_fields in Python.
 local function run_home(run_id, run_key, job_key, own_run)
-  if own_run == run_id then return job_key, OWN_RUN end
-  return run_key, PLAIN_RUN
+  if own_run == run_id then return job_key, run_names(true) end
+  return run_key, run_names(false)
 end
