@@ -44,10 +44,13 @@ local function batch_flush(b)
   local n = b.n
   if n == 0 then return end
   b.n = 0
+  -- The entry's field/value pairs; na: how many (a count, not #args twice a field).
   local args = {unpack(b.common)}
-  if n > 1 then args[#args + 1], args[#args + 2] = 'n', tostring(n) end
-  for c = 1, #b.names do
-    local col, first, same = b[c], b[c][1], true
+  local na, names = #args, b.names
+  if n > 1 then args[na + 1], args[na + 2], na = 'n', tostring(n), na + 2 end
+  for c = 1, #names do
+    local col = b[c]
+    local first, same = col[1], true
     for k = 2, n do
       if col[k] ~= first then
         same = false
@@ -55,9 +58,9 @@ local function batch_flush(b)
       end
     end
     if not same then
-      args[#args + 1], args[#args + 2] = b.names[c], table.concat(col, '\n', 1, n)
+      args[na + 1], args[na + 2], na = names[c], table.concat(col, '\n', 1, n), na + 2
     elseif first ~= '' then
-      args[#args + 1], args[#args + 2] = b.names[c], first
+      args[na + 1], args[na + 2], na = names[c], first, na + 2
     end
   end
   local key = b.key  -- the events stream the caller passed in KEYS
