@@ -126,6 +126,53 @@ def test_a_one_off_job_run_once_keeps_its_run_in_a_few_short_fields_and_no_null_
     assert (attempt.run_id, attempt.status, attempt.result) == (rid, "succeeded", None)
 
 
+@pytest.mark.parametrize("result", [None, "done"])
+@pytest.mark.parametrize("start_first", [False, True])
+def test_a_one_off_jobs_own_run_stores_the_same_fields_whether_or_not_its_start_came_first(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, result: str | None,
+    start_first: bool,
+) -> None:
+    """complete.lua writes each of these four shapes with a call of its own (no table): each
+    stores the run's start, its end and the job's, and its result unless it is None."""
+    app = App()
+    gate = asyncio.Event()
+
+    @app.job("t")
+    async def t(ctx: JobContext) -> str | None:
+        await gate.wait()
+        return result
+
+    job = client.schedule("t", run_at=clock() - 1)
+    rid = f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, app, clock=clock, worker_kw={"start_after_ms": 0}) as rig:
+            await rig.claim()
+            assert await rig.fetch() == 1
+            if start_first:
+                assert await rig.worker.start_once() == 1
+            gate.set()
+            assert await rig.finish() == 1
+
+    asyncio.run(scenario())
+    stored = {k.decode() for k in hgetall(r, keys.job(job.partition, job.id))}
+    expected = {J.type, J.next_ms, J.spec, J.own_run, J.status, OWN.attempt, OWN.state,
+                OWN.dispatched_ms, OWN.stream_id, OWN.worker, OWN.fence, OWN.started_ms,
+                OWN.ended_ms, OWN.duration_ms}
+    if start_first:
+        expected.add(OWN.hb_ms)  # start.lua's first heartbeat
+    assert stored == expected | ({OWN.result} if result is not None else set())
+    run = client.get_run(rid)
+    assert (run.state, run.result, run.worker, run.fence) == (RunState.SUCCEEDED, result,
+                                                                "w-test", 1)
+    assert run.started_ms is not None and run.ended_ms is not None
+    assert run.started_ms <= run.ended_ms
+    assert client.get(job.id).status is JobStatus.COMPLETED
+    types = ["scheduled", "dispatched", "started", "succeeded"]
+    assert event_types(r, job.partition, job.id) == [e for e in types
+                                                     if start_first or e != "started"]
+
+
 @pytest.mark.parametrize(("base_ms", "cap_ms"), [(1000, 3_600_000), (1000, 1500)])
 def test_failed_attempts_are_retried_with_capped_exponential_backoff_then_dead_lettered(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock,
