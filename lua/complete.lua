@@ -190,18 +190,26 @@ for i = 1, n do
       -- A one-off job's own run decides from the fields read above whether its job ends
       -- (one_off_done).
       local done = own and one_off_ends(r[6], r[7], r[8])
-      if done and starting then
-        -- The hottest write (the run starts and ends here, and its job with it), its arguments
-        -- in place: filling a table and unpacking it cost ~2k Redis instructions.  Same fields
-        -- in the same order as the general write below.
-        if text == 'null' then
+      if done then
+        -- The hottest writes (a one-off job's own run ends and its job with it), arguments in
+        -- place: filling a table and unpacking it cost ~2-4k Redis instructions.  The fields
+        -- and their order are the general write's below, then the job's status.  No updated_ms:
+        -- a job its own run completes was last updated when that run ended (layout; the last
+        -- field inserted cost ~4k Redis instructions, the longest scan).
+        if starting and text == 'null' then
           redis.call('HSET', job_key, OWN.state, 'succeeded', OWN.ended_ms, now_s, OWN.duration_ms,
                      duration_s, OWN.worker, worker, OWN.fence, fence, OWN.started_ms, started_ms,
                      J.status, 'completed')
-        else
+        elseif starting then
           redis.call('HSET', job_key, OWN.state, 'succeeded', OWN.ended_ms, now_s, OWN.duration_ms,
                      duration_s, OWN.worker, worker, OWN.fence, fence, OWN.started_ms, started_ms,
                      OWN.result, text, J.status, 'completed')
+        elseif text == 'null' then  -- its start was recorded before (start.lua)
+          redis.call('HSET', job_key, OWN.state, 'succeeded', OWN.ended_ms, now_s, OWN.duration_ms,
+                     duration_s, J.status, 'completed')
+        else
+          redis.call('HSET', job_key, OWN.state, 'succeeded', OWN.ended_ms, now_s, OWN.duration_ms,
+                     duration_s, OWN.result, text, J.status, 'completed')
         end
       else
         -- The call's one write table (w[1 .. nw] is written), refilled run by run.
@@ -214,10 +222,7 @@ for i = 1, n do
         end
         -- A handler's None ('null') is not stored: an absent result reads as None (models.Run).
         if text ~= 'null' then w[nw + 1], w[nw + 2], nw = F.result, text, nw + 2 end
-        if own then
-          -- No updated_ms: a job its own run completes was last updated when that run ended
-          -- (layout; the last field inserted cost ~4k Redis instructions, the longest scan).
-          if done then w[nw + 1], w[nw + 2], nw = J.status, 'completed', nw + 2 end
+        if own then  -- a job that goes on (rescheduled or made recurring meanwhile)
           redis.call('HSET', job_key, unpack(w, 1, nw))
         else
           redis.call('HSET', run_key, unpack(w, 1, nw))
