@@ -114,8 +114,8 @@ end
 -- Callers pass the job key in place of the run key for an own run; its type and queue are the
 -- job's.
 -- Each table is built on its first use in a call (run_names): building both in every call of
--- every script cost ~9k Redis instructions.  F == OWN_RUN (or PLAIN_RUN) holds once F came from
--- run_names: a table not built yet is nil, and F is never nil.
+-- every script cost ~9k Redis instructions.  Comparing a run's F with OWN_RUN or PLAIN_RUN still
+-- tells them apart: F came from run_names, which built its table, and one not built is nil.
 local PLAIN_RUN, OWN_RUN
 local function run_names(own)
   if own then
