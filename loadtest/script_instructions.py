@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -99,6 +100,7 @@ class Callgrind:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def main() -> None:
