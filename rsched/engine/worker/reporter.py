@@ -198,7 +198,8 @@ class Reporter:
                 results = await self.link.call_many(self.link.r, calls)
             else:
                 results, more = await scripts.acall_many_then(
-                    self.link.r, calls, [] if plan is None else [tail.read_command(plan)])
+                    self.link.r, calls, [] if plan is None else [tail.read_command(plan)],
+                    self.link.held)
                 read = more[0] if more else None
         except UNAVAILABLE as e:
             log.warning("cannot report %d outcomes (%s); will retry", len(batch), e)
