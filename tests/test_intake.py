@@ -16,7 +16,7 @@ from rsched import App, Client, JobContext, JobSpec
 from rsched.core import defaults
 from rsched.engine.worker import Worker
 from rsched.engine.worker.intake import _raw_entries
-from rsched.rdb import keys
+from rsched.rdb import keys, scripts
 
 A, B = 2, 9  # two partitions of the 16
 T = TypeVar("T")
@@ -130,6 +130,25 @@ def test_a_report_takes_the_next_read_along_while_the_fetch_loop_waits_for_slots
         return taken, int(r.hget(keys.stats(A), "succeeded") or 0)
 
     assert with_full_table(redis_url, then) == (4, 12)
+
+
+def test_a_report_without_a_read_goes_raw_too_not_through_redis_pys_pipeline(
+    redis_url: str, client: Client, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    due_jobs(client, A, 12, "a")
+
+    async def then(w: Worker) -> int:
+        def no_pipeline(*args: object, **kwargs: object) -> None:
+            raise AssertionError("a report went through redis-py's pipeline")
+
+        await w.link.r.script_load(scripts.load("complete").source)  # no NOSCRIPT retry
+        monkeypatch.setattr(w.link.r, "pipeline", no_pipeline)
+        assert w.intake.parked is None  # the fetch loop is not waiting: nothing to read along
+        assert await w.flush_once() == 8
+        return len(w.runs)
+
+    assert with_full_table(redis_url, then) == 0
+    assert int(r.hget(keys.stats(A), "succeeded") or 0) == 8
 
 
 def test_once_the_worker_stops_a_report_takes_no_new_runs(

@@ -104,3 +104,21 @@ def test_the_job_key_of_a_taken_run_is_the_one_rsched_rdb_keys_builds(p: int) ->
     fl, _ = entry(p, 1)
     assert fl.job_key == keys.job(p, "j1") == job_prefix(p) + "j1"
     assert fl.run_key == fl.job_key  # a one-off job's own run lives in its job hash
+
+
+@pytest.mark.parametrize("payload", [None, 0, "", {"a": [1, None]}, [None]])
+def test_a_spec_read_once_gives_each_run_the_payload_unpacking_would(payload: object) -> None:
+    """Runner's Spec keeps a packed None as None (no unpack per run for a job without payload)
+    and any other payload packed, so each run unpacks a fresh copy of it."""
+    import msgpack
+
+    from rsched.core.models import PACKED_NONE, pack_default_spec, unpack_payload
+    from rsched.engine.worker.runner import Spec
+
+    packed = msgpack.packb(payload)
+    spec = Spec.of(pack_default_spec(packed, None))
+    assert (spec.payload is None) == (packed == PACKED_NONE)
+    got = unpack_payload(spec.payload) if spec.payload else None
+    assert got == payload
+    if isinstance(payload, dict | list):  # a handler changing its copy changes no other run's
+        assert got is not unpack_payload(spec.payload)

@@ -533,3 +533,54 @@ def test_calls_with_more_commands_share_one_write_and_a_dropped_connection_sends
     first, again = asyncio.run(scenario())
     assert first == ([[]], [b"PONG"])
     assert again == ([[]], [])
+
+
+def test_held_connections_skip_the_pool_until_one_breaks_or_the_client_changes(
+    redis_url: str,
+) -> None:
+    """scripts.Held: a raw round trip's connection is kept for the next one (the pool is not
+    asked again); a connection that failed is not kept (back to the pool, disconnected), and a
+    client of another pool gets its own connections (the first one's go back)."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from rsched.rdb.connect import connect_async
+
+    async def scenario() -> tuple[list[Any], int, int, int, bool]:
+        r, other = connect_async(redis_url), connect_async(redis_url)
+        held = scripts.Held(1)
+        asked = [0]
+        get = r.connection_pool.get_connection
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            asked[0] += 1
+            return await get(*args, **kwargs)
+
+        r.connection_pool.get_connection = counted
+        try:
+            replies = [await scripts.acommands_raw(r, [("PING",)], held) for _ in range(3)]
+            reused = asked[0]
+            conn = held.free[0]
+            send = conn.send_packed_command
+
+            async def dropped(*args: Any, **kwargs: Any) -> None:
+                conn.send_packed_command = send
+                raise RedisConnectionError("dropped")
+
+            conn.send_packed_command = dropped
+            with pytest.raises(RedisConnectionError):
+                await scripts.acommands_raw(r, [("PING",)], held)
+            after_error = len(held.free)
+            replies.append(await scripts.acommands_raw(r, [("PING",)], held))
+            replies.append(await scripts.acommands_raw(other, [("PING",)], held))
+            mine = held.pool is other.connection_pool and len(held.free) == 1
+            await held.release()
+            return replies, reused, after_error, asked[0], mine
+        finally:
+            await r.aclose()
+            await other.aclose()
+
+    replies, reused, after_error, asked, mine = asyncio.run(scenario())
+    assert replies == [[b"PONG"]] * 5
+    assert reused == 1  # three round trips, one connection from the pool
+    assert after_error == 0 and asked == 2  # the broken one was not kept: a new one was asked for
+    assert mine

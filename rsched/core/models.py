@@ -91,6 +91,10 @@ def _get(h: Mapping[Any, Any], name: str) -> Any:
     return h.get(name) if v is None else v
 
 
+PACKED_NONE = msgpack.packb(None)
+"""A payload of None as stored (a job without payload): unpack_payload gives None for it."""
+
+
 def unpack_payload(raw: Any) -> Any:
     return msgpack.unpackb(raw, raw=False, strict_map_key=False) if raw else None
 

@@ -20,6 +20,8 @@ class Link:
     id: str  # consumer name in every group, and the worker's id in the registry
     streams: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (partition, queue)
     call_many: CallMany = scripts.acall_many  # how every part sends its script calls
+    # Connections kept between raw round trips (none by default; see Worker).
+    held: scripts.Held = field(default_factory=lambda: scripts.Held(0))
 
 
 def as_str(v: Any) -> str:

@@ -98,8 +98,8 @@ class Intake:
         redis-py on a cluster or after a connection error (its client retries)."""
         if scripts.pooled(self.link.r):
             try:
-                resp = (await scripts.acommands_raw(self.link.r,
-                                                    [self.read_command(plan, block_ms)]))[0]
+                resp = (await scripts.acommands_raw(
+                    self.link.r, [self.read_command(plan, block_ms)], self.link.held))[0]
             except (RedisConnectionError, RedisTimeoutError):
                 pass
             else:

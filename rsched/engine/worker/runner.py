@@ -15,7 +15,7 @@ from typing import Any
 from rsched.core import defaults
 from rsched.core.app import App, JobContext
 from rsched.core.lifecycle import life_of
-from rsched.core.models import unpack_payload, unpack_spec
+from rsched.core.models import PACKED_NONE, unpack_payload, unpack_spec
 from rsched.core.retry import retry_delay_ms
 from rsched.core.wire import ENTRY_SPEC
 from rsched.engine.worker._failure import failure_text
@@ -47,14 +47,17 @@ class Spec:
     sp: dict[str, Any]  # unpack_spec's dict, shared: only read
     timeout_s: float
     start_deadline: bool  # the job has startDeadlineSeconds: a first attempt asks expire.lua
-    payload: Any  # still packed: unpacked per run, so no handler sees another's changes
+    payload: Any  # still packed: unpacked per run, so no handler sees another's changes;
+    # None for a packed None (a job without payload), which each run would unpack to None
 
     @classmethod
     def of(cls, raw: bytes | None) -> Spec:
         sp = unpack_spec(raw)
         life = sp.get("life")
+        payload = sp.get("payload")
         return cls(sp, int(sp.get("timeout_ms") or defaults.TIMEOUT_MS) / 1000,
-                   bool(life) and life_of(life).start_deadline_ms > 0, sp.get("payload"))
+                   bool(life) and life_of(life).start_deadline_ms > 0,
+                   None if payload == PACKED_NONE else payload)
 
 
 class Deadlines:

@@ -34,7 +34,7 @@ from rsched.engine._calls import CallMany
 from rsched.engine.worker._link import Link
 from rsched.engine.worker.inflight import Outcome, Runs
 from rsched.engine.worker.intake import Intake
-from rsched.engine.worker.loops import Every, Flusher
+from rsched.engine.worker.loops import FLUSHES_IN_FLIGHT, Every, Flusher
 from rsched.engine.worker.membership import Membership
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
@@ -96,7 +96,9 @@ class Worker:
         self.grace_s = grace_s
         self.flush_ms = flush_ms
         self.start_after_ms = start_after_ms
-        self.link = Link(connect_async(settings.redis_url), self.id, call_many=call_many)
+        # One kept connection per raw round trip it may have at once: reports and a read.
+        self.link = Link(connect_async(settings.redis_url), self.id, call_many=call_many,
+                         held=scripts.Held(FLUSHES_IN_FLIGHT + 1))
         self.runs = Runs(concurrency)
         self.metrics = RunMetrics(inflight=self.runs.__len__)
         self._slot = asyncio.Event()  # set when a run may have left its slot
@@ -255,6 +257,7 @@ class Worker:
         ``wait_s``; their runs are left to be reclaimed, unreported), then the timeout timer,
         the handler threads and the connection.  ``run`` calls it after its drain."""
         await self.runner.close(wait_s)
+        await self.link.held.release()
         await self.link.r.aclose()
 
 
