@@ -283,8 +283,8 @@ def test_a_job_hash_leaves_out_its_id_an_empty_cron_and_the_defaults(
 ) -> None:
     """The key holds the id, a random id its creation time, and readers fill in the rest (the
     default attempts, queue and status 'scheduled', a runAt), under core.layout's short names: a
-    small job's hash is a listpack of at most 80 bytes, jemalloc's 80-byte class (README: memory
-    per job)."""
+    small job's hash is a listpack of at most 80 bytes, jemalloc's 80-byte class
+    (docs/performance-history.md: memory per job)."""
     before = redis_now_ms(r)
     run_at = before + 3_600_000
     job = client.schedule("report.send", {"to": "user-1@example.com", "n": 1}, run_at=run_at)

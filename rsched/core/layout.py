@@ -3,7 +3,7 @@ script from the generated `--!include layout` (rdb.scripts), as J.<name> and OWN
 
 Every job stores them, so they are one or two characters: a name takes its length plus two
 bytes of a job hash's listpack, and a million jobs' hashes fall a jemalloc size class or two
-(README, Performance).  Code says the long names; only Redis sees the short ones.  Job-hash
+(docs/performance-history.md).  Code says the long names; only Redis sees the short ones.  Job-hash
 fields not listed here (version, gap, runs, fails, active, buffered, cancel, ov, paused_* and
 resumed_*, h:<stream id>:<attempt>) are rare and keep their names.
 

@@ -137,7 +137,8 @@ packer = _Packer()
 
 # Settings stored as msgpack's nil (one byte) when they hold their default: 23 bytes fewer for a
 # job with the defaults, which keeps a small payload's spec under Redis's hash-max-listpack-value
-# (64 by default), so its job hash stays a listpack: 1,159 -> 545 B per job (README Performance).
+# (64 by default), so its job hash stays a listpack: 1,159 -> 545 B per job
+# (docs/performance-history.md).
 SPEC_DEFAULTS = {"timeout_ms": defaults.TIMEOUT_MS, "backoff_base_ms": defaults.BACKOFF_BASE_MS,
                  "backoff_cap_ms": defaults.BACKOFF_CAP_MS, "tz": defaults.TZ,
                  "misfire": "run_once", "catch_up_ms": defaults.CATCH_UP_WINDOW_MS}
