@@ -7,8 +7,11 @@ does: its own runs, all succeeded, fence '0' (each started in the call) in calls
 and 45 runs; then start.lua (8 runs a call) and complete.lua for runs whose start it recorded.
 Instrumentation is on only around each batch of calls (callgrind_control -i on / -i off), so a
 figure is Redis's instructions for those calls alone, divided by the jobs or runs they handled.
-Run the scripts of another checkout with --code DIR (before/after pairs on the same inputs).
-Prints a table, then a last line of JSON.
+A complete call with no runs gives the script's fixed cost per call (its setup), which small
+batches pay per run.  Run the scripts of another checkout with --code DIR (before/after pairs
+on the same inputs); --keep DIR keeps each callgrind dump there, named after its row, for
+`callgrind_annotate --inclusive=yes` (where a script's instructions go).  Prints a table, then
+a last line of JSON.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ ap.add_argument("--code", type=Path, default=HERE.parent,
                 help="the rsched checkout whose scripts run (default: this one)")
 ap.add_argument("--port", type=int, default=7391)
 ap.add_argument("--text", default="null", help="each run's result as the worker sends it")
+ap.add_argument("--keep", type=Path, default=None,
+                help="keep the callgrind dumps in this folder, one per row")
 A = ap.parse_args()
 sys.path.insert(0, str(A.code.resolve()))
 
@@ -82,7 +87,7 @@ class Callgrind:
         subprocess.run(["callgrind_control", *args, str(self.proc.pid)], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def count(self, fn: Callable[[], None]) -> int:
+    def count(self, fn: Callable[[], None], name: str) -> int:
         self._ctl("-z")
         self._ctl("-i", "on")
         fn()
@@ -91,6 +96,9 @@ class Callgrind:
         self._ctl("-d")
         time.sleep(0.3)
         [dump] = set(glob.glob(f"{self.dir}/cg.out*")) - before
+        if A.keep:
+            A.keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(dump, A.keep / ("cg." + "".join(c if c.isalnum() else "_" for c in name)))
         with open(dump) as f:
             for line in f:
                 if line.startswith("totals:"):
@@ -148,7 +156,8 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
 
     res: dict[str, float] = {}
     calls = [due[i:i + CLAIM_K] for i in range(0, CLAIM_CALLS * CLAIM_K, CLAIM_K)]
-    res[f"claim/job ({CLAIM_K} a call)"] = cg.count(each(claim, calls)) / (CLAIM_CALLS * CLAIM_K)
+    name = f"claim/job ({CLAIM_K} a call)"
+    res[name] = cg.count(each(claim, calls), name) / (CLAIM_CALLS * CLAIM_K)
     claim(due[CLAIM_CALLS * CLAIM_K:])
     read: Any = r.xreadgroup(keys.GROUP, "w1", {stream: ">"}, count=10 * JOBS)
     runs = [(f[b"r"].decode(), eid.decode()) for eid, f in read[0][1]]
@@ -167,7 +176,10 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
     for k, n in COMPLETE_SHAPES:
         batches = [runs[pos + i * k:pos + (i + 1) * k] for i in range(n)]
         pos += k * n
-        res[f"complete/run K={k}"] = cg.count(each(complete, batches)) / (k * n)
+        name = f"complete/run K={k}"
+        res[name] = cg.count(each(complete, batches), name) / (k * n)
+    name = "complete/call, no runs"
+    res[name] = cg.count(each(complete, [[]] * 100), name) / 100
     started = [runs[pos + i:pos + i + START_K] for i in range(0, STARTS, START_K)]
     fences: dict[str, str] = {}
 
@@ -183,9 +195,10 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
             assert int(out[2 * i]) > 0, out
             fences[rid] = str(out[2 * i])
 
-    res[f"start/run K={START_K}"] = cg.count(each(start, started)) / STARTS
-    res[f"complete, start recorded/run K={START_K}"] = cg.count(
-        each(lambda b: complete(b, fences), started)) / STARTS
+    name = f"start/run K={START_K}"
+    res[name] = cg.count(each(start, started), name) / STARTS
+    name = f"complete, start recorded/run K={START_K}"
+    res[name] = cg.count(each(lambda b: complete(b, fences), started), name) / STARTS
     return res
 
 
