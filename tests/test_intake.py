@@ -46,23 +46,35 @@ async def step(w: Worker) -> int:
     return n
 
 
-def test_with_few_free_slots_a_read_takes_many_entries_from_each_busy_stream(
-    redis_url: str, client: Client
+def test_with_few_free_slots_a_read_takes_all_it_can_from_one_busy_stream_in_turn(
+    redis_url: str, client: Client, r: redis.Redis
 ) -> None:
     due_jobs(client, A, 40, "a")
     due_jobs(client, B, 40, "b")
 
-    async def scenario() -> list[int]:
+    def done() -> list[int]:
+        return [int(r.hget(keys.stats(p), "succeeded") or 0) for p in (A, B)]
+
+    async def scenario() -> tuple[list[int], list[list[int]]]:
         w = Worker(noop_app(), settings(redis_url), concurrency=16)
         try:
             await w.setup()
-            return [await step(w) for _ in range(3)]
+            taken, seen = [], []
+            for _ in range(3):
+                taken.append(await step(w))
+                seen.append(done())
+            return taken, seen
         finally:
             await w.close()
 
     # The first read takes one entry a stream (16 slots, 16 streams) and learns A and B are
-    # busy; the next ones take 8 from each (before: 2 a read, one report call per run).
-    assert asyncio.run(scenario()) == [2, 16, 16]
+    # busy; the next ones take 16 from one of them, in turn, so each report is one complete
+    # call (before: 2 a read, one report call per run; then 8 from each, two calls a report).
+    taken, seen = asyncio.run(scenario())
+    assert taken == [2, 16, 16]
+    assert seen[0] == [1, 1]
+    assert sorted(seen[1]) == [1, 17]
+    assert seen[2] == [17, 17]
 
 
 def test_a_stream_that_became_busy_is_read_within_focus_s_while_another_stays_busy(

@@ -120,7 +120,10 @@ class Intake:
         found busy; nothing there (no block): the caller reads every stream as before, as it
         does every FOCUS_S at least, so a stream that became busy since waits no longer than
         that.  At concurrency 16 this took complete calls from 0.45 to 0.1 per run, Redis CPU
-        per run from 57 to 31 us (loadtest/bench_phases.py)."""
+        per run from 57 to 31 us (loadtest/bench_phases.py).  FOCUS_COUNT 8 -> 32 (one stream a
+        read at concurrency 16, three at 100) took them from 0.13 to 0.043 per run at
+        concurrency 100 (a complete call costs ~170k Redis instructions before its runs' ~84k
+        each: loadtest/script_instructions.py)."""
         count = max(1, free // len(self.link.streams))
         if full or count >= defaults.FOCUS_COUNT or len(names) < 2 \
                 or time.monotonic() - self._full_at >= defaults.FOCUS_S:
