@@ -1,17 +1,18 @@
 """Redis work per job, phase by phase, over a job's whole life: schedule, claim, run.
 
-A private redis-server; N one-off no-op jobs scheduled (due now by default, or --due-in-ms
-later), then one dispatcher process alone until every job is dispatched (claim), then one worker
-process alone until every job succeeded (read, start, complete, ack: run).  Per phase: Redis CPU
-per job (INFO cpu), commands per job by name (INFO commandstats: a script's own commands
-included, EVALSHA counted once per call) and their usec; with --monitor, the round trips per
-job (commands a client sent, not those a script ran) by name, read with MONITOR (slow: use a
-smaller N).  The processes' own time-driven traffic (leases, heartbeats, polling) is included:
-small next to N jobs.  With --due-in-ms the dispatcher starts before the instant and holds its
-leases when it comes, so the claim phase also gives the dispatcher's own CPU per job (its
-start-up left out) and the timeline of its claims: when the first and the last job was
-dispatched after the instant, and how many claim calls.  Run the code of another checkout with
---code DIR (before/after pairs).  Prints a table, then a last line of JSON.
+A private redis-server; N one-off jobs scheduled (due now by default, or --due-in-ms later),
+then one dispatcher process alone until every job is dispatched (claim), then one worker
+process alone until every job succeeded (read, start, complete, ack: run), its handlers no-ops
+or, with --body incr, the peer benchmark's one INCR (the worker's CPU per job is given too).
+Per phase: Redis CPU per job (INFO cpu), commands per job by name (INFO commandstats: a
+script's own commands included, EVALSHA counted once per call) and their usec; with --monitor,
+the round trips per job (commands a client sent, not those a script ran) by name, read with
+MONITOR (slow: use a smaller N).  The processes' own time-driven traffic (leases, heartbeats,
+polling) is included: small next to N jobs.  With --due-in-ms the dispatcher starts before the
+instant and holds its leases when it comes, so the claim phase also gives the dispatcher's own
+CPU per job (its start-up left out) and the timeline of its claims: when the first and the
+last job was dispatched after the instant, and how many claim calls.  Run the code of another
+checkout with --code DIR (before/after pairs).  Prints a table, then a last line of JSON.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--due-in-ms", type=int, default=0,
                     help="schedule the jobs this far ahead (0: due now)")
     ap.add_argument("--concurrency", type=int, default=1000)
+    ap.add_argument("--body", choices=("noop", "incr"), default="noop",
+                    help="the handler: nothing, or the peer benchmark's one INCR on its own "
+                         "connection (its Redis CPU then counts in the run phase)")
     ap.add_argument("--partitions", type=int, default=16)
     ap.add_argument("--no-run", action="store_true",
                     help="stop after the claim phase (a quicker loop for the dispatcher)")
@@ -204,7 +208,7 @@ def main() -> None:
 
         def schedule() -> None:
             for i in range(0, n, 1000):
-                client.schedule_many([JobSpec("noop", None, run_at=at)
+                client.schedule_many([JobSpec(A.body, None, run_at=at)
                                       for _ in range(min(1000, n - i))])
 
         out = [phase("schedule", watch, r, schedule, n)]
@@ -229,10 +233,16 @@ def main() -> None:
             dcpu.append(proc_cpu_us(procs[-1].pid))
             stop(procs.pop())
 
+        wcpu: list[float] = []
+
         def run() -> None:
             procs.append(engine(url, ["worker", "--app", "noop_app:app",
                                       "--concurrency", str(A.concurrency)]))
+            # The worker's CPU from its first hundredth of the jobs on: its start-up left out.
+            until(lambda: succeeded(r, A.partitions) >= n // 100)
+            wcpu.extend([proc_cpu_us(procs[-1].pid), succeeded(r, A.partitions)])
             until(lambda: succeeded(r, A.partitions) >= n)
+            wcpu.append(proc_cpu_us(procs[-1].pid))
             stop(procs.pop())
 
         out.append(phase("claim", watch, r, claim, n))
@@ -241,6 +251,7 @@ def main() -> None:
         out[-1]["timeline"] = dispatch_timeline(r, A.partitions, at)
         if not A.no_run:
             out.append(phase("run", watch, r, run, n))
+            out[-1]["worker_cpu_us_per_job"] = round((wcpu[2] - wcpu[0]) / (n - wcpu[1]), 2)
         total = {
             "redis_cpu_us_per_job": round(sum(p["redis_cpu_us_per_job"] for p in out), 2),
             "commands_per_job": round(sum(p["commands_per_job"] for p in out), 2),
@@ -252,6 +263,9 @@ def main() -> None:
                   f"{p['commands_per_job']:6.2f} commands/job, "
                   f"round trips/job {p['round_trips_per_job']}, {p['seconds']} s",
                   file=sys.stderr)
+            if "worker_cpu_us_per_job" in p:
+                print(f"          worker CPU {p['worker_cpu_us_per_job']} us/job (after its "
+                      "first hundredth of the jobs)", file=sys.stderr)
             if "dispatcher_cpu_us_per_job" in p:
                 print(f"          dispatcher CPU {p['dispatcher_cpu_us_per_job']} us/job "
                       f"(start-up included: {p['startup_included']}); timeline {p['timeline']}",
@@ -261,7 +275,7 @@ def main() -> None:
                       file=sys.stderr)
             if p["round_trips"]:
                 print(f"          sent: {p['round_trips']}", file=sys.stderr)
-        print(json.dumps({"jobs": n, "due_in_ms": A.due_in_ms, "code": str(A.code),
+        print(json.dumps({"jobs": n, "due_in_ms": A.due_in_ms, "body": A.body, "code": str(A.code),
                           "total": total, "phases": out}))
     finally:
         watch.stop.set()

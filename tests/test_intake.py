@@ -77,6 +77,31 @@ def test_with_few_free_slots_a_read_takes_all_it_can_from_one_busy_stream_in_tur
     assert seen[2] == [17, 17]
 
 
+def test_the_periodic_look_at_other_streams_leaves_busy_streams_to_focused_reads(
+    redis_url: str, client: Client, r: redis.Redis
+) -> None:
+    due_jobs(client, A, 40, "a")
+    due_jobs(client, B, 40, "b")
+
+    async def scenario() -> list[int]:
+        w = Worker(noop_app(), settings(redis_url), concurrency=16)
+        try:
+            await w.setup()
+            taken = [await step(w)]  # a full read: A and B are busy
+            for _ in range(2):
+                await asyncio.sleep(defaults.FOCUS_S)  # every other stream is looked at now
+                taken.append(await step(w))
+            return taken
+        finally:
+            await w.close()
+
+    # Each look at the other 14 streams goes with a focused read of 16 from A or B.  It was a
+    # read of every stream, one entry each: 1 from A and 1 from B, two complete calls of one
+    # run each.
+    assert asyncio.run(scenario()) == [2, 16, 16]
+    assert [int(r.hget(keys.stats(p), "succeeded") or 0) for p in (A, B)] == [17, 17]
+
+
 def test_a_stream_that_became_busy_is_read_within_focus_s_while_another_stays_busy(
     redis_url: str, client: Client, r: redis.Redis
 ) -> None:

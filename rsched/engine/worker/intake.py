@@ -51,11 +51,14 @@ def _raw_entries(resp: Any) -> list[Entry]:
 
 
 class ReadPlan(NamedTuple):
-    """One XREADGROUP: its streams, COUNT, and whether it is focused (see Intake._plan)."""
+    """One XREADGROUP: its streams, COUNT, and whether it is focused (see Intake._plan); a
+    focused read may go with a probe, a second XREADGROUP of one entry from each stream not
+    known to be busy."""
 
     streams: list[str]
     n: int  # COUNT
     focused: bool
+    probe: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -98,59 +101,85 @@ class Intake:
         redis-py on a cluster or after a connection error (its client retries)."""
         if scripts.pooled(self.link.r):
             try:
-                resp = (await scripts.acommands_raw(
-                    self.link.r, [self.read_command(plan, block_ms)], self.link.held))[0]
+                resps = await scripts.acommands_raw(
+                    self.link.r, self.read_commands(plan, block_ms), self.link.held)
             except (RedisConnectionError, RedisTimeoutError):
                 pass
             else:
-                if isinstance(resp, Exception):
-                    raise resp  # NOGROUP: the fetch loop joins the groups again
-                return self._took(plan, resp, raw=True)
-        return self._took(plan, await self._read(plan, block_ms))
+                for resp in resps:
+                    if isinstance(resp, Exception):
+                        raise resp  # NOGROUP: the fetch loop joins the groups again
+                return self._took(plan, resps, raw=True)
+        resps = [await self._read(plan.streams, plan.n, block_ms)]
+        if plan.probe:
+            resps.append(await self._read(list(plan.probe), 1))
+        return self._took(plan, resps)
 
     def _plan(self, names: list[str], free: int, full: bool = False) -> ReadPlan:
         """The next read for ``free`` slots.  COUNT applies per stream: a read of every stream
-        splits the free slots over all streams (not just this read's), so it cannot overshoot
-        the concurrency by more than one entry per stream
-        (Runner._wait_turn holds those until a slot is free).
+        splits the free slots over all streams (not just this read's), and a probe takes one
+        entry a stream, so neither overshoots the concurrency by more than one entry per
+        stream (Runner._wait_turn holds those until a slot is free).
 
         With few free slots for many streams, one entry a stream a read would leave every
         report one run per partition (one complete call per run).  Instead a focused read takes
-        FOCUS_COUNT or more entries from a few streams, in turn from those the last full read
-        found busy; nothing there (no block): the caller reads every stream as before, as it
-        does every FOCUS_S at least, so a stream that became busy since waits no longer than
-        that.  At concurrency 16 this took complete calls from 0.45 to 0.1 per run, Redis CPU
-        per run from 57 to 31 us (loadtest/bench_phases.py).  FOCUS_COUNT 8 -> 32 (one stream a
-        read at concurrency 16, three at 100) took them from 0.13 to 0.043 per run at
+        FOCUS_COUNT or more entries from a few streams, in turn from those known to be busy (a
+        full read or a probe found entries there, and no read since came back short of its
+        COUNT); nothing there (no block): the caller reads every stream as before.  At least
+        every FOCUS_S a probe goes with the focused read in its round trip, one entry from each
+        stream not known to be busy, so a stream that became busy since waits no longer than
+        that.  At concurrency 16 focused reads took complete calls from 0.45 to 0.1 per run,
+        Redis CPU per run from 57 to 31 us (loadtest/bench_phases.py); FOCUS_COUNT 8 -> 32 (one
+        stream a read at concurrency 16, three at 100) took them from 0.13 to 0.043 per run at
         concurrency 100 (a complete call costs ~170k Redis instructions before its runs' ~84k
-        each: loadtest/script_instructions.py)."""
+        each: loadtest/script_instructions.py).  The probe replaced a full read every FOCUS_S,
+        which took one entry from every stream, busy ones included: at concurrency 16 1,220 of
+        2,732 complete calls for 20,000 runs held one run."""
         count = max(1, free // len(self.link.streams))
-        if full or count >= defaults.FOCUS_COUNT or len(names) < 2 \
-                or time.monotonic() - self._full_at >= defaults.FOCUS_S:
+        among = set(names)
+        known = [s for s in self._busy if s in among]
+        check = time.monotonic() - self._full_at >= defaults.FOCUS_S
+        if full or count >= defaults.FOCUS_COUNT or len(names) < 2 or (check and not known):
             self._full_at = time.monotonic()
             return ReadPlan(names, count, False)
-        among = set(names)
-        busy = [s for s in self._busy if s in among] or names
+        busy = known or names
         k = max(1, min(len(busy), free // defaults.FOCUS_COUNT))
         self._turn = (self._turn + 1) % len(busy)
-        return ReadPlan([busy[(self._turn + j) % len(busy)] for j in range(k)], free // k, True)
+        probe: tuple[str, ...] = ()
+        if check:
+            self._full_at = time.monotonic()
+            seen = set(known)
+            probe = tuple(s for s in names if s not in seen)
+        return ReadPlan([busy[(self._turn + j) % len(busy)] for j in range(k)], free // k, True,
+                        probe)
 
-    def _read(self, plan: ReadPlan, block_ms: int | None = None) -> Any:
-        """XREADGROUP as planned."""
+    def _read(self, streams: list[str], n: int, block_ms: int | None = None) -> Any:
+        """XREADGROUP through redis-py."""
         return self.link.r.xreadgroup(
-            keys.GROUP, self.link.id, dict.fromkeys(plan.streams, ">"), count=plan.n,
-            block=block_ms)
+            keys.GROUP, self.link.id, dict.fromkeys(streams, ">"), count=n, block=block_ms)
 
-    def _took(self, plan: ReadPlan, resp: Any, raw: bool = False) -> list[Entry]:
-        """A planned read's entries (its reply ``raw``: without redis-py's callback); notes
-        which streams are busy."""
-        entries = _raw_entries(resp) if raw else _entries(resp)
+    def _took(self, plan: ReadPlan, resps: list[Any], raw: bool = False) -> list[Entry]:
+        """A planned read's entries, its probe's after them (replies ``raw``: without
+        redis-py's callback); notes which streams are busy: after a full read those it found
+        entries in; after a focused one those still known busy, less those it came back short
+        from (drained), and those the probe found entries in."""
+        parse = _raw_entries if raw else _entries
+        entries = parse(resps[0])
+        probed = parse(resps[1]) if len(resps) > 1 else []
         if not plan.focused:
             got = {s for s, _, _ in entries}
             self._busy = [s for s in plan.streams if s in got]
-        elif not entries:
+        elif not entries and not probed:
             self._busy = []
-        return entries
+        else:
+            taken: dict[str, int] = defaultdict(int)
+            for s, _, _ in entries:
+                taken[s] += 1
+            short = {s for s in plan.streams if taken[s] < plan.n}
+            found = {s for s, _, _ in probed}
+            self._busy = [s for s in self._busy if s not in short] + [
+                s for s in plan.probe if s in found]
+        return entries + probed
 
     # --- reads that go with a report (Reporter.flush_once) -----------------------------------
 
@@ -167,18 +196,25 @@ class Intake:
         self._tail = True
         return self._plan(list(self.link.streams), free)
 
-    def read_command(self, plan: ReadPlan, block_ms: int | None = None) -> tuple[Any, ...]:
-        """The planned XREADGROUP as a command (None: non-blocking), its reply raw."""
+    def read_commands(self, plan: ReadPlan, block_ms: int | None = None
+                      ) -> list[tuple[Any, ...]]:
+        """The planned XREADGROUP (and its probe's) as commands (None: non-blocking), replies
+        raw."""
         block = () if block_ms is None else ("BLOCK", block_ms)
-        return ("XREADGROUP", "GROUP", keys.GROUP, self.link.id, "COUNT", plan.n, *block,
-                "STREAMS", *plan.streams, *[">"] * len(plan.streams))
+        cmds = [("XREADGROUP", "GROUP", keys.GROUP, self.link.id, "COUNT", plan.n, *block,
+                 "STREAMS", *plan.streams, *[">"] * len(plan.streams))]
+        if plan.probe:
+            cmds.append(("XREADGROUP", "GROUP", keys.GROUP, self.link.id, "COUNT", 1,
+                         "STREAMS", *plan.probe, *[">"] * len(plan.probe)))
+        return cmds
 
-    def took_with_report(self, plan: ReadPlan, resp: Any) -> int:
-        """Start what the report's read got (None or an error: nothing, the fetch loop reads)."""
+    def took_with_report(self, plan: ReadPlan, resps: list[Any] | None) -> int:
+        """Start what the report's reads got (None or an error: nothing, the fetch loop
+        reads)."""
         self._tail = False
-        if resp is None or isinstance(resp, Exception):
+        if not resps or any(isinstance(resp, Exception) for resp in resps):
             return 0
-        return self._launch(self._took(plan, resp, raw=True))
+        return self._launch(self._took(plan, resps, raw=True))
 
     def _launch(self, entries: list[Entry]) -> int:
         """Run fresh entries at once; their start is recorded later (see the reporter)."""

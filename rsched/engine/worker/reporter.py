@@ -53,8 +53,8 @@ class Tail(Protocol):
     """The intake's side of a read sent with a report (Intake.plan_with_report)."""
 
     def plan_with_report(self, freed: int) -> Any: ...
-    def read_command(self, plan: Any) -> tuple[Any, ...]: ...
-    def took_with_report(self, plan: Any, resp: Any) -> int: ...
+    def read_commands(self, plan: Any) -> list[tuple[Any, ...]]: ...
+    def took_with_report(self, plan: Any, resps: list[Any] | None) -> int: ...
 
 
 class Reporter:
@@ -192,15 +192,15 @@ class Reporter:
         # write and read 60-115 us (at concurrency 100 every report goes alone).
         tail = self.tail if self.link.call_many is scripts.acall_many else None
         plan = tail.plan_with_report(len(batch)) if tail is not None else None
-        read = None
+        read: list[Any] | None = None
         try:
             if tail is None:
                 results = await self.link.call_many(self.link.r, calls)
             else:
                 results, more = await scripts.acall_many_then(
-                    self.link.r, calls, [] if plan is None else [tail.read_command(plan)],
+                    self.link.r, calls, [] if plan is None else tail.read_commands(plan),
                     self.link.held)
-                read = more[0] if more else None
+                read = more or None
         except UNAVAILABLE as e:
             log.warning("cannot report %d outcomes (%s); will retry", len(batch), e)
             self.done = batch + self.done
