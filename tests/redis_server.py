@@ -43,15 +43,23 @@ _PR_SET_PDEATHSIG = 1
 CLUSTER_SLOTS = 16384
 
 
+_HANDED_OUT: set[int] = set()  # ports free_port gave: servers not started yet do not hold theirs
+
+
 def free_port() -> int:
-    """A port free on 127.0.0.1, below Linux's ephemeral range so no client socket takes it."""
+    """A port free on 127.0.0.1, below Linux's ephemeral range so no client socket takes it,
+    and never one this process was given before (a cluster picks every node's port and bus port
+    before starting any: two picks could collide)."""
     for _ in range(200):
         port = random.randrange(20000, 32000)
+        if port in _HANDED_OUT:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((HOST, port))
             except OSError:
                 continue
+            _HANDED_OUT.add(port)
             return port
     raise RedisServerError("no free port found in 20000-32000")
 
@@ -142,6 +150,10 @@ class RedisServer:
                 if not in_use or self._port_fixed or attempt == 4:
                     raise
                 self.port = free_port()  # lost a race for the port: pick another one
+                args = list(self.extra_args)  # and for the cluster bus port, if it has one
+                if "--cluster-port" in args:
+                    args[args.index("--cluster-port") + 1] = str(free_port())
+                    self.extra_args = args
         raise AssertionError("unreachable")
 
     def stop(self) -> None:
@@ -367,8 +379,12 @@ class RedisCluster(NodeGroup):
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> RedisCluster:
-        for node in self.nodes:
-            node.start()
+        try:
+            for node in self.nodes:
+                node.start()
+        except BaseException:
+            self.stop()  # no node left running (nor its Popen to warn when collected)
+            raise
         addresses = [f"{HOST}:{node.port}" for node in self.nodes]
         cmd = ["redis-cli", "--cluster", "create", *addresses]
         cmd += ["--cluster-replicas", str(self.replicas_per_master), "--cluster-yes"]
