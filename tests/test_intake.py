@@ -102,6 +102,26 @@ def test_the_periodic_look_at_other_streams_leaves_busy_streams_to_focused_reads
     assert [int(r.hget(keys.stats(p), "succeeded") or 0) for p in (A, B)] == [17, 17]
 
 
+def test_a_stream_a_read_came_back_short_from_is_no_longer_read_in_turn(
+    redis_url: str, client: Client
+) -> None:
+    due_jobs(client, A, 2, "a")
+    due_jobs(client, B, 60, "b")
+
+    async def scenario() -> list[int]:
+        w = Worker(noop_app(), settings(redis_url), concurrency=16)
+        try:
+            await w.setup()
+            return [await step(w) for _ in range(5)]
+        finally:
+            await w.close()
+
+    # A full read (A and B busy), 16 from B, A's last entry: A came back short and leaves the
+    # turn, so the next reads take 16 from B each.  Kept in turn, A would give an empty read,
+    # then a full read of one entry a stream: [..., 16, 1].
+    assert asyncio.run(scenario()) == [2, 16, 1, 16, 16]
+
+
 def test_a_stream_that_became_busy_is_read_within_focus_s_while_another_stays_busy(
     redis_url: str, client: Client, r: redis.Redis
 ) -> None:
