@@ -46,6 +46,20 @@ async def step(w: Worker) -> int:
     return n
 
 
+def on_worker(redis_url: str, scenario: Callable[[Worker], Awaitable[T]]) -> T:
+    """``scenario(w)`` on a set-up worker at concurrency 16 (16 slots, 16 streams)."""
+
+    async def run() -> T:
+        w = Worker(noop_app(), settings(redis_url), concurrency=16)
+        try:
+            await w.setup()
+            return await scenario(w)
+        finally:
+            await w.close()
+
+    return asyncio.run(run())
+
+
 def test_with_few_free_slots_a_read_takes_all_it_can_from_one_busy_stream_in_turn(
     redis_url: str, client: Client, r: redis.Redis
 ) -> None:
@@ -55,22 +69,17 @@ def test_with_few_free_slots_a_read_takes_all_it_can_from_one_busy_stream_in_tur
     def done() -> list[int]:
         return [int(r.hget(keys.stats(p), "succeeded") or 0) for p in (A, B)]
 
-    async def scenario() -> tuple[list[int], list[list[int]]]:
-        w = Worker(noop_app(), settings(redis_url), concurrency=16)
-        try:
-            await w.setup()
-            taken, seen = [], []
-            for _ in range(3):
-                taken.append(await step(w))
-                seen.append(done())
-            return taken, seen
-        finally:
-            await w.close()
+    async def scenario(w: Worker) -> tuple[list[int], list[list[int]]]:
+        taken, seen = [], []
+        for _ in range(3):
+            taken.append(await step(w))
+            seen.append(done())
+        return taken, seen
 
     # The first read takes one entry a stream (16 slots, 16 streams) and learns A and B are
     # busy; the next ones take 16 from one of them, in turn, so each report is one complete
     # call (before: 2 a read, one report call per run; then 8 from each, two calls a report).
-    taken, seen = asyncio.run(scenario())
+    taken, seen = on_worker(redis_url, scenario)
     assert taken == [2, 16, 16]
     assert seen[0] == [1, 1]
     assert sorted(seen[1]) == [1, 17]
@@ -83,22 +92,17 @@ def test_the_periodic_look_at_other_streams_leaves_busy_streams_to_focused_reads
     due_jobs(client, A, 40, "a")
     due_jobs(client, B, 40, "b")
 
-    async def scenario() -> list[int]:
-        w = Worker(noop_app(), settings(redis_url), concurrency=16)
-        try:
-            await w.setup()
-            taken = [await step(w)]  # a full read: A and B are busy
-            for _ in range(2):
-                await asyncio.sleep(defaults.FOCUS_S)  # every other stream is looked at now
-                taken.append(await step(w))
-            return taken
-        finally:
-            await w.close()
+    async def scenario(w: Worker) -> list[int]:
+        taken = [await step(w)]  # a full read: A and B are busy
+        for _ in range(2):
+            await asyncio.sleep(defaults.FOCUS_S)  # every other stream is looked at now
+            taken.append(await step(w))
+        return taken
 
     # Each look at the other 14 streams goes with a focused read of 16 from A or B.  It was a
     # read of every stream, one entry each: 1 from A and 1 from B, two complete calls of one
     # run each.
-    assert asyncio.run(scenario()) == [2, 16, 16]
+    assert on_worker(redis_url, scenario) == [2, 16, 16]
     assert [int(r.hget(keys.stats(p), "succeeded") or 0) for p in (A, B)] == [17, 17]
 
 
@@ -108,18 +112,13 @@ def test_a_stream_a_read_came_back_short_from_is_no_longer_read_in_turn(
     due_jobs(client, A, 2, "a")
     due_jobs(client, B, 60, "b")
 
-    async def scenario() -> list[int]:
-        w = Worker(noop_app(), settings(redis_url), concurrency=16)
-        try:
-            await w.setup()
-            return [await step(w) for _ in range(5)]
-        finally:
-            await w.close()
+    async def scenario(w: Worker) -> list[int]:
+        return [await step(w) for _ in range(5)]
 
     # A full read (A and B busy), 16 from B, A's last entry: A came back short and leaves the
     # turn, so the next reads take 16 from B each.  Kept in turn, A would give an empty read,
     # then a full read of one entry a stream: [..., 16, 1].
-    assert asyncio.run(scenario()) == [2, 16, 1, 16, 16]
+    assert on_worker(redis_url, scenario) == [2, 16, 1, 16, 16]
 
 
 def test_a_stream_that_became_busy_is_read_within_focus_s_while_another_stays_busy(
@@ -127,21 +126,16 @@ def test_a_stream_that_became_busy_is_read_within_focus_s_while_another_stays_bu
 ) -> None:
     due_jobs(client, A, 3000, "a")
 
-    async def scenario() -> float:
-        w = Worker(noop_app(), settings(redis_url), concurrency=16)
-        try:
-            await w.setup()
-            await step(w)  # A is busy
-            due_jobs(client, B, 1, "b")
-            t0 = time.monotonic()
-            while int(r.hget(keys.stats(B), "succeeded") or 0) == 0:
-                assert time.monotonic() - t0 < 2, "B's job was not read"
-                await step(w)
-            return time.monotonic() - t0
-        finally:
-            await w.close()
+    async def scenario(w: Worker) -> float:
+        await step(w)  # A is busy
+        due_jobs(client, B, 1, "b")
+        t0 = time.monotonic()
+        while int(r.hget(keys.stats(B), "succeeded") or 0) == 0:
+            assert time.monotonic() - t0 < 2, "B's job was not read"
+            await step(w)
+        return time.monotonic() - t0
 
-    waited = asyncio.run(scenario())
+    waited = on_worker(redis_url, scenario)
     assert waited < defaults.FOCUS_S + 1.0  # generous: a shared machine
     assert int(r.hget(keys.stats(A), "succeeded") or 0) < 3000  # A still had work meanwhile
 
