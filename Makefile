@@ -12,6 +12,15 @@ STAMP := $(VENV)/.installed  # rsched and what running it needs (`make demo`)
 TEST_STAMP := $(VENV)/.installed-test  # plus the test extras (pytest, Playwright, mypy...)
 # `make demo PORT=8700` or `PORT=8700 make demo`: the API and dashboard port (default 8600).
 PORT ?=
+# The lowest redis-py that pyproject.toml allows (a test holds the two equal), and the tests that
+# `make test` runs on it too: the ones that drive redis-py's connections, pools and pipelines,
+# raw round trips included.
+REDIS_PY_FLOOR := 6.0.0
+FLOOR_VENV := .venv-redis-floor
+FLOOR_TESTS := tests/test_connections.py tests/test_scripts.py tests/test_startup.py \
+	tests/test_intake.py tests/test_worker.py tests/test_runner.py tests/test_flusher.py \
+	tests/test_membership.py tests/test_dispatch.py tests/test_cluster.py tests/test_client.py \
+	tests/test_stale_worker.py tests/test_failover.py
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # $(call need,COMMAND,DEBIAN_PACKAGE): install the package from Debian when COMMAND is missing,
@@ -38,7 +47,7 @@ define need
 }
 endef
 
-.PHONY: venv test-venv redis chromium test bench demo lint clean chaos
+.PHONY: venv test-venv redis chromium test test-redis-floor bench demo lint clean chaos
 
 venv: $(STAMP)
 test-venv: $(TEST_STAMP)
@@ -63,6 +72,17 @@ chromium:
 
 test: test-venv redis chromium lint
 	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) test-redis-floor
+
+# The Redis-facing tests again with the oldest redis-py allowed, in a venv of its own.
+$(FLOOR_VENV)/.installed-$(REDIS_PY_FLOOR): pyproject.toml
+	@[ -n "$(PYTHON)" ] || { echo "install python3 (>= 3.11)"; exit 1; }
+	[ -x $(FLOOR_VENV)/bin/python ] || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/python -m pip install --quiet -e '.[test]' 'redis[hiredis]==$(REDIS_PY_FLOOR)'
+	touch $@
+
+test-redis-floor: $(FLOOR_VENV)/.installed-$(REDIS_PY_FLOOR) redis
+	$(FLOOR_VENV)/bin/python -m pytest -p no:cacheprovider $(FLOOR_TESTS)
 
 # One Redis and a 3-master Redis Cluster, alternated, and the cost of WAIT (~3 min).
 bench: test-venv redis
@@ -94,5 +114,5 @@ lint: test-venv
 	MYPYPATH=tests $(VENV)/bin/mypy chaos
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/artifacts
+	rm -rf $(VENV) $(FLOOR_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/artifacts
 	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

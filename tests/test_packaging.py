@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -105,3 +107,13 @@ print(json.dumps({{
     assert got["shas"] == {name: scripts.load(name).sha for name in scripts.NAMES}
     assert got["stored"] == {"ok": True}
     assert "dispatcher" in run([venv / "bin" / "rsched", "--help"], tmp_path)
+
+
+def test_the_redis_py_floor_that_make_test_runs_is_the_one_pyproject_allows() -> None:
+    root = Path(__file__).resolve().parents[1]
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    redis_dep = next(d for d in deps if d.startswith("redis["))
+    floor = re.search(r">=([\d.]+)", redis_dep)
+    make_floor = re.search(r"^REDIS_PY_FLOOR := (\S+)$", (root / "Makefile").read_text(), re.M)
+    assert floor and make_floor and floor.group(1) == make_floor.group(1), redis_dep
+    assert re.search(r",<[\d.]+", redis_dep), f"{redis_dep}: no upper bound (an untested major)"

@@ -13,6 +13,11 @@ PARTITIONS = 16
 WAIT_REPLICAS_BY_URL = -1
 WAIT_TIMEOUT_MS = 1000
 
+# Connections one client's pool opens at most (per node on a cluster); `?max_connections=N` in
+# the Redis URL overrides it.  redis-py 8 caps a pool at 100 and fails the next command at once,
+# which an API under load or a threaded caller of Client reaches; Redis's own maxclients is 10000.
+REDIS_MAX_CONNECTIONS = 10_000
+
 # Scheduling (service.scheduling).
 SCHEDULE_CHUNK = 250  # jobs per schedule script call: bounded argument lists, short Redis pauses
 SCHEDULE_FIRST_CHUNK = 32  # a batch's first call: Redis starts early (service.scheduling)

@@ -140,9 +140,15 @@ def connect(url: str, *, wait: int = defaults.WAIT_REPLICAS_BY_URL,
     return set_wait(_connect(t, options), wait_replicas(t, wait), wait_timeout_ms)
 
 
+def _pool_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Options every pool rsched makes gets: its size, unless the caller or the URL says."""
+    return {"max_connections": defaults.REDIS_MAX_CONNECTIONS, **options}
+
+
 def _connect(t: Target, options: dict[str, Any]) -> Any:
     from redis import Redis
 
+    options = _pool_options(options)
     if t.kind == "single":
         return fast_packing(Redis.from_url(t.url, **options))
     if t.kind == "cluster":
@@ -210,6 +216,7 @@ def connect_async(url: str, *, wait: int = defaults.WAIT_REPLICAS_BY_URL,
 def _connect_async(t: Target, options: dict[str, Any]) -> Any:
     from redis.asyncio import Redis
 
+    options = _pool_options(options)
     if t.kind == "single":
         return _async_retrying(lambda **kw: Redis.from_url(t.url, **kw), **options)
     if t.kind == "cluster":
