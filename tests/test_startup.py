@@ -372,3 +372,47 @@ def test_cli_commands_against_a_dead_port_fail_fast_with_one_line(command: list[
     done, took_s = run_cli(f"redis://127.0.0.1:{free_port()}/0", *command)
     assert_one_line(done, "error: cannot reach Redis: ")
     assert took_s < 5
+
+
+# --- an outage's end is logged ------------------------------------------------------------------
+
+BACK_LINE = "redis reachable again after"
+
+
+def test_every_daemon_logs_when_redis_comes_back_and_how_long_it_was_away(
+    dead_port: tuple[int, dict[str, str]], procs: list[Proc], tmp_path: Path
+) -> None:
+    port, env = dead_port
+    api_port = free_port()
+    procs += [
+        Proc("dispatcher", ["--allow-unsafe-redis", "dispatcher", "--max-sleep-ms", "200"],
+             env, tmp_path),
+        Proc("worker", ["--allow-unsafe-redis", "worker", "--app", "chaos_app:app",
+                        "--heartbeat-ms", "300"], env, tmp_path),
+        Proc("archiver", ["--allow-unsafe-redis", "archiver", "--archive-url",
+                          f"sqlite:///{tmp_path / 'archive.db'}", "--poll-ms", "50"],
+             env, tmp_path),
+        Proc("api", ["--allow-unsafe-redis", "api", "--port", str(api_port), "--no-auth"],
+             env, tmp_path),
+    ]
+    with RedisServer(port=port, aof=True) as server, \
+            httpx.Client(base_url=f"http://127.0.0.1:{api_port}", timeout=5) as http:
+        r = server.client()
+        wait_for("the dispatcher to take every partition",
+                 lambda: all(r.hget(keys.lease(p), "owner") for p in range(PARTITIONS)), procs)
+        wait_for("the API", lambda: http.get("/jobs").status_code == 200, procs)
+        server.stop()
+        away = time.monotonic()
+        wait_for("every daemon to notice", lambda: all(
+            "Connection refused" in text(p) for p in procs[:3]), procs, 30)
+        assert http.get("/jobs").status_code == 503
+        time.sleep(max(0.0, away + 3.0 - time.monotonic()))  # away at least 3 s
+        server.start()
+        wait_for("the API again", lambda: http.get("/jobs").status_code == 200, procs, 30)
+        wait_for("each to log Redis back", lambda: all(BACK_LINE in text(p) for p in procs),
+                 procs, 30)
+        for p in procs:
+            lines = [ln for ln in text(p).splitlines() if BACK_LINE in ln]
+            assert len(lines) == 1, (p, lines)
+            seconds = float(lines[0].split(BACK_LINE)[1].split()[0])
+            assert seconds >= 1.0, lines  # the outage (from its first failure), not one wait

@@ -31,7 +31,7 @@ from rsched.api.sampler import Sampler
 from rsched.api.ui import routes as ui_routes
 from rsched.core import defaults
 from rsched.core.settings import Settings
-from rsched.rdb.setup import acheck_redis, is_unavailable, wait_for_redis
+from rsched.rdb.setup import Outage, acheck_redis, is_unavailable, wait_for_redis
 
 log = logging.getLogger("rsched.api")
 
@@ -184,6 +184,7 @@ def create_app(
         client = AsyncClient(settings, redis=redis, archive_url=archive_url)
         app.state.client = client
         app.state.keys = KeyCache(client, key_cache_s)
+        app.state.outage = Outage(log)  # the requests' view of Redis (guard.protect)
         if not auth:
             log.warning(NO_AUTH_WARNING)
         stopping = asyncio.Event()

@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from rsched.aclient import AsyncClient
 from rsched.api.problems import error_response, problem
+from rsched.rdb.setup import is_unavailable
 from rsched.service import apikeys as auth
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -64,9 +65,14 @@ def protect(endpoint: Endpoint, scope: str | None) -> Endpoint:
                 denied = await _check_key(request, scope)
                 if denied is not None:
                     return denied
-            return await endpoint(request)
+            res = await endpoint(request)
         except Exception as exc:  # noqa: BLE001 - every error becomes problem+json
+            if is_unavailable(exc):
+                request.app.state.outage.down(exc, logged=True)  # error_response logs it
             return error_response(exc)
+        if scope is not None:  # the open routes (health) may not have asked Redis anything
+            request.app.state.outage.up()
+        return res
 
     guarded.__name__ = getattr(endpoint, "__name__", "endpoint")
     return guarded

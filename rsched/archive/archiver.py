@@ -33,7 +33,13 @@ from rsched.archive.stores import open_store
 from rsched.core.ids import process_id
 from rsched.core.settings import Settings
 from rsched.rdb.connect import connect
-from rsched.rdb.setup import UNAVAILABLE, check_redis, ensure_partitions, wait_for_redis_sync
+from rsched.rdb.setup import (
+    UNAVAILABLE,
+    Outage,
+    check_redis,
+    ensure_partitions,
+    wait_for_redis_sync,
+)
 
 log = logging.getLogger("rsched.archive")
 
@@ -204,6 +210,7 @@ class Archiver:
         ready = False
         next_claim = next_retention = next_lag = 0.0
         next_report, reported = time.monotonic() + REPORT_EVERY_S, 0
+        outage = Outage(log)
         while not stop.is_set():
             now = time.monotonic()
             try:
@@ -231,7 +238,7 @@ class Archiver:
                 self._store_down(stop, e)
                 continue
             except UNAVAILABLE as e:
-                log.warning("redis unavailable: %s; retrying", e)
+                outage.down(e)
                 stop.wait(1.0)
                 continue
             except RedisError as e:
@@ -246,6 +253,7 @@ class Archiver:
                 stop.wait(self.backoff.next_s())
                 continue
             self.backoff.reset()
+            outage.up()
             if not res.read:
                 stop.wait(self.config.poll_ms / 1000)
         log.info("archiver %s stopped: %s", self.consumer, dict(self.totals))

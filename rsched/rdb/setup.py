@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 from urllib.parse import urlsplit
@@ -82,6 +83,29 @@ class StartupRetry:
         self.failures += 1
         log.warning("Redis at %s unreachable (%s); retrying in %g s", self.address, exc, delay_s)
         return delay_s
+
+
+class Outage:
+    """A loop's record of Redis being away, so its log says when Redis came back and not only
+    when it went: ``down`` notes the first failure (and logs each one unless the caller already
+    did), ``up`` after a success logs once how long Redis was unreachable."""
+
+    __slots__ = ("log", "since")
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.log = logger
+        self.since: float | None = None  # monotonic time of the first failure of this outage
+
+    def down(self, exc: BaseException, *, logged: bool = False) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+        if not logged:
+            self.log.warning("redis unavailable: %s", exc)
+
+    def up(self) -> None:
+        if self.since is not None:
+            self.log.warning("redis reachable again after %.1f s", time.monotonic() - self.since)
+            self.since = None
 
 
 def _op_start_up(url: str) -> Generator[float | None, BaseException | None, bool]:

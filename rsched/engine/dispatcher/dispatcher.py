@@ -21,6 +21,7 @@ from rsched.obs import metrics
 from rsched.rdb import keys, scripts
 from rsched.rdb.connect import connect_async
 from rsched.rdb.setup import (
+    Outage,
     acheck_redis,
     aensure_partitions,
     is_unavailable,
@@ -111,6 +112,7 @@ class Dispatcher:
         renew_every = self.leases.renew_every_ms / 1000
         next_renew = 0.0
         log.info("dispatcher %s started", self.id)
+        outage = Outage(log)
         try:
             while not stop.is_set():
                 try:
@@ -124,11 +126,12 @@ class Dispatcher:
                     if stop.is_set():
                         break
                     if is_unavailable(e):
-                        log.warning("redis unavailable: %s", e)
+                        outage.down(e)
                     else:
                         log.exception("dispatch round failed: %s", e)  # a bug: log loudly
                     await asyncio.sleep(0.5)
                     continue
+                outage.up()
                 if res.full:
                     continue
                 sleep_s = min(self.max_sleep_ms / 1000, max(next_renew - time.monotonic(), 0))

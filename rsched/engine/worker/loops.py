@@ -9,6 +9,7 @@ from typing import Any
 
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
+from rsched.rdb.setup import Outage, is_unavailable
 
 log = logging.getLogger("rsched.worker")
 
@@ -18,11 +19,14 @@ IDLE_AFTER_FAILED_FLUSH_S = 0.2  # nothing got through (Redis away): don't spin
 
 class Every:
     """Calls ``run_once`` every ``every_s`` until stopped; a round that fails is logged and the
-    loop goes on (a loop must survive Redis hiccups)."""
+    loop goes on (a loop must survive Redis hiccups).  With ``outage``, its rounds also tell
+    when Redis went away and came back."""
 
-    def __init__(self, run_once: Callable[[], Awaitable[Any]], every_s: float) -> None:
+    def __init__(self, run_once: Callable[[], Awaitable[Any]], every_s: float,
+                 outage: Outage | None = None) -> None:
         self.run_once = run_once
         self.every_s = every_s
+        self.outage = outage
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -30,6 +34,11 @@ class Every:
                 await self.run_once()
             except Exception as e:  # noqa: BLE001 - a loop must survive Redis hiccups
                 log.warning("%s: %s", getattr(self.run_once, "__name__", "loop"), e)
+                if self.outage is not None and is_unavailable(e):
+                    self.outage.down(e, logged=True)
+            else:
+                if self.outage is not None:
+                    self.outage.up()
             try:
                 await asyncio.wait_for(stop.wait(), self.every_s)
             except TimeoutError:

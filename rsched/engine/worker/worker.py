@@ -43,6 +43,7 @@ from rsched.rdb import keys, scripts
 from rsched.rdb.cluster import same_slot_groups
 from rsched.rdb.connect import connect_async
 from rsched.rdb.setup import (
+    Outage,
     acheck_redis,
     aensure_partitions,
     is_unavailable,
@@ -93,6 +94,7 @@ class Worker:
         self.id = worker_id or process_id("w")
         self.visibility_ms = visibility_ms
         self.heartbeat_ms = heartbeat_ms
+        self.outage = Outage(log)  # the fetch loop's and the heartbeat's view of Redis
         self.grace_s = grace_s
         self.flush_ms = flush_ms
         self.start_after_ms = start_after_ms
@@ -180,7 +182,8 @@ class Worker:
         # Like heartbeats, starts (and timeouts) go on while running jobs drain.
         hb_stop = asyncio.Event()
         draining = [
-            asyncio.create_task(Every(self.heartbeat_once, self.heartbeat_ms / 1000).run(hb_stop)),
+            asyncio.create_task(Every(self.heartbeat_once, self.heartbeat_ms / 1000,
+                                      self.outage).run(hb_stop)),
             asyncio.create_task(Every(self.start_once,
                                       max(self.start_after_ms / 2000, 0.005)).run(hb_stop)),
         ]
@@ -241,6 +244,7 @@ class Worker:
                 continue
             try:
                 await self.fetch_once(block_ms=500, streams=streams)
+                self.outage.up()
             except ResponseError as e:
                 log.warning("fetch: %s", e)
                 if "NOGROUP" in str(e):
@@ -250,6 +254,7 @@ class Worker:
                 if not is_unavailable(e):
                     raise
                 log.warning("fetch: %s", e)
+                self.outage.down(e, logged=True)
                 await asyncio.sleep(0.5)
 
     async def close(self, wait_s: float = 2.0) -> None:
