@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from rsched.core.errors import ValidationError
+from rsched.core.errors import Conflict, ValidationError
 
 JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
@@ -21,12 +21,18 @@ def print_json(value: Any) -> None:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Plain left-aligned columns; None prints as '-'."""
-    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    """Plain left-aligned columns; None prints as '-', a value of several lines (a traceback) as
+    its first line and an ellipsis: --json has it whole."""
+    cells = [[("-" if v is None else _first_line(str(v))) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     return "\n".join(lines)
+
+
+def _first_line(text: str) -> str:
+    first, nl, rest = text.partition("\n")
+    return f"{first} ..." if nl and rest.strip() else first
 
 
 def more(cursor: str | None, command: str) -> None:
@@ -52,7 +58,10 @@ def naming_flags(flags: Mapping[str, str]) -> Iterator[None]:
     (``--run-at``): re-raise them naming those, and the spot inside a JSON flag's value."""
     try:
         yield
-    except ValidationError as e:
+    except (ValidationError, Conflict) as e:
+        if e.field in flags:  # a nested field with a flag of its own (backoff.baseSeconds)
+            raise type(e)(flags[e.field], _CAMEL.sub(
+                lambda w: flags.get(w.group(), w.group()), e.reason)) from None
         m = _ROOT.match(e.field)
         flag = flags.get(m.group()) if m else None
         if m is None or flag is None:

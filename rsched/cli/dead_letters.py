@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from rsched.cli._output import JSON_FLAG, more, print_json, summary, table
@@ -17,20 +20,53 @@ _FLAGS = {"type": "--type", "queue": "--queue", "errorContains": "--error-contai
           "olderThanSeconds": "--older-than"}
 
 
+def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The filters `dlq list` and `dlq purge` share, as GET /dead-letters has them."""
+    for option in reversed([
+        click.option("--type", "job_type", default=None,
+                     help="Only dead letters of this job type."),
+        click.option("--queue", default=None, help="Only dead letters of this queue."),
+        click.option("--error-contains", default=None,
+                     help="Only those whose last error contains this (case-insensitive)."),
+        click.option("--older-than", type=click.FloatRange(min=0), default=None,
+                     metavar="SECONDS", help="Only those dead-lettered at least this many "
+                     "seconds ago."),
+    ]):
+        f = option(f)
+    return f
+
+
+def dead_filter(job_type: str | None, queue: str | None, error_contains: str | None,
+                older_than: float | None) -> dlq_ops.DeadFilter | None:
+    """The filter the flags give (None: no flag given); its errors name the flag."""
+    if job_type is None and queue is None and error_contains is None and older_than is None:
+        return None
+    try:
+        return dlq_ops.DeadFilter(job_type, queue, error_contains, older_than)
+    except ValidationError as e:
+        flag = _FLAGS.get(e.field, e.field)
+        raise click.BadParameter(e.reason, param_hint=f"'{flag}'") from None
+
+
 @click.group()
 def dlq() -> None:
     """Dead-lettered runs."""
 
 
 @dlq.command("list")
+@filter_options
 @click.option("--limit", default=defaults.PAGE_LIMIT, show_default=True, type=int)
 @click.option("--cursor", default=None)
 @JSON_FLAG
 @click.pass_context
-def dlq_list(ctx: click.Context, limit: int, cursor: str | None, as_json: bool) -> None:
-    """Dead letters, newest first."""
+def dlq_list(ctx: click.Context, job_type: str | None, queue: str | None,
+             error_contains: str | None, older_than: float | None, limit: int,
+             cursor: str | None, as_json: bool) -> None:
+    """Dead letters, newest first; with filters, those matching all of them (a page may then
+    be short, with a cursor for more)."""
+    flt = dead_filter(job_type, queue, error_contains, older_than)
     c = client_of(ctx)
-    page = c.run(query.op_dead_letter_page(c, limit, cursor))
+    page = c.run(query.op_dead_letter_page(c, limit, cursor, flt))
     items = [dead_letter_json(d) for d in page.items]
     if as_json:
         print_json({"deadLetters": items, "nextCursor": page.next_cursor})
@@ -68,12 +104,7 @@ def dlq_delete(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
 
 
 @dlq.command("purge")
-@click.option("--type", "job_type", default=None, help="Only dead letters of this job type.")
-@click.option("--queue", default=None, help="Only dead letters of this queue.")
-@click.option("--error-contains", default=None,
-              help="Only those whose last error contains this (case-insensitive).")
-@click.option("--older-than", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-              help="Only those dead-lettered at least this many seconds ago.")
+@filter_options
 @click.option("--dry-run", is_flag=True, help="Only count the dead letters that match.")
 @JSON_FLAG
 @click.pass_context
@@ -81,11 +112,7 @@ def dlq_purge(ctx: click.Context, job_type: str | None, queue: str | None,
               error_contains: str | None, older_than: float | None, dry_run: bool,
               as_json: bool) -> None:
     """Delete every dead letter matching all filters given (no filter: every dead letter)."""
-    try:
-        flt = dlq_ops.DeadFilter(job_type, queue, error_contains, older_than)
-    except ValidationError as e:
-        flag = _FLAGS.get(e.field, e.field)
-        raise click.BadParameter(e.reason, param_hint=f"'{flag}'") from None
+    flt = dead_filter(job_type, queue, error_contains, older_than) or dlq_ops.DeadFilter()
     c = client_of(ctx)
     count = c.run(dlq_ops.op_purge(c, flt, dry_run, CLI_ACTOR))
     if as_json:

@@ -23,7 +23,9 @@ ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cro
              "misfire": "--misfire", "catchUpWindowSeconds": "--catch-up-window",
              "overlap": "--overlap", "startAt": "--start-at", "endAt": "--end-at",
              "maxRuns": "--max-runs", "pauseAfterFailures": "--pause-after-failures",
-             "startDeadlineSeconds": "--start-deadline"}
+             "startDeadlineSeconds": "--start-deadline", "timeoutSeconds": "--timeout",
+             "jitterSeconds": "--jitter", "paused": "--paused",
+             "backoff.baseSeconds": "--backoff-base", "backoff.capSeconds": "--backoff-cap"}
 """`jobs add`'s flags by the API field each sets: its errors name the flag."""
 
 
@@ -59,6 +61,15 @@ def jobs() -> None:
 @click.option("--start-deadline", type=float, default=None,
               help="Seconds: a one-off job not started by --run-at plus this is "
                    "dead-lettered, never run late.")
+@click.option("--timeout", type=float, default=None,
+              help="Seconds an attempt may run before it is failed as timed out.")
+@click.option("--backoff-base", type=float, default=None,
+              help="Seconds before the first retry; doubled for each retry after it.")
+@click.option("--backoff-cap", type=float, default=None,
+              help="Seconds: the longest wait between two attempts.")
+@click.option("--jitter", type=float, default=None,
+              help="Seconds: each run starts up to this much later, at random.")
+@click.option("--paused", is_flag=True, default=None, help="Create the job paused.")
 @JSON_FLAG
 @click.pass_context
 def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str | None,
@@ -66,7 +77,9 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
              priority: int | None, idempotency_key: str | None, misfire: str | None,
              catch_up: float | None, overlap: str | None, start_at: str | None,
              end_at: str | None, max_runs: int | None, pause_after_failures: int | None,
-             start_deadline: float | None, as_json: bool) -> None:
+             start_deadline: float | None, timeout: float | None, backoff_base: float | None,
+             backoff_cap: float | None, jitter: float | None, paused: bool | None,
+             as_json: bool) -> None:
     """Schedule a job and print its id."""
     try:
         body = json.loads(payload) if payload is not None else None
@@ -80,7 +93,9 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
             "idempotencyKey": idempotency_key, "misfire": misfire,
             "catchUpWindowSeconds": catch_up, "overlap": overlap, "startAt": start_at,
             "endAt": end_at, "maxRuns": max_runs, "pauseAfterFailures": pause_after_failures,
-            "startDeadlineSeconds": start_deadline,
+            "startDeadlineSeconds": start_deadline, "timeoutSeconds": timeout,
+            "jitterSeconds": jitter, "paused": paused,
+            "backoff": {"baseSeconds": backoff_base, "capSeconds": backoff_cap},
         })
         job = c.schedule_many([spec])[0]
         if isinstance(job, Exception):
@@ -126,6 +141,8 @@ def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queu
                       | {"lastRun": "--last-run"}):
         page = c.run(query.op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
                                         cursor=cursor, last_run=last_run))
+    # Newest first within the page, as the dashboard shows them (SCAN returns no order).
+    page.items.sort(key=lambda j: (j.created_ms, j.id), reverse=True)
     last = c.run(op_last_runs(page.items))
     items = [dict(job_json(j), lastRun=last_run_json(lr))
              for j, lr in zip(page.items, last, strict=True)]

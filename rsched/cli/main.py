@@ -19,6 +19,7 @@ import click
 from redis.exceptions import RedisError
 
 from rsched.archive.config import ArchiverConfig
+from rsched.cli._group import GlobalOptionsGroup
 from rsched.cli.commands import COMMANDS
 from rsched.cli.context import settings_of
 from rsched.core import defaults
@@ -47,7 +48,8 @@ def load_app(spec: str) -> App:
     return app
 
 
-@click.group()
+@click.group(cls=GlobalOptionsGroup)
+@click.version_option(package_name="rsched", prog_name="rsched", message="%(prog)s %(version)s")
 @click.option("--redis-url", envvar="RSCHED_REDIS_URL", default=None, help="Redis URL.")
 @click.option("--partitions", envvar="RSCHED_PARTITIONS", type=int, default=None,
               help="Partition count (fixed at first start).")
