@@ -22,8 +22,10 @@ KEYS[5+nq+no+2i-1], KEYS[5+nq+no+2i]  per item: rsched:{pN}:job:<id> HASH,
                kept in the job hash instead: see run_fields in util; the run key is then unused)
 KEYS[#KEYS]    rsched:{pN}:dead      ZSET   dead letters (a one-off job past its start deadline)
 Queue stream entries: r run id, t job type, a attempt (left out for a first attempt: 1), x packed
-spec, o '1' for an own run (the worker then passes the job key as the run key); job id and
-scheduled time are in the run id.
+spec, o '1' for an own run (the worker then passes the job key as the run key), d the ms the run
+was meant to start; job id and scheduled time are in the run id. d is written for a run from the
+retry set (a backfill, a trigger, a released bufferOne run, a replay or a retry: its due ms
+there), whose start lag counts from it, not from its scheduled time.
 The call's 'dispatched' events share one events-stream entry (batch_flush in util).
 ARGV[1]  owner        ARGV[2] fence        ARGV[3] now_ms (0 = Redis TIME)
 ARGV[4]  events_maxlen (0 = unbounded)      ARGV[5] nq      ARGV[6] n items
@@ -324,11 +326,12 @@ for i = 1, n do
         local sid
         if own then
           sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[2], 'a', attempt, 'x', j[3],
-                           'o', '1')
+                           'o', '1', 'd', due)
           redis.call('HSET', job_key, F.attempt, attempt, F.state, 'dispatched', F.worker, '',
                      F.dispatched_ms, now, F.stream_id, sid, J.last_run_id, run_id)
         else
-          sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[2], 'a', attempt, 'x', j[3])
+          sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[2], 'a', attempt, 'x', j[3],
+                           'd', due)
           redis.call('HSET', run_key, F.attempt, attempt, F.state, 'dispatched', F.worker, '',
                      F.dispatched_ms, now, F.stream_id, sid)
           redis.call('HSET', job_key, J.last_run_id, run_id)

@@ -7,7 +7,8 @@ Redis to parse and the client to pack.
 
 A one-off job created due (score <= now) in a group that names its queue stream goes straight
 to that stream, as claim.lua's dispatch_own would send it a moment later: the same stream entry
-(r, t, a, x, o), run fields (OWN.* in the job hash, next_ms 0) and 'dispatched' event, without a
+(r, t, x, o; and d, now, for one whose runAt lies more than a second in the past: start lag counts
+from its creation, not from a time before it existed), run fields (OWN.* in the job hash, next_ms 0) and 'dispatched' event, without a
 due-set entry and a dispatcher round trip.  Jobs due later, recurring or paused ones keep the
 due set (the dispatcher applies overlap and catch-up to recurring jobs), as does a job past its
 start deadline already (claim.lua dead-letters it).
@@ -197,8 +198,14 @@ while i < n do
       end
       if direct then
         local run_id = id .. '@' .. fields[NEXT_MS]
-        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype,
-                               'x', fields[NEXT_MS + 2], 'o', '1')
+        local sid
+        if s < now - 1000 then
+          sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype,
+                           'x', fields[NEXT_MS + 2], 'o', '1', 'd', now_s)
+        else
+          sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype,
+                           'x', fields[NEXT_MS + 2], 'o', '1')
+        end
         used[stream_key] = true
         fields[NEXT_MS] = '0'
         fields[last + 2], fields[last + 10] = run_id, sid

@@ -17,7 +17,11 @@ ENTRY_TYPE = b"t"  # job type
 ENTRY_ATTEMPT = b"a"  # attempt number; left out for a first attempt (one field fewer to read)
 ENTRY_SPEC = b"x"  # the job's packed spec (models.SPEC_ORDER)
 ENTRY_OWN = b"o"  # present ('1') for a one-off job's own run: its run key is the job key
-ENTRY_FIELDS = (ENTRY_RUN, ENTRY_TYPE, ENTRY_ATTEMPT, ENTRY_SPEC, ENTRY_OWN)
+# When the run was meant to start (ms), present where that is not its scheduled time: a run let
+# go from the retry set (backfill, trigger, bufferOne, replay, retry) or a one-off job created
+# with a time already past.  Start lag counts from it.
+ENTRY_DUE = b"d"
+ENTRY_FIELDS = (ENTRY_RUN, ENTRY_TYPE, ENTRY_ATTEMPT, ENTRY_SPEC, ENTRY_OWN, ENTRY_DUE)
 
 # Events stream entry (rsched:{pN}:events).
 EV_EVENT = b"e"  # event name: scheduled, dispatched, started, succeeded, ...

@@ -152,8 +152,9 @@ class _WorkerCollector:
                 if e == event:
                     fam.add_metric([t, q], n)
             yield fam
-        yield _histogram("rsched_start_lag_seconds", "Scheduled time to start of first attempts",
-                         "queue", LAG_BUCKETS_S, lag)
+        yield _histogram("rsched_start_lag_seconds",
+                         "From when a first attempt was meant to start to its start", "queue",
+                         LAG_BUCKETS_S, lag)
         yield _histogram("rsched_run_duration_seconds", "Handler run time per attempt", "type",
                          DURATION_BUCKETS_S, dur)
         yield GaugeMetricFamily("rsched_worker_inflight", "Runs this process is running",

@@ -45,7 +45,7 @@ export function overview(main) {
   const charts = [
     chart("Throughput (runs per second)", "chart-throughput",
       [["started", "started"], ["succeeded", "succeeded"], ["failed", "failed"]], perSecond),
-    chart("Start lag (scheduled → started)", "chart-lag",
+    chart("Start lag (meant to start → started)", "chart-lag",
       [["p50", "p50"], ["p95", "p95"], ["p99", "p99"]], seconds),
     chart("Backlog (due, not yet dispatched)", "chart-backlog",
       [["due", "jobs due"], ["retry", "retries due"]], count, true),

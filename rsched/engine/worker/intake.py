@@ -15,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsched.core import defaults
-from rsched.core.wire import ENTRY_ATTEMPT, ENTRY_RUN
+from rsched.core.wire import ENTRY_ATTEMPT, ENTRY_DUE, ENTRY_RUN
 from rsched.engine.worker._link import Link
 from rsched.engine.worker._link import as_str as _s
 from rsched.engine.worker.inflight import STARTED, Entry, Inflight, Runs, inflight
@@ -232,7 +232,8 @@ class Intake:
             started[(fl.type, queue)] += 1
             started_in[p] += 1
             if attempt == 1:  # retries wait for their backoff on purpose
-                lag.observe(queue, now_s - fl.sched_ms / 1000)
+                due = f.get(ENTRY_DUE)  # meant to start later than scheduled (a backfill, ...)
+                lag.observe(queue, now_s - (fl.sched_ms if due is None else float(due)) / 1000)
             run(fl, f)
         for (jtype, queue), n in started.items():
             self.metrics.count("started", jtype, queue, n)
