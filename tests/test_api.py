@@ -488,7 +488,8 @@ def test_status_reports_leases_backlog_workers_queues_and_dead_letters(
     assert [(w["id"], w["queues"], w["alive"]) for w in s["workers"]] == [
         ("w-test", ["default"], True)]
     slow = [q for q in s["queues"] if q["queue"] == "slow"]
-    assert slow == [{"queue": "slow", "length": 1, "pending": 0}]  # no worker reads "slow"
+    assert slow == [{"queue": "slow", "length": 1, "pending": 0, "liveWorkers": 0,
+                     "unserved": True}]  # no worker reads "slow"
 
 
 def test_healthz_and_readyz_and_readyz_refuses_an_evicting_redis(

@@ -474,3 +474,28 @@ def test_lifecycle_fields_the_job_json_has_are_shown_as_given(page: Any, stack: 
     assert text(page, "[data-test=life-maxRuns] + dd") == "7"
     assert page.locator("[data-test=life-endAt] + dd time").get_attribute("datetime") == (
         extra["endAt"])
+
+
+def test_the_overview_shows_a_dead_worker_as_dead_and_flags_a_queue_no_live_worker_reads(
+    page: Any, stack: Stack
+) -> None:
+    import msgpack
+
+    from rsched.rdb import keys
+
+    now = stack.client.now_ms()
+    stack.client.r.hset(keys.workers(), "ghost-worker", msgpack.packb({
+        "queues": ["ghosts"], "inflight": 5, "pid": 1, "host": "h", "beat_ms": now - 60_000,
+        "concurrency": 8, "types": ["tick"], "heartbeat_ms": 5000}))
+    stack.client.schedule("tick", queue="ghosts")
+    try:
+        page.goto(f"{stack.base}/ui/#/")
+        row = page.locator("tr[data-worker='ghost-worker']")
+        row.locator("td[data-state=dead]").wait_for()
+        assert text(page, "tr[data-worker='ghost-worker'] td[data-state]").startswith("dead ")
+        assert text(page, "tr[data-worker='ghost-worker'] td:nth-child(3)") == "—"
+        page.wait_for_selector("[data-test=unserved-ghosts] >> text='1'")
+        assert "bad" in (page.locator("tr[data-queue=ghosts]").get_attribute("class") or "")
+        shot(page, "overview-dead-worker")
+    finally:
+        stack.client.r.hdel(keys.workers(), "ghost-worker")

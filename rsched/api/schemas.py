@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rsched.core import defaults
 from rsched.core.models import JobStatus
 from rsched.core.spec import KEY_NAME_PATTERN, QUEUE_PATTERN, TYPE_PATTERN
 
@@ -386,19 +387,29 @@ SCHEMAS: dict[str, Any] = {
             }},
             "workers": {"type": "array", "items": {
                 "type": "object",
-                "required": ["id", "queues", "inflight", "lastHeartbeatAt", "alive"],
+                "required": ["id", "queues", "inflight", "lastHeartbeatAt", "alive",
+                             "deadSince"],
                 "properties": {
                     "id": {"type": "string"},
                     "queues": {"type": "array", "items": {"type": "string"}},
                     "inflight": {"type": "integer"}, "concurrency": {"type": "integer"},
                     "host": {"type": "string"}, "pid": {"type": "integer"},
-                    "lastHeartbeatAt": NTIME, "alive": {"type": "boolean"},
+                    "lastHeartbeatAt": NTIME,
+                    "alive": {"type": "boolean", "description": "Heard from within its last "
+                              f"{defaults.WORKER_DEAD_AFTER_BEATS} heartbeat intervals."},
+                    "deadSince": {**NTIME, "description": "Not alive: when its heartbeats "
+                                  "stopped counting (the record is dropped "
+                                  f"{defaults.WORKER_FORGET_MS // 1000} s later)."},
                 },
             }},
             "queues": {"type": "array", "items": {
-                "type": "object", "required": ["queue", "length", "pending"],
+                "type": "object",
+                "required": ["queue", "length", "pending", "liveWorkers", "unserved"],
                 "properties": {"queue": {"type": "string"}, "length": {"type": "integer"},
-                               "pending": {"type": "integer"}},
+                               "pending": {"type": "integer"},
+                               "liveWorkers": {"type": "integer"},
+                               "unserved": {"type": "boolean", "description": "Runs wait in "
+                                            "it and no live worker reads it."}},
             }},
             "dueBacklog": {"type": "integer"}, "deadLetters": {"type": "integer"},
         },

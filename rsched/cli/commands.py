@@ -50,14 +50,21 @@ def _render_status(s: Status) -> str:
     disp = table(["dispatcher", "expires", "partitions"],
                  [[d.id, ms_to_iso(d.expires_ms), ",".join(map(str, d.partitions))]
                   for d in s.dispatchers])
-    work = table(["worker", "queues", "inflight", "last heartbeat", "alive"],
-                 [[w.id, ",".join(w.queues), w.inflight, ms_to_iso(w.last_heartbeat_ms),
-                   "yes" if w.alive else "NO"] for w in s.workers])
-    queues = table(["queue", "length", "pending"],
-                   [[q.queue, q.length, q.pending] for q in s.queues])
+    work = table(["worker", "queues", "inflight", "last heartbeat", "state"],
+                 [[w.id, ",".join(w.queues), w.inflight if w.alive else None,
+                   ms_to_iso(w.last_heartbeat_ms),
+                   "alive" if w.alive else f"DEAD since {ms_to_iso(w.dead_since_ms)}"]
+                  for w in s.workers])
+    queues = table(["queue", "length", "pending", "live workers"],
+                   [[q.queue, q.length, q.pending,
+                     "NONE: runs wait" if q.unserved else q.live_workers] for q in s.queues])
+    live = sum(w.alive for w in s.workers)
     head = (f"{ms_to_iso(s.now_ms)}  due backlog {s.due_backlog}  dead letters "
-            f"{s.dead_letters}  dispatchers {len(s.dispatchers)}  workers {len(s.workers)}")
-    return "\n\n".join([head, parts, disp, work, queues])
+            f"{s.dead_letters}  dispatchers {len(s.dispatchers)}  workers {live} live"
+            + (f", {len(s.workers) - live} dead" if live < len(s.workers) else ""))
+    warnings = [f"warning: queue {q.queue!r} holds {q.length} runs and no live worker reads it "
+                f"(rsched worker --app ... --queues {q.queue})" for q in s.queues if q.unserved]
+    return "\n\n".join([head, parts, disp, work, queues, *warnings])
 
 
 @click.command()

@@ -49,6 +49,10 @@ MAX_SLEEP_MS = 1000  # longest idle sleep between rounds
 CONCURRENCY = 16  # handlers running at once
 VISIBILITY_MS = 30_000  # idle time after which another worker reclaims a run
 HEARTBEAT_MS = 5_000  # at most half of VISIBILITY_MS
+# A worker that missed this many heartbeats in a row is shown dead (status, dashboard, metrics);
+# its registry record goes after WORKER_FORGET_MS more, and `rsched status` stops listing it.
+WORKER_DEAD_AFTER_BEATS = 3
+WORKER_FORGET_MS = 600_000
 CONSUMER_IDLE_MS = 3_600_000  # idle this long, nothing pending: a dead worker's or archiver's
 GRACE_S = 30.0  # seconds to finish runs on SIGTERM
 START_AFTER_MS = 200  # a run still going this long gets its start recorded on its own

@@ -5,9 +5,15 @@ integer milliseconds here; each face formats them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-# Scheduled time -> start, in seconds: a healthy cluster starts runs in milliseconds.  The bounds
-# of Cluster.start_lag and of each worker's start-lag histogram (rsched.obs.metrics).
+import msgpack
+
+from rsched.core import defaults
+
+# When a run was meant to start -> its start, in seconds: a healthy cluster starts runs in
+# milliseconds.  The bounds of Cluster.start_lag and of each worker's start-lag histogram
+# (rsched.obs.metrics).
 LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -39,12 +45,39 @@ class WorkerStatus:
     host: str
     pid: int
     last_heartbeat_ms: int | None
-    alive: bool  # heard from within the staleness window
+    alive: bool  # heard from within WORKER_DEAD_AFTER_BEATS of its heartbeats
     types: tuple[str, ...] = ()  # job types it has handlers for
+    dead_since_ms: int | None = None  # not alive: when its heartbeats stopped counting
 
     def serves(self, job_type: str, queue: str) -> bool:
         """Alive, reading ``queue``, with a handler for ``job_type``."""
         return self.alive and queue in self.queues and job_type in self.types
+
+
+def worker_record(blob: bytes | str) -> dict[str, Any]:
+    """A worker's heartbeat record (msgpack); empty when it cannot be read (a foreign or torn
+    write)."""
+    try:
+        rec = msgpack.unpackb(blob, raw=False)
+    except (ValueError, TypeError, msgpack.ExtraData):
+        return {}
+    return rec if isinstance(rec, dict) else {}
+
+
+def dead_after_ms(rec: dict[str, Any]) -> int:
+    """How long after its last heartbeat a worker is taken for dead: its missed beats."""
+    every = rec.get("heartbeat_ms")
+    every = every if isinstance(every, int) and every > 0 else defaults.HEARTBEAT_MS
+    return defaults.WORKER_DEAD_AFTER_BEATS * every
+
+
+def forgotten(rec: dict[str, Any], now: int) -> bool:
+    """A record of a worker dead for longer than WORKER_FORGET_MS (or unreadable): not listed,
+    and a live worker's prune deletes it."""
+    beat = rec.get("beat_ms")
+    return not isinstance(beat, int) or (
+        now - beat > dead_after_ms(rec) + defaults.WORKER_FORGET_MS)
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +85,12 @@ class QueueDepth:
     queue: str
     length: int  # stream entries over all partitions
     pending: int  # delivered to a worker, not acknowledged yet
+    live_workers: int = 0  # live workers that read it
+
+    @property
+    def unserved(self) -> bool:
+        """Runs wait in it and no live worker reads it."""
+        return self.length > 0 and self.live_workers == 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,6 +197,7 @@ def _worker_json(w: WorkerStatus) -> dict[str, Any]:
         "id": w.id, "queues": list(w.queues), "inflight": w.inflight,
         "concurrency": w.concurrency, "host": w.host, "pid": w.pid,
         "lastHeartbeatAt": ms_to_iso(w.last_heartbeat_ms), "alive": w.alive,
+        "deadSince": ms_to_iso(w.dead_since_ms),
     }
 
 
@@ -206,8 +207,8 @@ def status_json(s: Status) -> dict[str, Any]:
         "partitions": [_partition_json(p) for p in s.partitions],
         "dispatchers": [_dispatcher_json(d) for d in s.dispatchers],
         "workers": [_worker_json(w) for w in s.workers],
-        "queues": [{"queue": q.queue, "length": q.length, "pending": q.pending}
-                   for q in s.queues],
+        "queues": [{"queue": q.queue, "length": q.length, "pending": q.pending,
+                    "liveWorkers": q.live_workers, "unserved": q.unserved} for q in s.queues],
         "dueBacklog": s.due_backlog,
         "deadLetters": s.dead_letters,
     }

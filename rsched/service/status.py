@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import msgpack
 from redis.exceptions import RedisError
 
 from rsched.archive.lag import Lag, archive_lag, events_group, unarchived
@@ -19,13 +18,15 @@ from rsched.core.views import (
     QueueDepth,
     Status,
     WorkerStatus,
+    dead_after_ms,
+    forgotten,
+    worker_record,
 )
 from rsched.rdb import keys
 from rsched.rdb.connect import connect
 from rsched.rdb.ops import Commands, Op, cmd
 from rsched.service.context import Service
 
-WORKER_STALE_MS = 30_000
 _PER_PARTITION = 6  # commands op_status sends per partition
 
 
@@ -77,6 +78,7 @@ def op_status(svc: Service) -> Op[Status]:
         [c for _, s in streams for c in (cmd("xlen", s), cmd("xpending", s, keys.GROUP))],
         raise_on_error=False,
     )
+    workers = _workers(res[1], now)
     totals: dict[str, list[int]] = {}
     for i, (q, _) in enumerate(streams):
         length, pending = depth[2 * i], depth[2 * i + 1]
@@ -86,32 +88,29 @@ def op_status(svc: Service) -> Op[Status]:
     return Status(
         now_ms=now, partitions=tuple(partitions),
         dispatchers=tuple(DispatcherStatus(d, exp, tuple(held[d])) for d, exp in members.items()),
-        workers=tuple(_workers(res[1], now)),
-        queues=tuple(QueueDepth(q, n, pend) for q, (n, pend) in sorted(totals.items())),
+        workers=tuple(workers),
+        queues=tuple(QueueDepth(q, n, pend, sum(w.alive and q in w.queues for w in workers))
+                     for q, (n, pend) in sorted(totals.items())),
     )
-
-
-def _record(blob: bytes) -> dict[str, Any]:
-    """A worker's heartbeat record; empty when it cannot be read (a foreign or torn write)."""
-    try:
-        rec = msgpack.unpackb(blob, raw=False)
-    except (ValueError, TypeError, msgpack.ExtraData):
-        return {}
-    return rec if isinstance(rec, dict) else {}
 
 
 def _workers(raw: dict[bytes, bytes], now: int) -> list[WorkerStatus]:
     out = []
     for wid, blob in sorted(raw.items()):
-        rec = _record(blob)
-        beat = int(rec.get("beat_ms") or 0)
+        rec = worker_record(blob)
+        if forgotten(rec, now):
+            continue
+        beat = int(rec["beat_ms"])
+        dead_at = beat + dead_after_ms(rec)
+        alive = now < dead_at
         out.append(WorkerStatus(
             id=_s(wid), queues=tuple(str(q) for q in rec.get("queues") or []),
             inflight=int(rec.get("inflight") or 0),
             concurrency=int(rec.get("concurrency") or 0),
             host=str(rec.get("host") or ""), pid=int(rec.get("pid") or 0),
-            last_heartbeat_ms=beat or None, alive=now - beat < WORKER_STALE_MS,
+            last_heartbeat_ms=beat, alive=alive,
             types=tuple(str(t) for t in rec.get("types") or []),
+            dead_since_ms=None if alive else dead_at,
         ))
     return out
 
@@ -154,11 +153,9 @@ def op_cluster(svc: Service) -> Op[Cluster]:
     live = {w.id for w in status.workers if w.alive}
     reports = []
     for wid, raw in (res[0] if isinstance(res[0], dict) else {}).items():
-        if _s(wid) in live:
-            try:
-                reports.append(msgpack.unpackb(raw, raw=False).get("metrics") or {})
-            except (ValueError, TypeError, AttributeError, msgpack.ExtraData):
-                continue
+        metrics = worker_record(raw).get("metrics") if _s(wid) in live else None
+        if isinstance(metrics, dict):
+            reports.append(metrics)
     lag = [0.0] * (len(LAG_BUCKETS_S) + 2)
     for m in reports:
         counts = m.get("lag") or ()

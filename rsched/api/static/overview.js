@@ -69,6 +69,8 @@ export function overview(main) {
       card("Runs in flight", inflight, { test: "inflight" }),
       card("Dead letters", st.deadLetters, { warn: st.deadLetters > 0, href: "#/dead-letters", test: "dead-letters" }),
       card("Workers", alive.length, { warn: !alive.length, test: "workers" }),
+      ...st.queues.filter((q) => q.unserved).map((q) => card(`Queue ${q.queue}: no live worker`,
+        q.length, { warn: true, test: `unserved-${q.queue}` })),
       card("Partitions owned", `${owned} / ${st.partitions.length}`,
         { warn: owned < st.partitions.length, test: "partitions-owned" }),
     );
@@ -90,16 +92,23 @@ export function overview(main) {
       st.workers.map((w) => el("tr", { class: w.alive ? "" : "stale", "data-worker": w.id },
         el("td", { class: "mono", title: `${w.host} pid ${w.pid}` }, w.id),
         el("td", {}, w.queues.join(", ")),
-        el("td", {}, el("div", { class: "meter", title: `${w.inflight} of ${w.concurrency}` },
-          el("span", { style: `width:${Math.min(100, (100 * w.inflight) / Math.max(w.concurrency, 1))}%` })),
-          ` ${w.inflight} / ${w.concurrency}`),
-        el("td", {}, w.alive ? relative(w.lastHeartbeatAt, now, true) : "stopped"))),
+        w.alive
+          ? el("td", {}, el("div", { class: "meter", title: `${w.inflight} of ${w.concurrency}` },
+            el("span", { style: `width:${Math.min(100, (100 * w.inflight) / Math.max(w.concurrency, 1))}%` })),
+            ` ${w.inflight} / ${w.concurrency}`)
+          : el("td", { class: "muted" }, "—"),
+        el("td", { "data-state": w.alive ? "alive" : "dead" },
+          w.alive ? relative(w.lastHeartbeatAt, now, true)
+            : `dead ${relative(w.deadSince, now, true)}`))),
       "No worker is running: start one with rsched worker --app module:app",
     ));
     clear(queues).append(el("h3", {}, "Queues"), table(
-      ["Queue", "Stream entries", "Delivered, unacknowledged"],
-      st.queues.map((q) => el("tr", {}, el("td", {}, q.queue), el("td", { class: "num" }, q.length),
-        el("td", { class: "num" }, q.pending))),
+      ["Queue", "Stream entries", "Delivered, unacknowledged", "Live workers"],
+      st.queues.map((q) => el("tr", { class: q.unserved ? "bad" : "", "data-queue": q.queue },
+        el("td", {}, q.queue), el("td", { class: "num" }, q.length),
+        el("td", { class: "num" }, q.pending),
+        el("td", { class: "num", title: q.unserved ? "runs wait here and no live worker reads this queue" : "" },
+          q.unserved ? "none: runs wait" : q.liveWorkers))),
       "No queue has had a job yet.",
     ));
   }

@@ -17,6 +17,7 @@ from redis.exceptions import ResponseError
 from rsched.core import defaults
 from rsched.core.codes import HeartbeatCode
 from rsched.core.settings import Settings
+from rsched.core.views import forgotten, worker_record
 from rsched.engine.worker._link import Link
 from rsched.engine.worker._link import as_str as _s
 from rsched.engine.worker.inflight import STARTED, Inflight, Runs, request_stop
@@ -39,6 +40,7 @@ class Membership:
     queues: list[str]
     concurrency: int
     types: list[str]  # the job types it has handlers for, so the CLI can warn of a missing one
+    heartbeat_ms: int = defaults.HEARTBEAT_MS  # in its record: readers judge its silence by it
     started_added: dict[int, int] = field(default_factory=dict)  # started_in, as added to Redis
 
     async def join(self) -> None:
@@ -95,6 +97,7 @@ class Membership:
             "queues": self.queues, "inflight": len(self.runs), "pid": os.getpid(),
             "host": socket.gethostname(), "beat_ms": int(time.time() * 1000),
             "concurrency": self.concurrency, "types": self.types,
+            "heartbeat_ms": self.heartbeat_ms,
             "metrics": self.metrics.heartbeat(),
         }))
         now = dict(self.metrics.started_in)
@@ -109,12 +112,14 @@ class Membership:
                 self.started_added[p] = now[p]
 
     async def prune_consumers_once(self, idle_ms: int = defaults.CONSUMER_IDLE_MS) -> int:
-        """Delete consumers of killed workers: idle for ``idle_ms`` with nothing pending.
+        """Delete consumers of killed workers: idle for ``idle_ms`` with nothing pending; and
+        the registry records of workers dead for longer than WORKER_FORGET_MS.
 
         A consumer with pending entries is kept (XAUTOCLAIM moves its runs first); a live
         worker reads every half second, and a deleted live consumer is recreated by its next read.
         """
         r, names = self.link.r, list(self.link.streams)
+        await self._forget_dead()
         pipe = r.pipeline(transaction=False)
         for s in names:
             pipe.xinfo_consumers(s, keys.GROUP)
@@ -131,6 +136,16 @@ class Membership:
         if doomed:
             await pipe2.execute(raise_on_error=False)
         return doomed
+
+    async def _forget_dead(self) -> None:
+        r, now = self.link.r, int(time.time() * 1000)
+        records = await r.hgetall(keys.workers())
+        gone = [wid for wid, blob in records.items() if _s(wid) != self.link.id
+                and forgotten(worker_record(blob), now)]
+        if gone:
+            await r.hdel(keys.workers(), *gone)
+            log.info("forgot %d workers dead for over %d s", len(gone),
+                     defaults.WORKER_FORGET_MS // 1000)
 
     async def leave(self) -> None:
         """Leave the registry and the consumer groups, except where entries still wait for

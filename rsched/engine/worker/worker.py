@@ -113,7 +113,7 @@ class Worker:
                              visibility_ms)
         self.membership = Membership(self.link, settings, self.runs, self.reporter,
                                      self.metrics, self.queues, concurrency,
-                                     sorted(app.handlers))
+                                     sorted(app.handlers), heartbeat_ms)
         self.flusher = Flusher(self.reporter, self.runner, flush_ms)
 
     # --- what other code and tests see ---------------------------------------------------------
