@@ -173,3 +173,45 @@ def test_rsched_dev_refuses_a_bad_app_before_it_starts_anything(here: Path) -> N
         assert res.returncode == 2 and expected in res.stderr, (args, res)
         assert "Traceback" not in res.stderr
     assert not (here / ".rsched").exists()
+
+
+def test_rsched_dev_closes_a_data_directory_an_earlier_version_left_open(
+    redis_available: None, here: Path
+) -> None:
+    data = here / ".rsched"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    (data / "dev.lock").write_text("")
+    (data / "admin.key").write_text("rsk_stale\n")
+    for path in (data / "dev.lock", data / "admin.key"):
+        path.chmod(0o644)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("RSCHED_REDIS_URL", None)
+    (here / "user_mod.py").write_text(USER_APP)
+    proc = Proc("dev", ["dev", "--app", "user_mod:app", "--port", str(free_port()),
+                        "--no-metrics-ports"], env, here)
+    try:
+        running(proc)
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [data, *data.rglob("*")]}
+        assert modes[".rsched"] == 0o700 and modes["dev.lock"] == modes["admin.key"] == 0o600
+        assert {n: m for n, m in modes.items() if m & 0o077} == {}
+    finally:
+        assert interrupt(proc) == 0, proc.tail()
+
+
+def test_rsched_dev_refuses_a_data_directory_of_someone_elses_open_to_others(
+    here: Path
+) -> None:
+    shared = here / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    (shared / "notes.txt").write_text("mine\n")
+    (here / "user_mod.py").write_text(USER_APP)
+    res = cli_here(here, dict(os.environ), "dev", "--app", "user_mod:app", "--data-dir",
+                   str(shared), "--port", str(free_port()))
+    assert res.returncode == 1, res
+    assert res.stderr.strip().splitlines() == [
+        "error: --data-dir shared is open to other users (mode 0755) and holds files of its "
+        "own: pass a new directory, or make it 0700"], res
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755 and sorted(shared.iterdir()) == [
+        shared / "notes.txt"]
