@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from rsched.cli._private import open_private
 from rsched.core.errors import RschedError
 
 STOP_TIMEOUT_S = 15.0
@@ -75,22 +76,6 @@ def redis_ping(port: int, password: str | None = None) -> bool:
             return got.startswith(expect)
     except OSError:
         return False
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write ``path`` readable by its owner only from its first byte (a new file of mode 0600
-    renamed over the old one), never chmod-ed after: it may hold a key or a password."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def open_private(path: Path, flags: int = os.O_WRONLY | os.O_APPEND) -> int:
-    """A descriptor of ``path``, created with mode 0600 when missing."""
-    return os.open(path, flags | os.O_CREAT, 0o600)
 
 
 def http_ok(url: str) -> bool:

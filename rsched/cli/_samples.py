@@ -6,7 +6,8 @@ import importlib
 import sys
 from pathlib import Path
 
-from rsched.cli._processes import DevError, write_private
+from rsched.cli._private import write_private
+from rsched.cli._processes import DevError
 from rsched.client import Client
 from rsched.service import apikeys as auth
 

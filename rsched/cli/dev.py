@@ -14,13 +14,11 @@ The children themselves are in rsched.cli._processes, the key and sample jobs in
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import secrets
 import shutil
 import signal
-import stat
 import sys
 import threading
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rsched.cli._apps import load_apps
+from rsched.cli._private import PRIVATE, open_private, private_dir, write_private
 from rsched.cli._processes import (
     Child,
     DevError,
@@ -35,11 +34,9 @@ from rsched.cli._processes import (
     exclusive,
     free_port,
     http_ok,
-    open_private,
     port_free,
     redis_ping,
     wait_until,
-    write_private,
 )
 from rsched.cli._samples import admin_key, examples_root, schedule_samples
 from rsched.core import defaults
@@ -47,7 +44,6 @@ from rsched.rdb.connect import _safe as masked
 
 READY_TIMEOUT_S = 60.0
 EXAMPLES_APP = "examples.handlers:app"
-PRIVATE = 0o077  # the permission bits of group and others, which nothing in the data dir has
 
 
 def redis_config(data_dir: Path, port: int, password: str) -> str:
@@ -132,28 +128,6 @@ class Dev:
             write_private(path, password + "\n")
         return password
 
-    def prepare_data_dir(self) -> None:
-        """Create the data directory 0700 (its logs too); tighten one an earlier rsched dev
-        left open, and the files in it.  A directory that is someone's own is left alone:
-        refused, when others may read it."""
-        if self.opts.fresh and self.data_dir.exists():
-            shutil.rmtree(self.data_dir)
-        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            self.data_dir.mkdir(mode=0o700)
-        mode = stat.S_IMODE(self.data_dir.stat().st_mode)
-        if mode & PRIVATE:
-            ours = not any(self.data_dir.iterdir()) or (self.data_dir / "dev.lock").exists()
-            if not ours:
-                raise DevError(f"--data-dir {_shown(self.data_dir)} is open to other users "
-                               f"(mode {mode:04o}) and holds files of its own: pass a new "
-                               "directory, or make it 0700")
-            for path in [self.data_dir, *self.data_dir.rglob("*")]:
-                if not path.is_symlink():
-                    path.chmod(stat.S_IMODE(path.stat().st_mode) & ~PRIVATE)
-        with contextlib.suppress(FileExistsError):
-            self.logs.mkdir(mode=0o700)
-
     def plan(self, redis_url: str, archive_url: str | None) -> list[Child]:
         """The rsched processes, each the command a deployment would run."""
         base = [sys.executable, "-m", "rsched.cli"]
@@ -199,7 +173,10 @@ class Dev:
         self.check_apps()
         if not port_free(self.opts.port, self.opts.host):
             raise DevError(f"port {self.opts.port} is in use: pass --port")
-        self.prepare_data_dir()
+        if self.opts.fresh and self.data_dir.exists():
+            shutil.rmtree(self.data_dir)
+        private_dir(self.data_dir, _shown(self.data_dir))
+        self.logs.mkdir(mode=0o700, exist_ok=True)
         with exclusive(self.data_dir):
             echo: LogEcho | None = None
             try:
