@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from rsched.client import ClientBase
+from rsched.client import ClientBase, resolve_settings
 from rsched.core import defaults
 from rsched.core.errors import RschedError
 from rsched.core.models import Attempt, Job, Run
@@ -37,11 +37,13 @@ COALESCE_MAX = 1000  # single schedules sent in one batch at most
 
 
 class AsyncClient(ClientBase):
-    """One per event loop; every method is a coroutine twin of `Client`'s."""
+    """One per event loop; every method is a coroutine twin of `Client`'s.  Without
+    ``settings``, its Redis is found as `Client`'s is."""
 
-    def __init__(self, settings: Settings, *, redis: Redis | None = None,
+    def __init__(self, settings: Settings | None = None, *, redis: Redis | None = None,
                  archive_url: str | None = None) -> None:
-        super().__init__(settings, archive_url)
+        settings, dev_archive = resolve_settings(settings=settings)
+        super().__init__(settings, archive_url, dev_archive)
         self.r: Redis = (fast_packing(redis) if redis is not None
                          else connect_async(settings.redis_url, wait=settings.wait_replicas,
                                             wait_timeout_ms=settings.wait_timeout_ms))

@@ -7,7 +7,9 @@ plus one thin method per operation; the asyncio twin is rsched.aclient.AsyncClie
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from redis import Redis
@@ -31,12 +33,43 @@ from rsched.service.patch import UNSET, JobPatch
 T = TypeVar("T")
 
 
+def dev_urls(data_dir: Path = Path(defaults.DEV_DATA_DIR)) -> tuple[str, str | None] | None:
+    """(Redis URL, archive URL or None) of the `rsched dev` running with ``data_dir``, from the
+    files it keeps there while it runs (mode 0600: the Redis URL holds its password); None when
+    no rsched dev runs there."""
+    found = []
+    for name in (defaults.DEV_URL_FILE, defaults.DEV_ARCHIVE_FILE):
+        try:
+            found.append((data_dir / name).read_text().strip() or None)
+        except OSError:
+            found.append(None)
+    redis_url, archive_url = found
+    return (redis_url, archive_url) if redis_url else None
+
+
+def resolve_settings(redis_url: str | None = None, settings: Settings | None = None
+                     ) -> tuple[Settings, str | None]:
+    """The settings a client without any uses, and the archive that comes with its Redis.
+
+    The Redis is ``redis_url``, else RSCHED_REDIS_URL, else that of the `rsched dev` running in
+    the working directory, else Settings' default.  The archive returned is the dev's, when the
+    Redis is the dev's: an explicit archive URL or RSCHED_ARCHIVE_URL still comes first."""
+    dev = dev_urls()
+    if settings is None:
+        if redis_url is None and not os.environ.get("RSCHED_REDIS_URL") and dev is not None:
+            redis_url = dev[0]
+        settings = Settings.from_env(redis_url=redis_url)
+    return settings, dev[1] if dev is not None and dev[0] == settings.redis_url else None
+
+
 class ClientBase(Service):
     """What both clients share: the service's state, the history source and the Op forms of
     operations callers batch or drive themselves."""
 
-    def __init__(self, settings: Settings, archive_url: str | None = None) -> None:
+    def __init__(self, settings: Settings, archive_url: str | None = None,
+                 fallback_archive_url: str | None = None) -> None:
         super().__init__(settings, archive_url)
+        self.archive_url = self.archive_url or fallback_archive_url
         self.runs_source = history_of(self)
         """Where runs() and GET /jobs/{id}/runs read: the archive when configured, else Redis."""
 
@@ -54,7 +87,10 @@ class ClientBase(Service):
 
 
 class Client(ClientBase):
-    """Thread-safe (redis-py pools connections); create one per process and share it."""
+    """Thread-safe (redis-py pools connections); create one per process and share it.
+
+    Its Redis: ``redis_url``, else ``settings``, else RSCHED_REDIS_URL, else that of the
+    `rsched dev` running in the working directory (with its archive), else Settings' default."""
 
     def __init__(
         self,
@@ -64,7 +100,8 @@ class Client(ClientBase):
         redis: Redis | None = None,
         archive_url: str | None = None,
     ) -> None:
-        super().__init__(settings or Settings.from_env(redis_url=redis_url), archive_url)
+        settings, dev_archive = resolve_settings(redis_url, settings)
+        super().__init__(settings, archive_url, dev_archive)
         self.r: Redis = (fast_packing(redis) if redis is not None
                          else connect(self.settings.redis_url, wait=self.settings.wait_replicas,
                                       wait_timeout_ms=self.settings.wait_timeout_ms))
@@ -159,4 +196,4 @@ class Client(ClientBase):
         self.close()
 
 
-__all__ = ["UNSET", "Client", "ClientBase", "JobPatch"]
+__all__ = ["UNSET", "Client", "ClientBase", "JobPatch", "dev_urls", "resolve_settings"]

@@ -7,14 +7,17 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
+import time
 import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+from redis_server import free_port
 
 from rsched.rdb import scripts
 
@@ -117,3 +120,42 @@ def test_the_redis_py_floor_that_make_test_runs_is_the_one_pyproject_allows() ->
     make_floor = re.search(r"^REDIS_PY_FLOOR := (\S+)$", (root / "Makefile").read_text(), re.M)
     assert floor and make_floor and floor.group(1) == make_floor.group(1), redis_dep
     assert re.search(r",<[\d.]+", redis_dep), f"{redis_dep}: no upper bound (an untested major)"
+
+
+def test_rsched_dev_from_the_installed_wheel_serves_a_users_own_app(
+    venv: Path, redis_available: None, tmp_path: Path
+) -> None:
+    """Outside the source tree, with no examples/ at hand: `rsched dev --app` runs the user's
+    module, and without --app says to pass one."""
+    (tmp_path / "user_mod.py").write_text(
+        "from rsched import App\napp = App()\n\n@app.job('mine.echo')\n"
+        "def echo(ctx):\n    return ctx.payload\n"
+    )
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME") and not k.startswith("RSCHED_")}
+    rsched = str(venv / "bin" / "rsched")
+    refused = subprocess.run([rsched, "dev", "--port", str(free_port())], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1, refused
+    assert "error: the bundled examples/ come with the rsched source tree only: pass --app " \
+        "module:attr" in refused.stderr, refused
+    log = tmp_path / "dev.log"
+    with open(log, "wb") as out:
+        dev = subprocess.Popen([rsched, "dev", "--app", "user_mod:app", "--port",
+                                str(free_port()), "--no-metrics-ports"], cwd=tmp_path,
+                               env={**env, "PYTHONUNBUFFERED": "1"}, stdout=out,
+                               stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while "rsched dev is running" not in log.read_text():
+            assert dev.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        job_id = run([rsched, "jobs", "add", "--type", "mine.echo", "--payload", '{"n": 7}'],
+                     tmp_path).strip()
+        while json.loads(run([rsched, "jobs", "show", job_id, "--json"], tmp_path)
+                         )["status"] != "completed":
+            assert dev.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    finally:
+        dev.send_signal(signal.SIGINT)
+        assert dev.wait(60) == 0, log.read_text()

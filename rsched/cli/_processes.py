@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from rsched.cli._private import open_private
 from rsched.core.errors import RschedError
 
 STOP_TIMEOUT_S = 15.0
@@ -63,11 +64,16 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str,
         time.sleep(0.1)
 
 
-def redis_ping(port: int) -> bool:
+def redis_ping(port: int, password: str | None = None) -> bool:
+    """Whether the Redis on ``port`` answers PING (after AUTH with ``password``)."""
+    expect = (b"+OK\r\n" if password else b"") + b"+PONG"  # not -LOADING the AOF
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")  # not while -LOADING the AOF
+            s.sendall((f"AUTH {password}\r\n" if password else "").encode() + b"PING\r\n")
+            got = b""
+            while len(got) < len(expect) and (chunk := s.recv(64)):
+                got += chunk
+            return got.startswith(expect)
     except OSError:
         return False
 
@@ -88,15 +94,17 @@ class Child:
     argv: list[str]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    umask: int = -1
+    """The child's umask; -1 keeps ours (a worker's handlers create files as they would)."""
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self, cwd: Path) -> None:
-        with open(self.log_path, "ab") as log:
+        with os.fdopen(open_private(self.log_path), "ab") as log:
             self.proc = subprocess.Popen(
                 self.argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, env={**os.environ, **self.env},
                 start_new_session=True,  # Ctrl-C reaches rsched dev only; it stops us in order
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent, umask=self.umask,
             )
 
     def alive(self) -> bool:
@@ -157,7 +165,7 @@ class LogEcho(threading.Thread):
 @contextlib.contextmanager
 def exclusive(data_dir: Path) -> Iterator[None]:
     """One rsched dev per data directory: two Redis servers must not share an AOF."""
-    with open(data_dir / "dev.lock", "w") as lock:
+    with os.fdopen(open_private(data_dir / "dev.lock", os.O_WRONLY), "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

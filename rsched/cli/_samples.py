@@ -6,6 +6,7 @@ import importlib
 import sys
 from pathlib import Path
 
+from rsched.cli._private import write_private
 from rsched.cli._processes import DevError
 from rsched.client import Client
 from rsched.service import apikeys as auth
@@ -17,7 +18,8 @@ def examples_root() -> Path:
     for root in (here, Path.cwd()):
         if (root / "examples" / "handlers.py").is_file():
             return root
-    raise DevError("examples/ not found: run rsched dev from the rsched source tree")
+    raise DevError("the bundled examples/ come with the rsched source tree only: pass --app "
+                   "module:attr, your own rsched.App")
 
 
 def admin_key(redis_url: str, key_file: Path) -> str:
@@ -32,8 +34,7 @@ def admin_key(redis_url: str, key_file: Path) -> str:
         _, secret = client.run(auth.op_create_key("rsched-dev", "admin"))
     finally:
         client.close()
-    key_file.write_text(secret + "\n")
-    key_file.chmod(0o600)
+    write_private(key_file, secret + "\n")
     return secret
 
 

@@ -9,9 +9,10 @@ from typing import Any
 
 import click
 
-from rsched.client import Client
+from rsched.client import Client, dev_urls
 from rsched.core import defaults
 from rsched.core.settings import Settings
+from rsched.rdb.connect import _safe as masked
 
 
 def settings_of(ctx: click.Context) -> Settings:
@@ -25,23 +26,21 @@ def settings_of(ctx: click.Context) -> Settings:
 
 def _fallback_url() -> str:
     """The Redis of the `rsched dev` running in this directory, else the default; either way
-    said on stderr, so nobody works on an unintended Redis without knowing."""
-    url_file = Path(defaults.DEV_DATA_DIR) / defaults.DEV_URL_FILE
-    try:
-        url = url_file.read_text().strip()
-    except OSError:
-        url = ""
-    if url:
-        click.echo(f"note: using {url}, the Redis of rsched dev ({url_file}); set "
+    said on stderr (the password masked), so nobody works on an unintended Redis unknowingly."""
+    dev = dev_urls()
+    if dev is not None:
+        where = Path(defaults.DEV_DATA_DIR) / defaults.DEV_URL_FILE
+        click.echo(f"note: using {masked(dev[0])}, the Redis of rsched dev ({where}); set "
                    "RSCHED_REDIS_URL or --redis-url for another", err=True)
-        return url
+        return dev[0]
     url = Settings().redis_url
     click.echo(f"note: RSCHED_REDIS_URL is not set: using the default {url}", err=True)
     return url
 
 
 def client_of(ctx: click.Context) -> Client:
-    """The command's client, created on first use and closed when the command ends."""
+    """The command's client, created on first use and closed when the command ends; on the
+    Redis of the `rsched dev` running here, it reads that dev's archive too (as Client does)."""
     obj = ctx.find_root().obj
     if "client" not in obj:
         obj["client"] = Client(settings=settings_of(ctx))

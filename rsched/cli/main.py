@@ -8,7 +8,6 @@ archiver and the SQL drivers it never uses (`python -X importtime`: 1.05 s -> se
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import re
@@ -19,33 +18,17 @@ import click
 from redis.exceptions import RedisError
 
 from rsched.archive.config import ArchiverConfig
+from rsched.cli._apps import load_apps
 from rsched.cli._group import GlobalOptionsGroup
 from rsched.cli.commands import COMMANDS
 from rsched.cli.context import settings_of
 from rsched.core import defaults
-from rsched.core.app import App
 from rsched.core.errors import RschedError
 from rsched.core.spec import QUEUE_PATTERN
 from rsched.engine import aio
 from rsched.obs import logs, metrics
 from rsched.rdb.connect import connect
 from rsched.rdb.setup import check_redis, is_unavailable
-
-
-def load_app(spec: str) -> App:
-    """Import ``module:attr`` and check it is an rsched.App."""
-    mod_name, _, attr = spec.partition(":")
-    if not mod_name or not attr:
-        raise click.BadParameter("expected module:attribute, e.g. myproject.jobs:app",
-                                 param_hint="--app")
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise click.BadParameter(f"cannot import {mod_name!r}: {e}", param_hint="--app") from None
-    app = getattr(mod, attr, None)
-    if not isinstance(app, App):
-        raise click.BadParameter(f"{spec} is not an rsched.App", param_hint="--app")
-    return app
 
 
 @click.group(cls=GlobalOptionsGroup)
@@ -111,7 +94,8 @@ def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[s
 
 
 @cli.command()
-@click.option("--app", "app_spec", required=True, help="module:attr of an rsched.App.")
+@click.option("--app", "app_specs", required=True, multiple=True,
+              help="module:attr of an rsched.App; repeat it to serve the handlers of several.")
 @click.option("--queues", default=defaults.QUEUE, show_default=True, callback=queue_list,
               help="Comma-separated queues.")
 @click.option("--concurrency", default=defaults.CONCURRENCY, show_default=True)
@@ -130,12 +114,12 @@ def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[s
               help="Worker processes under one supervisor, each restarted when it dies; with "
                    "--metrics-port PORT, process i serves PORT+i.")
 @click.pass_context
-def worker(ctx: click.Context, app_spec: str, queues: list[str], concurrency: int,
+def worker(ctx: click.Context, app_specs: tuple[str, ...], queues: list[str], concurrency: int,
            visibility_ms: int, heartbeat_ms: int, grace: float, start_after_ms: int,
            worker_id: str | None, processes: int = defaults.PROCESSES) -> None:
     """Run a worker for the handlers of APP."""
     sys.path.insert(0, ".")
-    app = load_app(app_spec)  # in the supervisor too: a bad --app fails once, at once
+    app = load_apps(app_specs)  # in the supervisor too: a bad --app fails once, at once
     metrics_port = ctx.find_root().params.get("metrics_port")
     if processes > 1:
         from rsched.cli._supervisor import Supervisor
@@ -161,7 +145,8 @@ def worker_argvs(ctx: click.Context, processes: int, metrics_port: str | None) -
     if root["allow_unsafe"]:
         common.append("--allow-unsafe-redis")
     p = ctx.params
-    args = ["worker", "--app", p["app_spec"], "--queues", ",".join(p["queues"]),
+    apps = [a for spec in p["app_specs"] for a in ("--app", spec)]
+    args = ["worker", *apps, "--queues", ",".join(p["queues"]),
             "--concurrency", str(p["concurrency"]), "--visibility-ms", str(p["visibility_ms"]),
             "--heartbeat-ms", str(p["heartbeat_ms"]), "--grace", str(p["grace"]),
             "--start-after-ms", str(p["start_after_ms"]), "--processes", "1"]
@@ -259,29 +244,40 @@ for _command in COMMANDS:
 
 
 @cli.command()
+@click.option("--app", "app_specs", multiple=True,
+              help="module:attr of your rsched.App, served by the worker (repeatable); without "
+                   "it, the bundled examples (source tree only).")
+@click.option("--examples", is_flag=True,
+              help="Also run the bundled example handlers and schedule their sample jobs.")
+@click.option("--queues", default=defaults.QUEUE, show_default=True, callback=queue_list,
+              help="Comma-separated queues the worker serves.")
 @click.option("--port", default=defaults.API_PORT, show_default=True,
               help="API and dashboard port.")
 @click.option("--host", default=defaults.API_HOST, show_default=True)
 @click.option("--data-dir", default=defaults.DEV_DATA_DIR, show_default=True, type=click.Path(),
-              help="Redis data (AOF), the SQLite history, the admin key and logs.")
+              help="Redis data (AOF), the SQLite history, the admin key and logs (mode 0700).")
 @click.option("--redis-url", "dev_redis_url", default=None,
               help="Use this Redis instead of starting one (RSCHED_REDIS_URL is ignored here).")
 @click.option("--fresh", is_flag=True, help="Delete the data directory first: start over.")
 @click.option("--verbose", "-v", is_flag=True, help="Show every log line, not only warnings.")
 @click.option("--no-metrics-ports", is_flag=True,
               help="Do not serve the dispatcher's, worker's and archiver's metrics on PORT+1..3.")
-def dev(port: int, host: str, data_dir: str, dev_redis_url: str | None, fresh: bool,
-        verbose: bool, no_metrics_ports: bool) -> None:
-    """Run everything locally: Redis, API + dashboard, dispatcher, worker, archiver, samples.
+def dev(app_specs: tuple[str, ...], examples: bool, queues: list[str], port: int, host: str,
+        data_dir: str, dev_redis_url: str | None, fresh: bool, verbose: bool,
+        no_metrics_ports: bool) -> None:
+    """Run everything locally: Redis, API + dashboard, dispatcher, a worker for --app, archiver.
 
-    A private redis-server keeps its data in --data-dir (--redis-url uses an existing Redis
-    instead); Ctrl-C stops everything, and the next start finds every job.
+    A private redis-server, with a generated password, keeps its data in --data-dir
+    (--redis-url uses an existing Redis instead); Ctrl-C stops everything, and the next start
+    finds every job.  Without --app, in the source tree, the worker runs the bundled examples
+    and their sample jobs are scheduled.
     """
     from rsched.cli.dev import DevOptions
     from rsched.cli.dev import run as run_dev
-    sys.exit(run_dev(DevOptions(host=host, port=port, redis_url=dev_redis_url,
-                            data_dir=Path(data_dir), fresh=fresh, verbose=verbose,
-                            metrics_ports=not no_metrics_ports)))
+    sys.exit(run_dev(DevOptions(apps=app_specs, examples=examples, queues=tuple(queues),
+                                host=host, port=port, redis_url=dev_redis_url,
+                                data_dir=Path(data_dir), fresh=fresh, verbose=verbose,
+                                metrics_ports=not no_metrics_ports)))
 
 
 def main() -> None:

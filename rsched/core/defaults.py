@@ -72,7 +72,8 @@ MAX_BATCH_BYTES = 32 << 20  # ...except POST /jobs/batch (up to 1,000 jobs)
 
 # rsched dev.
 DEV_DATA_DIR = ".rsched"  # its Redis data, history, admin key and logs, below the working dir
-DEV_URL_FILE = "redis-url"  # in DEV_DATA_DIR while it runs: its Redis, which the CLI there uses
+DEV_URL_FILE = "redis-url"  # in DEV_DATA_DIR while it runs: its Redis (with its password)...
+DEV_ARCHIVE_FILE = "archive-url"  # ...and its archive, which the CLI and Client() there use
 
 # --- the overview's history (rsched.service.samples) -----------------------------------------
 STATS_SAMPLE_MS = 60_000  # one sample of the cluster's counters per minute, by the API
