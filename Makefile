@@ -60,8 +60,8 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install --quiet -e .
 	touch $@
 
-$(TEST_STAMP): $(STAMP)
-	$(VPY) -m pip install --quiet -e '.[test]'
+$(TEST_STAMP): $(STAMP) constraints-test.txt
+	$(VPY) -m pip install --quiet -e '.[test]' -c constraints-test.txt
 	touch $@
 
 redis:
@@ -75,10 +75,11 @@ test: test-venv redis chromium lint
 	$(MAKE) test-redis-floor
 
 # The Redis-facing tests again with the oldest redis-py allowed, in a venv of its own.
-$(FLOOR_VENV)/.installed-$(REDIS_PY_FLOOR): pyproject.toml
+$(FLOOR_VENV)/.installed-$(REDIS_PY_FLOOR): pyproject.toml constraints-test.txt
 	@[ -n "$(PYTHON)" ] || { echo "install python3 (>= 3.11)"; exit 1; }
 	[ -x $(FLOOR_VENV)/bin/python ] || $(PYTHON) -m venv $(FLOOR_VENV)
-	$(FLOOR_VENV)/bin/python -m pip install --quiet -e '.[test]' 'redis[hiredis]==$(REDIS_PY_FLOOR)'
+	$(FLOOR_VENV)/bin/python -m pip install --quiet -e '.[test]' -c constraints-test.txt \
+		'redis[hiredis]==$(REDIS_PY_FLOOR)'
 	touch $@
 
 test-redis-floor: $(FLOOR_VENV)/.installed-$(REDIS_PY_FLOOR) redis

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -1000,3 +1001,13 @@ def test_a_store_that_cannot_be_reached_raises_store_unavailable(tmp_path: Path)
     with pytest.raises(StoreUnavailable) as info:
         open_store("postgresql://u:secret@127.0.0.1:1/x?connect_timeout=2").connect()
     assert "u:***@127.0.0.1:1" in str(info.value) and "secret" not in str(info.value)
+
+
+def test_a_postgres_archive_without_psycopg_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg -> ImportError
+    monkeypatch.delitem(sys.modules, "rsched.archive.postgres", raising=False)
+    with pytest.raises(ValidationError) as e:
+        open_store("postgresql://127.0.0.1/db")
+    assert e.value.field == "RSCHED_ARCHIVE_URL" and "rsched[postgres]" in e.value.reason

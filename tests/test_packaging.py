@@ -159,3 +159,14 @@ def test_rsched_dev_from_the_installed_wheel_serves_a_users_own_app(
     finally:
         dev.send_signal(signal.SIGINT)
         assert dev.wait(60) == 0, log.read_text()
+
+
+def test_the_wheel_needs_tzdata_and_leaves_psycopg_to_the_postgres_extra(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        requires = [ln.split(":", 1)[1].strip() for ln in z.read(meta).decode().splitlines()
+                    if ln.startswith("Requires-Dist:")]
+    assert "tzdata" in requires
+    psycopg = [r for r in requires if r.startswith("psycopg")]
+    assert psycopg and all('extra == "postgres"' in r for r in psycopg), psycopg
+    assert not [r for r in requires if r.startswith("httpx2")]

@@ -14,7 +14,13 @@ def open_store(url: str | None = None) -> Store:
     url = archive_url(url)
     scheme = url.partition(":")[0].lower()
     if scheme in ("postgresql", "postgres"):
-        from rsched.archive.postgres import PostgresStore
+        try:
+            from rsched.archive.postgres import PostgresStore
+        except ImportError as e:
+            if e.name is None or not e.name.startswith("psycopg"):
+                raise
+            raise ValidationError(ENV_URL, "a PostgreSQL archive needs psycopg: pip install "
+                                  "'rsched[postgres]'") from None
         return PostgresStore(url)
     if scheme == "sqlite":
         from rsched.archive.sqlite import SqliteStore
