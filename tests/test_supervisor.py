@@ -1,7 +1,9 @@
 """`rsched worker --processes N`: real supervisor and worker processes, real signals.
 
 A child killed with SIGKILL is replaced and jobs keep running; SIGTERM to the supervisor drains
-every child (a running job finishes and is recorded) and the supervisor exits 0.
+every child (a running job finishes and is recorded) and the supervisor exits 0; a child frozen
+past --hung-after is killed and replaced; a child that never starts makes the supervisor give up;
+a supervisor killed with SIGKILL takes its children with it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import test_chaos
 from chaos_app import FINISHES, STARTS
 from click.testing import CliRunner
 from helpers import next_run
+from redis_server import RedisServer
 from test_chaos import Fleet, Proc, counts, run_in, started, wait_for
 
 from rsched import Client
@@ -47,13 +50,14 @@ def children(pid: int) -> list[int]:
     return [int(c) for c in text.split()]
 
 
-def supervised(redis_url: str, r: redis.Redis, fleets: Callable[..., Fleet]) -> tuple[Fleet, Proc]:
+def supervised(redis_url: str, r: redis.Redis, fleets: Callable[..., Fleet],
+               *more: str) -> tuple[Fleet, Proc]:
     """A dispatcher and `rsched worker --processes 2`, both children registered."""
     fleet = fleets(redis_url)
     fleet.dispatcher("d1")
     sup = fleet._spawn("w", [
         "worker", "--app", "chaos_app:app", "--processes", "2", "--concurrency", "8",
-        "--visibility-ms", "2000", "--heartbeat-ms", "500", "--grace", "10",
+        "--visibility-ms", "2000", "--heartbeat-ms", "500", "--grace", "10", *more,
     ])
     wait_for(lambda: started(r, ["d1", "w-0", "w-1"]), 30, "both worker processes", fleet)
     return fleet, sup
@@ -112,3 +116,51 @@ def test_a_bad_processes_count_or_metrics_port_is_refused_naming_the_flag(
 ) -> None:
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 2 and flag in res.output and "Traceback" not in res.output
+
+
+def test_a_frozen_worker_process_is_killed_and_replaced_after_hung_after(
+    redis_url: str, r: redis.Redis, fleets: Callable[..., Fleet],
+    closing: Callable[[Client], Client],
+) -> None:
+    client = closing(Client(redis_url))
+    fleet, sup = supervised(redis_url, r, fleets, "--hung-after", "3")
+    first = children(sup.pid)
+    os.kill(first[0], signal.SIGSTOP)  # alive to the kernel, silent to the supervisor
+    now = wait_for(lambda: (c if len(c := children(sup.pid)) == 2 and first[0] not in c
+                            else None), 30, "the frozen process replaced", fleet)
+    assert first[1] in now
+    assert not Path(f"/proc/{first[0]}").exists()
+    assert f"(pid {first[0]}) gave no sign of life" in sup.log.read_text()
+    rids = [next_run(client.schedule("record", {})) for _ in range(10)]
+    wait_for(all_finish(r, rids), 30, "jobs after the replacement", fleet)
+
+
+def test_a_supervisor_gives_up_on_a_worker_process_that_never_starts(
+    redis_available: None, fleets: Callable[..., Fleet]
+) -> None:
+    with RedisServer(maxmemory_policy="allkeys-lru") as unsafe:  # each child refuses it
+        fleet = fleets(unsafe.url, unsafe=False)
+        sup = fleet._spawn("w", ["worker", "--app", "chaos_app:app", "--processes", "2"])
+        assert sup.popen.wait(90) == 1  # 5 tries: 0.5 + 1 + 2 + 4 s of backoff, and starts
+        text = sup.log.read_text()
+        assert "before it started, 5 times in a row: giving up" in text, text
+        assert "Traceback" not in text
+
+
+def test_a_supervisor_killed_with_sigkill_takes_its_worker_processes_with_it(
+    redis_url: str, r: redis.Redis, fleets: Callable[..., Fleet],
+) -> None:
+    fleet, sup = supervised(redis_url, r, fleets)
+    kids = children(sup.pid)
+    sup.send(signal.SIGKILL)
+    sup.popen.wait(10)
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and _running(pid) for pid in kids),
+             30, "the orphaned worker processes to exit", fleet)
+
+
+def _running(pid: int) -> bool:
+    """Not a zombie (an exited child of a dead parent is reaped by init soon after)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False

@@ -113,20 +113,27 @@ def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[s
               type=click.IntRange(min=1),
               help="Worker processes under one supervisor, each restarted when it dies; with "
                    "--metrics-port PORT, process i serves PORT+i.")
+@click.option("--hung-after", default=defaults.HUNG_AFTER_S, show_default=True,
+              type=click.FloatRange(min=1), metavar="SECONDS",
+              help="With --processes: a worker process silent this long (frozen, or its event "
+                   "loop blocked) is killed and restarted.")
 @click.pass_context
 def worker(ctx: click.Context, app_specs: tuple[str, ...], queues: list[str], concurrency: int,
            visibility_ms: int, heartbeat_ms: int, grace: float, start_after_ms: int,
-           worker_id: str | None, processes: int = defaults.PROCESSES) -> None:
+           worker_id: str | None, processes: int = defaults.PROCESSES,
+           hung_after: float = defaults.HUNG_AFTER_S) -> None:
     """Run a worker for the handlers of APP."""
     sys.path.insert(0, ".")
     app = load_apps(app_specs)  # in the supervisor too: a bad --app fails once, at once
     metrics_port = ctx.find_root().params.get("metrics_port")
+    from rsched.cli._supervisor import ENV_ALIVE, Supervisor, watch_parent
     if processes > 1:
-        from rsched.cli._supervisor import Supervisor
-        sys.exit(Supervisor(worker_argvs(ctx, processes, metrics_port), grace).run())
+        sys.exit(Supervisor(worker_argvs(ctx, processes, metrics_port), grace,
+                            hung_after_s=hung_after).run())
+    watch_parent()
     metrics.serve(metrics_port)
     from rsched.engine.worker.worker import serve as serve_worker
-    serve_worker(app, settings_of(ctx), queues=queues,
+    serve_worker(app, settings_of(ctx), alive_file=os.environ.get(ENV_ALIVE), queues=queues,
           concurrency=concurrency, worker_id=worker_id, visibility_ms=visibility_ms,
           heartbeat_ms=heartbeat_ms, grace_s=grace, start_after_ms=start_after_ms)
 

@@ -95,6 +95,7 @@ class Worker:
         self.visibility_ms = visibility_ms
         self.heartbeat_ms = heartbeat_ms
         self.outage = Outage(log)  # the fetch loop's and the heartbeat's view of Redis
+        self.started = asyncio.Event()  # set once Redis answered and the loops began
         self.grace_s = grace_s
         self.flush_ms = flush_ms
         self.start_after_ms = start_after_ms
@@ -177,6 +178,7 @@ class Worker:
             return
         log.info("worker %s started: queues %s, concurrency %d", self.id,
                  ",".join(self.queues), self.concurrency)
+        self.started.set()
         flusher = asyncio.create_task(self.flusher.run(stop))
         # Heartbeats outlive `stop`: runs finishing within the grace period must stay ours.
         # Like heartbeats, starts (and timeouts) go on while running jobs drain.
@@ -266,8 +268,27 @@ class Worker:
         await self.link.r.aclose()
 
 
-def serve(app: App, settings: Settings, **options: Any) -> None:
-    """Run a worker until SIGINT/SIGTERM (then drain within the grace period)."""
+async def show_alive(path: str, started: asyncio.Event, stop: asyncio.Event) -> None:
+    """For a supervisor (rsched.cli._supervisor): touch ``path`` every ALIVE_EVERY_S from this
+    event loop, and write 'ready' to it once the worker started."""
+    ready = False
+    while not stop.is_set():
+        if started.is_set() and not ready:
+            with open(path, "wb") as f:
+                f.write(b"ready")
+            ready = True
+        else:
+            with open(path, "ab"):
+                os.utime(path)
+        try:
+            await asyncio.wait_for(stop.wait(), defaults.ALIVE_EVERY_S)
+        except TimeoutError:
+            pass
+
+
+def serve(app: App, settings: Settings, alive_file: str | None = None, **options: Any) -> None:
+    """Run a worker until SIGINT/SIGTERM (then drain within the grace period); with
+    ``alive_file``, show a supervisor it is alive (see show_alive)."""
     import signal
 
     async def main() -> None:
@@ -276,7 +297,12 @@ def serve(app: App, settings: Settings, **options: Any) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await Worker(app, settings, **options).run(stop)
+        worker = Worker(app, settings, **options)
+        shown = None if alive_file is None else asyncio.create_task(
+            show_alive(alive_file, worker.started, stop))
+        await worker.run(stop)
+        if shown is not None:
+            await shown
 
     aio.run(main())
     # A sync handler still running past the grace period cannot be cancelled, and interpreter
