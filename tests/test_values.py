@@ -57,7 +57,7 @@ def test_a_batch_refuses_only_the_job_with_the_big_integer(api: TestClient) -> N
     results = _post_raw(api, "/jobs/batch", text).json()["results"]
     assert results[0]["status"] == 201
     assert results[1]["status"] == 422
-    assert results[1]["error"]["errors"][0]["field"] == "payload[0]"
+    assert results[1]["error"]["errors"][0]["field"] == "jobs[1].payload[0]"
 
 
 def test_digits_inside_strings_are_left_alone(api: TestClient) -> None:

@@ -3,10 +3,8 @@ errors as RFC 9457 problem details that name the field and the reason."""
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import math
 import re
 from typing import Any
 
@@ -27,6 +25,7 @@ from rsched.core.errors import (
     ValidationError,
     VersionMismatch,
 )
+from rsched.core.values import jsonable
 
 log = logging.getLogger("rsched.api")
 
@@ -41,30 +40,15 @@ class BodyTooLarge(RschedError):
     """The request body is over the route's limit (413)."""
 
 
-def jsonable(value: Any) -> Any:
-    """What json.dumps cannot take, made JSON: bytes as base64, NaN as null, keys as strings.
-
-    Only payloads scheduled from Python can hold such values; HTTP callers send JSON."""
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else str(jsonable(k)): jsonable(v)
-                for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
-
-
 def dumps(content: Any) -> bytes:
     """orjson (several times faster than json on a batch of 1,000 jobs); what it refuses
-    (bytes, non-string keys, integers past 64 bits) goes through jsonable and json."""
+    (bytes, non-string keys, integers past 64 bits, nesting past its limit) goes through
+    jsonable and json, so an answer always encodes."""
     try:
         return orjson.dumps(content)
-    except TypeError:
+    except TypeError as e:
+        if "ecursion" in str(e):  # orjson: "Recursion limit reached"
+            log.warning("an answer nested too deep (%s); the deep parts shown as placeholders", e)
         text = json.dumps(jsonable(content), ensure_ascii=False, separators=(",", ":"))
         return text.encode()
 
@@ -132,7 +116,10 @@ def classify(exc: Exception) -> dict[str, Any]:
                         TryAgainError)):
         log.warning("redis unavailable: %s", exc)
         return problem_body(503, f"Redis is unavailable: {exc}")
-    log.exception("unexpected error", exc_info=exc)
+    if isinstance(exc, RecursionError):  # its traceback repeats one frame a thousand times
+        log.error("unexpected error: RecursionError: %s", exc)
+    else:
+        log.exception("unexpected error", exc_info=exc)
     return problem_body(500, f"internal error ({type(exc).__name__}); see the server log")
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from rsched.core.models import JobStatus
 from rsched.core.spec import KEY_NAME_PATTERN, QUEUE_PATTERN, TYPE_PATTERN
+from rsched.core.values import VALUE_DEPTH
 
 REF = "#/components/schemas/"
 
@@ -66,7 +67,8 @@ SCHEMAS: dict[str, Any] = {
             "type": {"type": "string", "pattern": TYPE_PATTERN,
                      "description": "Name of a handler registered in the workers' rsched.App."},
             "payload": {"description": "Any JSON value; at most 64 KiB once msgpack-encoded "
-                                       "(configurable)."},
+                                       f"(configurable), arrays and objects nested at most "
+                                       f"{VALUE_DEPTH} deep."},
             "runAt": {**NTIME, "description": "When to run a one-off job; the past means now."},
             "cron": _n("string", description="5 fields, or 6 with seconds first, or a macro "
                         "(@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly)."),
@@ -182,7 +184,8 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"jobs": {
             "type": "array", "maxItems": 1000,
             "description": "Each item is a JobCreate, validated on its own: an invalid item gets "
-                           "its own error in results and the others are still scheduled.",
+                           "its own error in results, naming its fields with the item "
+                           "(jobs[3].payload), and the others are still scheduled.",
             "items": {"anyOf": [ref("JobCreate"), {}]},
         }},
     },

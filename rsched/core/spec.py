@@ -26,6 +26,7 @@ from rsched.core.models import (
     packer,
 )
 from rsched.core.times import ms_to_iso, to_ms
+from rsched.core.values import TOO_DEEP, VALUE_DEPTH, check_depth, shallow_msgpack, too_deep
 
 # ms_to_iso and to_ms are re-exported: rsched.service.reads and the faces import them from here.
 __all__ = ["KEY_NAME_PATTERN", "QUEUE_PATTERN", "TYPE_PATTERN", "JobSpec", "Prepared",
@@ -234,7 +235,8 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
             payload = packer.pack(spec.payload)
         except Exception:  # the checks below name the error
             payload = None
-        if payload is not None and len(payload) <= max_payload_bytes:
+        if (payload is not None and len(payload) <= max_payload_bytes
+                and (shallow_msgpack(payload) or not too_deep(spec.payload))):
             # pack_spec of these settings, as the checked way packs them (run_at_ms: see there)
             blob = pack_default_spec(payload, None if run_at else 0)
             nominal = run_at or now_ms
@@ -261,11 +263,15 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
         payload = packer.pack(spec.payload)
     except OverflowError:
         raise ValidationError(*_too_big(spec.payload)) from None
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
+        if isinstance(e, RecursionError) or "recursion limit" in str(e):  # msgpack's own
+            # nesting limit, which a cycle reaches too
+            raise ValidationError("payload", f"{TOO_DEEP}; the limit is {VALUE_DEPTH}") from None
         raise ValidationError("payload", f"not serializable: {e}") from None
     if len(payload) > max_payload_bytes:
         raise PayloadTooLarge("payload", f"{len(payload)} bytes encoded, over the limit of "
                                          f"{max_payload_bytes}")
+    check_depth(spec.payload, "payload", payload)
     run_at_ms = 0
     if cron is not None:
         if spec.run_at is not None:
@@ -370,7 +376,7 @@ language decode) holds.  One beyond them is refused, never turned into a float."
 
 def _too_big(payload: Any) -> tuple[str, str]:
     """(field, reason) for the first integer of ``payload`` outside INT_RANGE, named by its
-    path (``payload.items[2].n``); a loop, not recursion: payloads nest up to 1,024 deep."""
+    path (``payload.items[2].n``); a loop, not recursion: it runs before the depth check."""
     lo, hi = INT_RANGE
     stack: list[tuple[str, Any]] = [("payload", payload)]
     while stack:
