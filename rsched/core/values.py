@@ -92,6 +92,8 @@ def read_msgpack(raw: bytes, where: str) -> Any:
     log line (``job 3-abc payload``)."""
     try:
         value = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except msgpack.StackError:  # deeper than the decoder's own stack
+        return unreadable(where, TOO_DEEP)
     except Exception as e:  # noqa: BLE001 - any undecodable value reads as a placeholder
         return unreadable(where, "not valid msgpack: " + reason(e))
     if not shallow_msgpack(raw) and too_deep(value):
