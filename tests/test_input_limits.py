@@ -257,3 +257,74 @@ def test_stored_payload_bytes_decode_as_before(api: Api) -> None:
         assert api.http.get(f"/jobs/{job_id}").json()["payload"] == {"n": [1, 2]}
     finally:
         api.r.delete(keys.job(partition_of(job_id), job_id))
+
+
+CAFE_NFC, CAFE_NFD = "caf\u00e9", "cafe\u0301"
+
+
+def test_an_idempotency_key_is_one_key_however_its_unicode_is_composed(api: Api) -> None:
+    first = api.http.post("/jobs", json={"type": "t", "runAt": LATER,
+                                         "idempotencyKey": f"order-{CAFE_NFC}"})
+    again = api.http.post("/jobs", json={"type": "t", "runAt": LATER,
+                                         "idempotencyKey": f"order-{CAFE_NFD}"})
+    assert (first.status_code, again.status_code) == (201, 200), again.text
+    assert again.json()["id"] == first.json()["id"]
+    assert again.json()["idempotencyKey"] == f"order-{CAFE_NFC}"
+    client = Client(settings=Settings.from_env(redis_url=api.url))
+    try:
+        job = client.schedule("t", run_at=LATER, idempotency_key=f"order-{CAFE_NFD}")
+    finally:
+        client.close()
+    assert job.id == first.json()["id"] and job.idempotency_key == f"order-{CAFE_NFC}"
+
+
+@pytest.mark.parametrize("key", ["a\u202eb", "invoice\u2066-7", "line\nbreak", "nul\x00",
+                                 "del\x7f", "c1\x85", "mark\u200f"])
+def test_an_idempotency_key_with_control_or_bidi_characters_is_refused(
+    api: Api, key: str,
+) -> None:
+    before = api.job_keys()
+    res = api.http.post("/jobs", json={"type": "t", "runAt": LATER, "idempotencyKey": key})
+    assert res.status_code == 422 and field_of(res) == "idempotencyKey", res.text
+    assert "U+" in res.json()["errors"][0]["reason"]
+    res = api.http.post("/jobs/batch", json={"jobs": [
+        {"type": "t", "runAt": LATER, "idempotencyKey": "fine"},
+        {"type": "t", "runAt": LATER, "idempotencyKey": key}]})
+    results = res.json()["results"]
+    assert [x["status"] for x in results] == [201, 422], res.text
+    assert results[1]["error"]["errors"][0]["field"] == "jobs[1].idempotencyKey"
+    api.http.post(f"/jobs/{results[0]['job']['id']}/cancel")
+    api.r.delete(keys.job(partition_of(results[0]["job"]["id"]), results[0]["job"]["id"]))
+    assert api.job_keys() == before
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ('{"type": "a", "runAt": "%s", "type": "b"}', "type"),
+    ('{"type": "t", "runAt": "%s", "payload": {"n": 1, "m": 2, "n": 3}}', "n"),
+    ('{"type": "t", "runAt": "%s", "payload": [{"k": 1}, {"k" : 1, "k":2}]}', "k"),
+    # an escape spelling the key (or a colon) otherwise takes json's slower, exact look
+    ('{"type": "t", "runAt": "%s", "payload": {"\\u0061": 1, "a": 2}}', "a"),
+    ('{"type": "t", "runAt": "%s", "payload": {"x": "\\u003a", "y": 1, "y": 2}}', "y"),
+])
+def test_a_key_given_twice_in_one_object_is_a_400_naming_it(
+    api: Api, text: str, key: str,
+) -> None:
+    before = api.job_keys()
+    res = post(api, "/jobs", text.replace("%s", LATER))
+    assert res.status_code == 400, res.text
+    assert field_of(res) == "body" and f'duplicate key "{key}"' in res.json()["detail"]
+    res = post(api, "/jobs/batch", '{"jobs": [' + text.replace("%s", LATER) + "]}")
+    assert res.status_code == 400 and f'duplicate key "{key}"' in res.json()["detail"]
+    res = post(api, "/jobs/batch", '{"jobs": [], "jobs": []}')
+    assert res.status_code == 400 and 'duplicate key "jobs"' in res.json()["detail"]
+    assert api.job_keys() == before
+
+
+@pytest.mark.parametrize("payload", [
+    '{"at": "12:30:00", "url": "http://x:8080/a"}', '{"colon": "\\u003a", "k\\"": ":"}',
+    '{"é": "\\u00e9", "e\\u0301": 2}', '[{"a": 1}, {"a": 2}]',
+])
+def test_colons_and_escapes_without_a_duplicate_key_are_kept(api: Api, payload: str) -> None:
+    res = post(api, "/jobs", job_text(payload))
+    assert res.status_code == 201, res.text
+    assert res.json()["payload"] == json.loads(payload)

@@ -286,10 +286,10 @@ def _dead_filter(request: Request) -> dlq.DeadFilter:
 
 
 def _actor(request: Request) -> str:
-    """Who a deletion, pause or resume is recorded as: the API key's name (no key with auth
-    off)."""
+    """Who a deletion, pause or resume is recorded as: the API key's name and id, ``ops
+    (key_4f2a...)``: names may repeat, ids do not (no key with auth off)."""
     key = getattr(request.state, "api_key", None)
-    return key.name if key is not None else "api (auth off)"
+    return f"{key.name} ({key.id})" if key is not None else "api (auth off)"
 
 
 async def dead_letters(request: Request) -> Response:

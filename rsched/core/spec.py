@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -199,10 +200,25 @@ def jitter_offset_ms(job_id: str, nominal_ms: int, jitter_ms: int) -> int:
     return int.from_bytes(h, "big") % (2 * jitter_ms + 1) - jitter_ms
 
 
+# Characters an idempotency key may not hold: controls (C0, DEL, C1), the bidirectional
+# marks, embeddings, overrides and isolates (a key that reads otherwise than it compares), and
+# lone surrogates (no Unicode text; Python strings only).
+_BAD_KEY_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                           "\u2066-\u2069\ud800-\udfff]")
+
+
 def check_idempotency_key(key: Any) -> str:
-    """The key, checked before a job id is derived from it."""
+    """The key in Unicode NFC (``café`` typed either way is one key), checked before a job id
+    is derived from it."""
+    if isinstance(key, str) and not key.isascii():  # ASCII is NFC already
+        key = unicodedata.normalize("NFC", key)
     if not isinstance(key, str) or not 1 <= len(key) <= 255:
         raise ValidationError("idempotencyKey", "must be a string of 1-255 characters")
+    bad = _BAD_KEY_CHAR.search(key)
+    if bad is not None:
+        raise ValidationError("idempotencyKey", f"holds U+{ord(bad.group()):04X} at "
+                              f"{bad.start()}: no control or bidirectional-formatting "
+                              "characters")
     return key
 
 
@@ -308,7 +324,7 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
     if catch_up.__class__ is not int or not 0 <= catch_up <= MAX_CATCH_UP_MS:
         _int(catch_up, "catchUpWindowSeconds", 0, MAX_CATCH_UP_MS)
     if key is not None:
-        check_idempotency_key(key)
+        key = check_idempotency_key(key)
     # The spec blob holds every other setting, so it doubles as the canonical body to hash.
     # run_at_ms nil: a runAt is the job's first occurrence, which the job hash holds (models).
     blob = pack_spec(timeout, base, cap, priority, tz, misfire_text, jitter, key or "",
