@@ -77,7 +77,9 @@ SCHEMAS: dict[str, Any] = {
             "maxAttempts": _n("integer", minimum=1, maximum=1000),
             "idempotencyKey": _n("string", minLength=1, maxLength=255,
                                  description="The same key again returns the same job (200); "
-                                             "with a different body it is a 409."),
+                                             "with a different body it is a 409. Compared in "
+                                             "Unicode NFC; control and bidirectional "
+                                             "formatting characters are refused."),
             "priority": _n("integer", minimum=-1000, maximum=1000),
             "timeoutSeconds": _n("number", minimum=0.001, maximum=604800),
             "backoff": {
