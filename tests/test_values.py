@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from rsched import App, Client, JobContext, ValidationError
 from rsched.api.app import create_app
-from rsched.api.problems import dumps
+from rsched.api.problems import classify, dumps
 from rsched.core.defaults import VALUE_DEPTH
 from rsched.core.spec import INT_RANGE
 from rsched.core.values import shallow_json, shallow_msgpack, too_deep
@@ -204,3 +204,20 @@ def test_an_answer_nested_past_the_encoders_limit_still_encodes_with_a_placehold
         inner = inner[0]
     assert inner == {"$unreadable": f"nested more than {VALUE_DEPTH} levels deep (arrays and "
                                      "objects)"}
+
+
+def test_a_recursion_error_is_logged_in_one_line_without_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def recurse(n: int) -> int:
+        return recurse(n + 1) + 1
+
+    try:
+        recurse(0)
+    except RecursionError as e:
+        error = e
+    with caplog.at_level("ERROR", logger="rsched.api"):
+        assert classify(error)["status"] == 500
+    (record,) = caplog.records
+    assert record.exc_info is None and "RecursionError" in record.getMessage()
+    assert "\n" not in caplog.text.strip()
