@@ -35,7 +35,9 @@ class Api:
         self.http, self.proc, self.r, self.url = http, proc, r, url
 
     def log_lines(self) -> list[str]:
-        return self.proc.log.read_text().splitlines()
+        """The API's log, but for access lines (one per request, if they are on)."""
+        return [line for line in self.proc.log.read_text().splitlines()
+                if "uvicorn.access" not in line]
 
     def job_keys(self) -> set[bytes]:
         return set(self.r.scan_iter(match="*}:job:*", count=1000))
