@@ -199,10 +199,10 @@ def test_a_batch_answers_one_result_per_job_in_order_with_errors_in_place(
     results = res.json()["results"]
     assert [x["status"] for x in results] == [201, 422, 422, 201, 200, 409]
     assert results[0]["job"]["type"] == "a"
-    assert results[1]["error"]["errors"][0]["field"] == "cron"
+    assert results[1]["error"]["errors"][0]["field"] == "jobs[1].cron"
     assert results[2]["error"]["errors"][0]["field"] == "jobs[2]"
     assert results[3]["job"]["id"] == results[4]["job"]["id"]
-    assert results[5]["error"]["errors"][0]["field"] == "idempotencyKey"
+    assert results[5]["error"]["errors"][0]["field"] == "jobs[5].idempotencyKey"
 
 
 def test_a_batch_answers_each_job_as_get_does_with_its_own_seconds_and_times(

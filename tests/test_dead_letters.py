@@ -22,7 +22,7 @@ from rsched.core import wire
 from rsched.core.models import partition_of
 from rsched.rdb import keys
 from rsched.service import dead_letters as dlq
-from rsched.service.apikeys import op_create_key
+from rsched.service.apikeys import op_create_key, op_list_keys
 from rsched.service.reads import op_dead_letter_page
 
 PROBLEM = "application/problem+json"
@@ -88,6 +88,7 @@ def test_delete_removes_one_dead_letter_and_records_who_and_when_in_the_runs_his
     admin: tuple[TestClient, dict[str, str], Client], redis_url: str, r: redis.Redis
 ) -> None:
     api, secrets, c = admin
+    alice = next(f"{k.name} ({k.id})" for k in c.run(op_list_keys()) if k.name == "ops-alice")
     letters = _dead_letters(api, redis_url)
     later = [d for d in letters.values() if c.get(d["jobId"]).run_at_ms == LATER_MS]
     plain = later[0]  # the triggered run of the job due later
@@ -103,12 +104,12 @@ def test_delete_removes_one_dead_letter_and_records_who_and_when_in_the_runs_his
         runs = api.get(f"/jobs/{d['jobId']}/runs").json()["runs"]
         top = runs[0]
         assert (top["runId"], top["status"]) == (d["runId"], "deleted")
-        assert top["error"] == "deleted from the dead letters by ops-alice"
+        assert top["error"] == f"deleted from the dead letters by {alice}"
         assert top["endedAt"] >= d["deadAt"]
         assert runs[1]["status"] == "failed" and "boom on attempt 1" in runs[1]["error"]
         p = partition_of(d["jobId"])
         ev = [e for e in events(r, p, job_id=d["jobId"]) if e["e"] == "dead_deleted"]
-        assert len(ev) == 1 and ev[0][wire.EV_BY.decode()] == "ops-alice"
+        assert len(ev) == 1 and ev[0][wire.EV_BY.decode()] == alice
         assert ev[0]["r"] == d["runId"]
     assert not r.exists(keys.run(partition_of(plain["jobId"]), plain["runId"]))
     assert c.get_run(own["runId"]).state is RunState.DELETED
@@ -244,3 +245,16 @@ def test_the_archives_history_keeps_the_dead_attempt_and_the_deletion_event_does
         archived.close()
     assert [(a.run_id, a.attempt, a.status, a.dead_lettered) for a in attempts
             if a.run_id == d["runId"]] == [(d["runId"], 1, "failed", True)]
+
+
+def test_two_keys_of_the_same_name_are_told_apart_in_what_they_record(
+    admin: tuple[TestClient, dict[str, str], Client],
+) -> None:
+    api, _, c = admin
+    twin, twin_secret = c.run(op_create_key("ops-alice", "admin"))
+    job = api.post("/jobs", json={"type": "t", "cron": "0 3 * * *"}).json()
+    paused = api.post(f"/jobs/{job['id']}/pause").json()["pausedBy"]
+    resumed = api.post(f"/jobs/{job['id']}/resume",
+                       headers={"Authorization": f"Bearer {twin_secret}"}).json()["resumedBy"]
+    assert resumed == f"ops-alice ({twin.id})"
+    assert paused.startswith("ops-alice (key_") and paused != resumed

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
 import pytest
 from helpers import Rig
 from helpers import settings as _settings
@@ -15,7 +16,10 @@ from starlette.testclient import TestClient
 
 from rsched import App, Client, JobContext, ValidationError
 from rsched.api.app import create_app
+from rsched.api.problems import classify, dumps
+from rsched.core.defaults import VALUE_DEPTH
 from rsched.core.spec import INT_RANGE
+from rsched.core.values import shallow_json, shallow_msgpack, too_deep
 
 LO, HI = INT_RANGE
 
@@ -57,7 +61,7 @@ def test_a_batch_refuses_only_the_job_with_the_big_integer(api: TestClient) -> N
     results = _post_raw(api, "/jobs/batch", text).json()["results"]
     assert results[0]["status"] == 201
     assert results[1]["status"] == 422
-    assert results[1]["error"]["errors"][0]["field"] == "payload[0]"
+    assert results[1]["error"]["errors"][0]["field"] == "jobs[1].payload[0]"
 
 
 def test_digits_inside_strings_are_left_alone(api: TestClient) -> None:
@@ -93,6 +97,18 @@ def _app() -> App:
     def big(ctx: JobContext) -> Any:
         return {"n": 2**70}
 
+    @app.job("deep")
+    def deep(ctx: JobContext) -> Any:
+        return _nested(VALUE_DEPTH + 1)
+
+    @app.job("deeper")
+    async def deeper(ctx: JobContext) -> Any:
+        return {"a": _nested(5000)}  # past Python's recursion limit
+
+    @app.job("at-limit")
+    def at_limit(ctx: JobContext) -> Any:
+        return _nested(VALUE_DEPTH)
+
     return app
 
 
@@ -108,19 +124,67 @@ def _run_due(redis_url: str, runs: int) -> None:
     asyncio.run(go())
 
 
-def test_a_result_that_is_no_json_fails_the_attempt_saying_so(
-    api: TestClient, redis_url: str
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("refused", "error", "kept", "result"), [
+    (("opaque", "nan"), "the result could not be serialized", "big",
+     {"n": 2**70}),  # JSON has no integer limit
+    (("deep", "deeper"), f"the result is nested more than {VALUE_DEPTH} levels deep",
+     "at-limit", _nested(VALUE_DEPTH)),
+], ids=["no JSON", "too deep"])
+def test_a_result_that_is_no_json_or_too_deep_fails_the_attempt_saying_so(
+    api: TestClient, redis_url: str, refused: tuple[str, str], error: str, kept: str,
+    result: Any,
 ) -> None:
     ids = {t: api.post("/jobs", json={"type": t, "maxAttempts": 1}).json()["id"]
-           for t in ("opaque", "nan", "big")}
+           for t in (*refused, kept)}
     _run_due(redis_url, 3)
-    for t in ("opaque", "nan"):
+    for t in refused:
         run = api.get(f"/jobs/{ids[t]}/runs").json()["runs"][0]
         assert run["status"] == "failed", run
-        assert "the result could not be serialized" in run["error"], run
+        assert error in run["error"], run
         assert run["result"] is None and "object at 0x" not in run["error"]
-    run = api.get(f"/jobs/{ids['big']}/runs").json()["runs"][0]  # JSON has no integer limit
-    assert run["status"] == "succeeded" and run["result"] == {"n": 2**70}
+    assert api.get("/jobs").status_code == 200
+    run = api.get(f"/jobs/{ids[kept]}/runs").json()["runs"][0]
+    assert run["status"] == "succeeded" and run["result"] == result
+
+
+def _nested_tuple(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = (value,)
+    return value
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in [*value, *value.values()]), default=0)
+    if isinstance(value, (list, tuple)):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+@pytest.mark.parametrize("value", [
+    1, "x" * 500, [], {}, _nested(VALUE_DEPTH), _nested(VALUE_DEPTH + 1),
+    {"rows": [{"id": i, "tags": ["a", {"b": _nested(i)}]} for i in range(70)]},
+    {(1, (2, (3,))): "tuple keys"}, {"k": {"k": {_nested_tuple(VALUE_DEPTH - 1): 1}}},
+    [[{"é" * 40: [b"\x80\x9f\xdc" * 30]}] * 3] * 3,
+])
+def test_the_depth_check_agrees_with_counting_the_levels(value: Any) -> None:
+    deep = _depth(value) > VALUE_DEPTH
+    assert too_deep(value) is deep
+    packed = msgpack.packb(value, use_bin_type=True)
+    assert not (deep and shallow_msgpack(packed)), "the cheap bound let a deep value through"
+    try:
+        text = json.dumps(value, default=lambda b: b.hex())
+    except TypeError:  # tuple keys: no JSON
+        return
+    assert not (deep and shallow_json(text))
 
 
 def test_a_patch_with_a_big_integer_is_refused_naming_its_path(api: TestClient) -> None:
@@ -130,3 +194,30 @@ def test_a_patch_with_a_big_integer_is_refused_naming_its_path(api: TestClient) 
     assert res.status_code == 422, res.text
     assert res.json()["errors"][0]["field"] == "payload.n"
     assert api.get(f"/jobs/{job['id']}").json()["payload"] is None  # unchanged
+
+
+def test_an_answer_nested_past_the_encoders_limit_still_encodes_with_a_placeholder() -> None:
+    out = json.loads(dumps({"deep": _nested(5000), "bytes": b"\x00", "ok": _nested(3)}))
+    assert out["ok"] == _nested(3) and out["bytes"] == "AA=="
+    inner = out["deep"]
+    for _ in range(2 * VALUE_DEPTH - 1):
+        inner = inner[0]
+    assert inner == {"$unreadable": f"nested more than {VALUE_DEPTH} levels deep (arrays and "
+                                     "objects)"}
+
+
+def test_a_recursion_error_is_logged_in_one_line_without_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def recurse(n: int) -> int:
+        return recurse(n + 1) + 1
+
+    try:
+        recurse(0)
+    except RecursionError as e:
+        error = e
+    with caplog.at_level("ERROR", logger="rsched.api"):
+        assert classify(error)["status"] == 500
+    (record,) = caplog.records
+    assert record.exc_info is None and "RecursionError" in record.getMessage()
+    assert "\n" not in caplog.text.strip()

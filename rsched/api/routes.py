@@ -115,17 +115,22 @@ async def create_batch(request: Request) -> Response:
                          else spec_from_json(item, f"jobs[{i}]"))
             where.append(i)
         except ValidationError as e:
-            results[i] = _item_error(e)
+            results[i] = _item_error(e, i)
     for i, res in zip(where, await _client(request).schedule_many(specs), strict=True):
         if isinstance(res, Exception):
-            results[i] = _item_error(res)
+            results[i] = _item_error(res, i)
         else:
             results[i] = {"status": 201 if res[1] else 200, "job": job_json(res[0])}
     return JSON({"results": results})
 
 
-def _item_error(exc: Exception) -> dict[str, Any]:
+def _item_error(exc: Exception, index: int) -> dict[str, Any]:
+    """A batch item's problem, each field it names prefixed with the item (``jobs[3].payload``)."""
     body = classify(exc)
+    prefix = f"jobs[{index}]"
+    for err in body.get("errors", ()):
+        if err["field"] != prefix:  # an item that is no object is named so already
+            err["field"] = f"{prefix}.{err['field']}"
     return {"status": body["status"], "error": body}
 
 
@@ -281,10 +286,10 @@ def _dead_filter(request: Request) -> dlq.DeadFilter:
 
 
 def _actor(request: Request) -> str:
-    """Who a deletion, pause or resume is recorded as: the API key's name (no key with auth
-    off)."""
+    """Who a deletion, pause or resume is recorded as: the API key's name and id, ``ops
+    (key_4f2a...)``: names may repeat, ids do not (no key with auth off)."""
     key = getattr(request.state, "api_key", None)
-    return key.name if key is not None else "api (auth off)"
+    return f"{key.name} ({key.id})" if key is not None else "api (auth off)"
 
 
 async def dead_letters(request: Request) -> Response:

@@ -9,6 +9,7 @@ from typing import Any
 from rsched.core import defaults
 from rsched.core.models import JobStatus
 from rsched.core.spec import KEY_NAME_PATTERN, QUEUE_PATTERN, TYPE_PATTERN
+from rsched.core.values import VALUE_DEPTH
 
 REF = "#/components/schemas/"
 
@@ -67,7 +68,8 @@ SCHEMAS: dict[str, Any] = {
             "type": {"type": "string", "pattern": TYPE_PATTERN,
                      "description": "Name of a handler registered in the workers' rsched.App."},
             "payload": {"description": "Any JSON value; at most 64 KiB once msgpack-encoded "
-                                       "(configurable)."},
+                                       f"(configurable), arrays and objects nested at most "
+                                       f"{VALUE_DEPTH} deep."},
             "runAt": {**NTIME, "description": "When to run a one-off job; the past means now."},
             "cron": _n("string", description="5 fields, or 6 with seconds first, or a macro "
                         "(@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly)."),
@@ -76,7 +78,9 @@ SCHEMAS: dict[str, Any] = {
             "maxAttempts": _n("integer", minimum=1, maximum=1000),
             "idempotencyKey": _n("string", minLength=1, maxLength=255,
                                  description="The same key again returns the same job (200); "
-                                             "with a different body it is a 409."),
+                                             "with a different body it is a 409. Compared in "
+                                             "Unicode NFC; control and bidirectional "
+                                             "formatting characters are refused."),
             "priority": _n("integer", minimum=-1000, maximum=1000),
             "timeoutSeconds": _n("number", minimum=0.001, maximum=604800),
             "backoff": {
@@ -183,7 +187,8 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"jobs": {
             "type": "array", "maxItems": 1000,
             "description": "Each item is a JobCreate, validated on its own: an invalid item gets "
-                           "its own error in results and the others are still scheduled.",
+                           "its own error in results, naming its fields with the item "
+                           "(jobs[3].payload), and the others are still scheduled.",
             "items": {"anyOf": [ref("JobCreate"), {}]},
         }},
     },

@@ -12,7 +12,6 @@ Aggregates over time ranges (failures, durations) are in stats.py.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from collections.abc import Generator, Iterable
@@ -27,6 +26,7 @@ from rsched.archive.events import OUTCOMES, RUN_MARKERS, EventRow, decode, expan
 from rsched.archive.store import ENV_URL, Store
 from rsched.core import defaults
 from rsched.core.models import partition_of
+from rsched.core.values import read_json
 from rsched.rdb import keys
 
 SCAN_CHUNK = 1000
@@ -86,13 +86,10 @@ def _min(values: Iterable[Any]) -> Any:
     return min(present) if present else None
 
 
-def _result(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+def _result(text: str | None, run_id: str) -> Any:
+    """A succeeded attempt's result as the worker wrote it (JSON); one that cannot be read
+    back is a placeholder (core.values)."""
+    return None if text is None else read_json(text, f"run {run_id} result")
 
 
 def _attempt(evs: list[EventRow], replays: int, attempt: int, archived: bool) -> RunAttempt:
@@ -123,7 +120,7 @@ def _attempt(evs: list[EventRow], replays: int, attempt: int, archived: bool) ->
         error=_max(of(["timed_out", "failed"], "error"))
         or _max(of(["abandoned", "cancelled"], "error"))
         or _max(of(["dead_lettered", "skipped"], "error")),
-        result=_result(_max(of(["succeeded"], "result"))),
+        result=_result(_max(of(["succeeded"], "result")), first.run_id or ""),
         retry_at_ms=_max(e.retry_at_ms for e in evs), archived=archived,
     )
 

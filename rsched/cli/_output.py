@@ -11,13 +11,19 @@ from typing import Any
 import click
 
 from rsched.core.errors import Conflict, ValidationError
+from rsched.core.values import jsonable
 
 JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
 def print_json(value: Any) -> None:
-    """The --json output: the API's shapes, indented."""
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    """The --json output: the API's shapes, indented (a part nested past the encoder's limit
+    shown as a placeholder: core.values.jsonable)."""
+    try:
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except RecursionError:
+        text = json.dumps(jsonable(value), indent=2, ensure_ascii=False)
+    click.echo(text)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

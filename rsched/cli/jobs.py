@@ -11,6 +11,7 @@ from rsched.cli._output import JSON_FLAG, more, naming_flags, print_json, show, 
 from rsched.cli.context import client_of
 from rsched.core import defaults
 from rsched.core.errors import Conflict, ValidationError, VersionMismatch
+from rsched.core.values import TOO_DEEP, VALUE_DEPTH
 from rsched.service import reads as query
 from rsched.service.inputs import spec_from_json
 from rsched.service.last_runs import LAST_RUN_FILTERS, op_last_runs
@@ -85,6 +86,8 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
         body = json.loads(payload) if payload is not None else None
     except ValueError as e:
         raise ValidationError("--payload", f"not JSON: {e}") from None
+    except RecursionError:
+        raise ValidationError("--payload", f"{TOO_DEEP}; the limit is {VALUE_DEPTH}") from None
     c = client_of(ctx)
     with naming_flags(ADD_FLAGS):
         spec = spec_from_json({

@@ -73,6 +73,12 @@ API_PORT = 8600
 MAX_BODY_BYTES = 1 << 20  # largest request body...
 MAX_BATCH_BYTES = 32 << 20  # ...except POST /jobs/batch (up to 1,000 jobs)
 
+# Values callers store (payloads, handler results): arrays and objects nested at most this deep
+# (a scalar is 0, [1] is 1).  Deeper ones are refused when written and shown as a placeholder
+# when read (core.values): every JSON encoder on the read path, and the faces' answers that
+# wrap a value a few levels more, stay far from their own limits.
+VALUE_DEPTH = 64
+
 # rsched dev.
 DEV_DATA_DIR = ".rsched"  # its Redis data, history, admin key and logs, below the working dir
 DEV_URL_FILE = "redis-url"  # in DEV_DATA_DIR while it runs: its Redis (with its password)...

@@ -21,6 +21,7 @@ from rsched.core.errors import ValidationError
 from rsched.core.ids import created_ms_of
 from rsched.core.layout import JB, OWN, OWN_BYTES, STATUS_DEFAULT, J
 from rsched.core.lifecycle import NO_LIFE, Life, life_of
+from rsched.core.values import read_json, read_msgpack, reason, unreadable
 
 
 class JobStatus(str, enum.Enum):
@@ -247,7 +248,15 @@ class Job:
     def from_hash(cls, h: Mapping[Any, Any], job_id: str) -> Job:
         """The job ``job_id`` from its hash (which holds no id: its key does)."""
         g = lambda n: _get(h, n)  # noqa: E731
-        sp = unpack_spec(g(J.spec))
+        payload: Any = None
+        try:
+            sp = unpack_spec(g(J.spec))
+        except Exception as e:  # noqa: BLE001 - the job stays readable, settings at defaults
+            sp = {}
+            payload = unreadable(f"job {job_id} spec", "not a valid spec: " + reason(e))
+        raw = sp.get("payload")
+        if raw:
+            payload = read_msgpack(raw, f"job {job_id} payload")
         # Stored for a keyed id only: a random id's stamp is its creation time.
         created = _i(g(J.created_ms)) or created_ms_of(job_id) or 0
         status = JobStatus(_s(g(J.status), STATUS_DEFAULT))
@@ -262,7 +271,7 @@ class Job:
             id=job_id,
             type=_s(g(J.type)),
             queue=_s(g(J.queue), defaults.QUEUE),
-            payload=unpack_payload(sp.get("payload")),
+            payload=payload,
             status=status,
             run_at_ms=run_at or None,
             cron=cron,
@@ -351,7 +360,7 @@ class Run:
         """``run_id`` (``<job id>@<scheduled ms>``) names the run: the claim script leaves the
         id, job id and scheduled time out of the hash it creates."""
         g = lambda n: _get(h, n)  # noqa: E731
-        res = _s(g("result"))
+        res = g("result")
         job_id, _, sched = run_id.rpartition("@")
         return cls(
             id=run_id,
@@ -368,7 +377,7 @@ class Run:
             ended_ms=_i(g("ended_ms")) or None,
             duration_ms=_i(g("duration_ms")) if g("duration_ms") is not None else None,
             error=_s(g("error")) or None,
-            result=json.loads(res) if res else None,
+            result=read_json(res, f"run {run_id} result") if res else None,
             job_version=_i(g("v")) or None,
         )
 
@@ -412,7 +421,7 @@ class Attempt:
             run_id=d["run"], attempt=int(d["attempt"]), status=d["status"],
             worker=d.get("worker"), sched_ms=d.get("sched_ms"), started_ms=d.get("started_ms"),
             ended_ms=d.get("ended_ms"), duration_ms=d.get("duration_ms"), error=d.get("error"),
-            result=json.loads(res) if res else None,
+            result=read_json(res, f"run {d['run']} result") if res else None,
         )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -26,6 +27,7 @@ from rsched.core.models import (
     packer,
 )
 from rsched.core.times import ms_to_iso, to_ms
+from rsched.core.values import TOO_DEEP, VALUE_DEPTH, check_depth, shallow_msgpack, too_deep
 
 # ms_to_iso and to_ms are re-exported: rsched.service.reads and the faces import them from here.
 __all__ = ["KEY_NAME_PATTERN", "QUEUE_PATTERN", "TYPE_PATTERN", "JobSpec", "Prepared",
@@ -198,10 +200,25 @@ def jitter_offset_ms(job_id: str, nominal_ms: int, jitter_ms: int) -> int:
     return int.from_bytes(h, "big") % (2 * jitter_ms + 1) - jitter_ms
 
 
+# Characters an idempotency key may not hold: controls (C0, DEL, C1), the bidirectional
+# marks, embeddings, overrides and isolates (a key that reads otherwise than it compares), and
+# lone surrogates (no Unicode text; Python strings only).
+_BAD_KEY_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                           "\u2066-\u2069\ud800-\udfff]")
+
+
 def check_idempotency_key(key: Any) -> str:
-    """The key, checked before a job id is derived from it."""
+    """The key in Unicode NFC (``café`` typed either way is one key), checked before a job id
+    is derived from it."""
+    if isinstance(key, str) and not key.isascii():  # ASCII is NFC already
+        key = unicodedata.normalize("NFC", key)
     if not isinstance(key, str) or not 1 <= len(key) <= 255:
         raise ValidationError("idempotencyKey", "must be a string of 1-255 characters")
+    bad = _BAD_KEY_CHAR.search(key)
+    if bad is not None:
+        raise ValidationError("idempotencyKey", f"holds U+{ord(bad.group()):04X} at "
+                              f"{bad.start()}: no control or bidirectional-formatting "
+                              "characters")
     return key
 
 
@@ -234,7 +251,8 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
             payload = packer.pack(spec.payload)
         except Exception:  # the checks below name the error
             payload = None
-        if payload is not None and len(payload) <= max_payload_bytes:
+        if (payload is not None and len(payload) <= max_payload_bytes
+                and (shallow_msgpack(payload) or not too_deep(spec.payload))):
             # pack_spec of these settings, as the checked way packs them (run_at_ms: see there)
             blob = pack_default_spec(payload, None if run_at else 0)
             nominal = run_at or now_ms
@@ -261,11 +279,15 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
         payload = packer.pack(spec.payload)
     except OverflowError:
         raise ValidationError(*_too_big(spec.payload)) from None
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
+        if isinstance(e, RecursionError) or "recursion limit" in str(e):  # msgpack's own
+            # nesting limit, which a cycle reaches too
+            raise ValidationError("payload", f"{TOO_DEEP}; the limit is {VALUE_DEPTH}") from None
         raise ValidationError("payload", f"not serializable: {e}") from None
     if len(payload) > max_payload_bytes:
         raise PayloadTooLarge("payload", f"{len(payload)} bytes encoded, over the limit of "
                                          f"{max_payload_bytes}")
+    check_depth(spec.payload, "payload", payload)
     run_at_ms = 0
     if cron is not None:
         if spec.run_at is not None:
@@ -302,7 +324,7 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
     if catch_up.__class__ is not int or not 0 <= catch_up <= MAX_CATCH_UP_MS:
         _int(catch_up, "catchUpWindowSeconds", 0, MAX_CATCH_UP_MS)
     if key is not None:
-        check_idempotency_key(key)
+        key = check_idempotency_key(key)
     # The spec blob holds every other setting, so it doubles as the canonical body to hash.
     # run_at_ms nil: a runAt is the job's first occurrence, which the job hash holds (models).
     blob = pack_spec(timeout, base, cap, priority, tz, misfire_text, jitter, key or "",
@@ -370,7 +392,7 @@ language decode) holds.  One beyond them is refused, never turned into a float."
 
 def _too_big(payload: Any) -> tuple[str, str]:
     """(field, reason) for the first integer of ``payload`` outside INT_RANGE, named by its
-    path (``payload.items[2].n``); a loop, not recursion: payloads nest up to 1,024 deep."""
+    path (``payload.items[2].n``); a loop, not recursion: it runs before the depth check."""
     lo, hi = INT_RANGE
     stack: list[tuple[str, Any]] = [("payload", payload)]
     while stack:

@@ -8,6 +8,7 @@ from typing import Any
 from rsched.core.errors import ValidationError
 from rsched.core.models import Job, JobStatus
 from rsched.core.spec import JobSpec
+from rsched.core.values import Unreadable
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,9 @@ class JobPatch:
         if isinstance(max_runs, int) and self.max_runs is not UNSET and 0 < max_runs <= job.runs:
             raise ValidationError("maxRuns", f"the job has started {job.runs} runs already; "
                                              "give more, or cancel it")
+        if self.payload is UNSET and isinstance(job.payload, Unreadable):
+            raise ValidationError("payload", "the stored payload cannot be read ("
+                                  f"{job.payload['$unreadable']}); give a new payload")
         return JobSpec(
             type=job.type, payload=job.payload if self.payload is UNSET else self.payload,
             run_at=run_at, cron=cron, tz=job.tz if self.tz is UNSET else self.tz,

@@ -17,6 +17,7 @@ from rsched.core.app import App, JobContext
 from rsched.core.lifecycle import life_of
 from rsched.core.models import PACKED_NONE, unpack_payload, unpack_spec
 from rsched.core.retry import retry_delay_ms
+from rsched.core.values import TOO_DEEP, VALUE_DEPTH, shallow_json, too_deep
 from rsched.core.wire import ENTRY_SPEC
 from rsched.engine.worker._failure import failure_text
 from rsched.engine.worker.inflight import Inflight, Outcome, Runs
@@ -36,8 +37,9 @@ class UnknownJobType(Exception):
 
 
 class UnserializableResult(Exception):
-    """The handler returned what JSON cannot hold: the attempt fails rather than storing the
-    value's str() as if it were the result."""
+    """The handler returned what JSON cannot hold, or a value nested deeper than VALUE_DEPTH:
+    the attempt fails rather than storing the value's str() as if it were the result, or a
+    value every reader would have to replace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,12 +303,18 @@ class Runner:
 
 def encode_result(result: Any) -> str:
     """A handler's result as the JSON the run keeps, bounded so one result cannot bloat Redis;
-    UnserializableResult when it is no JSON (an object, a set, NaN, a cycle)."""
+    UnserializableResult when it is no JSON (an object, a set, NaN, a cycle) or nests too
+    deep."""
     try:
         text = json.dumps(result, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as e:
+    except RecursionError:
+        text = ""  # deeper than Python's recursion limit: far too deep
+    except (TypeError, ValueError) as e:
         raise UnserializableResult(
             f"the result could not be serialized as JSON: {str(e)[:200]}") from None
+    if not text or not shallow_json(text) and too_deep(result):
+        raise UnserializableResult(f"the result is {TOO_DEEP}, over the limit of {VALUE_DEPTH}; "
+                                   "return a flatter value")
     if len(text) > MAX_RESULT_BYTES:
         text = json.dumps({"truncated": True, "bytes": len(text)})
     return text
