@@ -9,7 +9,7 @@ checks start.lua applies to a fresh entry: still 'dispatched', under this very s
 It does not ask whether the entry is still delivered to the caller (start.lua does): a run still
 'dispatched' has no attempt recorded under anyone, so the first write wins, and a reclaimer whose
 start lands later finds the run finished, acknowledges it and runs nothing.  Asking would cost an
-XPENDING per run on the hottest path (about 2 us of Redis time).
+XPENDING per run on the hottest path.
 Such a run has no 'started' history event: its outcome event records the start as 'st' (the
 handler's start time) and 'f' (its fence), and the archive reads the start from there.  The
 call's 'succeeded' events share one events-stream entry (batch_flush in util).  A run dispatched
@@ -40,7 +40,7 @@ then per run, group by group (from ARGV[9 + 2g]) 6 values: run id, fence ('0' = 
   entry id, elapsed_ms (since the handler started); then, unless the group's kind ends in 's',
   2 more: outcome ('succeeded' | 'failed' | 'timed_out' | 'cancelled'), retry_delay_ms
 The groups save arguments on the hottest path (a one-off job's own run that succeeded: 7 instead
-of 12; each costs Redis ~0.8k instructions).
+of 12; Redis parses each).
 Returns {code_1, ..., code_n}
   1 succeeded recorded   2 retry scheduled   3 dead-lettered   4 cancelled recorded
   0 duplicate report of an outcome already recorded (client retry)   -1 fenced (stale token)
@@ -52,8 +52,7 @@ Returns {code_1, ..., code_n}
 --!include streak
 --!include dead_letter
 --!include overlap
--- The globals the per-run loop reads, as locals: a global is a table lookup each time (~1k
--- Redis instructions per run of 16 a call).
+-- The globals the per-run loop reads, as locals: a global is a table lookup each time.
 local ARGV, KEYS, tonumber, unpack = ARGV, KEYS, tonumber, unpack
 local format, find = string.format, string.find
 local events_key, stats_key, retry_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -91,8 +90,7 @@ local succeeded_events = batch_new(events_key, maxlen,
 -- Its columns as locals (a flush empties the batch but keeps them): no table read per value.
 local ev_r, ev_a, ev_d, ev_ty, ev_q, ev_res, ev_st, ev_f = unpack(succeeded_events, 1, 8)
 -- A success's HSET arguments: one table for the call's runs, sized once for the longest write
--- (12 values, the result and the job's end); a table per run cost ~0.5-0.9k Redis instructions
--- (allocating and collecting it).
+-- (12 values, the result and the job's end), not a table per run to allocate and collect.
 local success_write = {false, false, false, false, false, false, false, false, false, false,
                        false, false, false, false, false, false}
 -- The current group, its runs still to come, and where the next run's values and keys start.
@@ -192,10 +190,10 @@ for i = 1, n do
       local done = own and one_off_ends(r[6], r[7], r[8])
       if done then
         -- The hottest writes (a one-off job's own run ends and its job with it), arguments in
-        -- place: filling a table and unpacking it cost ~2-4k Redis instructions.  The fields
-        -- and their order are the general write's below, then the job's status.  No updated_ms:
-        -- a job its own run completes was last updated when that run ended (layout; the last
-        -- field inserted cost ~4k Redis instructions, the longest scan).
+        -- place rather than a table filled and unpacked.  The fields and their order are the
+        -- general write's below, then the job's status.  No updated_ms: a job its own run
+        -- completes was last updated when that run ended (layout; a field inserted last is
+        -- the longest listpack scan).
         if starting and text == 'null' then
           redis.call('HSET', job_key, OWN.state, 'succeeded', OWN.ended_ms, now_s, OWN.duration_ms,
                      duration_s, OWN.worker, worker, OWN.fence, fence, OWN.started_ms, started_ms,

@@ -79,8 +79,7 @@ local last  -- the run fields of a job sent to its queue go after the hash field
 local RUN_FIELDS = 10  -- their names and values
 local out = {0, now}
 local earliest = nil
--- One ZADD for the call's jobs (a call per job cost ~1 us each), flushed below Lua's
--- unpack limit.
+-- One ZADD for the call's jobs, not one per job, flushed below Lua's unpack limit.
 local due, nd = {}, 0  -- nd: its length, counted (# is a search in Lua 5.1)
 local function flush_due()
   if nd > 0 then redis.call('ZADD', due_key, unpack(due, 1, nd)) end
@@ -89,7 +88,7 @@ end
 local a = NAMES + 1 + ns + no  -- the first group
 -- The call's jobs mostly share one type and queue (a batch of one kind): then its events
 -- carry them once, among the fields every event of the entry shares, rather than as columns
--- filled per job and compared at the flush (3k instructions a job sent to its queue).
+-- filled per job and compared at the flush.
 local one_kind = true
 do
   local g, seen = a, 0
@@ -145,7 +144,7 @@ local i = 0
 local byte = string.byte
 local score_text, score_n = nil, nil  -- the last score seen, parsed
 -- One EXISTS over the call's job keys: in the usual call none exists, which spares a call per
--- job (0.8 us of EXISTS, more of redis.call); else each job is looked up.  A key repeated in
+-- job; else each job is looked up.  A key repeated in
 -- a keyed call (an idempotency key given twice) is found in `made`: job key -> its body_hash.
 local made = {}
 local any_exists = false
@@ -191,7 +190,7 @@ while i < n do
       local s = score_n
       local direct = stream_key and s and s <= due_cut
       -- Past its start deadline already: the due set, where claim dead-letters it (spec_life's
-      -- own first test, without its call per job: 0.6k instructions).
+      -- own first test, without its call per job).
       if direct and byte(fields[NEXT_MS + 2], 1) == SPEC_WITH_LIFE then
         local life = spec_life(fields[NEXT_MS + 2])
         if life and life[4] > 0 and now > tonumber(fields[NEXT_MS]) + life[4] then direct = false end

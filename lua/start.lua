@@ -56,7 +56,7 @@ local started_events = batch_new(events_key, maxlen, {'e', 'started', 'w', worke
 -- Its columns as locals (a flush empties the batch but keeps them): no table read per value.
 local ev_r, ev_a, ev_t, ev_f, ev_ty = unpack(started_events, 1, 5)
 -- The run id holds the job id and the scheduled time, read off it only where a path needs them
--- (a fresh run's start, the common case, does not: the match cost ~4k Redis instructions a run).
+-- (a fresh run's start, the common case, does not: the match is costly per run).
 local function job_and_sched(run_id) return string.match(run_id, '^(.*)@(%d+)$') end
 for i = 1, n do
   local c = 6 + 4 * (i - 1)

@@ -37,8 +37,9 @@ COALESCE_MAX = 1000  # single schedules sent in one batch at most
 
 
 class AsyncClient(ClientBase):
-    """One per event loop; every method is a coroutine twin of `Client`'s.  Without
-    ``settings``, its Redis is found as `Client`'s is."""
+    """One per event loop: `Client`'s operations as coroutines, except `schedule`, which takes
+    a JobSpec, answers (job, created by this call) and sends the specs of concurrent callers in
+    one batch.  Without ``settings``, its Redis is found as `Client`'s is."""
 
     def __init__(self, settings: Settings | None = None, *, redis: Redis | None = None,
                  archive_url: str | None = None) -> None:

@@ -2,7 +2,7 @@
 
 The operations are in rsched.service, each written once as an Op (rsched.rdb.ops): a
 generator yielding the Redis work it needs.  A client is a driver that executes that work,
-plus one thin method per operation; the asyncio twin is rsched.aclient.AsyncClient.
+plus one thin method per operation; rsched.aclient.AsyncClient is the asyncio one.
 """
 
 from __future__ import annotations

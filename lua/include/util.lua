@@ -30,7 +30,7 @@ end
 -- columns: the names of the fields whose values are per event, set as b[c][k] (see batch_slot).
 -- size (optional): how many events the caller may add; the columns are made that long at once
 -- (up to BATCH_MAX) with placeholders (ARGV's values, which a slot overwrites before a flush
--- reads it): growing 8 columns one event at a time cost ~2k Redis instructions per event.
+-- reads it), rather than 8 columns grown one event at a time.
 local BATCH_MAX = 100
 local function batch_new(key, maxlen, common, columns, size)
   local b = {n = 0, key = key, maxlen = maxlen, common = common, names = columns}
@@ -113,8 +113,8 @@ end
 -- hottest path (a one-off job run once), and one HMGET/HSET instead of two.  Every other run has a hash of its own.
 -- Callers pass the job key in place of the run key for an own run; its type and queue are the
 -- job's.
--- Each table is built on its first use in a call (run_names): building both in every call of
--- every script cost ~9k Redis instructions.  Comparing a run's F with OWN_RUN or PLAIN_RUN still
+-- Each table is built on its first use in a call (run_names), not both in every call of every
+-- script.  Comparing a run's F with OWN_RUN or PLAIN_RUN still
 -- tells them apart: F came from run_names, which built its table, and one not built is nil.
 local PLAIN_RUN, OWN_RUN
 local function run_names(own)

@@ -1,5 +1,5 @@
 """The component schemas of the OpenAPI document (rsched.api.openapi): the bodies the API reads
-and writes, each bound one the API enforces (rsched.api.convert).
+and writes, each bound one the API enforces (rsched.service.inputs, rsched.core.spec).
 """
 
 from __future__ import annotations

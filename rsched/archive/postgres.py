@@ -1,11 +1,11 @@
 """Postgres archive store: COPY, and ON CONFLICT DO NOTHING for a batch seen before.
 
-Fast path: COPY the batch straight into ``events`` (measured 1.5-2x the throughput of the
-staging route).  A batch holding an event already archived (an archiver killed between commit
-and XACK, a batch claimed from a stalled archiver) fails that COPY on the primary key; it is then
-COPYed into a temporary staging table and moved with INSERT ... ON CONFLICT DO NOTHING, which
-skips exactly the rows already present.  Either way a batch is one transaction, and its COPY
-data (text format) is built from the bytes Redis sent (see _copy.py).
+Fast path: COPY the batch straight into ``events`` (about twice the staging route's throughput:
+loadtest/bench_archive.py). A batch holding an event already archived (an archiver killed between
+commit and XACK, a batch claimed from a stalled archiver) fails that COPY on the primary key; it is
+then COPYed into a temporary staging table and moved with INSERT ... ON CONFLICT DO NOTHING, which
+skips exactly the rows already present. Either way a batch is one transaction, and its COPY data
+(text format) is built from the bytes Redis sent (see _copy.py).
 
 ``events`` is partitioned by day of the stream entry time; a batch first makes sure its days
 exist (under an advisory lock, so several archivers never race on CREATE TABLE), and retention

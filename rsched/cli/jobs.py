@@ -137,7 +137,7 @@ def jobsshow(ctx: click.Context, job_id: str, as_json: bool) -> None:
 @click.pass_context
 def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queue: str | None,
               last_run: str | None, limit: int, cursor: str | None, as_json: bool) -> None:
-    """List jobs (SCAN-based: see rsched.query for the cost), with each one's latest run and
+    """List jobs (SCAN-based: see rsched.service.reads for the cost), with each one's latest run and
     how many runs in a row failed."""
     c = client_of(ctx)
     with naming_flags({f: f"--{f}" for f in ("status", "type", "queue", "limit", "cursor")}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-GAP_WALK = 1000  # occurrences of a gap walked one by one (30-70 us each); past that, a search
+GAP_WALK = 1000  # occurrences of a gap walked one by one (a cron step each); past that, a search
 
 
 class Gap(NamedTuple):

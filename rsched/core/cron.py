@@ -1,11 +1,11 @@
 """Cron fire times in an IANA time zone, as UTC epoch milliseconds.
 
-We use cronsim 2.8, not croniter 7.0: croniter fires fixed-time jobs twice on fall-back nights
-(New York `30 1 * * *` fires at 05:30Z and 06:30Z on 2026-11-01) and takes ~250 us a call. cronsim
+We use cronsim 2.8, not croniter 7.0: croniter fires fixed-time jobs twice on fall-back nights (New
+York `30 1 * * *` fires at 05:30Z and 06:30Z on 2026-11-01) and is several times slower. cronsim
 only matches naive local wall-clock times here; this module maps them to instants itself, because
-cronsim's own DST handling can return a time before its start when the start lies in a repeated
-hour (`30 1 * * *` from New York 01:10 EST on 2026-11-01 gives 05:30Z) and skips fire times on
-30-minute zones (`0 */2 * * *` on Lord Howe skips 02:00 on 2026-04-05).
+cronsim's own DST handling can return a time before its start when the start lies in a repeated hour
+(`30 1 * * *` from New York 01:10 EST on 2026-11-01 gives 05:30Z) and skips fire times on 30-minute
+zones (`0 */2 * * *` on Lord Howe skips 02:00 on 2026-04-05).
 
 Expressions have 5 fields, `minute hour day-of-month month day-of-week` (second 0), or 6 fields
 with seconds FIRST, `second minute hour day-of-month month day-of-week` (cronsim's convention;
@@ -26,12 +26,9 @@ DST contract (each rule has a table in tests/test_cron.py):
   02:00 does not exist; in autumn the repeated 01:30-02:00 holds no :00).
 * `next_after(t) > t` always, so `t = next_after(t)` never repeats an instant.
 
-Timing (timeit, best of 9, CPython 3.11, on a busy 2-core machine): next_after takes 30-70 us
-for `0 * * * *`, `*/15 * * * *`, `30 2 * * *` and `0 9 * * 1-5`, within about 10 us of a bare
-`next(CronSim(...))`: cronsim's parsing and ticking is most of it. A call whose answer lies across
-a transition takes up to about 110 us (a second cronsim run and a bisection). Jobs that are not
-fixed-time and fire rarely pay about 1.5 us per day until the next fire, for offset probes
-(`*/30 * 1 1 *` in June: under 1 ms).
+Cost: next_after is close to a bare `next(CronSim(...))`, whose parsing and ticking is most of it;
+an answer across a transition adds a second cronsim run and a bisection, and a rarely firing job
+that is not fixed-time pays offset probes per day until its next fire (under 1 ms a year ahead).
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ packer = _Packer()
 
 # Settings stored as msgpack's nil (one byte) when they hold their default: 23 bytes fewer for a
 # job with the defaults, which keeps a small payload's spec under Redis's hash-max-listpack-value
-# (64 by default), so its job hash stays a listpack: 1,159 -> 545 B per job
+# (64 by default), so its job hash stays a listpack, half the memory per job
 # (docs/performance-history.md).
 SPEC_DEFAULTS = {"timeout_ms": defaults.TIMEOUT_MS, "backoff_base_ms": defaults.BACKOFF_BASE_MS,
                  "backoff_cap_ms": defaults.BACKOFF_CAP_MS, "tz": defaults.TZ,
@@ -162,7 +162,7 @@ def pack_spec(timeout_ms: int, backoff_base_ms: int, backoff_cap_ms: int, priori
             and timeout_ms == _TIMEOUT and backoff_base_ms == _BASE and backoff_cap_ms == _CAP
             and tz == _TZ and misfire == _MISFIRE and catch_up_ms == _CATCH_UP):
         # Every setting after run_at_ms left out (a job with the defaults: most of a batch),
-        # what the loop below comes to, without its 13-element list and 11 steps (1 us a job).
+        # what the loop below comes to, without its 13-element list and 11 steps.
         return pack_default_spec(payload, run_at_ms)
     a = [payload, run_at_ms, idem_key, priority,
          None if timeout_ms == _D["timeout_ms"] else timeout_ms, jitter_ms,

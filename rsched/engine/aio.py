@@ -2,7 +2,8 @@
 
 uvloop where it is installed (a declared dependency except on Windows): its loop primitives
 (call_soon, handles, socket reads) are compiled, and a worker schedules a task and two loop
-callbacks per run.  Measured with `make bench`: worker CPU 49-53 -> 43-45 us per run.
+callbacks per run, and uvloop cuts the worker's CPU per run by about a tenth (`make bench`,
+docs/performance-history.md).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def tune_gc() -> None:
     functions, classes) is frozen out of every pass of the cyclic collector, and a young pass
     runs every GC_YOUNG_THRESHOLD allocations, since nearly everything a job allocates is freed
     by reference counting.  Under CPython's defaults the collector ran every 700 allocations
-    and every hundredth pass walked the whole start-up heap: a quarter of the dispatcher's
-    instructions per claimed job (callgrind), and API CPU per POST /jobs 246-269 -> 177-190 us."""
+    and every hundredth pass walked the whole start-up heap, a quarter of the dispatcher's CPU
+    per claimed job (docs/performance-history.md)."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 

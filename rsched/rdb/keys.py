@@ -154,7 +154,7 @@ def job(p: int, job_id: str) -> str:
 
 
 def job_pattern() -> str:
-    """SCAN MATCH pattern of every partition's job hashes (listing jobs, rsched.query)."""
+    """SCAN MATCH pattern of every partition's job hashes (listing jobs, rsched.service.reads)."""
     return f"{PREFIX}:{{p*}}:job:*"
 
 

@@ -118,9 +118,9 @@ def call_sizes(n: int, streamed: bool = True) -> list[int]:
     """Jobs per script call for ``n`` jobs: equal calls of at most SCHEDULE_CHUNK, after, when
     the calls are ``streamed``, a small first call (SCHEDULE_FIRST_CHUNK) and each next one
     twice as big.  The sync client writes each call as it is built and Redis stores one while
-    the next is built, so Redis waits only for the first; it takes longer per job than the
-    client builds one (56k instructions against 40k, callgrind), hence the doubling.  A call
-    costs Redis ~330k instructions of its own (5-6 jobs' work): no small calls at the end too,
+    the next is built, so Redis waits only for the first; Redis takes longer per job than the
+    client, hence the doubling.  A call costs Redis about five jobs' work of its own: no small
+    calls at the end too,
     which only a client slower than Redis gains by, nor when the calls go in one pipeline once
     all are built."""
     sizes: list[int] = []
@@ -214,7 +214,7 @@ def _schedule_call(
     order: list[int] = []
     streams: dict[str, int] = {}  # queue -> KEYS index (1-based) of its stream, after the jobs
     # next_ms -> its text, which is also the score of a job of priority 0: hiredis writes an int
-    # out through str() per argument, and the jobs of a call mostly share their due ms (0.7 us).
+    # out through str() per argument, and the jobs of a call mostly share their due ms.
     texts: dict[int, str] = {}
     for shared, members in groups.items():
         args.append(len(members))
@@ -230,7 +230,7 @@ def _schedule_call(
         args += shared
         mark, key_mark = len(args), len(ks)
         # The job's key; its body_hash in a keyed call, its id, then OWN_FIELDS values written
-        # out (a call per job cost 0.2 us).  No score while each is its job's next_ms.
+        # out.  No score while each is its job's next_ms.
         for k in members:
             job, blob, body_hash, next_ms, score = preps[k]
             if score != next_ms and not paused:  # a priority, a cron's jitter

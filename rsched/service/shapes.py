@@ -44,7 +44,7 @@ class _Memo(dict[Any, Any]):
 
 _SECONDS = _Memo(seconds)
 _ISO = _Memo(iso)
-# Enum.value goes through a descriptor (~0.5 us here); a batch of 1,000 jobs reads two per job.
+# Each member's text, read without Enum.value's descriptor: a batch reads two per job.
 _TEXT: dict[Any, str] = {m: m.value for e in (JobStatus, Misfire, Overlap)
                          for m in e}
 

@@ -156,8 +156,8 @@ class Claimer:
         injected = self.clock() if self.clock else None
         for p in parts:
             # Due by the partition's clock as estimated (its node's last TIME offset, which lags
-            # its TIME by up to a round trip): members only, as redis 7.0 formats each score
-            # with printf (5% of a claim's Redis instructions).  Then, with scores, what lies
+            # its TIME by up to a round trip): members only, since Redis formats each score it
+            # sends with printf, a cost the claim can skip.  Then, with scores, what lies
             # between that estimate and the horizon: _candidates takes what the TIME read here
             # says is due (usually nothing).  See _pairs for the raw replies.
             bound = (injected if injected is not None
@@ -374,26 +374,15 @@ class Claimer:
 
 
 def retry_item(run_id: str, due_ms: float) -> ClaimItem:
-    """The claim item of a due retry; tuple.__new__ skips ClaimItem's Python-level __new__
-    and a call
-    (0.2 us a retry).  tests/test_dispatch.py compares it with the plain constructor."""
-    job_id = run_id.rsplit("@", 1)[0]  # job_of_run, inline
-    return _new_tuple(ClaimItem, (CLAIM_RETRY, job_id, run_id, due_ms, 0, 0, 0, 1))
-
-
-def retry_item_plain(run_id: str, due_ms: float) -> ClaimItem:
-    """retry_item built the ordinary way: what the fast path must equal."""
+    """The claim item of a due retry."""
     return ClaimItem(CLAIM_RETRY, job_of_run(run_id), run_id, due_ms, 0, 0, 0, 1)
-
-
-_new_tuple = tuple.__new__
 
 
 def _pairs(reply: list[Any]) -> list[Any]:
     """A raw ``ZRANGE ... WITHSCORES`` reply as [member, score] pairs.  RESP3 sends them so,
     with float scores; RESP2 (a URL's ``protocol=2``) flat, scores as text.  redis-py's own
-    callback turns every RESP3 score back into text and parses it again (3-4 us a job, the
-    dispatcher's largest cost per job in a burst).  tests/test_dispatch.py compares both."""
+    callback turns every RESP3 score back into text and parses it again: the dispatcher's
+    largest cost per job in a burst (make bench).  tests/test_dispatch.py compares both."""
     if not reply or isinstance(reply[0], list):
         return reply
     return [[m, float(s)] for m, s in zip(reply[::2], reply[1::2], strict=True)]
