@@ -14,11 +14,12 @@ partitions land one per 1/2^j of the slot range.  On a cluster sliced evenly ove
 
 from __future__ import annotations
 
-from binascii import crc_hqx
 from itertools import count
 
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
 PREFIX = "rsched"
-SLOTS = 16384
+SLOTS = REDIS_CLUSTER_HASH_SLOTS
 _BITS = 14  # SLOTS == 2 ** _BITS
 _WINDOW = 16  # slots per placement window: even spread up to SLOTS / _WINDOW partitions
 _tags: list[str] = []
@@ -26,12 +27,7 @@ _tags: list[str] = []
 
 def slot(key: str) -> int:
     """The Redis Cluster slot of a key (CRC16 of its hash tag, or of the whole key)."""
-    lo = key.find("{")
-    if lo >= 0:
-        hi = key.find("}", lo + 1)
-        if hi > lo + 1:
-            key = key[lo + 1:hi]
-    return crc_hqx(key.encode(), 0) % SLOTS
+    return key_slot(key.encode())
 
 
 def target_slot(partition: int) -> int:
@@ -44,7 +40,7 @@ def _placed(partition: int) -> str:
     lo = target_slot(partition)
     for k in count():
         t = f"p{partition}-{k}"
-        if lo <= crc_hqx(t.encode(), 0) % SLOTS < lo + _WINDOW:
+        if lo <= key_slot(t.encode()) < lo + _WINDOW:
             return t
     raise AssertionError("unreachable")
 
