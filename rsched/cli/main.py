@@ -234,7 +234,8 @@ def api(ctx: click.Context, host: str, port: int, no_auth: bool, max_body_bytes:
     from rsched.api.app import NO_AUTH_WARNING, create_app
     settings = settings_of(ctx)
     try:  # refuse an evicting Redis here, with one line, before uvicorn starts
-        with connect(settings.redis_url, socket_connect_timeout=2) as r:
+        with connect(settings.redis_url, wait=settings.wait_replicas,
+                     wait_timeout_ms=settings.wait_timeout_ms, socket_connect_timeout=2) as r:
             check_redis(r, settings.allow_unsafe_redis)
     except Exception as e:
         if not is_unavailable(e):

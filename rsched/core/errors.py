@@ -46,6 +46,15 @@ class UnsafeRedis(RschedError):
     """Redis is configured so that it could lose jobs (eviction policy, wrong partition count)."""
 
 
+class ClusterNodeUrl(UnsafeRedis):
+    """A plain redis:// URL reaches a Redis Cluster node (seen at start, or as a MOVED or ASK
+    reply): rsched would use only that node's slots."""
+
+    def __init__(self) -> None:
+        super().__init__("this Redis is a Redis Cluster node: use a redis+cluster://host:port"
+                         "[,host:port...] URL so every master is used")
+
+
 class NotReplicated(RschedError):
     """A write reached the primary, but fewer replicas than required confirmed it within the
     timeout (WAIT): a failover now could roll it back.  Retrying is safe (with the same
