@@ -206,3 +206,13 @@ def test_a_moved_reply_to_a_plain_client_is_the_same_refusal_never_the_raw_reply
             await c.close()
 
     assert asyncio.run(on_asyncio()) == {NotFound, ClusterNodeUrl}
+
+
+def test_rsched_dev_on_the_cluster_refuses_both_in_one_line(
+        empty: RedisCluster, tmp_path: Path) -> None:
+    """Before it starts anything: its children would refuse one by one."""
+    for url, naming in ((empty.cluster_url, NO_REPLICAS), (empty.url, PLAIN_URL)):
+        res = rsched(["dev", "--redis-url", url, "--port", str(free_port()), "--data-dir",
+                      str(tmp_path / "dev"), "--no-metrics-ports"], env_for(url, tmp_path))
+        refused_in_one_line(res, naming)
+    assert stored(empty) == 0

@@ -263,9 +263,12 @@ PATHS: dict[str, Any] = {
                                       "content": {"text/html": {"schema": {"type": "string"}}}}}},
     },
 }
-for _ops in PATHS.values():  # every write waits for replicas (RSCHED_WAIT_REPLICAS): 504
-    for _method, _op_doc in _ops.items():
-        if _method not in ("get", "head") and _op_doc.get("security") != []:
+WAITING = {"createJob", "createJobs", "updateJob", "pauseJob", "resumeJob", "cancelJob",
+           "triggerJob", "backfillJob", "replayDeadLetter", "createApiKey", "revokeApiKey"}
+"""The operations whose writes wait for replicas (RSCHED_WAIT_REPLICAS): they may answer 504."""
+for _ops in PATHS.values():
+    for _op_doc in _ops.values():
+        if _op_doc["operationId"] in WAITING:
             _op_doc["responses"]["504"] = {"$ref": "#/components/responses/E504"}
 
 
