@@ -28,7 +28,7 @@ from rsched.engine.dispatcher.claimer import Claimer
 from rsched.rdb import keys
 from rsched.rdb.cluster import ClusterRedis, clock_routes, same_slot_groups
 from rsched.rdb.connect import BadRedisUrl, connect, connect_async, parse
-from rsched.rdb.setup import check_redis
+from rsched.rdb.setup import check_redis, cluster_replicas, replicas_short
 from rsched.rdb.slots import ROUTE_BY, SlotMap, key_of, sendable
 from rsched.service import reads
 
@@ -116,6 +116,36 @@ def test_bad_redis_urls_are_refused_with_the_reason(url: str, says: str) -> None
     with pytest.raises(BadRedisUrl, match=says.replace("[", r"\[").replace("]", r"\]")) as e:
         parse(url)
     assert "secret" not in str(e.value)
+
+
+def node(node_id: str, flags: str, master_id: str = "-", slots: bool = False) -> dict[str, Any]:
+    return {"node_id": node_id, "flags": flags, "master_id": master_id,
+            "slots": [["0", "100"]] if slots else []}
+
+
+@pytest.mark.parametrize(("nodes", "counts"), [
+    ({"a:1": node("A", "myself,master", slots=True), "b:1": node("B", "slave", "A"),
+      "c:1": node("C", "master", slots=True)}, {"a:1": 1, "c:1": 0}),
+    # a failed replica is still its master's; a master without slots (failed over) is none
+    ({"a:1": node("A", "master", slots=True), "b:1": node("B", "slave,fail", "A"),
+      "c:1": node("C", "master,fail")}, {"a:1": 1}),
+])
+def test_cluster_nodes_give_each_masters_replicas(nodes: dict[str, Any],
+                                                  counts: dict[str, int]) -> None:
+    assert cluster_replicas(nodes) == counts
+
+
+@pytest.mark.parametrize(("wanted", "replicas", "refused"), [
+    (0, {"a": 0}, False), (1, {"a": 1}, False), (1, {"a": 0}, True), (2, {"a": 1}, True),
+    (1, {"a": 0, "b": 1, "c": 1}, False),  # one master just failed over: doctor's, not a refusal
+    (1, {"a": 0, "b": 0, "c": 0}, True),
+])
+def test_writes_waiting_for_more_replicas_than_any_master_has_are_refused(
+        wanted: int, replicas: dict[str, int], refused: bool) -> None:
+    why = replicas_short(wanted, replicas)
+    assert (why is not None) == refused
+    most = max(replicas.values())
+    assert why is None or f"or set RSCHED_WAIT_REPLICAS={most}" in why
 
 
 # --- a real cluster ------------------------------------------------------------------------

@@ -301,9 +301,10 @@ def replicas_short(wanted: int, replicas: dict[str, int]) -> str | None:
     if most >= wanted:
         return None
     has = "the master has" if len(replicas) <= 1 else "no master has more than"
+    setting = (f"RSCHED_WAIT_REPLICAS={most}" if most else
+               "RSCHED_WAIT_REPLICAS=0 to acknowledge writes on the master's word")
     return (f"writes wait for {wanted} replica(s) (RSCHED_WAIT_REPLICAS), but {has} {most}: "
-            "each write would be applied yet reported as failed; add replicas, or set "
-            "RSCHED_WAIT_REPLICAS=0 to acknowledge writes on the master's word")
+            f"each write would be applied yet reported as failed; add replicas, or set {setting}")
 
 
 def judge_replicas(wanted: int, replicas: dict[str, int]) -> None:
@@ -312,23 +313,16 @@ def judge_replicas(wanted: int, replicas: dict[str, int]) -> None:
         raise UnsafeRedis(why)
 
 
-def cluster_replicas(nodes: Any) -> dict[str, int]:
-    """Replicas of each master that holds slots, from CLUSTER NODES (redis-py's parsed dict or
-    the raw text); a replica marked failed still counts: it is the master's, only down."""
-    if isinstance(nodes, dict):
-        rows = [(addr, _s(n.get("node_id", "")), _s(n.get("flags", "")),
-                 _s(n.get("master_id", "")), bool(n.get("slots"))) for addr, n in nodes.items()]
-    else:
-        rows = []
-        for line in _s(nodes).splitlines():
-            f = line.split()
-            if len(f) >= 8:
-                rows.append((f[1].split("@")[0], f[0], f[2], f[3], len(f) > 8))
-    masters = {nid: addr for addr, nid, flags, _, slots in rows if "master" in flags and slots}
+def cluster_replicas(nodes: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Replicas of each master that holds slots, from CLUSTER NODES as redis-py parses it
+    (address -> node_id, flags, master_id, slots); a replica marked failed still counts: it is
+    the master's, only down."""
+    masters = {_s(n["node_id"]): addr for addr, n in nodes.items()
+               if "master" in _s(n["flags"]) and n.get("slots")}
     count = dict.fromkeys(masters.values(), 0)
-    for _, _, flags, master_id, _ in rows:
-        if "slave" in flags and master_id in masters:
-            count[masters[master_id]] += 1
+    for n in nodes.values():
+        if "slave" in _s(n["flags"]) and (master := masters.get(_s(n["master_id"]))):
+            count[master] += 1
     return count
 
 
@@ -350,7 +344,7 @@ def op_check_topology(cluster: bool = False, wait_replicas: int = 0,
         if wait_replicas > 0 and not nodes:
             judge_replicas(wait_replicas, {"": int(info[1].get("connected_slaves", 0))})
     if nodes:
-        if not isinstance(rest[0], Exception):
+        if isinstance(rest[0], dict):  # an error (CLUSTER renamed): the writes will tell
             judge_replicas(wait_replicas, cluster_replicas(rest[0]))
         rest = rest[1:]
     return info, rest
