@@ -83,6 +83,8 @@ def refused_in_one_line(res: subprocess.CompletedProcess[str], naming: str) -> N
 def processes(port: int) -> dict[str, list[str]]:
     return {"dispatcher": ["dispatcher"],
             "worker": ["worker", "--app", "dashboard_app:app"],
+            # a supervisor: refused once, not each child restarted forever
+            "worker --processes 2": ["worker", "--app", "dashboard_app:app", "--processes", "2"],
             "archiver": ["archiver"],
             "api": ["api", "--no-auth", "--port", str(port)]}
 
