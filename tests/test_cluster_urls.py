@@ -119,6 +119,8 @@ def start_all(env: dict[str, str], timeout_s: float = 60) -> dict[str, tuple[int
             if p.poll() is None:
                 p.kill()
                 p.wait()
+            assert p.stderr is not None
+            p.stderr.close()
 
 
 # --- writes waiting for replicas the masters lack ----------------------------------------------
