@@ -21,8 +21,9 @@ from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
 from rsched.rdb import ops
 from rsched.rdb.connect import connect
+from rsched.rdb.durable import wait_of
 from rsched.rdb.ops import Op
-from rsched.rdb.setup import fast_packing
+from rsched.rdb.setup import check_topology, fast_packing
 from rsched.service import jobs, scheduling
 from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.context import Service
@@ -73,6 +74,12 @@ class ClientBase(Service):
         self.runs_source = history_of(self)
         """Where runs() and GET /jobs/{id}/runs read: the archive when configured, else Redis."""
 
+    @property
+    def wait_replicas(self) -> int:
+        """Replicas each client-facing write waits for (RSCHED_WAIT_REPLICAS, resolved)."""
+        wait = wait_of(self.r)  # type: ignore[attr-defined]  # set by each client
+        return wait.replicas if wait is not None else 0
+
     def op_schedule_many(self, specs: Sequence[JobSpec]) -> Op[list[Job | RschedError]]:
         return scheduling.op_schedule_many(self, specs)
 
@@ -110,6 +117,12 @@ class Client(ClientBase):
     def run(self, op: Op[T]) -> T:
         """Execute an operation's Redis work on this client, one pipeline per step."""
         return ops.run(self.r, op)
+
+    def check(self, replicas: bool = True) -> None:
+        """Raise UnsafeRedis when this client cannot work as asked: a plain URL at a cluster
+        node or a replica, or (``replicas``) writes waiting for more replicas than a master
+        has.  One round trip; every process and CLI command runs it before anything else."""
+        check_topology(self.r, replicas)
 
     @property
     def partitions(self) -> int:

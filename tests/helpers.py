@@ -325,13 +325,15 @@ async def run_engine(
     dispatcher_kw: dict[str, Any] | None = None,
     worker_kw: dict[str, Any] | None = None,
     while_running: Callable[[], Awaitable[None]] | None = None,
+    settings_kw: dict[str, Any] | None = None,
 ) -> None:
     """Run a Dispatcher's and a Worker's real loops in this event loop until ``until()`` holds.
 
-    ``while_running`` (optional) is awaited once both loops run, e.g. to schedule jobs.
+    ``while_running`` (optional) is awaited once both loops run, e.g. to schedule jobs;
+    ``settings_kw``: settings of both (a cluster without replicas needs wait_replicas=0).
     A loop that dies raises here; ``until`` not holding within the deadline fails the test.
     """
-    s = settings(redis_url)
+    s = settings(redis_url, **(settings_kw or {}))
     stop = asyncio.Event()
     d = Dispatcher(s, **(dispatcher_kw or {}))
     w = Worker(app, s, **(worker_kw or {}))

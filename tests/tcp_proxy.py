@@ -25,6 +25,8 @@ class TcpProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._frozen = threading.Event()
+        self._held = threading.Event()  # replies (server to client) not delivered
+        self._hold_after: bytes | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -48,6 +50,15 @@ class TcpProxy:
 
     def thaw(self) -> None:
         self._frozen.clear()
+
+    def hold_replies_after(self, marker: bytes) -> None:
+        """Deliver nothing more from the server once a client has sent ``marker`` (the request
+        itself reaches the server): a reply lost after the command ran.  Until release()."""
+        self._hold_after = marker
+
+    def release(self) -> None:
+        self._hold_after = None
+        self._held.clear()
 
     def drop(self) -> None:
         """Reset every open connection (clients see a connection error on their next read)."""
@@ -114,10 +125,15 @@ class TcpProxy:
                     continue
                 for key, _ in sel.select(timeout=0.05):
                     src: socket.socket = key.fileobj  # type: ignore[assignment]
+                    if src is b and self._held.is_set():
+                        self._stop.wait(0.005)  # the reply stays in the kernel's buffer
+                        continue
                     data = src.recv(CHUNK)
                     if not data:
                         return
                     peer[src].sendall(data)
+                    if src is a and self._hold_after is not None and self._hold_after in data:
+                        self._held.set()
         except (OSError, ValueError):
             return
         finally:

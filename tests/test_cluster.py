@@ -28,7 +28,7 @@ from rsched.engine.dispatcher.claimer import Claimer
 from rsched.rdb import keys
 from rsched.rdb.cluster import ClusterRedis, clock_routes, same_slot_groups
 from rsched.rdb.connect import BadRedisUrl, connect, connect_async, parse
-from rsched.rdb.setup import check_redis
+from rsched.rdb.setup import check_redis, cluster_replicas, replicas_short
 from rsched.rdb.slots import ROUTE_BY, SlotMap, key_of, sendable
 from rsched.service import reads
 
@@ -118,7 +118,40 @@ def test_bad_redis_urls_are_refused_with_the_reason(url: str, says: str) -> None
     assert "secret" not in str(e.value)
 
 
+def node(node_id: str, flags: str, master_id: str = "-", slots: bool = False) -> dict[str, Any]:
+    return {"node_id": node_id, "flags": flags, "master_id": master_id,
+            "slots": [["0", "100"]] if slots else []}
+
+
+@pytest.mark.parametrize(("nodes", "counts"), [
+    ({"a:1": node("A", "myself,master", slots=True), "b:1": node("B", "slave", "A"),
+      "c:1": node("C", "master", slots=True)}, {"a:1": 1, "c:1": 0}),
+    # a failed replica is still its master's; a master without slots (failed over) is none
+    ({"a:1": node("A", "master", slots=True), "b:1": node("B", "slave,fail", "A"),
+      "c:1": node("C", "master,fail")}, {"a:1": 1}),
+])
+def test_cluster_nodes_give_each_masters_replicas(nodes: dict[str, Any],
+                                                  counts: dict[str, int]) -> None:
+    assert cluster_replicas(nodes) == counts
+
+
+@pytest.mark.parametrize(("wanted", "replicas", "refused"), [
+    (0, {"a": 0}, False), (1, {"a": 1}, False), (1, {"a": 0}, True), (2, {"a": 1}, True),
+    (1, {"a": 0, "b": 1, "c": 1}, False),  # one master just failed over: doctor's, not a refusal
+    (1, {"a": 0, "b": 0, "c": 0}, True),
+])
+def test_writes_waiting_for_more_replicas_than_any_master_has_are_refused(
+        wanted: int, replicas: dict[str, int], refused: bool) -> None:
+    why = replicas_short(wanted, replicas)
+    assert (why is not None) == refused
+    most = max(replicas.values())
+    assert why is None or f"or set RSCHED_WAIT_REPLICAS={most}" in why
+
+
 # --- a real cluster ------------------------------------------------------------------------
+
+
+NO_WAIT = {"wait_replicas": 0}  # the test cluster has no replicas to confirm writes
 
 
 def cluster_url(c: RedisCluster) -> str:
@@ -139,8 +172,15 @@ def test_a_plain_url_at_a_cluster_node_is_refused_naming_the_scheme(url: str,
     with redis.Redis.from_url(cluster.nodes[0].url) as r, \
             pytest.raises(UnsafeRedis, match=r"redis\+cluster://"):
         check_redis(r)
-    with connect(url) as rc:
+    with connect(url, wait=0) as rc:
         check_redis(rc)  # the cluster URL passes
+
+
+def test_a_cluster_without_replicas_is_refused_while_writes_wait_for_one(url: str) -> None:
+    """Each write would be applied and reported as failed (WAIT 1 on a master without
+    replicas): refused at the start, naming the setting that accepts it."""
+    with connect(url) as rc, pytest.raises(UnsafeRedis, match="RSCHED_WAIT_REPLICAS=0"):
+        check_redis(rc)
 
 
 def test_a_cluster_client_is_built_while_the_cluster_is_away_and_fails_only_when_used() -> None:
@@ -211,7 +251,8 @@ def test_the_engine_runs_every_job_once_with_every_partition_served(url: str) ->
         assert all(isinstance(j, Job) for j in jobs)
         parts = {int(j.id.split("-")[0]) for j in jobs if isinstance(j, Job)}
         assert parts == set(range(16))
-        asyncio.run(run_engine(url, app, lambda: len(ran) >= 400, timeout_s=30))
+        asyncio.run(run_engine(url, app, lambda: len(ran) >= 400, timeout_s=30,
+                               settings_kw=NO_WAIT))
         assert len(ran) == len(set(ran)) == 400
 
 
@@ -238,13 +279,13 @@ def test_retries_dead_letters_replay_pause_cancel_and_idempotency(url: str) -> N
         def dead() -> bool:
             return len(c.dead_letters()) >= 6
 
-        asyncio.run(run_engine(url, app, dead, timeout_s=30))
+        asyncio.run(run_engine(url, app, dead, timeout_s=30, settings_kw=NO_WAIT))
         assert sorted(a for _, a in calls) == [1] * 6 + [2] * 6
         letters = c.dead_letters()
         assert {r.job_id for r in letters} == {j.id for j in failing}
         replayed = c.replay(letters[0].id)
         n = len(calls)
-        asyncio.run(run_engine(url, app, lambda: len(calls) > n, timeout_s=20))
+        asyncio.run(run_engine(url, app, lambda: len(calls) > n, timeout_s=20, settings_kw=NO_WAIT))
         assert calls[-1][0] == replayed.id
 
 
@@ -264,12 +305,25 @@ def test_listing_jobs_walks_every_master_across_pages(url: str) -> None:
         assert sorted(seen) == sorted(want)
 
 
-def test_doctor_checks_every_master_and_shows_where_the_partitions_live(url: str) -> None:
+def doctor_rows(url: str, **env: str) -> tuple[int, dict[str, dict[str, str]]]:
     done = subprocess.run([sys.executable, "-m", "rsched.cli", "doctor", "--json"],
-                          env={**os.environ, "RSCHED_REDIS_URL": url}, capture_output=True,
-                          text=True, timeout=60, check=False)
-    rows = {r["check"]: r for r in json.loads(done.stdout)}
-    assert done.returncode == 0, [r for r in rows.values() if r["level"] == "fail"]
+                          env={**os.environ, "RSCHED_REDIS_URL": url, **env},
+                          capture_output=True, text=True, timeout=60, check=False)
+    return done.returncode, {r["check"]: r for r in json.loads(done.stdout)}
+
+
+def test_doctor_calls_masters_without_the_replicas_writes_wait_for_an_error(url: str) -> None:
+    code, rows = doctor_rows(url)
+    failed = {k: r["message"] for k, r in rows.items() if r["level"] == "fail"}
+    assert code == 1
+    assert len(failed) == 3
+    assert all(k.endswith(" replicas") and "RSCHED_WAIT_REPLICAS=0" in m
+               for k, m in failed.items()), failed
+
+
+def test_doctor_checks_every_master_and_shows_where_the_partitions_live(url: str) -> None:
+    code, rows = doctor_rows(url, RSCHED_WAIT_REPLICAS="0")
+    assert code == 0, [r for r in rows.values() if r["level"] == "fail"]
     assert rows["cluster_state"]["level"] == "ok"
     assert rows["slots"]["message"].startswith("16384 of 16384")
     placed = {k: v for k, v in rows.items() if k.endswith(" partitions")}

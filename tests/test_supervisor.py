@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +20,6 @@ import test_chaos
 from chaos_app import FINISHES, STARTS
 from click.testing import CliRunner
 from helpers import next_run
-from redis_server import RedisServer
 from test_chaos import Fleet, Proc, counts, run_in, started, wait_for
 
 from rsched import Client
@@ -136,15 +136,24 @@ def test_a_frozen_worker_process_is_killed_and_replaced_after_hung_after(
 
 
 def test_a_supervisor_gives_up_on_a_worker_process_that_never_starts(
-    redis_available: None, fleets: Callable[..., Fleet]
+    redis_url: str, fleets: Callable[..., Fleet]
 ) -> None:
-    with RedisServer(maxmemory_policy="allkeys-lru") as unsafe:  # each child refuses it
-        fleet = fleets(unsafe.url, unsafe=False)
-        sup = fleet._spawn("w", ["worker", "--app", "chaos_app:app", "--processes", "2"])
+    taken = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]  # the children's ports
+    try:
+        port = taken[0].getsockname()[1]
+        if taken[1].getsockname()[1] != port + 1:  # make both children fail: two in a row
+            taken[1].close()
+            taken[1] = socket.create_server(("127.0.0.1", port + 1))
+        fleet = fleets(redis_url)
+        sup = fleet._spawn("w", ["--metrics-port", f"127.0.0.1:{port}", "worker", "--app",
+                                 "chaos_app:app", "--processes", "2"])
         assert sup.popen.wait(90) == 1  # 5 tries: 0.5 + 1 + 2 + 4 s of backoff, and starts
         text = sup.log.read_text()
         assert "before it started, 5 times in a row: giving up" in text, text
-        assert "Traceback" not in text
+        assert "cannot listen on" in text and "Traceback" not in text
+    finally:
+        for s in taken:
+            s.close()
 
 
 def test_a_supervisor_killed_with_sigkill_takes_its_worker_processes_with_it(

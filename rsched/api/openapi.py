@@ -25,6 +25,9 @@ _ERRORS = {
     405: "Method not allowed here; Allow lists the methods.",
     422: "Invalid values; errors[].field names each.",
     503: "Redis (or the run-history archive) is unavailable.",
+    504: "Applied, but its replicas did not confirm it in time (RSCHED_WAIT_REPLICAS): it "
+         "stands unless a failover undoes it. No Retry-After: retry only with the same "
+         "Idempotency-Key (a schedule without one is made twice).",
 }
 
 
@@ -44,6 +47,10 @@ LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 10
 CURSOR = _param("cursor", "query", {"type": "string"}, "nextCursor of the previous page.")
 IF_MATCH = _param("If-Match", "header", {"type": "string", "pattern": "^[0-9]{1,18}$"},
                   "Change the job only at this version (its `version`); else 412.")
+IDEMPOTENCY_KEY = _param("Idempotency-Key", "header", {"type": "string", "minLength": 1,
+                                                      "maxLength": 255},
+                         "The job's idempotencyKey (Stripe's convention); both given and "
+                         "different: 422.")
 STATS_PARAMS = [
     _param("type", "query", {"type": "string", "pattern": TYPE_PATTERN}, "Only this job type."),
     _param("from", "query", TIME, "Start (inclusive), default 24 hours ago."),
@@ -113,7 +120,7 @@ PATHS: dict[str, Any] = {
         "post": _op("createJob", "jobs", "Schedule a job",
                     {201: _json("Job", "Created."),
                      200: _json("Job", "The job created earlier with this idempotencyKey.")},
-                    [409], body="JobCreate", scope="write"),
+                    [409], params=[IDEMPOTENCY_KEY], body="JobCreate", scope="write"),
         "get": _op("listJobs", "jobs", "List jobs (filtered, cursor-paginated; SCAN-based)",
                    {200: _json("JobPage", "A page of jobs, in no particular order.")}, [422],
                    params=[
@@ -257,6 +264,13 @@ PATHS: dict[str, Any] = {
                                       "content": {"text/html": {"schema": {"type": "string"}}}}}},
     },
 }
+WAITING = {"createJob", "createJobs", "updateJob", "pauseJob", "resumeJob", "cancelJob",
+           "triggerJob", "backfillJob", "replayDeadLetter", "createApiKey", "revokeApiKey"}
+"""The operations whose writes wait for replicas (RSCHED_WAIT_REPLICAS): they may answer 504."""
+for _ops in PATHS.values():
+    for _op_doc in _ops.values():
+        if _op_doc["operationId"] in WAITING:
+            _op_doc["responses"]["504"] = {"$ref": "#/components/responses/E504"}
 
 
 def document(*, auth: bool = True) -> dict[str, Any]:

@@ -68,14 +68,19 @@ _TITLES = {
     400: "Malformed request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
     405: "Method not allowed", 409: "Conflict", 412: "Precondition failed",
     413: "Content too large", 422: "Invalid request", 500: "Internal error",
-    503: "Service unavailable",
+    503: "Service unavailable", 504: "Applied, not confirmed",
 }
 _SLUGS = {
     400: "malformed-json", 401: "unauthorized", 403: "forbidden", 404: "not-found",
     405: "method-not-allowed", 409: "conflict", 412: "version-mismatch", 413: "too-large",
     422: "validation",
-    500: "internal", 503: "unavailable",
+    500: "internal", 503: "unavailable", 504: "not-confirmed",
 }
+UNCONFIRMED = 504
+"""A write applied on the primary that its replicas did not confirm in time (NotReplicated):
+like a gateway's 504, the outcome stands unless a failover undoes it, and no Retry-After
+invites a retry, which only the same idempotency key makes safe (docs/redis.md)."""
+RETRY_AFTER_S = 1  # a 503 (Redis away): when to try again
 
 
 def problem_body(status: int, detail: str, field: str | None = None,
@@ -110,8 +115,8 @@ def classify(exc: Exception) -> dict[str, Any]:
     if isinstance(exc, BodyTooLarge):
         return problem_body(413, str(exc), "body", str(exc).removeprefix("body: "))
     if isinstance(exc, NotReplicated):
-        log.warning("write not replicated: %s", exc)
-        return problem_body(503, str(exc))
+        log.warning("write not confirmed: %s", exc)
+        return problem_body(UNCONFIRMED, str(exc))
     if isinstance(exc, (RedisConnectionError, RedisTimeoutError, UnsafeRedis, ClusterDownError,
                         TryAgainError)):
         log.warning("redis unavailable: %s", exc)
@@ -125,7 +130,7 @@ def classify(exc: Exception) -> dict[str, Any]:
 
 def error_response(exc: Exception) -> Problem:
     body = classify(exc)
-    retry = {"Retry-After": str(NotReplicated.retry_after_s)} if body["status"] == 503 else None
+    retry = {"Retry-After": str(RETRY_AFTER_S)} if body["status"] == 503 else None
     return Problem(body, body["status"], retry)
 
 
@@ -138,6 +143,20 @@ def if_match(request: Request) -> int | None:
     if not text.isdigit() or not 1 <= len(text) <= 18:
         raise ValidationError("If-Match", f"expected a job version (an integer), got {raw!r}")
     return int(text)
+
+
+def idempotency_key(request: Request, body_key: str | None) -> str | None:
+    """The job's idempotency key: the Idempotency-Key header (Stripe's convention) or the
+    body's idempotencyKey; both given and different is refused (422), never one picked."""
+    raw = request.headers.get("idempotency-key")
+    if raw is None:
+        return body_key
+    if not 1 <= len(raw) <= 255:
+        raise ValidationError("Idempotency-Key", "must be 1-255 characters")
+    if body_key is not None and body_key != raw:
+        raise ValidationError("Idempotency-Key", "differs from the body's idempotencyKey: give "
+                              "one of them, or the same key in both")
+    return raw
 
 
 async def read_json(request: Request, limit: int) -> Any:

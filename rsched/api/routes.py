@@ -18,6 +18,7 @@ from rsched.api.problems import (
     JSON,
     Problem,
     classify,
+    idempotency_key,
     if_match,
     problem,
     problem_body,
@@ -94,11 +95,15 @@ def _job_id(request: Request) -> str:
 
 async def create_job(request: Request) -> Response:
     spec = spec_from_json(await read_json(request, _limits(request).max_body_bytes))
+    spec.idempotency_key = idempotency_key(request, spec.idempotency_key)
     job, created = await _client(request).schedule(spec)
     return JSON(job_json(job), 201 if created else 200, {"Location": f"/jobs/{job.id}"})
 
 
 async def create_batch(request: Request) -> Response:
+    if "idempotency-key" in request.headers:  # one key cannot name many jobs
+        raise ValidationError("Idempotency-Key", "applies to POST /jobs only: give each job "
+                              "of a batch its own idempotencyKey")
     body = as_object(await read_json(request, _limits(request).max_batch_bytes), "body")
     reject_unknown(body, ("jobs",))
     items = body.get("jobs")

@@ -26,6 +26,7 @@ def admin_key(redis_url: str, key_file: Path) -> str:
     """The admin key kept in ``key_file`` if Redis still knows it, else a new one."""
     client = Client(redis_url)
     try:
+        client.check()  # dev's first use of Redis: refuse a URL rsched cannot work with
         if key_file.is_file():
             secret = key_file.read_text().strip()
             key = client.run(auth.op_lookup(secret))

@@ -99,8 +99,10 @@ def preview(ctx: click.Context, cron: str | None, tz: str | None, job_id: str | 
 @click.pass_context
 def doctor(ctx: click.Context, as_json: bool) -> None:
     """Check Redis: version, eviction policy, AOF and fsync, partition count."""
-    c = client_of(ctx)
-    findings = query.doctor(c.run(query.op_redis_facts()), c.settings.partitions)
+    c = client_of(ctx, checked=False)  # a replica shortfall is a finding here, not a refusal
+    c.check(replicas=False)
+    findings = query.doctor(c.run(query.op_redis_facts()), c.settings.partitions,
+                            c.wait_replicas)
     rows = [finding_json(f) for f in findings]
     show(rows, as_json, lambda rs: table(["check", "level", "message"],
                                           [[r["check"], r["level"].upper(), r["message"]]

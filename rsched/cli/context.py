@@ -38,11 +38,17 @@ def _fallback_url() -> str:
     return url
 
 
-def client_of(ctx: click.Context) -> Client:
+def client_of(ctx: click.Context, *, checked: bool = True) -> Client:
     """The command's client, created on first use and closed when the command ends; on the
-    Redis of the `rsched dev` running here, it reads that dev's archive too (as Client does)."""
+    Redis of the `rsched dev` running here, it reads that dev's archive too (as Client does).
+    ``checked``: before its first use, refuse a URL rsched cannot work with (a plain URL at a
+    cluster node, writes waiting for replicas the masters lack: Client.check); a command that
+    reads only the archive, or judges those itself (doctor), passes False."""
     obj = ctx.find_root().obj
     if "client" not in obj:
         obj["client"] = Client(settings=settings_of(ctx))
         ctx.call_on_close(obj["client"].close)
+    if checked and not obj.get("checked"):
+        obj["client"].check()
+        obj["checked"] = True
     return obj["client"]  # type: ignore[no-any-return]

@@ -24,11 +24,25 @@ from rsched.cli.commands import COMMANDS
 from rsched.cli.context import settings_of
 from rsched.core import defaults
 from rsched.core.errors import RschedError
+from rsched.core.settings import Settings
 from rsched.core.spec import QUEUE_PATTERN
 from rsched.engine import aio
 from rsched.obs import logs, metrics
 from rsched.rdb.connect import connect
 from rsched.rdb.setup import check_redis, is_unavailable
+
+
+def refuse_unsafe_redis(settings: Settings) -> None:
+    """The start-up check (rdb.setup.check_redis) once, in this process, before it starts
+    others (uvicorn, worker processes): an unsafe Redis is refused in one line, not by each
+    child again and again.  An unreachable Redis is left to the children's own waiting."""
+    try:
+        with connect(settings.redis_url, wait=settings.wait_replicas,
+                     wait_timeout_ms=settings.wait_timeout_ms, socket_connect_timeout=2) as r:
+            check_redis(r, settings.allow_unsafe_redis)
+    except Exception as e:
+        if not is_unavailable(e):
+            raise
 
 
 @click.group(cls=GlobalOptionsGroup)
@@ -128,6 +142,7 @@ def worker(ctx: click.Context, app_specs: tuple[str, ...], queues: list[str], co
     metrics_port = ctx.find_root().params.get("metrics_port")
     from rsched.cli._supervisor import ENV_ALIVE, Supervisor, watch_parent
     if processes > 1:
+        refuse_unsafe_redis(settings_of(ctx))  # else each child, restarted forever
         sys.exit(Supervisor(worker_argvs(ctx, processes, metrics_port), grace,
                             hung_after_s=hung_after).run())
     watch_parent()
@@ -227,13 +242,7 @@ def api(ctx: click.Context, host: str, port: int, no_auth: bool, max_body_bytes:
 
     from rsched.api.app import NO_AUTH_WARNING, create_app
     settings = settings_of(ctx)
-    try:  # refuse an evicting Redis here, with one line, before uvicorn starts
-        with connect(settings.redis_url, socket_connect_timeout=2) as r:
-            check_redis(r, settings.allow_unsafe_redis)
-    except Exception as e:
-        if not is_unavailable(e):
-            raise
-        # Serve anyway: /readyz says 503 and the app's lifespan logs its retries.
+    refuse_unsafe_redis(settings)  # with one line, before uvicorn starts
     if no_auth:
         click.secho(f"WARNING: {NO_AUTH_WARNING}", fg="red", bold=True, err=True)
     app = create_app(settings, auth=not no_auth, max_body_bytes=max_body_bytes,

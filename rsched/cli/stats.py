@@ -32,7 +32,7 @@ def _range(start: str | None, end: str | None) -> tuple[int, int | None]:
 
 
 def _archive(ctx: click.Context) -> Store:
-    store = client_of(ctx).archive
+    store = client_of(ctx, checked=False).archive
     if store is None:
         raise ValidationError("RSCHED_ARCHIVE_URL", "not set: the stats read the run-history "
                               "archive (postgresql://... or sqlite:///path)")

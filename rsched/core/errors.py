@@ -46,17 +46,35 @@ class UnsafeRedis(RschedError):
     """Redis is configured so that it could lose jobs (eviction policy, wrong partition count)."""
 
 
+class ClusterNodeUrl(UnsafeRedis):
+    """A plain redis:// URL reaches a Redis Cluster node (seen at start, or as a MOVED or ASK
+    reply): rsched would use only that node's slots."""
+
+    def __init__(self) -> None:
+        super().__init__("this Redis is a Redis Cluster node: use a redis+cluster://host:port"
+                         "[,host:port...] URL so every master is used")
+
+
 class NotReplicated(RschedError):
-    """A write reached the primary, but fewer replicas than required confirmed it within the
-    timeout (WAIT): a failover now could roll it back.  Retrying is safe (with the same
-    idempotency key for a schedule): every write is safe to apply twice."""
+    """A write was applied on the primary, but fewer replicas than required confirmed it within
+    the timeout (WAIT): it stands unless a failover now rolls it back.  Not an outage to retry
+    blindly: a schedule retried without the same idempotency key makes a second job.
+    ``job_id``: the job a schedule wrote (None: another write)."""
 
-    retry_after_s = 1
+    def __init__(self, wanted: int, got: int, timeout_ms: int,
+                 job_id: str | None = None) -> None:
+        what = "write" if job_id is None else f"job {job_id}"
+        unconfirmed = (f"{what} applied, but not confirmed by {wanted} replica(s) within "
+                       f"{timeout_ms} ms ({got} confirmed): a failover now could undo it; ")
+        super().__init__(unconfirmed + (
+            "a retry is safe only with the same idempotency key (without one it schedules a "
+            "second job)" if job_id is not None else
+            "a retry applies it again (a schedule: safe only with the same idempotency key)"))
+        self.wanted, self.got, self.timeout_ms, self.job_id = wanted, got, timeout_ms, job_id
 
-    def __init__(self, wanted: int, got: int, timeout_ms: int) -> None:
-        super().__init__(f"write not confirmed by {wanted} replica(s) within {timeout_ms} ms "
-                         f"({got} confirmed); retry it")
-        self.wanted, self.got, self.timeout_ms = wanted, got, timeout_ms
+    def of_job(self, job_id: str) -> NotReplicated:
+        """The same shortfall, as the error of one scheduled job."""
+        return NotReplicated(self.wanted, self.got, self.timeout_ms, job_id)
 
 
 class VersionMismatch(Conflict):

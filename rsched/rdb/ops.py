@@ -13,6 +13,9 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from redis.exceptions import AskError
+
+from rsched.core.errors import ClusterNodeUrl
 from rsched.rdb import scripts
 from rsched.rdb.cluster import is_cluster
 from rsched.rdb.durable import Wait, wait_of
@@ -83,8 +86,36 @@ def streams(r: Any, durable: bool) -> bool:
         durable and wait_of(r) is not None)
 
 
+def _plain(r: Any, replies: Any) -> Any:
+    """A plain client's replies with every MOVED or ASK reply (the URL reaches a Redis Cluster
+    node) as ClusterNodeUrl: the raw reply reads ``6152 127.0.0.1:7612``."""
+    if (isinstance(replies, list) and not is_cluster(r)
+            and any(isinstance(x, AskError) for x in replies)):  # MovedError subclasses it
+        return [ClusterNodeUrl() if isinstance(x, AskError) else x for x in replies]
+    return replies
+
+
 def execute(r: Any, work: Work) -> Any:
     """One step on a sync redis-py client, one pipeline (or script stream) per step."""
+    try:
+        return _plain(r, _execute(r, work))
+    except AskError:
+        if is_cluster(r):
+            raise
+        raise ClusterNodeUrl() from None
+
+
+async def aexecute(r: Any, work: Work) -> Any:
+    """One step on a redis.asyncio client; blocking archive reads go to a thread."""
+    try:
+        return _plain(r, await _aexecute(r, work))
+    except AskError:
+        if is_cluster(r):
+            raise
+        raise ClusterNodeUrl() from None
+
+
+def _execute(r: Any, work: Work) -> Any:
     if isinstance(work, Blocking):
         return work.fn()
     if isinstance(work, Masters):
@@ -101,8 +132,7 @@ def execute(r: Any, work: Work) -> Any:
     return _raised(work, scripts.executed(r, wait, list(pipe.execute(raise_on_error=False))))
 
 
-async def aexecute(r: Any, work: Work) -> Any:
-    """One step on a redis.asyncio client; blocking archive reads go to a thread."""
+async def _aexecute(r: Any, work: Work) -> Any:
     if isinstance(work, Blocking):
         return await asyncio.to_thread(work.fn)
     if isinstance(work, Masters):

@@ -21,10 +21,11 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from rsched.core.errors import UnsafeRedis
+from rsched.core.errors import ClusterNodeUrl, UnsafeRedis
 from rsched.core.retry import backoff_ceiling_ms
 from rsched.rdb import keys
 from rsched.rdb.cluster import is_cluster
+from rsched.rdb.durable import wait_of
 from rsched.rdb.ops import Commands, Op, arun, cmd, run
 
 log = logging.getLogger("rsched")
@@ -308,35 +309,104 @@ def judge_topology(cluster_enabled: bool, role: str, cluster_client: bool) -> No
     """Refuse a plain URL that reaches a cluster node or a replica: with it rsched would lease
     only the partitions on that node, or write nowhere."""
     if cluster_enabled and not cluster_client:
-        raise UnsafeRedis("this Redis is a Redis Cluster node: use a redis+cluster://host:port"
-                          "[,host:port...] URL so every master is used")
+        raise ClusterNodeUrl()
     if role not in ("master", ""):
         raise UnsafeRedis(f"this Redis is a replica ({role}): use the primary's URL, or "
                           "redis+sentinel://host:port[,...]/<service> to follow failovers")
 
 
-def op_check_redis(allow_unsafe: bool = False, cluster: bool = False) -> Op[list[str]]:
-    """Raise UnsafeRedis on an evicting Redis, or on a plain URL at a cluster node or replica;
-    return the warnings (AOF off, CONFIG disabled)."""
-    info = yield Commands([cmd("info", "cluster"), cmd("info", "replication")],
-                          raise_on_error=False)
-    if not any(isinstance(res, Exception) for res in info):  # managed Redis may rename INFO
+def replicas_short(wanted: int, replicas: dict[str, int]) -> str | None:
+    """Why writes that wait for ``wanted`` replicas cannot be confirmed (None: they can):
+    ``replicas`` is each master's count.  Every such write would be applied on the master and
+    reported as failed, and a retry without an idempotency key would apply it again.  Judged
+    by the master with the most: one master short of replicas (its own just failed over) is
+    doctor's finding, not a reason to refuse every process."""
+    most = max(replicas.values(), default=0)
+    if most >= wanted:
+        return None
+    has = "the master has" if len(replicas) <= 1 else "no master has more than"
+    setting = (f"RSCHED_WAIT_REPLICAS={most}" if most else
+               "RSCHED_WAIT_REPLICAS=0 to acknowledge writes on the master's word")
+    return (f"writes wait for {wanted} replica(s) (RSCHED_WAIT_REPLICAS), but {has} {most}: "
+            f"each write would be applied yet reported as failed; add replicas, or set {setting}")
+
+
+def judge_replicas(wanted: int, replicas: dict[str, int]) -> None:
+    """Raise UnsafeRedis when the masters have fewer replicas than writes wait for."""
+    if (why := replicas_short(wanted, replicas)) is not None:
+        raise UnsafeRedis(why)
+
+
+def cluster_replicas(nodes: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Replicas of each master that holds slots, from CLUSTER NODES as redis-py parses it
+    (address -> node_id, flags, master_id, slots); a replica marked failed still counts: it is
+    the master's, only down."""
+    masters = {_s(n["node_id"]): addr for addr, n in nodes.items()
+               if "master" in _s(n["flags"]) and n.get("slots")}
+    count = dict.fromkeys(masters.values(), 0)
+    for n in nodes.values():
+        if "slave" in _s(n["flags"]) and (master := masters.get(_s(n["master_id"]))):
+            count[master] += 1
+    return count
+
+
+def op_check_topology(cluster: bool = False, wait_replicas: int = 0,
+                      config: bool = False) -> Op[tuple[list[Any], list[Any]]]:
+    """Raise UnsafeRedis on a plain URL at a cluster node or replica, and when writes wait for
+    more replicas than a master has; with ``config``, also fetch (CONFIG GET) the eviction
+    policy and AOF setting, in the same round trip: (INFO replies, CONFIG replies)."""
+    nodes = cluster and wait_replicas > 0
+    res = yield Commands([
+        cmd("info", "cluster"), cmd("info", "replication"),
+        *([cmd("execute_command", "CLUSTER NODES")] if nodes else []),
+        *([cmd("config_get", "maxmemory-policy"), cmd("config_get", "appendonly")]
+          if config else [])], raise_on_error=False)
+    info, rest = res[:2], res[2:]
+    if not any(isinstance(r, Exception) for r in info):  # managed Redis may rename INFO
         judge_topology(bool(int(info[0].get("cluster_enabled", 0))),
                        _s(info[1].get("role", "")), cluster)
-    cfg = yield Commands([cmd("config_get", "maxmemory-policy"), cmd("config_get", "appendonly")],
-                         raise_on_error=False)
+        if wait_replicas > 0 and not nodes:
+            judge_replicas(wait_replicas, {"": int(info[1].get("connected_slaves", 0))})
+    if nodes:
+        if isinstance(rest[0], dict):  # an error (CLUSTER renamed): the writes will tell
+            judge_replicas(wait_replicas, cluster_replicas(rest[0]))
+        rest = rest[1:]
+    return info, rest
+
+
+def op_check_redis(allow_unsafe: bool = False, cluster: bool = False,
+                   wait_replicas: int = 0) -> Op[list[str]]:
+    """Raise UnsafeRedis on an evicting Redis, on a plain URL at a cluster node or replica, or
+    when writes wait for more replicas than a master has; return the warnings (AOF off,
+    CONFIG disabled)."""
+    _, cfg = yield from op_check_topology(cluster, wait_replicas, config=True)
     for res in cfg:
         if isinstance(res, ResponseError):  # managed Redis often disables CONFIG
             return [_CONFIG_UNREADABLE.format(res)]
     return judge_config(_s(cfg[0]["maxmemory-policy"]), _s(cfg[1]["appendonly"]), allow_unsafe)
 
 
+def _wanted(r: Any) -> int:
+    """Replicas the client's durable writes wait for (its rdb.durable setting)."""
+    wait = wait_of(r)
+    return wait.replicas if wait is not None else 0
+
+
 def check_redis(r: Any, allow_unsafe: bool = False) -> list[str]:
-    return run(r, op_check_redis(allow_unsafe, is_cluster(r)))
+    """A process's start-up check (see op_check_redis), for the client it will write with."""
+    return run(r, op_check_redis(allow_unsafe, is_cluster(r), _wanted(r)))
 
 
 async def acheck_redis(r: Any, allow_unsafe: bool = False) -> list[str]:
-    return await arun(r, op_check_redis(allow_unsafe, is_cluster(r)))
+    return await arun(r, op_check_redis(allow_unsafe, is_cluster(r), _wanted(r)))
+
+
+def check_topology(r: Any, replicas: bool = True) -> None:
+    """A command's check before it reads or writes: the URL reaches what it names (no plain URL
+    at a cluster node or a replica) and, with ``replicas``, the masters have the replicas the
+    client's writes wait for.  One round trip; the eviction policy is doctor's and the
+    processes' to judge."""
+    run(r, op_check_topology(is_cluster(r), _wanted(r) if replicas else 0))
 
 
 def op_ensure_partitions(wanted: int, explicit: bool = True) -> Op[int]:

@@ -27,7 +27,7 @@ from rsched.core.models import Job, JobStatus, Run, job_of_run, partition_of
 from rsched.core.times import ms_to_iso
 from rsched.rdb import keys
 from rsched.rdb.ops import Commands, Masters, Op, cmd
-from rsched.rdb.setup import SAFE_POLICIES
+from rsched.rdb.setup import SAFE_POLICIES, replicas_short
 from rsched.rdb.slots import SlotMap
 from rsched.service.context import Service
 from rsched.service.dead_letters import DeadFilter
@@ -303,8 +303,10 @@ def _version(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split(".")[:3] if x.isdigit())
 
 
-def doctor(facts: dict[str, Any], wanted_partitions: int = 0) -> list[Finding]:
-    """Judge the facts; every finding that is not ok says what to change."""
+def doctor(facts: dict[str, Any], wanted_partitions: int = 0,
+           wanted_replicas: int = 0) -> list[Finding]:
+    """Judge the facts; every finding that is not ok says what to change.  ``wanted_replicas``:
+    the replicas each client-facing write waits for (RSCHED_WAIT_REPLICAS, resolved)."""
     out: list[Finding] = []
     v = facts.get("version")
     if v is None:
@@ -353,11 +355,24 @@ def doctor(facts: dict[str, Any], wanted_partitions: int = 0) -> list[Finding]:
     else:
         out.append(Finding("partitions", "ok", str(stored)))
     if (cluster := facts.get("cluster")) is not None:
-        out += _cluster_findings(cluster, wanted_partitions)
+        out += _cluster_findings(cluster, wanted_partitions, wanted_replicas)
+    elif wanted_replicas:
+        out.append(_replicas_finding("replicas", facts["replicas"], wanted_replicas))
     return out
 
 
-def _cluster_findings(cluster: dict[str, Any], wanted_partitions: int) -> list[Finding]:
+def _replicas_finding(check: str, replicas: int, wanted: int) -> Finding:
+    """A master's replicas against what writes wait for: fewer is an error (each write would be
+    applied, then reported as failed); none at all, with writes not waiting, a warning."""
+    if replicas < wanted:
+        return Finding(check, "fail", replicas_short(wanted, {"": replicas}) or "")
+    if replicas < 1:
+        return Finding(check, "warn", "no replica: a failover has nowhere to go; add one")
+    return Finding(check, "ok", str(replicas))
+
+
+def _cluster_findings(cluster: dict[str, Any], wanted_partitions: int,
+                      wanted_replicas: int) -> list[Finding]:
     """Cluster state, slot coverage, and per master: the node checks, replicas, min-replicas
     settings and its share of the partitions."""
     out = [Finding("cluster_state", "ok" if cluster["state"] == "ok" else "fail",
@@ -370,11 +385,7 @@ def _cluster_findings(cluster: dict[str, Any], wanted_partitions: int) -> list[F
         name = m["address"]
         out += [Finding(f"{name} {f.check}", f.level, f.message)
                 for f in doctor({**m, "partitions": 0}, 0)[:5]]
-        if m["replicas"] < 1:
-            out.append(Finding(f"{name} replicas", "warn", "no replica: a failover has nowhere "
-                               "to go; add one (or set RSCHED_WAIT_REPLICAS=0 to write anyway)"))
-        else:
-            out.append(Finding(f"{name} replicas", "ok", str(m["replicas"])))
+        out.append(_replicas_finding(f"{name} replicas", m["replicas"], wanted_replicas))
         if m["min-replicas-to-write"] < 1:
             out.append(Finding(f"{name} min-replicas-to-write", "warn", "0: a master cut off "
                                "from its replica keeps taking writes a failover will drop; "

@@ -9,7 +9,7 @@ from typing import Any
 
 from rsched.core import defaults
 from rsched.core.codes import ControlCode, ScheduleCode
-from rsched.core.errors import Conflict, NotFound, RschedError, VersionMismatch
+from rsched.core.errors import Conflict, NotFound, NotReplicated, RschedError, VersionMismatch
 from rsched.core.ids import keyed_job_id, random_job_ids, random_partition
 from rsched.core.layout import JB, J
 from rsched.core.models import Job, JobStatus, partition_of, with_run_at
@@ -82,6 +82,11 @@ def op_schedule(
     tally: list[tuple[Any, int]] = []  # ((type, queue), how many such jobs were created)
     jobs: list[Job] = out  # type: ignore[assignment]  # what a call's spec indexes hold
     for (p, chunk, sizes), res in zip(layout, results, strict=True):
+        if isinstance(res, NotReplicated):  # applied: each job's own error says so, by its id
+            for i in chunk:
+                out[i], created[i] = res.of_job(jobs[i].id), False
+            wake.add(p)  # the reply, which said whether to, is lost
+            continue
         if isinstance(res, Exception):
             raise res
         if res[0] == 1:

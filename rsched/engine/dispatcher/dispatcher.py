@@ -51,7 +51,8 @@ class Dispatcher:
         self.clock = clock
         self.full_read_s = full_read_s  # see Claimer.full_read_s
         self.call_many = call_many  # how the lease and claim scripts are sent
-        self.r: Redis = connect_async(settings.redis_url)
+        self.r: Redis = connect_async(settings.redis_url, wait=settings.wait_replicas,
+                                       wait_timeout_ms=settings.wait_timeout_ms)
         self._wake = asyncio.Event()
         self.leases: LeaseKeeper | None = None
         self.claimer: Claimer | None = None

@@ -100,8 +100,9 @@ class Worker:
         self.flush_ms = flush_ms
         self.start_after_ms = start_after_ms
         # One kept connection per raw round trip it may have at once: reports and a read.
-        self.link = Link(connect_async(settings.redis_url), self.id, call_many=call_many,
-                         held=scripts.Held(FLUSHES_IN_FLIGHT + 1))
+        r = connect_async(settings.redis_url, wait=settings.wait_replicas,
+                          wait_timeout_ms=settings.wait_timeout_ms)
+        self.link = Link(r, self.id, call_many=call_many, held=scripts.Held(FLUSHES_IN_FLIGHT + 1))
         self.runs = Runs(concurrency)
         self.metrics = RunMetrics(inflight=self.runs.__len__)
         self._slot = asyncio.Event()  # set when a run may have left its slot
