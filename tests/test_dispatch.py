@@ -43,6 +43,10 @@ from rsched.service.shapes import job_json
 
 LEASE_MS = 10_000
 MINUTE = 60_000
+# How far ahead of the injected clock a test schedules what must wait in the due set: Redis's
+# clock runs on meanwhile, and a job it already sees due goes straight to its queue (schedule.lua),
+# so this leaves a busy machine a minute's stall.
+AHEAD = MINUTE
 
 
 def lease_owners(r: redis.Redis) -> dict[int, tuple[str, int]]:
@@ -94,7 +98,7 @@ def test_a_due_one_off_job_is_dispatched_once_under_a_deterministic_run_id_and_a
 def test_jobs_due_at_the_same_time_are_dispatched_by_priority_after_earlier_ones(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
-    at = clock() + 1000  # a backlog in the due set once the clock passes it
+    at = clock() + AHEAD  # a backlog in the due set once the clock passes it
     k = keys_in_partition(3, 5)
     jobs = {
         "low": client.schedule("t", run_at=at, priority=-3, idempotency_key=k[0]),
@@ -105,7 +109,7 @@ def test_jobs_due_at_the_same_time_are_dispatched_by_priority_after_earlier_ones
     }
 
     async def scenario() -> None:
-        clock.advance(2000)
+        clock.advance(AHEAD + 1000)
         async with Rig(redis_url, clock=clock) as rig:
             await rig.lease()
             assert (await rig.claim()).dispatched == 4
@@ -121,14 +125,14 @@ def test_priority_orders_same_millisecond_jobs_across_claim_batches(
 ) -> None:
     """The due score carries the priority, so Redis hands out the highest priority first even
     when more jobs are due in one millisecond than one claim call takes."""
-    at = clock() + 1000  # a backlog in the due set once the clock passes it
+    at = clock() + AHEAD  # a backlog in the due set once the clock passes it
     k = keys_in_partition(5, 6)
     prios = [0, 7, -2, 3, 1000, -1000]
     ids = {client.schedule("t", run_at=at, priority=pr, idempotency_key=key).id: pr
            for pr, key in zip(prios, k, strict=True)}
 
     async def scenario() -> None:
-        clock.advance(2000)
+        clock.advance(AHEAD + 1000)
         async with Rig(redis_url, clock=clock, dispatcher_kw={"batch": 2}) as rig:
             await rig.lease()
             for _ in range(3):
@@ -147,12 +151,12 @@ def test_a_job_on_a_queue_the_dispatcher_has_not_seen_is_dispatched_in_the_same_
     async def scenario() -> None:
         async with Rig(redis_url, clock=clock) as rig:
             await rig.lease()
-            client.schedule("t", run_at=clock() + 1000, idempotency_key=k[0])
-            clock.advance(1000)
+            client.schedule("t", run_at=clock() + AHEAD, idempotency_key=k[0])
+            clock.advance(AHEAD)
             assert (await rig.claim()).dispatched == 1  # the claimer now knows queue default
-            mail.append(client.schedule("t", run_at=clock() + 1000, queue="mail",
+            mail.append(client.schedule("t", run_at=clock() + AHEAD, queue="mail",
                                         idempotency_key=k[1]))
-            clock.advance(1000)
+            clock.advance(AHEAD)
             assert (await rig.claim()).dispatched == 1
 
     mail: list[Job] = []
@@ -173,8 +177,8 @@ def test_jobs_scheduled_after_the_dispatcher_first_read_no_queues_are_claimed_in
         async with Rig(redis_url, clock=clock, dispatcher_kw={"call_many": recording}) as rig:
             assert (await rig.claim()).dispatched == 0
             for key in k:
-                client.schedule("t", run_at=clock() + 1000, idempotency_key=key)
-            clock.advance(1000)
+                client.schedule("t", run_at=clock() + AHEAD, idempotency_key=key)
+            clock.advance(AHEAD)
             assert (await rig.claim()).dispatched == 3
 
     asyncio.run(scenario())
