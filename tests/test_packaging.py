@@ -169,4 +169,3 @@ def test_the_wheel_needs_tzdata_and_leaves_psycopg_to_the_postgres_extra(wheel: 
     assert "tzdata" in requires
     psycopg = [r for r in requires if r.startswith("psycopg")]
     assert psycopg and all('extra == "postgres"' in r for r in psycopg), psycopg
-    assert not [r for r in requires if r.startswith("httpx2")]
