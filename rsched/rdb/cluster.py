@@ -40,6 +40,7 @@ from rsched.rdb.slots import (
     REROUTE,
     Address,
     Cmd,
+    Remap,
     SlotMap,
     asked,
     confirmed,
@@ -81,9 +82,10 @@ class _Nodes:
     _event_dispatcher: Any = None  # redis-py's command mixins declare it; nothing here emits
 
     def __init__(self, seeds: Sequence[Address], node_factory: Callable[[str, int], Any],
-                 slots: SlotMap | None = None) -> None:
+                 slots: SlotMap | None = None, remap: Remap | None = None) -> None:
         self._seeds = list(seeds)
         self._factory = node_factory
+        self._remap = remap
         self._nodes: dict[Address, Any] = {}
         self._lock = threading.Lock()
         self._refreshed = 0.0
@@ -128,6 +130,27 @@ class _Nodes:
         self._pubsubs += 1
         return nodes[self._pubsubs % len(nodes)]
 
+    def _slot_map(self, reply: Sequence[Any], asked: Address) -> SlotMap:
+        return SlotMap.parse(reply, asked[0], self._remap)
+
+    def _redirect(self, e: AskError, sent_to: Address | None) -> Address:
+        """Where an ASK reply sends a command: an empty host is the host of the node that
+        answered (as in CLUSTER SLOTS), then the address is remapped like the slot map's."""
+        addr = (e.host or (sent_to[0] if sent_to else ""), int(e.port))
+        return self._remap(addr) if self._remap is not None else addr
+
+    def _ask_targets(self, ask: dict[Address, list[int]], cmds: Sequence[Cmd],
+                     results: list[Any]) -> dict[Address, list[int]]:
+        """``ask`` (indexes per advertised address) per address to connect to."""
+        if self._remap is None and all(host for host, _ in ask):
+            return ask
+        by_node: dict[Address, list[int]] = {}
+        for idx in ask.values():
+            for i in idx:
+                addr = self._redirect(results[i], self.slots.node_for(*cmds[i]))
+                by_node.setdefault(addr, []).append(i)
+        return by_node
+
     def _take_nodes(self) -> list[Any]:
         with self._lock:
             nodes, self._nodes = list(self._nodes.values()), {}
@@ -145,8 +168,8 @@ class ClusterRedis(_Nodes, CoreCommands):
     """A sync client for a Redis Cluster, used where rsched uses a redis.Redis."""
 
     def __init__(self, seeds: Sequence[Address], node_factory: Callable[[str, int], Any],
-                 slots: SlotMap | None = None) -> None:
-        super().__init__(seeds, node_factory, slots)
+                 slots: SlotMap | None = None, remap: Remap | None = None) -> None:
+        super().__init__(seeds, node_factory, slots, remap)
         self._pool: ThreadPoolExecutor | None = None
 
     def ready(self) -> None:
@@ -157,14 +180,16 @@ class ClusterRedis(_Nodes, CoreCommands):
 
     def derived(self, wrap: Callable[[Any], Any]) -> ClusterRedis:
         """A client on the same nodes and connections whose node clients are ``wrap(node)``."""
-        return ClusterRedis(self._seeds, lambda h, p: wrap(self.node((h, p))), self.slots)
+        return ClusterRedis(self._seeds, lambda h, p: wrap(self.node((h, p))), self.slots,
+                            self._remap)
 
     def refresh(self, force: bool = False) -> None:
         """Read the slot map from the first node that answers."""
         error: Exception | None = None
         for addr in (todo := self._refresh_from(force)):
             try:
-                self.slots = SlotMap.parse(self.node(addr).execute_command("CLUSTER SLOTS"))
+                self.slots = self._slot_map(self.node(addr).execute_command("CLUSTER SLOTS"),
+                                            addr)
                 return
             except (RedisError, OSError) as e:
                 error = e
@@ -182,8 +207,8 @@ class ClusterRedis(_Nodes, CoreCommands):
                 return self.node(addr).execute_command(*args, **sendable(options))
             except REROUTE as e:
                 if is_ask(e):
-                    pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None,
-                                         asking=True)
+                    pipe = node_pipeline(self.node(self._redirect(e, addr)), [(args, options)],
+                                         [0], None, asking=True)
                     return confirmed(pipe.execute(), None, asking=True)[0]
                 if addr is not None:
                     self._failed(addr, e)
@@ -228,7 +253,8 @@ class ClusterRedis(_Nodes, CoreCommands):
                        wait)
             todo = rerouted(results, todo)
             if ask := asked(results, todo):
-                self._send(ask, cmds, results, wait, asking=True)
+                self._send(self._ask_targets(ask, cmds, results), cmds, results, wait,
+                           asking=True)
                 todo = rerouted(results, todo)
             if not todo or attempt:
                 break
@@ -307,7 +333,8 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
         error: Exception | None = None
         for addr in (todo := self._refresh_from(force)):
             try:
-                self.slots = SlotMap.parse(await self.node(addr).execute_command("CLUSTER SLOTS"))
+                reply = await self.node(addr).execute_command("CLUSTER SLOTS")
+                self.slots = self._slot_map(reply, addr)
                 return
             except (RedisError, OSError) as e:
                 error = e
@@ -333,8 +360,8 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
                 return await self.node(addr).execute_command(*args, **sendable(options))
             except REROUTE as e:
                 if is_ask(e):
-                    pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None,
-                                         asking=True)
+                    pipe = node_pipeline(self.node(self._redirect(e, addr)), [(args, options)],
+                                         [0], None, asking=True)
                     return confirmed(await pipe.execute(), None, asking=True)[0]
                 if addr is not None:
                     self._failed(addr, e)
@@ -368,7 +395,8 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
                              results, wait)
             todo = rerouted(results, todo)
             if ask := asked(results, todo):
-                await self._send(ask, cmds, results, wait, asking=True)
+                await self._send(self._ask_targets(ask, cmds, results), cmds, results, wait,
+                                 asking=True)
                 todo = rerouted(results, todo)
             if not todo or attempt:
                 break
