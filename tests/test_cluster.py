@@ -16,10 +16,11 @@ import pytest
 import redis
 from helpers import Rig, keys_in_partition, overdue, run_engine
 from redis.crc import key_slot
+from redis.exceptions import AskError
 from redis_probe import command
 from redis_server import RedisCluster, free_port
 from starlette.testclient import TestClient
-from tcp_proxy import TcpProxy
+from tcp_proxy import proxies_for
 
 from rsched import App, Client, JobContext, JobSpec
 from rsched.api.app import create_app
@@ -102,6 +103,16 @@ def test_slot_map_remaps_every_advertised_address() -> None:
                       "127.0.0.1", lambda a: outside.get(a, a))
     assert m.masters == [("127.0.0.1", 7001)]
     assert m.replicas[("127.0.0.1", 7001)] == [("127.0.0.1", 7002)]
+
+
+def test_an_ask_without_a_host_goes_to_the_host_that_answered_then_is_remapped() -> None:
+    """Nodes with unknown endpoints answer "ASK <slot> :<port>", as CLUSTER SLOTS names them
+    NULL: the host is the one of the node that sent the ASK."""
+    rc = ClusterRedis([("h1", 7001)], lambda h, p: None)
+    assert rc._redirect(AskError("3999 :7002"), ("h1", 7001)) == ("h1", 7002)
+    assert rc._redirect(AskError("3999 h3:7003"), ("h1", 7001)) == ("h3", 7003)
+    rc = ClusterRedis([("h1", 7001)], lambda h, p: None, remap=lambda a: ("nat", a[1] + 100))
+    assert rc._redirect(AskError("3999 :7002"), ("h1", 7001)) == ("nat", 7102)
 
 
 def _per_master(n: int, masters: int) -> list[int]:
@@ -468,6 +479,20 @@ def test_a_pipeline_follows_ask_during_a_real_slot_migration(url: str, cluster: 
                 res, one = asyncio.run(go())
             assert res == [b"m", b"s", True, True, b"n"], make
             assert one == b"m"
+        with proxies_for(n.port for n in cluster.nodes) as proxies:
+            seen: list[tuple[str, int]] = []
+
+            def remap(a: tuple[str, int]) -> tuple[str, int]:
+                seen.append(a)
+                return ("127.0.0.1", proxies[a[1]].port)
+
+            with connect(f"redis+cluster://127.0.0.1:{proxies[source.port].port}",
+                         address_remap=remap) as rc:
+                rc.ready()
+                seen.clear()
+                assert (rc.get(moved), rc.pipeline().get(moved).get(stays).execute()) == (
+                    b"m", [b"m", b"s"])
+                assert seen == [("127.0.0.1", target.port)] * 2  # the ASK's target, remapped
         with redis.Redis(port=target.port) as r:
             pipe = r.pipeline(transaction=False)
             pipe.execute_command("ASKING")
@@ -535,8 +560,7 @@ def test_address_remap_connects_to_every_master_where_the_mapping_says(
         url: str, cluster: RedisCluster) -> None:
     """The nodes advertise their own ports; the client reaches each only through a proxy of
     its own (as behind NAT), by the URL's pairs or a function given to connect_async."""
-    proxies = {n.port: TcpProxy(n.port).start() for n in cluster.nodes}
-    try:
+    with proxies_for(n.port for n in cluster.nodes) as proxies:
         outside = {("127.0.0.1", port): ("127.0.0.1", p.port) for port, p in proxies.items()}
         pairs = ",".join(f"127.0.0.1:{a[1]}=127.0.0.1:{b[1]}" for a, b in outside.items())
         seed = f"redis+cluster://127.0.0.1:{proxies[cluster.nodes[0].port].port}"
@@ -563,6 +587,3 @@ def test_address_remap_connects_to_every_master_where_the_mapping_says(
         accepted = {port: p.accepted for port, p in proxies.items()}
         assert asyncio.run(go()) == [n.encode() for n in names]
         assert all(p.accepted > accepted[port] for port, p in proxies.items())
-    finally:
-        for p in proxies.values():
-            p.close()

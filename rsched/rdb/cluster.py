@@ -1,13 +1,15 @@
 """Redis Cluster routing: one client object that sends each command to the master owning its
 key's slot, and splits every pipeline into one pipeline per master, sent concurrently.
 
-Why not redis-py's cluster client: its pipeline refuses EVALSHA, TIME and PUBLISH by method
-name, its async pipeline closes every connection of the client on a retryable error (other
-tasks' included), and its response handling breaks rsched's raw-reply fast paths.  Here each
-master is served by a plain client (the same options and packing as a single Redis, but no
-retries of its own), so everything built for one Redis keeps working per node, and a node
-that fails only fails the commands sent to it: a dead master never stalls partitions on
-healthy ones.
+Why not redis-py's cluster client (docs/design/cluster-router.md, checked against redis-py
+8.2): a durable write ends each master's part with WAIT on the connection that wrote it and is
+judged by that master's reply, where the stock pipeline sends WAIT to one node or sums every
+master's replies into one; and a master that does not answer fails only the commands sent to
+it, at once, where the stock pipeline fails the whole batch or holds it while it retries that
+master's commands one by one.  Each master is served by a plain client (the same options and
+packing as a single Redis, but no retries of its own), so what is built for one Redis works
+per node.  Node addresses come from CLUSTER SLOTS (an endpoint a node cannot name: see
+slots.endpoint), through an optional remap (NAT, containers).
 
 Routing is by the first key of each command (`key_of`); rsched never sends a command whose keys
 span slots (a partition's keys share one hash tag).  Keyless commands go to one master
