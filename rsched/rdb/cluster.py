@@ -149,8 +149,12 @@ class _Nodes:
         by_node: dict[Address, list[int]] = {}
         for idx in ask.values():
             for i in idx:
-                addr = self._redirect(results[i], self.slots.node_for(*cmds[i]))
-                by_node.setdefault(addr, []).append(i)
+                e = results[i]
+                try:  # no host: the node that answered, the command's master by this slot map
+                    sent_to = None if e.host else self.slots.node_for(*cmds[i])
+                except RedisError:
+                    continue  # another thread's refresh uncovered the slot: resent after one
+                by_node.setdefault(self._redirect(e, sent_to), []).append(i)
         return by_node
 
     def _take_nodes(self) -> list[Any]:
