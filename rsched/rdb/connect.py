@@ -79,8 +79,7 @@ def parse(url: str) -> Target:
     kind, tls = SCHEMES[scheme]
     if kind == "single":
         if REMAP_OPTION in dict(parse_qsl(urlsplit(url).query)):
-            raise BadRedisUrl(f"Redis URL {_safe(url)!r}: {REMAP_OPTION} applies to "
-                              "redis+cluster:// and rediss+cluster:// URLs only")
+            raise _remap_not_here(url)
         return Target("single", url, tls)
     u = urlsplit(url)
     netloc = u.netloc.rsplit("@", 1)
@@ -112,28 +111,35 @@ def parse(url: str) -> Target:
     return Target(kind, url, tls, nodes, service, db, username, password, options, remap)
 
 
+def _remap_not_here(url: str) -> BadRedisUrl:
+    return BadRedisUrl(f"Redis URL {_safe(url)!r}: {REMAP_OPTION} applies to redis+cluster:// "
+                       "and rediss+cluster:// URLs only")
+
+
 def _remap_pairs(value: str | None, kind: Kind, url: str) -> dict[Address, Address]:
     """``address_remap``'s pairs: advertised host:port = host:port to connect to."""
     if value is None:
         return {}
     if kind != "cluster":
-        raise BadRedisUrl(f"Redis URL {_safe(url)!r}: {REMAP_OPTION} applies to "
-                          "redis+cluster:// and rediss+cluster:// URLs only")
+        raise _remap_not_here(url)
     pairs: dict[Address, Address] = {}
     for pair in value.split(","):
         advertised, sep, actual = pair.partition("=")
+        bad = BadRedisUrl(f"Redis URL {_safe(url)!r}: {REMAP_OPTION}: {pair!r} is not "
+                          "host:port=host:port")
+        if not sep:
+            raise bad
         try:
-            if not sep:
-                raise BadRedisUrl(f"{pair!r} is not host:port=host:port")
             pairs[_address(advertised, url)] = _address(actual, url)
-        except BadRedisUrl as e:
-            raise BadRedisUrl(f"Redis URL {_safe(url)!r}: {REMAP_OPTION}: "
-                              f"{pair!r} is not host:port=host:port") from e
+        except BadRedisUrl:
+            raise bad from None
     return pairs
 
 
 def _remap(t: Target, address_remap: Remap | None) -> Remap | None:
     """The URL's pairs, then for any other address the caller's ``address_remap``."""
+    if address_remap is not None and t.kind != "cluster":
+        raise _remap_not_here(t.url)
     if not t.remap:
         return address_remap
     pairs = t.remap
@@ -181,15 +187,8 @@ def connect(url: str, *, wait: int = defaults.WAIT_REPLICAS_BY_URL,
     confirm each client-facing write (rdb.durable); ``address_remap`` (cluster URLs): the
     address to connect to for each address the cluster advertises, after the URL's pairs."""
     t = parse(url)
-    remap = _checked_remap(t, address_remap)
+    remap = _remap(t, address_remap)
     return set_wait(_connect(t, options, remap), wait_replicas(t, wait), wait_timeout_ms)
-
-
-def _checked_remap(t: Target, address_remap: Remap | None) -> Remap | None:
-    if address_remap is not None and t.kind != "cluster":
-        raise BadRedisUrl(f"Redis URL {_safe(t.url)!r}: address_remap applies to "
-                          "redis+cluster:// and rediss+cluster:// URLs only")
-    return _remap(t, address_remap)
 
 
 def _pool_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -263,7 +262,7 @@ def connect_async(url: str, *, wait: int = defaults.WAIT_REPLICAS_BY_URL,
                   address_remap: Remap | None = None, **options: Any) -> Any:
     """An asyncio client for any supported URL (``wait``, ``address_remap``: see `connect`)."""
     t = parse(url)
-    remap = _checked_remap(t, address_remap)
+    remap = _remap(t, address_remap)
     return set_wait(_connect_async(t, options, remap), wait_replicas(t, wait), wait_timeout_ms)
 
 
