@@ -7,10 +7,12 @@ It runs in threads of the test process and listens on 127.0.0.1 only.
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import socket
 import struct
 import threading
+from collections.abc import Iterable, Iterator
 from typing import Self
 
 CHUNK = 65536
@@ -145,3 +147,16 @@ class TcpProxy:
                     pass
             with self._lock:
                 self._pairs = [p for p in self._pairs if p != (a, b)]
+
+
+@contextlib.contextmanager
+def proxies_for(ports: Iterable[int]) -> Iterator[dict[int, TcpProxy]]:
+    """A started proxy in front of each port (keyed by it), all closed at the end."""
+    proxies: dict[int, TcpProxy] = {}
+    try:
+        for port in ports:
+            proxies[port] = TcpProxy(port).start()
+        yield proxies
+    finally:
+        for p in proxies.values():
+            p.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -15,9 +16,11 @@ import pytest
 import redis
 from helpers import Rig, keys_in_partition, overdue, run_engine
 from redis.crc import key_slot
+from redis.exceptions import AskError
 from redis_probe import command
 from redis_server import RedisCluster, free_port
 from starlette.testclient import TestClient
+from tcp_proxy import proxies_for
 
 from rsched import App, Client, JobContext, JobSpec
 from rsched.api.app import create_app
@@ -69,6 +72,49 @@ def test_slot_map_parses_cluster_slots_and_names_an_uncovered_slot() -> None:
     assert m.node_for(("SCAN", 0), {"target_node": 1}) == ("127.0.0.1", 7003)
 
 
+@pytest.mark.parametrize(("host", "meta", "reached_at"), [
+    (b"", None, "10.0.0.9"),  # a node that does not know its own address yet
+    (None, {b"ip": b"10.0.0.5"}, "10.0.0.9"),  # unknown-endpoint: the host that answered
+    (b"?", {b"ip": b"10.0.0.5"}, "10.0.0.5"),  # hostnames preferred, none announced: its IP
+    (b"?", [b"ip", b"10.0.0.5"], "10.0.0.5"),  # the same metadata as a RESP2 flat list
+    (b"node-1.example", {b"ip": b"10.0.0.5"}, "node-1.example"),
+])
+def test_slot_map_reaches_a_node_without_a_usable_endpoint_where_the_reference_says(
+        host: Any, meta: Any, reached_at: str) -> None:
+    def entry(port: int) -> list[Any]:
+        return [host, port, b"id", *([meta] if meta is not None else [])]
+
+    m = SlotMap.parse([[0, 16383, entry(7001), entry(7004)]], "10.0.0.9")
+    assert m.masters == [(reached_at, 7001)]
+    assert m.replicas[(reached_at, 7001)] == [(reached_at, 7004)]
+
+
+def test_slot_map_leaves_a_range_uncovered_when_its_master_names_no_host() -> None:
+    m = SlotMap.parse([[0, 8191, [b"?", 7001, b"a"]], [8192, 16383, [b"h2", 7002, b"b"]]], "h1")
+    assert m.masters == [("h2", 7002)]
+    low = next(k for k in (f"k{i}" for i in range(1000)) if key_slot(k.encode()) < 8192)
+    with pytest.raises(redis.exceptions.ClusterDownError, match=low):
+        m.node_for(("GET", low))
+
+
+def test_slot_map_remaps_every_advertised_address() -> None:
+    outside = {("10.0.0.1", 6379): ("127.0.0.1", 7001), ("10.0.0.2", 6379): ("127.0.0.1", 7002)}
+    m = SlotMap.parse([[0, 16383, [b"10.0.0.1", 6379, b"a"], [b"10.0.0.2", 6379, b"b"]]],
+                      "127.0.0.1", lambda a: outside.get(a, a))
+    assert m.masters == [("127.0.0.1", 7001)]
+    assert m.replicas[("127.0.0.1", 7001)] == [("127.0.0.1", 7002)]
+
+
+def test_an_ask_without_a_host_goes_to_the_host_that_answered_then_is_remapped() -> None:
+    """Nodes with unknown endpoints answer "ASK <slot> :<port>", as CLUSTER SLOTS names them
+    NULL: the host is the one of the node that sent the ASK."""
+    rc = ClusterRedis([("h1", 7001)], lambda h, p: None)
+    assert rc._redirect(AskError("3999 :7002"), ("h1", 7001)) == ("h1", 7002)
+    assert rc._redirect(AskError("3999 h3:7003"), ("h1", 7001)) == ("h3", 7003)
+    rc = ClusterRedis([("h1", 7001)], lambda h, p: None, remap=lambda a: ("nat", a[1] + 100))
+    assert rc._redirect(AskError("3999 :7002"), ("h1", 7001)) == ("nat", 7102)
+
+
 def _per_master(n: int, masters: int) -> list[int]:
     edges = [(keys.SLOTS * j) // masters for j in range(1, masters)]
     counts = [0] * masters
@@ -102,6 +148,26 @@ def test_redis_urls_parse(url: str, kind: str, nodes: tuple[Any, ...],
     assert (t.kind, t.nodes) == (kind, nodes)
     for k, v in extra.items():
         assert getattr(t, k) == v
+
+
+def test_address_remap_pairs_parse_from_a_cluster_url_and_stay_out_of_the_node_urls() -> None:
+    t = parse("redis+cluster://h1:7001?socket_timeout=5&address_remap="
+              "10.0.0.1:6379=h1:7001,[fd00::2]:6379=h1:7002")
+    assert t.remap == {("10.0.0.1", 6379): ("h1", 7001), ("fd00::2", 6379): ("h1", 7002)}
+    assert t.node_url("h1", 7001) == "redis://h1:7001/0?socket_timeout=5"
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("redis+cluster://h1:7001?address_remap=10.0.0.1:6379", "'10.0.0.1:6379' is not host:port"),
+    ("redis+cluster://h1:7001?address_remap=a:1=b", "'a:1=b' is not host:port=host:port"),
+    ("redis://h1:6379/0?address_remap=a:1=b:2", "redis+cluster:// and rediss+cluster://"),
+    ("redis+sentinel://s1:26379/m?address_remap=a:1=b:2", "URLs only"),
+])
+def test_a_bad_or_misplaced_address_remap_is_refused_naming_it(url: str, says: str) -> None:
+    with pytest.raises(BadRedisUrl, match=f"address_remap.*{re.escape(says)}"):
+        parse(url)
+    with pytest.raises(BadRedisUrl, match="address_remap applies to"):
+        connect("redis://h1:6379/0", address_remap=lambda a: a)
 
 
 @pytest.mark.parametrize(("url", "says"), [
@@ -467,6 +533,20 @@ def test_a_pipeline_follows_ask_during_a_real_slot_migration(url: str, cluster: 
                 res, one = asyncio.run(go())
             assert res == [b"m", b"s", True, True, b"n"], make
             assert one == b"m"
+        with proxies_for(n.port for n in cluster.nodes) as proxies:
+            seen: list[tuple[str, int]] = []
+
+            def remap(a: tuple[str, int]) -> tuple[str, int]:
+                seen.append(a)
+                return ("127.0.0.1", proxies[a[1]].port)
+
+            with connect(f"redis+cluster://127.0.0.1:{proxies[source.port].port}",
+                         address_remap=remap) as rc:
+                rc.ready()
+                seen.clear()
+                assert (rc.get(moved), rc.pipeline().get(moved).get(stays).execute()) == (
+                    b"m", [b"m", b"s"])
+                assert seen == [("127.0.0.1", target.port)] * 2  # the ASK's target, remapped
         with redis.Redis(port=target.port) as r:
             pipe = r.pipeline(transaction=False)
             pipe.execute_command("ASKING")
@@ -507,3 +587,57 @@ def test_moved_refreshes_the_slot_map_instead_of_being_followed_like_ask(url: st
                 other = next(n for n in names if true_map.node_for(("GET", n)) != one)
                 assert rc.set(other, "x") is True
             assert rc.slots is not stale and len(rc.slots.masters) == 3, call
+
+
+@pytest.mark.parametrize("endpoint_type", ["unknown-endpoint", "hostname"])
+def test_the_router_reaches_masters_that_advertise_no_usable_host(url: str, cluster: RedisCluster,
+                                                                   endpoint_type: str) -> None:
+    """unknown-endpoint: CLUSTER SLOTS names each node NULL (reach it where you asked);
+    hostname with none announced: "?" (reach it at the IP in its metadata)."""
+    for node in cluster.nodes:
+        command(node.port, "CONFIG", "SET", "cluster-preferred-endpoint-type", endpoint_type)
+    try:
+        with connect(url) as rc:
+            rc.ready()
+            assert sorted(rc.slots.masters) == sorted(("127.0.0.1", n.port)
+                                                      for n in cluster.nodes)
+            pipe: Any = rc.pipeline()
+            for i in range(30):
+                pipe.set(f"k{i}", i)
+            assert pipe.execute() == [True] * 30
+    finally:
+        for node in cluster.nodes:
+            command(node.port, "CONFIG", "SET", "cluster-preferred-endpoint-type", "ip")
+
+
+def test_address_remap_connects_to_every_master_where_the_mapping_says(
+        url: str, cluster: RedisCluster) -> None:
+    """The nodes advertise their own ports; the client reaches each only through a proxy of
+    its own (as behind NAT), by the URL's pairs or a function given to connect_async."""
+    with proxies_for(n.port for n in cluster.nodes) as proxies:
+        outside = {("127.0.0.1", port): ("127.0.0.1", p.port) for port, p in proxies.items()}
+        pairs = ",".join(f"127.0.0.1:{a[1]}=127.0.0.1:{b[1]}" for a, b in outside.items())
+        seed = f"redis+cluster://127.0.0.1:{proxies[cluster.nodes[0].port].port}"
+        names = [f"k{i}" for i in range(30)]
+
+        with connect(f"{seed}?address_remap={pairs}") as rc:
+            pipe: Any = rc.pipeline()
+            for n in names:
+                pipe.set(n, n)
+            assert pipe.execute() == [True] * 30
+            assert sorted(rc.slots.masters) == sorted(outside.values())
+        assert all(p.accepted >= 1 for p in proxies.values())
+
+        async def go() -> list[Any]:
+            rc = connect_async(seed, address_remap=lambda a: outside.get(a, a))
+            try:
+                pipe: Any = rc.pipeline()
+                for n in names:
+                    pipe.get(n)
+                return list(await pipe.execute())
+            finally:
+                await rc.aclose()
+
+        accepted = {port: p.accepted for port, p in proxies.items()}
+        assert asyncio.run(go()) == [n.encode() for n in names]
+        assert all(p.accepted > accepted[port] for port, p in proxies.items())

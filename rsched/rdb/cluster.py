@@ -1,13 +1,15 @@
 """Redis Cluster routing: one client object that sends each command to the master owning its
 key's slot, and splits every pipeline into one pipeline per master, sent concurrently.
 
-Why not redis-py's cluster client: its pipeline refuses EVALSHA, TIME and PUBLISH by method
-name, its async pipeline closes every connection of the client on a retryable error (other
-tasks' included), and its response handling breaks rsched's raw-reply fast paths.  Here each
-master is served by a plain client (the same options and packing as a single Redis, but no
-retries of its own), so everything built for one Redis keeps working per node, and a node
-that fails only fails the commands sent to it: a dead master never stalls partitions on
-healthy ones.
+Why not redis-py's cluster client (docs/design/cluster-router.md, checked against redis-py
+8.2): a durable write ends each master's part with WAIT on the connection that wrote it and is
+judged by that master's reply, where the stock pipeline sends WAIT to one node or sums every
+master's replies into one; and a master that does not answer fails only the commands sent to
+it, at once, where the stock pipeline fails the whole batch or holds it while it retries that
+master's commands one by one.  Each master is served by a plain client (the same options and
+packing as a single Redis, but no retries of its own), so what is built for one Redis works
+per node.  Node addresses come from CLUSTER SLOTS (an endpoint a node cannot name: see
+slots.endpoint), through an optional remap (NAT, containers).
 
 Routing is by the first key of each command (`key_of`); rsched never sends a command whose keys
 span slots (a partition's keys share one hash tag).  Keyless commands go to one master
@@ -40,6 +42,7 @@ from rsched.rdb.slots import (
     REROUTE,
     Address,
     Cmd,
+    Remap,
     SlotMap,
     asked,
     confirmed,
@@ -81,9 +84,10 @@ class _Nodes:
     _event_dispatcher: Any = None  # redis-py's command mixins declare it; nothing here emits
 
     def __init__(self, seeds: Sequence[Address], node_factory: Callable[[str, int], Any],
-                 slots: SlotMap | None = None) -> None:
+                 slots: SlotMap | None = None, remap: Remap | None = None) -> None:
         self._seeds = list(seeds)
         self._factory = node_factory
+        self._remap = remap
         self._nodes: dict[Address, Any] = {}
         self._lock = threading.Lock()
         self._refreshed = 0.0
@@ -128,6 +132,31 @@ class _Nodes:
         self._pubsubs += 1
         return nodes[self._pubsubs % len(nodes)]
 
+    def _slot_map(self, reply: Sequence[Any], asked: Address) -> SlotMap:
+        return SlotMap.parse(reply, asked[0], self._remap)
+
+    def _redirect(self, e: AskError, sent_to: Address | None) -> Address:
+        """Where an ASK reply sends a command: an empty host is the host of the node that
+        answered (as in CLUSTER SLOTS), then the address is remapped like the slot map's."""
+        addr = (e.host or (sent_to[0] if sent_to else ""), int(e.port))
+        return self._remap(addr) if self._remap is not None else addr
+
+    def _ask_targets(self, ask: dict[Address, list[int]], cmds: Sequence[Cmd],
+                     results: list[Any]) -> dict[Address, list[int]]:
+        """``ask`` (indexes per advertised address) per address to connect to."""
+        if self._remap is None and all(host for host, _ in ask):
+            return ask
+        by_node: dict[Address, list[int]] = {}
+        for idx in ask.values():
+            for i in idx:
+                e = results[i]
+                try:  # no host: the node that answered, the command's master by this slot map
+                    sent_to = None if e.host else self.slots.node_for(*cmds[i])
+                except RedisError:
+                    continue  # another thread's refresh uncovered the slot: resent after one
+                by_node.setdefault(self._redirect(e, sent_to), []).append(i)
+        return by_node
+
     def _take_nodes(self) -> list[Any]:
         with self._lock:
             nodes, self._nodes = list(self._nodes.values()), {}
@@ -145,8 +174,8 @@ class ClusterRedis(_Nodes, CoreCommands):
     """A sync client for a Redis Cluster, used where rsched uses a redis.Redis."""
 
     def __init__(self, seeds: Sequence[Address], node_factory: Callable[[str, int], Any],
-                 slots: SlotMap | None = None) -> None:
-        super().__init__(seeds, node_factory, slots)
+                 slots: SlotMap | None = None, remap: Remap | None = None) -> None:
+        super().__init__(seeds, node_factory, slots, remap)
         self._pool: ThreadPoolExecutor | None = None
 
     def ready(self) -> None:
@@ -157,14 +186,16 @@ class ClusterRedis(_Nodes, CoreCommands):
 
     def derived(self, wrap: Callable[[Any], Any]) -> ClusterRedis:
         """A client on the same nodes and connections whose node clients are ``wrap(node)``."""
-        return ClusterRedis(self._seeds, lambda h, p: wrap(self.node((h, p))), self.slots)
+        return ClusterRedis(self._seeds, lambda h, p: wrap(self.node((h, p))), self.slots,
+                            self._remap)
 
     def refresh(self, force: bool = False) -> None:
         """Read the slot map from the first node that answers."""
         error: Exception | None = None
         for addr in (todo := self._refresh_from(force)):
             try:
-                self.slots = SlotMap.parse(self.node(addr).execute_command("CLUSTER SLOTS"))
+                self.slots = self._slot_map(self.node(addr).execute_command("CLUSTER SLOTS"),
+                                            addr)
                 return
             except (RedisError, OSError) as e:
                 error = e
@@ -182,8 +213,8 @@ class ClusterRedis(_Nodes, CoreCommands):
                 return self.node(addr).execute_command(*args, **sendable(options))
             except REROUTE as e:
                 if is_ask(e):
-                    pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None,
-                                         asking=True)
+                    pipe = node_pipeline(self.node(self._redirect(e, addr)), [(args, options)],
+                                         [0], None, asking=True)
                     return confirmed(pipe.execute(), None, asking=True)[0]
                 if addr is not None:
                     self._failed(addr, e)
@@ -228,7 +259,8 @@ class ClusterRedis(_Nodes, CoreCommands):
                        wait)
             todo = rerouted(results, todo)
             if ask := asked(results, todo):
-                self._send(ask, cmds, results, wait, asking=True)
+                self._send(self._ask_targets(ask, cmds, results), cmds, results, wait,
+                           asking=True)
                 todo = rerouted(results, todo)
             if not todo or attempt:
                 break
@@ -307,7 +339,8 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
         error: Exception | None = None
         for addr in (todo := self._refresh_from(force)):
             try:
-                self.slots = SlotMap.parse(await self.node(addr).execute_command("CLUSTER SLOTS"))
+                reply = await self.node(addr).execute_command("CLUSTER SLOTS")
+                self.slots = self._slot_map(reply, addr)
                 return
             except (RedisError, OSError) as e:
                 error = e
@@ -333,8 +366,8 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
                 return await self.node(addr).execute_command(*args, **sendable(options))
             except REROUTE as e:
                 if is_ask(e):
-                    pipe = node_pipeline(self.node(e.node_addr), [(args, options)], [0], None,
-                                         asking=True)
+                    pipe = node_pipeline(self.node(self._redirect(e, addr)), [(args, options)],
+                                         [0], None, asking=True)
                     return confirmed(await pipe.execute(), None, asking=True)[0]
                 if addr is not None:
                     self._failed(addr, e)
@@ -368,7 +401,8 @@ class AsyncClusterRedis(_Nodes, AsyncCoreCommands):  # type: ignore[misc]  # red
                              results, wait)
             todo = rerouted(results, todo)
             if ask := asked(results, todo):
-                await self._send(ask, cmds, results, wait, asking=True)
+                await self._send(self._ask_targets(ask, cmds, results), cmds, results, wait,
+                                 asking=True)
                 todo = rerouted(results, todo)
             if not todo or attempt:
                 break

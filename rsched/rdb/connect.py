@@ -10,6 +10,8 @@ Schemes:
   rediss+cluster://, rediss+sentinel://             the same over TLS
 Options are redis-py's URL query options (socket_timeout=5, ...), applied to every node;
 ``sentinel_password`` is the Sentinels' own password when it differs from the data nodes'.
+``address_remap=host:port=host:port[,...]`` (cluster URLs) connects to the second address of a
+pair wherever the cluster advertises the first (NAT, containers: docs/redis.md).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from rsched.core.errors import RschedError
 from rsched.rdb.cluster import AsyncClusterRedis, ClusterRedis
 from rsched.rdb.durable import set_wait
 from rsched.rdb.setup import _ClosedTransportIsUnavailable, _mix_in, fast_packing
-from rsched.rdb.slots import Address
+from rsched.rdb.slots import Address, Remap
 
 Kind = Literal["single", "cluster", "sentinel"]
 SCHEMES: dict[str, tuple[Kind, bool]] = {
@@ -35,6 +37,7 @@ SCHEMES: dict[str, tuple[Kind, bool]] = {
     "redis+cluster": ("cluster", False), "rediss+cluster": ("cluster", True),
     "redis+sentinel": ("sentinel", False), "rediss+sentinel": ("sentinel", True),
 }
+REMAP_OPTION = "address_remap"
 
 
 class BadRedisUrl(RschedError, ValueError):
@@ -54,6 +57,7 @@ class Target:
     username: str | None = None
     password: str | None = None
     options: dict[str, str] = field(default_factory=dict)
+    remap: dict[Address, Address] = field(default_factory=dict)  # the URL's address_remap
 
     def node_url(self, host: str, port: int) -> str:
         """A plain URL for one node, with this URL's credentials and options."""
@@ -74,6 +78,8 @@ def parse(url: str) -> Target:
                           f"{', '.join(s + '://' for s in SCHEMES)}")
     kind, tls = SCHEMES[scheme]
     if kind == "single":
+        if REMAP_OPTION in dict(parse_qsl(urlsplit(url).query)):
+            raise _remap_not_here(url)
         return Target("single", url, tls)
     u = urlsplit(url)
     netloc = u.netloc.rsplit("@", 1)
@@ -86,6 +92,7 @@ def parse(url: str) -> Target:
     if not nodes:
         raise BadRedisUrl(f"Redis URL {_safe(url)!r}: name at least one host:port")
     options = dict(parse_qsl(u.query))
+    remap = _remap_pairs(options.pop(REMAP_OPTION, None), kind, url)
     parts = [p for p in u.path.split("/") if p]
     service, db = "", 0
     if kind == "sentinel":
@@ -101,7 +108,48 @@ def parse(url: str) -> Target:
         db = int(parts[0])
     if kind == "cluster" and db != 0:
         raise BadRedisUrl(f"Redis URL {_safe(url)!r}: Redis Cluster has only database 0")
-    return Target(kind, url, tls, nodes, service, db, username, password, options)
+    return Target(kind, url, tls, nodes, service, db, username, password, options, remap)
+
+
+def _remap_not_here(url: str) -> BadRedisUrl:
+    return BadRedisUrl(f"Redis URL {_safe(url)!r}: {REMAP_OPTION} applies to redis+cluster:// "
+                       "and rediss+cluster:// URLs only")
+
+
+def _remap_pairs(value: str | None, kind: Kind, url: str) -> dict[Address, Address]:
+    """``address_remap``'s pairs: advertised host:port = host:port to connect to."""
+    if value is None:
+        return {}
+    if kind != "cluster":
+        raise _remap_not_here(url)
+    pairs: dict[Address, Address] = {}
+    for pair in value.split(","):
+        advertised, sep, actual = pair.partition("=")
+        bad = BadRedisUrl(f"Redis URL {_safe(url)!r}: {REMAP_OPTION}: {pair!r} is not "
+                          "host:port=host:port")
+        if not sep:
+            raise bad
+        try:
+            pairs[_address(advertised, url)] = _address(actual, url)
+        except BadRedisUrl:
+            raise bad from None
+    return pairs
+
+
+def _remap(t: Target, address_remap: Remap | None) -> Remap | None:
+    """The URL's pairs, then for any other address the caller's ``address_remap``."""
+    if address_remap is not None and t.kind != "cluster":
+        raise _remap_not_here(t.url)
+    if not t.remap:
+        return address_remap
+    pairs = t.remap
+
+    def remap(addr: Address) -> Address:
+        if addr in pairs:
+            return pairs[addr]
+        return address_remap(addr) if address_remap is not None else addr
+
+    return remap
 
 
 def _address(hostport: str, url: str) -> Address:
@@ -133,11 +181,14 @@ def wait_replicas(t: Target, setting: int = defaults.WAIT_REPLICAS_BY_URL) -> in
 
 
 def connect(url: str, *, wait: int = defaults.WAIT_REPLICAS_BY_URL,
-            wait_timeout_ms: int = defaults.WAIT_TIMEOUT_MS, **options: Any) -> Any:
+            wait_timeout_ms: int = defaults.WAIT_TIMEOUT_MS,
+            address_remap: Remap | None = None, **options: Any) -> Any:
     """A sync client for any supported URL (see the module docstring); ``wait``: replicas that
-    confirm each client-facing write (rdb.durable)."""
+    confirm each client-facing write (rdb.durable); ``address_remap`` (cluster URLs): the
+    address to connect to for each address the cluster advertises, after the URL's pairs."""
     t = parse(url)
-    return set_wait(_connect(t, options), wait_replicas(t, wait), wait_timeout_ms)
+    remap = _remap(t, address_remap)
+    return set_wait(_connect(t, options, remap), wait_replicas(t, wait), wait_timeout_ms)
 
 
 def _pool_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +196,7 @@ def _pool_options(options: dict[str, Any]) -> dict[str, Any]:
     return {"max_connections": defaults.REDIS_MAX_CONNECTIONS, **options}
 
 
-def _connect(t: Target, options: dict[str, Any]) -> Any:
+def _connect(t: Target, options: dict[str, Any], remap: Remap | None = None) -> Any:
     from redis import Redis
 
     options = _pool_options(options)
@@ -157,7 +208,7 @@ def _connect(t: Target, options: dict[str, Any]) -> Any:
         # No retries of redis-py's own on a node: the router retries once after refreshing
         # the slot map, and a dead node must fail fast (see cluster.DOWN_FOR_S).
         return ClusterRedis(t.nodes, lambda h, p: fast_packing(Redis.from_url(
-            t.node_url(h, p), retry=Retry(NoBackoff(), 0), **options)))
+            t.node_url(h, p), retry=Retry(NoBackoff(), 0), **options)), remap=remap)
     from redis.sentinel import Sentinel
 
     sentinel = Sentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, options),
@@ -207,13 +258,15 @@ def _async_retrying(make: Any, **options: Any) -> Any:
 
 
 def connect_async(url: str, *, wait: int = defaults.WAIT_REPLICAS_BY_URL,
-                  wait_timeout_ms: int = defaults.WAIT_TIMEOUT_MS, **options: Any) -> Any:
-    """An asyncio client for any supported URL (``wait``: see `connect`)."""
+                  wait_timeout_ms: int = defaults.WAIT_TIMEOUT_MS,
+                  address_remap: Remap | None = None, **options: Any) -> Any:
+    """An asyncio client for any supported URL (``wait``, ``address_remap``: see `connect`)."""
     t = parse(url)
-    return set_wait(_connect_async(t, options), wait_replicas(t, wait), wait_timeout_ms)
+    remap = _remap(t, address_remap)
+    return set_wait(_connect_async(t, options, remap), wait_replicas(t, wait), wait_timeout_ms)
 
 
-def _connect_async(t: Target, options: dict[str, Any]) -> Any:
+def _connect_async(t: Target, options: dict[str, Any], remap: Remap | None = None) -> Any:
     from redis.asyncio import Redis
 
     options = _pool_options(options)
@@ -224,7 +277,7 @@ def _connect_async(t: Target, options: dict[str, Any]) -> Any:
 
         return AsyncClusterRedis(t.nodes, lambda h, p: _async_retrying(
             lambda **kw: Redis.from_url(t.node_url(h, p), **kw),
-            retry=Retry(NoBackoff(), 0), **options))
+            retry=Retry(NoBackoff(), 0), **options), remap=remap)
     from redis.asyncio.sentinel import Sentinel
 
     class SentinelRedis(Redis):

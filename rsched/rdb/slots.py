@@ -4,7 +4,7 @@ with each reply put back in place.  rdb.cluster sends them."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -16,6 +16,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rsched.rdb.durable import Wait
 
 Address = tuple[str, int]
+# Where a node is reached, given the address the cluster advertises for it (NAT, containers).
+Remap = Callable[[Address], Address]
 
 # Commands without a key: sent to one master (the first in slot order).
 _KEYLESS = frozenset({
@@ -56,6 +58,38 @@ def key_of(args: Sequence[Any]) -> Any:
     return args[1] if len(args) > 1 else None
 
 
+def endpoint(node: Sequence[Any], asked: str) -> str | None:
+    """The host to reach a node at, from its CLUSTER SLOTS entry (host, port, id[, metadata]).
+
+    As the CLUSTER SLOTS reference says and redis-py does: NULL (``cluster-preferred-endpoint-type
+    unknown-endpoint``, nodes behind a load balancer) and "" (a node that does not know its own
+    address yet) mean the host that answered, ``asked``.  "?" (hostnames preferred, none
+    announced) names no reachable host: the node's IP from the metadata, else None (unknown)."""
+    host = node[0]
+    if host is None or host in (b"", ""):
+        return asked or None
+    text = _text(host)
+    if text != "?":
+        return text
+    meta = node[3] if len(node) > 3 else None
+    if isinstance(meta, dict):
+        ip = meta.get(b"ip", meta.get("ip"))
+    elif isinstance(meta, (list, tuple)):  # RESP2: a flat list of names and values
+        pairs = dict(zip(map(_text, meta[::2]), meta[1::2], strict=False))
+        ip = pairs.get("ip")
+    else:
+        ip = None
+    return _text(ip) if ip else None
+
+
+def _address(node: Sequence[Any], asked: str, remap: Remap | None) -> Address | None:
+    host = endpoint(node, asked)
+    if host is None:
+        return None
+    addr = (host, int(node[1]))
+    return remap(addr) if remap is not None else addr
+
+
 @dataclass(slots=True)
 class SlotMap:
     """Which master serves each of the 16384 slots, from CLUSTER SLOTS."""
@@ -65,18 +99,23 @@ class SlotMap:
     replicas: dict[Address, list[Address]] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, reply: Sequence[Any]) -> SlotMap:
+    def parse(cls, reply: Sequence[Any], asked: str = "", remap: Remap | None = None) -> SlotMap:
+        """The map in a CLUSTER SLOTS reply from the node at host ``asked``; ``remap`` turns
+        each advertised address into the one to connect to.  A range whose master has no
+        usable address is left uncovered (see `endpoint`)."""
         m = cls()
         for row in sorted(reply, key=lambda r: int(r[0])):
-            lo, hi, master = int(row[0]), int(row[1]), row[2]
-            addr = (_text(master[0]), int(master[1]))
+            lo, hi = int(row[0]), int(row[1])
+            addr = _address(row[2], asked, remap)
+            if addr is None:
+                continue
             m.owner[lo:hi + 1] = [addr] * (hi - lo + 1)
             if addr not in m.replicas:
                 m.masters.append(addr)
                 m.replicas[addr] = []
             for rep in row[3:]:
-                raddr = (_text(rep[0]), int(rep[1]))
-                if raddr not in m.replicas[addr]:
+                raddr = _address(rep, asked, remap)
+                if raddr is not None and raddr not in m.replicas[addr]:
                     m.replicas[addr].append(raddr)
         return m
 
