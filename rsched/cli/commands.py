@@ -57,7 +57,16 @@ def _render_status(s: Status) -> str:
                    [[q.queue, q.length, q.pending] for q in s.queues])
     head = (f"{ms_to_iso(s.now_ms)}  due backlog {s.due_backlog}  dead letters "
             f"{s.dead_letters}  dispatchers {len(s.dispatchers)}  workers {len(s.workers)}")
-    return "\n\n".join([head, parts, disp, work, queues])
+    lacking = [w for w in s.waiting if not w.served]
+    if lacking:
+        head += "  WAITING FOR A HANDLER: " + ", ".join(
+            f"type {w.type} on queue {w.queue} ({w.runs} runs)" for w in lacking)
+    out = [head, parts, disp, work, queues]
+    if s.waiting:
+        out.append(table(["waiting for a handler: queue", "job type", "runs", "live worker"],
+                         [[w.queue, w.type, w.runs,
+                           "yes" if w.served else "NONE has the handler"] for w in s.waiting]))
+    return "\n\n".join(out)
 
 
 @click.command()

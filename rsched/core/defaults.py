@@ -54,6 +54,11 @@ PROCESSES = 1  # worker processes under one supervisor (rsched worker --processe
 RESTART_MIN_S = 0.5  # a dead worker process is restarted after this...
 RESTART_MAX_S = 30.0  # ...doubling per quick death up to this, so a crash loop cannot spin
 RESTART_STABLE_S = 30.0  # a process that lived this long starts its backoff over
+WORKER_STALE_MS = 30_000  # a worker not heard from for this long is no longer live
+# Job types and shared queues (docs/workers.md): a worker without a run's handler sets the run
+# aside for one that has it; a run no live worker serves is dead-lettered after this long.
+HANDLER_WAIT_S = 600.0
+ADOPT_POLL_S = 0.25  # how often a worker looks for runs set aside for its handlers
 
 # HTTP API (rsched api, rsched dev).
 API_HOST = "127.0.0.1"  # local only unless asked: the API schedules and cancels work

@@ -41,6 +41,7 @@ class WorkerStatus:
     last_heartbeat_ms: int | None
     alive: bool  # heard from within the staleness window
     types: tuple[str, ...] = ()  # job types it has handlers for
+    handler_wait_ms: int | None = None  # how long it lets runs it has no handler for wait
 
     def serves(self, job_type: str, queue: str) -> bool:
         """Alive, reading ``queue``, with a handler for ``job_type``."""
@@ -55,6 +56,17 @@ class QueueDepth:
 
 
 @dataclass(frozen=True, slots=True)
+class HandlerWait:
+    """Runs of a job type on a queue that workers without its handler set aside, waiting for
+    one that has it (docs/workers.md, "Job types and shared queues")."""
+
+    queue: str
+    type: str
+    runs: int
+    served: bool  # a live worker with the handler reads the queue: it takes them soon
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """GET /status and `rsched status`: one reading of every partition, member and queue."""
 
@@ -63,6 +75,7 @@ class Status:
     dispatchers: tuple[DispatcherStatus, ...]
     workers: tuple[WorkerStatus, ...]
     queues: tuple[QueueDepth, ...]  # by name
+    waiting: tuple[HandlerWait, ...] = ()  # by queue and type
 
     @property
     def due_backlog(self) -> int:

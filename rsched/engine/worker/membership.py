@@ -39,6 +39,7 @@ class Membership:
     queues: list[str]
     concurrency: int
     types: list[str]  # the job types it has handlers for, so the CLI can warn of a missing one
+    handler_wait_ms: int  # how long runs of a type no live worker serves wait (the CLI says it)
     started_added: dict[int, int] = field(default_factory=dict)  # started_in, as added to Redis
 
     async def join(self) -> None:
@@ -95,6 +96,7 @@ class Membership:
             "queues": self.queues, "inflight": len(self.runs), "pid": os.getpid(),
             "host": socket.gethostname(), "beat_ms": int(time.time() * 1000),
             "concurrency": self.concurrency, "types": self.types,
+            "handler_wait_ms": self.handler_wait_ms,
             "metrics": self.metrics.heartbeat(),
         }))
         now = dict(self.metrics.started_in)

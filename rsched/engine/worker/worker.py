@@ -32,6 +32,7 @@ from rsched.core.settings import Settings
 from rsched.engine import aio
 from rsched.engine._calls import CallMany
 from rsched.engine.worker._link import Link
+from rsched.engine.worker.handback import Handback
 from rsched.engine.worker.inflight import Outcome, Runs
 from rsched.engine.worker.intake import Intake
 from rsched.engine.worker.loops import FLUSHES_IN_FLIGHT, Every, Flusher
@@ -72,6 +73,7 @@ class Worker:
         threads: int | None = None,
         flush_ms: float = defaults.FLUSH_MS,
         start_after_ms: int = defaults.START_AFTER_MS,
+        handler_wait_s: float = defaults.HANDLER_WAIT_S,
         call_many: CallMany = scripts.acall_many,
     ) -> None:
         if heartbeat_ms * 2 > visibility_ms:
@@ -86,6 +88,11 @@ class Worker:
             # Heartbeats record every pending start first, so a start lands within
             # heartbeat_ms, well before the entry can look idle to other workers.
             raise ValidationError("startAfterMs", "must be 0 or more")
+        if not handler_wait_s > 0:
+            raise ValidationError("handlerWait", "must be more than 0 seconds")
+        if worker_id is not None and worker_id.startswith(keys.PARKED_CONSUMER):
+            raise ValidationError("id", f"must not start with {keys.PARKED_CONSUMER!r}: that "
+                                  "names the runs set aside for a job type")
         self.app = app
         self.settings = settings
         self.queues = list(queues)
@@ -107,11 +114,15 @@ class Worker:
                                  start_after_ms)
         self.runner = Runner(app, self.id, self.runs, self.reporter, self.metrics, self._slot,
                              concurrency, threads)
+        self.handback = Handback(self.link, settings, self.metrics, self.queues,
+                                 frozenset(app.handlers), int(handler_wait_s * 1000),
+                                 visibility_ms)
         self.intake = Intake(self.link, self.runs, self.runner, self.reporter, self.metrics,
-                             visibility_ms)
+                             visibility_ms, self.handback,
+                             frozenset(t.encode() for t in app.handlers))
         self.membership = Membership(self.link, settings, self.runs, self.reporter,
                                      self.metrics, self.queues, concurrency,
-                                     sorted(app.handlers))
+                                     sorted(app.handlers), self.handback.wait_ms)
         self.flusher = Flusher(self.reporter, self.runner, flush_ms)
 
     # --- what other code and tests see ---------------------------------------------------------
@@ -145,6 +156,9 @@ class Worker:
 
     async def reclaim_once(self) -> int:
         return await self.intake.reclaim_once()
+
+    async def adopt_once(self) -> int:
+        return await self.intake.adopt_once()
 
     async def start_once(self, min_age_ms: int | None = None) -> int:
         return await self.reporter.start_once(min_age_ms)
@@ -188,6 +202,7 @@ class Worker:
             asyncio.create_task(Every(self.reclaim_once,
                                       max(self.visibility_ms / 4000, 0.1)).run(stop)),
             asyncio.create_task(Every(self.prune_consumers_once, PRUNE_EVERY_S).run(stop)),
+            asyncio.create_task(Every(self.adopt_once, defaults.ADOPT_POLL_S).run(stop)),
         ]
         groups = same_slot_groups(self.link.r, self.link.streams)
         # One fetch loop (one Redis): reads may go with reports (Intake.plan_with_report).
@@ -199,6 +214,7 @@ class Worker:
             self.reporter.tail = None
             for t in fetching:
                 t.cancel()
+            await self.handback.settle()
             await self.runner.drain(self.grace_s)
             self.reporter.wake.set()
             try:
