@@ -405,6 +405,45 @@ def test_a_run_without_a_handler_here_is_set_aside_unrun_then_dead_lettered_afte
     assert r.xpending(stream, keys.GROUP)["pending"] == 0
 
 
+def test_a_run_set_aside_and_reclaimed_by_a_worker_with_its_handler_keeps_its_attempt(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """A run set aside long enough to look idle is taken by the ordinary reclaim (XAUTOCLAIM)
+    of a worker that has the handler: no worker stopped before recording its start, so no
+    attempt is lost (start.lua reads the set-aside mark) and nothing is recorded abandoned."""
+    has = App("has")
+
+    @has.job("report")
+    async def report(ctx: JobContext) -> str:
+        return ctx.worker_id
+
+    job = client.schedule("report", run_at=clock() - 1, max_attempts=1)
+    rid = f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, App("lacks"), clock=clock, worker_id="wx") as rig:
+            await rig.claim()
+            assert await rig.worker.fetch_once(block_ms=100) == 0
+            await rig.worker.handback.settle()
+            wv = Worker(has, rig.settings, worker_id="wv", visibility_ms=0, heartbeat_ms=0)
+            rig.workers.append(wv)
+            await wv.setup()
+            assert await wv.reclaim_once() == 1
+            for _ in range(200):
+                if wv.reporter.done:
+                    break
+                await asyncio.sleep(0.01)
+            assert await wv.flush_once() == 1
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert (run.state, run.attempt, run.worker, run.result) == (
+        RunState.SUCCEEDED, 1, "wv", "wv")
+    assert [a.status for a in client.runs(job.id)] == ["succeeded"]
+    assert "abandoned" not in event_types(r, job.partition)
+    assert b"nh" not in r.hkeys(keys.job(job.partition, job.id))
+
+
 def test_a_job_keeps_only_its_most_recent_attempts_in_redis(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:

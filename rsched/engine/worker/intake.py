@@ -278,8 +278,11 @@ class Intake:
         free = self.runs.free()
         if free <= 0:
             return 0
-        entries = [e for e in await self.handback.find(free)
-                   if _s(e[2][ENTRY_RUN]) not in self.runs]
+        try:
+            found = await self.handback.find(free)
+        except (RedisConnectionError, RedisTimeoutError):
+            return 0  # Redis is away: the fetch loop says so, not this loop four times a second
+        entries = [e for e in found if _s(e[2][ENTRY_RUN]) not in self.runs]
         if entries:
             log.info("taking %d runs set aside by workers without their handler", len(entries))
         return await self._start_reclaimed(entries, adopted=True)
