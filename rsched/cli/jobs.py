@@ -98,11 +98,10 @@ def handler_warning(job_type: str, queue: str, workers: list[WorkerStatus]) -> s
     start = f"start one: rsched worker --app ... --queues {queue}"
     waits = [w.handler_wait_ms or int(defaults.HANDLER_WAIT_S * 1000)
              for w in workers if w.alive and queue in w.queues]
+    head = f"warning: no live worker has a handler for job type {job_type!r} on queue {queue!r}"
     if not waits:
-        return (f"warning: no live worker reads queue {queue!r}; the job waits there until a "
-                f"worker with a handler for job type {job_type!r} starts ({start})")
-    return (f"warning: no live worker has a handler for job type {job_type!r} on queue "
-            f"{queue!r}; the workers reading it set its runs aside unrun, and each run is "
+        return f"{head}, and none reads that queue: the job waits there until one starts ({start})"
+    return (f"{head}; the workers reading it set its runs aside unrun, and each run is "
             f"dead-lettered if none with that handler serves the queue within "
             f"{min(waits) / 1000:g} s (their --handler-wait; {start})")
 
