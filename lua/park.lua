@@ -25,8 +25,9 @@ then per entry 3 keys: rsched:{pN}:run:<run id> HASH (the job key again for a on
 ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen (0 = unbounded)
 ARGV[4] group       ARGV[5] n entries                 ARGV[6] handler wait, ms
 ARGV[7] visibility timeout, ms                     ARGV[8] parked consumers' prefix
-then per entry 3 values (from ARGV[9]): run id, stream entry id, served_ms ('-1': a live worker serves the
-  run's type on its queue now; else the last time one did as the caller knows it, '0': never)
+then per entry 4 values (from ARGV[9]): run id, stream entry id, job type (as the entry names
+  it), served_ms ('-1': a live worker serves the type on the run's queue now; else the last time
+  one did as the caller knows it, '0': never)
 Returns {code_1, ..., code_n}
   1 set aside   2 dead-lettered
   0 not this worker's: delivered to another consumer, or its run is finished, gone or
@@ -45,19 +46,19 @@ local maxlen, group, n = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local wait, visibility, parked = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local out = {}
 for i = 1, n do
-  local run_id, sid, served = ARGV[6 + 3 * i], ARGV[7 + 3 * i], tonumber(ARGV[8 + 3 * i])
+  local a = 4 + 4 * i
+  local run_id, sid, jtype, served = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], tonumber(ARGV[a + 4])
   local run_key, job_key, stream_key = KEYS[2 + 3 * i], KEYS[3 + 3 * i], KEYS[4 + 3 * i]
   local F = run_fields(run_key, job_key)
-  local r = redis.call('HMGET', run_key, F.state, F.attempt, F.stream_id, F.type, 'nh', 'ov')
+  local r = redis.call('HMGET', run_key, F.state, F.attempt, F.stream_id, 'nh', 'ov')
   local live = r[3] == sid and (r[1] == 'dispatched' or r[1] == 'running')
   local owner = delivered_to(stream_key, group, sid)
   out[i] = 0
   if owner == worker and not live then
     redis.call('XACK', stream_key, group, sid)
   elseif owner == worker then
-    local jtype = r[4] or ''
     local since = now
-    local mark = r[5]
+    local mark = r[4]
     if mark and string.sub(mark, 1, #sid + 1) == sid .. ' ' then
       since = tonumber(string.sub(mark, #sid + 2))
     else
@@ -71,7 +72,7 @@ for i = 1, n do
                   string.match(run_id, '^(.*)@%d+$'), r[2] or '1',
                   'no live worker serves type ' .. jtype .. ' on queue ' .. queue .. ' for '
                   .. string.format('%g', wait / 1000) .. ' s', jtype)
-      if r[6] == '1' then release_active(job_key, retry_key, run_id, now) end
+      if r[5] == '1' then release_active(job_key, retry_key, run_id, now) end
       redis.call('XACK', stream_key, group, sid)
       out[i] = 2
     else

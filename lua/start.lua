@@ -98,7 +98,7 @@ for i = 1, n do
   local live = state and r[4] == sid and (state == 'dispatched' or state == 'running')
   local owner = live and delivered_to(stream_key, group, sid)
   local adopt = reclaimed == '2'
-  if adopt and owner == parked .. (jtype or '') then
+  if adopt and owner and string.sub(owner, 1, #parked) == parked then
     redis.call('XCLAIM', stream_key, group, worker, 0, sid, 'JUSTID')
     owner = worker
   end

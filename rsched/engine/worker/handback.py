@@ -96,7 +96,7 @@ class Handback:
                                self.wait_ms, self.visibility_ms, keys.PARKED_CONSUMER]
             for fl in fls:
                 ks += [fl.run_key, fl.job_key, fl.stream]
-                args += [fl.run_id, fl.entry_id, self._served(fl.queue, fl.type)]
+                args += [fl.run_id, fl.entry_id, fl.type, self._served(fl.queue, fl.type)]
             calls.append(("park", ks, args))
         results = await self.link.call_many(self.link.r, calls)
         parked: dict[QueueType, int] = defaultdict(int)
