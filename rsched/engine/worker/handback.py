@@ -166,6 +166,11 @@ class Handback:
 
     # --- this worker has the handler ---------------------------------------------------------
 
+    def more(self) -> bool:
+        """Some runs set aside for our types are known to be left (the last look took all it
+        could)."""
+        return bool(self._look)
+
     async def find(self, free: int) -> list[Entry]:
         """Up to ``free`` runs of our types on our queues that other workers set aside, as
         entries (their stream, id and fields) for the intake to start; nothing unless the

@@ -54,6 +54,7 @@ log = logging.getLogger("rsched.worker")
 
 FLUSH_WAIT_S = 5  # at shutdown, how long the last reports may take
 PRUNE_EVERY_S = 300
+ADOPT_BUSY_S = 0.005  # runs set aside for us wait, and no slot is free: look again this soon
 
 
 class Worker:
@@ -202,7 +203,7 @@ class Worker:
             asyncio.create_task(Every(self.reclaim_once,
                                       max(self.visibility_ms / 4000, 0.1)).run(stop)),
             asyncio.create_task(Every(self.prune_consumers_once, PRUNE_EVERY_S).run(stop)),
-            asyncio.create_task(Every(self.adopt_once, defaults.ADOPT_POLL_S).run(stop)),
+            asyncio.create_task(self._adopt_loop(stop)),
         ]
         groups = same_slot_groups(self.link.r, self.link.streams)
         # One fetch loop (one Redis): reads may go with reports (Intake.plan_with_report).
@@ -267,6 +268,25 @@ class Worker:
                     raise
                 log.warning("fetch: %s", e)
                 await asyncio.sleep(0.5)
+
+    async def _adopt_loop(self, stop: asyncio.Event) -> None:
+        """Take runs other workers set aside for our handlers: every ADOPT_POLL_S, or at once
+        again while some are known to be left (a busy shared queue sets many aside)."""
+        while not stop.is_set():
+            took = 0
+            try:
+                took = await self.adopt_once()
+            except Exception as e:  # noqa: BLE001 - a loop must survive Redis hiccups
+                log.warning("taking runs set aside: %s", e)
+            pause = defaults.ADOPT_POLL_S
+            if self.handback.more() and self.runs.free() <= 0:
+                pause = ADOPT_BUSY_S  # no free slot: look again soon, without Redis until then
+            elif self.handback.more() and took:
+                pause = 0
+            try:
+                await asyncio.wait_for(stop.wait(), pause)
+            except TimeoutError:
+                pass
 
     async def close(self, wait_s: float = 2.0) -> None:
         """Let go of what the worker holds: handlers still running are cancelled (waiting up to
