@@ -126,11 +126,13 @@ class Handback:
         for (queue, jtype), n in parked.items():
             if now - self._said.get((queue, jtype), float("-inf")) >= SAY_AGAIN_S:
                 self._said[(queue, jtype)] = now
-                whom = ("a live worker that has it takes them" if (queue, jtype) in self._live
+                served = (queue, jtype) in self._live
+                whom = ("a live worker that has it takes them" if served
                         else f"no live worker has it: they wait up to {self.wait_ms / 1000:g} s "
                              "for one, then are dead-lettered")
-                log.warning("%d runs of job type %r on queue %r set aside: no handler for it "
-                            "in this worker; %s", n, jtype, queue, whom)
+                log.log(logging.INFO if served else logging.WARNING,
+                        "%d runs of job type %r on queue %r set aside: no handler for it in "
+                        "this worker; %s", n, jtype, queue, whom)
 
     def _served(self, queue: str, jtype: str) -> int:
         """park.lua's served_ms: -1 when a live worker serves ``jtype`` on ``queue``, else the
