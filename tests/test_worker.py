@@ -384,7 +384,7 @@ def test_a_run_without_a_handler_here_is_set_aside_unrun_then_dead_lettered_afte
 
     async def scenario() -> None:
         async with Rig(redis_url, app, clock=clock, worker_kw={
-                "handler_wait_s": 1.0, "visibility_ms": 1500, "heartbeat_ms": 500}) as rig:
+                "handler_wait_s": 3.0, "visibility_ms": 4000, "heartbeat_ms": 1000}) as rig:
             await rig.claim()
             assert await rig.worker.fetch_once(block_ms=100) == 0  # read, not started
             await rig.worker.handback.settle()
@@ -394,13 +394,13 @@ def test_a_run_without_a_handler_here_is_set_aside_unrun_then_dead_lettered_afte
             [entry] = r.xpending_range(stream, keys.GROUP, "-", "+", 10)
             assert entry["consumer"] == keys.parked_consumer("nobody-home").encode()
             assert "dead_lettered" not in stats(r, p)
-            await asyncio.sleep(1.2)  # the handler wait: XAUTOCLAIM takes it again by then
+            await asyncio.sleep(3.2)  # the handler wait: XAUTOCLAIM takes it again by then
             assert await rig.worker.reclaim_once() == 0
 
     asyncio.run(scenario())
     [dead] = client.dead_letters()
     assert dead.id == rid and dead.attempt == 1
-    assert dead.error == "no live worker serves type nobody-home on queue default for 1 s"
+    assert dead.error == "no live worker serves type nobody-home on queue default for 3 s"
     assert stats(r, p)["dead_lettered"] == 1
     assert r.xpending(stream, keys.GROUP)["pending"] == 0
 
