@@ -57,6 +57,7 @@ class Handback:
     _counts: dict[str, int] = field(default_factory=dict)  # keys.parked() as last read
     _look: set[QueueType] = field(default_factory=set)  # ours, set aside since our last look
     _said: dict[QueueType, float] = field(default_factory=dict)
+    _turn: int = 0
 
     # --- this worker lacks the handler ---------------------------------------------------------
 
@@ -190,7 +191,12 @@ class Handback:
             if queue in self.queues and jtype in self.types:
                 self._look.add((queue, jtype))
         found: list[Entry] = []
-        for queue, jtype in sorted(self._look):
+        if not self._look:
+            return found
+        self._turn += 1  # which of them goes first: in turn, so none waits behind another
+        look = sorted(self._look)
+        k = self._turn % len(look)
+        for queue, jtype in look[k:] + look[:k]:
             if free - len(found) <= 0:
                 break
             want = free - len(found)

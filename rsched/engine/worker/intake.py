@@ -303,6 +303,8 @@ class Intake:
                 self.metrics.count("started", fl.type, fl.queue)
                 if not adopted:
                     self.metrics.count("reclaimed", fl.type, fl.queue)
+                elif fl.attempt == 1:  # its wait to be set aside and taken counts as start lag
+                    self.metrics.lag.observe(fl.queue, time.time() - fl.sched_ms / 1000)
                 self.metrics.started_in[fl.partition] += 1
                 self.runner.run(fl, f)
                 started += 1
