@@ -185,7 +185,8 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
 
     def start(rs: list[tuple[str, str]]) -> None:
         ks: list[Any] = [keys.events(P), keys.stats(P), keys.dead(P), keys.retry(P)]
-        args: list[Any] = ["w1", t + 20, 0, keys.GROUP, len(rs), s.history_len]
+        args: list[Any] = ["w1", t + 20, 0, keys.GROUP, len(rs), s.history_len,
+                           keys.PARKED_CONSUMER]
         for rid, eid in rs:
             job_id = rid.rsplit("@", 1)[0]
             ks += [keys.job(P, job_id), keys.job(P, job_id), stream, keys.history(P, job_id)]

@@ -15,6 +15,11 @@ even if its job was cancelled meanwhile: its occurrence was already handed out, 
 may be running.  Entries whose
 run is gone, finished or re-dispatched under a newer entry are acknowledged (claim trims
 acknowledged entries).
+A run a worker without its handler set aside (park.lua: its entry pending under the consumer
+ARGV[7] .. <type>, field 'nh' naming the entry) is taken from there by a worker with the handler
+(reclaimed '2': XCLAIM to the caller first), or reclaimed by XAUTOCLAIM once idle; either way a
+run still 'dispatched' so set aside spent no attempt and starts with the same one (a 'running'
+one was abandoned by its worker before it was set aside: that attempt counts).
 
 KEYS[1]  rsched:{pN}:events  STREAM     KEYS[2] rsched:{pN}:stats HASH
 KEYS[3]  rsched:{pN}:dead    ZSET       KEYS[4] rsched:{pN}:retry ZSET (a buffered run let go
@@ -24,12 +29,16 @@ then per run 4 keys: rsched:{pN}:run:<run id> HASH (the job key again for a one-
                      rsched:{pN}:q:<queue> STREAM, rsched:{pN}:hist:<id> LIST
 ARGV[1] worker id   ARGV[2] now_ms (0 = Redis TIME)   ARGV[3] events_maxlen
 ARGV[4] group       ARGV[5] n runs                     ARGV[6] history length
-then per run 4 values: run id, stream entry id, elapsed_ms (how long its handler has run already),
+ARGV[7] parked consumers' prefix (park.lua)
+then per run 4 values (from ARGV[8]): run id, stream entry id, elapsed_ms (how long its handler
+  has run already),
   reclaimed ('1' = taken over from another consumer by XAUTOCLAIM: a run still 'dispatched'
   then lost an attempt whose worker stopped before recording its start, and that attempt
-  counts, so a job that kills its workers at once still ends in the dead letters)
+  counts, so a job that kills its workers at once still ends in the dead letters; '2' = taken
+  from the consumer of runs of its type set aside, see above)
 Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this entry (finished,
-  gone or cancelled: acknowledged), fence -1 = fenced: the entry is delivered to another consumer
+  gone or cancelled: acknowledged; reclaimed '2': or taken by another worker first, not
+  acknowledged), fence -1 = fenced: the entry is delivered to another consumer
   now (not acknowledged: it is theirs)
 The call's 'started' events share one events-stream entry (batch_flush in util).
 ]]
@@ -49,6 +58,7 @@ local worker = ARGV[1]
 local now = now_ms(ARGV[2])
 local now_s = format('%d', now)
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local parked = ARGV[7]
 local out = {}
 -- The call's 'started' events share one events-stream entry (batch_new in util).
 local started_events = batch_new(events_key, maxlen, {'e', 'started', 'w', worker},
@@ -59,7 +69,7 @@ local ev_r, ev_a, ev_t, ev_f, ev_ty = unpack(started_events, 1, 5)
 -- (a fresh run's start, the common case, does not: the match is costly per run).
 local function job_and_sched(run_id) return string.match(run_id, '^(.*)@(%d+)$') end
 for i = 1, n do
-  local c = 6 + 4 * (i - 1)
+  local c = 7 + 4 * (i - 1)
   local run_id, sid, elapsed, reclaimed = ARGV[c + 1], ARGV[c + 2], tonumber(ARGV[c + 3]), ARGV[c + 4]
   local b = 4 + 4 * (i - 1)
   local run_key, job_key, stream_key, hist_key = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
@@ -68,9 +78,9 @@ for i = 1, n do
   -- (the common case) reads neither the start time (of an abandoned attempt) nor the dispatch
   -- time (of a reclaimed run's start deadline), and an own run has no 'ov' (overlap runs recur).
   local r, started_ms, ov, dispatched_ms
-  if reclaimed == '1' then
+  if reclaimed ~= '0' then
     r = redis.call('HMGET', run_key, F.state, F.attempt, F.fence, F.stream_id, F.worker,
-                   F.type, F.started_ms, 'ov', F.dispatched_ms)
+                   F.type, F.started_ms, 'ov', F.dispatched_ms, 'nh')
     started_ms, ov, dispatched_ms = r[7], r[8], r[9]
   elseif F == OWN_RUN then
     r = redis.call('HMGET', run_key, F.state, F.attempt, F.fence, F.stream_id, F.worker,
@@ -87,8 +97,17 @@ for i = 1, n do
   local fence_out, attempt_out = 0, attempt
   local live = state and r[4] == sid and (state == 'dispatched' or state == 'running')
   local owner = live and delivered_to(stream_key, group, sid)
+  local adopt = reclaimed == '2'
+  if adopt and owner and string.sub(owner, 1, #parked) == parked then
+    redis.call('XCLAIM', stream_key, group, worker, 0, sid, 'JUSTID')
+    owner = worker
+  end
+  -- Set aside under this very entry (park.lua) and never started since: no attempt was spent.
+  local set_aside = reclaimed ~= '0' and r[10] and string.sub(r[10], 1, #sid + 1) == sid .. ' '
   if not live then
     redis.call('XACK', stream_key, group, sid)
+  elseif adopt and owner ~= worker then
+    fence_out = 0  -- another worker with the handler took it first
   elseif owner ~= worker then
     fence_out = -1
     job_id = job_and_sched(run_id)
@@ -99,7 +118,7 @@ for i = 1, n do
                 .. (owner or 'nobody') .. ' now')
   elseif state == 'running' and run_worker == worker then
     fence_out = fence  -- the same call applied twice (client retry): nothing new happened
-  elseif state == 'dispatched' and reclaimed == '1'
+  elseif state == 'dispatched' and reclaimed ~= '0'
       and missed_start(redis.call('HGET', job_key, J.spec), run_id, r[2], dispatched_ms, now) then
     -- Never started, and too late now (startDeadlineSeconds): dead-lettered, never run late.
     job_id = job_and_sched(run_id)
@@ -107,11 +126,12 @@ for i = 1, n do
                 job_id, attempt, 'missed start deadline', jtype)
     redis.call('XACK', stream_key, group, sid)
   else
-    if state == 'running' or reclaimed == '1' then
+    if r[10] then redis.call('HDEL', run_key, 'nh') end
+    if state == 'running' or (reclaimed == '1' and not set_aside) then
       job_id, sched = job_and_sched(run_id)
       local err = 'worker ' .. run_worker .. ' stopped heartbeating'
       if state == 'dispatched' then err = 'its worker stopped before recording the start' end
-      if reclaimed ~= '1' then started_ms = redis.call('HGET', run_key, F.started_ms) end
+      if reclaimed == '0' then started_ms = redis.call('HGET', run_key, F.started_ms) end
       remember(job_key, hist_key, hlen, F == OWN_RUN, sid, {run = run_id, attempt = attempt,
                status = 'abandoned', worker = run_worker, sched_ms = tonumber(sched),
                started_ms = tonumber(started_ms), ended_ms = now, error = err})
@@ -131,7 +151,7 @@ for i = 1, n do
         state = nil
       end
     end
-    local js = state and (r[1] == 'running' or reclaimed == '1')
+    local js = state and (r[1] == 'running' or reclaimed ~= '0')
       and redis.call('HMGET', job_key, J.status, 'cancel')
     if js and (js[1] == 'cancelled' or js[2] == run_id) then
       -- the job was cancelled, or overlap cancelPrevious asked this run to stop

@@ -104,9 +104,17 @@ def test_jobs_add_warns_when_no_live_worker_handles_the_type_on_its_queue(
     asyncio.run(beat())
     known = run_main(redis_url, "jobs", "add", "--type", "known", "--run-at", LATER)
     assert known.returncode == 0 and known.stderr == "", known
-    for args, what in ((["--type", "knwon"], "'knwon' on queue 'default'"),
-                       (["--type", "known", "--queue", "other"], "'known' on queue 'other'")):
+    for args, what, then in (
+        (["--type", "knwon"], "'knwon' on queue 'default'",
+         "; the workers reading it set its runs aside unrun, and each run is dead-lettered if "
+         "none with that handler serves the queue within 600 s (their --handler-wait; start "
+         "one: rsched worker --app ... --queues default)"),
+        (["--type", "known", "--queue", "other"], "'known' on queue 'other'",
+         ", and none reads that queue: the job waits there until one starts (start one: "
+         "rsched worker --app ... --queues other)"),
+    ):
         res = run_main(redis_url, "jobs", "add", *args, "--run-at", LATER)
         assert res.returncode == 0, res  # scheduled all the same: a worker may come later
         assert res.stdout.strip()
-        assert res.stderr.startswith(f"warning: no live worker has a handler for job type {what}")
+        assert res.stderr == f"warning: no live worker has a handler for job type {what}{then}\n"
+

@@ -86,11 +86,14 @@ def test_dlq_list_takes_the_filters_purge_and_the_api_have(redis_url: str) -> No
     boom_id = ok(redis_url, "jobs", "add", "--type", "boom", "--max-attempts", "1").strip()
     bang_id = ok(redis_url, "jobs", "add", "--type", "bang", "--max-attempts", "1").strip()
 
-    async def run_once() -> None:
+    async def run_both() -> None:
         async with Rig(redis_url, app) as rig:
-            await rig.cycle()
+            for _ in range(50):  # until both are dead letters
+                await rig.cycle()
+                if len(as_json(redis_url, "dlq", "list")["deadLetters"]) == 2:
+                    return
 
-    asyncio.run(run_once())
+    asyncio.run(run_both())
 
     def listed(*flags: str) -> list[str]:
         return [d["jobId"] for d in as_json(redis_url, "dlq", "list", *flags)["deadLetters"]]

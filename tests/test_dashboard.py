@@ -499,3 +499,21 @@ def test_the_overview_shows_a_dead_worker_as_dead_and_flags_a_queue_no_live_work
         shot(page, "overview-dead-worker")
     finally:
         stack.client.r.hdel(keys.workers(), "ghost-worker")
+
+
+def test_the_overview_flags_a_job_type_no_live_worker_has_the_handler_for(
+    page: Any, stack: Stack
+) -> None:
+    """The worker sets the run aside unrun; the overview names its queue and type as the API's
+    status does, then drops them once the job is cancelled and its entry let go."""
+    job = stack.client.schedule("nobody-has-this")
+    want = [{"queue": "default", "type": "nobody-has-this", "runs": 1, "served": False}]
+    stack.wait("the run to be set aside",
+               lambda: stack.api.get("/status").json()["waitingForHandler"] == want)
+    page.wait_for_selector("[data-test=waiting-runs] >> text='1'")
+    row = "tr[data-waiting='default nobody-has-this']"
+    page.wait_for_selector(row)
+    assert [text(page, f"{row} td:nth-child({i})") for i in (1, 2, 3, 4)] == [
+        "default", "nobody-has-this", "1", "none live"]
+    shot(page, "overview-waiting-for-a-handler")
+    stack.client.cancel(job.id)

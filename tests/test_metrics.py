@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from helpers import all_jobs, overdue, run_engine, settings
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
+from redis.exceptions import ResponseError
 from redis_server import free_port
 from starlette.testclient import TestClient
 from test_api_e2e import Proc, wait_for
@@ -200,6 +201,30 @@ def test_the_cluster_view_shows_backlog_and_a_partition_without_owner(client: Cl
     assert waiting == {(("partition", str(p)),): client.r.xlen(keys.events(p))
                        for p in range(client.partitions)}
     assert values(fam["rsched_workers"]) == {(): 0}
+
+
+def test_the_cluster_view_counts_runs_waiting_for_a_handler_by_queue_and_type(
+    redis_url: str, client: Client
+) -> None:
+    job = client.schedule("unserved", queue="mq5")
+    app = App("serves-something-else")
+
+    @app.job("other")
+    def other(ctx: JobContext) -> None: ...
+
+    def set_aside() -> bool:
+        try:
+            pending = client.r.xpending_range(keys.stream(job.partition, "mq5"), keys.GROUP,
+                                              "-", "+", 10)
+        except ResponseError:  # NOGROUP: the worker has not joined the queue's group yet
+            return False
+        return [e["consumer"] for e in pending] == [keys.parked_consumer("unserved").encode()]
+
+    asyncio.run(run_engine(redis_url, app, set_aside, timeout_s=30,
+                           worker_kw={"queues": ["mq5"], "heartbeat_ms": 100}))
+    fam = families(metrics.render(client.run(op_cluster(client))).decode())
+    assert values(fam["rsched_runs_waiting_for_handler"]) == {
+        (("queue", "mq5"), ("served", "false"), ("type", "unserved")): 1}
 
 
 def test_the_cluster_view_adds_up_dead_letters_counters_and_live_workers_start_lag(

@@ -211,11 +211,12 @@ async def until_done(w: Worker, n: int) -> None:
 
 async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> None:
     """Schedule, lease, claim, start, heartbeat, complete (success, retry, dead letter, fenced),
-    reclaim, replay, delete_dead, trigger, update, pause, resume, cancel and release, on two
+    reclaim, a run set aside by a worker without its handler and taken by one with it (park),
+    replay, delete_dead, trigger, update, pause, resume, cancel and release, on two
     partitions."""
     app, gate = scenario_app()
     s = client.settings
-    ka, kb = keys_in_partition(PA, 2, "a"), keys_in_partition(PB, 2, "b")
+    ka, kb = keys_in_partition(PA, 3, "a"), keys_in_partition(PB, 2, "b")
     now = client.now_ms()
     jobs = all_jobs(client.schedule_many([
         JobSpec("ok", run_at=now - 1, idempotency_key=ka[0], start_deadline_ms=600_000),
@@ -232,6 +233,7 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
     wa = await scenario_worker(app, s, ar, "wa", (PA,))
     wb = await scenario_worker(app, s, ar, "wb", (PB,))
     w2 = await scenario_worker(app, s, ar, "w2", (PA, PB), visibility_ms=0, heartbeat_ms=0)
+    wx = await scenario_worker(App("bare"), s, ar, "wx", (PA,))  # no handlers at all
     try:
         owned = await leases.run_once()
         assert len(owned) == PARTITIONS
@@ -242,6 +244,14 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         await until_done(wb, 1)
         assert await wa.flush_once() + await wb.flush_once() == 3
         assert await wb.heartbeat_once() == 0
+
+        (aside,) = all_jobs(client.schedule_many([
+            JobSpec("ok", run_at=client.now_ms() - 1, idempotency_key=ka[2])]))
+        assert await wx.fetch_once(block_ms=1) == 0  # read, and set aside: not for wx
+        await wx.handback.settle()
+        assert await wa.adopt_once() == 1
+        await until_done(wa, 1)
+        assert await wa.flush_once() == 1
 
         assert (await claimer.run_once(owned)).dispatched == 1  # bad's retry
         assert await wa.fetch_once(block_ms=1) == 1
@@ -271,10 +281,12 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         # abandoned (cancelled)
         await leases.release_all()
     finally:
-        for w in (wa, wb, w2):  # each closes the shared client too: the scenario is done with it
+        for w in (wa, wb, w2, wx):  # each closes the shared client too: the scenario is over
             await w.close(wait_s=1)
 
     assert client.get_run(f"{ok.id}@{ok.next_ms}").result == "ok"
+    aside_run = client.get_run(f"{aside.id}@{aside.next_ms}")
+    assert (aside_run.result, aside_run.attempt, aside_run.worker) == ("ok", 1, "wa")
     long_run = client.get_run(f"{long.id}@{long.next_ms}")
     assert (long_run.state, long_run.result, long_run.fence) == (RunState.SUCCEEDED, "w2", 2)
     assert client.get_run(bad_run).state is RunState.DISPATCHED

@@ -367,9 +367,12 @@ def test_a_completed_one_off_job_and_its_run_expire_after_the_retention_dead_one
         assert client.get_run(run_id).state.value == state
 
 
-def test_a_job_type_without_a_handler_fails_with_a_clear_error_and_dead_letters_after_its_attempts(
+def test_a_run_without_a_handler_here_is_set_aside_unrun_then_dead_lettered_after_the_wait(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
+    """No attempt is spent on a worker without the handler: the run stays dispatched, pending
+    under the type's own consumer, until the handler wait has passed with no live worker
+    serving its type on its queue; then it is dead-lettered saying so (not UnknownJobType)."""
     app = App("billing")
 
     @app.job("invoice")
@@ -377,20 +380,68 @@ def test_a_job_type_without_a_handler_fails_with_a_clear_error_and_dead_letters_
 
     job = client.schedule("nobody-home", run_at=clock() - 1, max_attempts=2, backoff_base_ms=0)
     p, rid = job.partition, f"{job.id}@{job.next_ms}"
+    stream = keys.stream(p, "default")
 
     async def scenario() -> None:
-        async with Rig(redis_url, app, clock=clock) as rig:
-            await rig.cycle()
-            assert client.get_run(rid).state is RunState.RETRY_WAIT
-            clock.ms = max(clock(), retry_score(r, p, rid))
-            await rig.cycle()
+        async with Rig(redis_url, app, clock=clock, worker_kw={
+                "handler_wait_s": 3.0, "visibility_ms": 4000, "heartbeat_ms": 1000}) as rig:
+            await rig.claim()
+            assert await rig.worker.fetch_once(block_ms=100) == 0  # read, not started
+            await rig.worker.handback.settle()
+            assert await rig.worker.reclaim_once() == 0  # not idle long enough yet
+            run = client.get_run(rid)
+            assert (run.state, run.attempt) == (RunState.DISPATCHED, 1)
+            [entry] = r.xpending_range(stream, keys.GROUP, "-", "+", 10)
+            assert entry["consumer"] == keys.parked_consumer("nobody-home").encode()
+            assert "dead_lettered" not in stats(r, p)
+            await asyncio.sleep(3.2)  # the handler wait: XAUTOCLAIM takes it again by then
+            assert await rig.worker.reclaim_once() == 0
 
     asyncio.run(scenario())
     [dead] = client.dead_letters()
-    assert dead.id == rid and dead.attempt == 2
-    assert summary(dead.error) == ("UnknownJobType: no handler registered for job type "
-                                   "'nobody-home' in app 'billing' (registered: invoice)")
+    assert dead.id == rid and dead.attempt == 1
+    assert dead.error == "no live worker serves type nobody-home on queue default for 3 s"
     assert stats(r, p)["dead_lettered"] == 1
+    assert r.xpending(stream, keys.GROUP)["pending"] == 0
+
+
+def test_a_run_set_aside_and_reclaimed_by_a_worker_with_its_handler_keeps_its_attempt(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """A run set aside long enough to look idle is taken by the ordinary reclaim (XAUTOCLAIM)
+    of a worker that has the handler: no worker stopped before recording its start, so no
+    attempt is lost (start.lua reads the set-aside mark) and nothing is recorded abandoned."""
+    has = App("has")
+
+    @has.job("report")
+    async def report(ctx: JobContext) -> str:
+        return ctx.worker_id
+
+    job = client.schedule("report", run_at=clock() - 1, max_attempts=1)
+    rid = f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, App("lacks"), clock=clock, worker_id="wx") as rig:
+            await rig.claim()
+            assert await rig.worker.fetch_once(block_ms=100) == 0
+            await rig.worker.handback.settle()
+            wv = Worker(has, rig.settings, worker_id="wv", visibility_ms=0, heartbeat_ms=0)
+            rig.workers.append(wv)
+            await wv.setup()
+            assert await wv.reclaim_once() == 1
+            for _ in range(200):
+                if wv.reporter.done:
+                    break
+                await asyncio.sleep(0.01)
+            assert await wv.flush_once() == 1
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert (run.state, run.attempt, run.worker, run.result) == (
+        RunState.SUCCEEDED, 1, "wv", "wv")
+    assert [a.status for a in client.runs(job.id)] == ["succeeded"]
+    assert "abandoned" not in event_types(r, job.partition)
+    assert b"nh" not in r.hkeys(keys.job(job.partition, job.id))
 
 
 def test_a_job_keeps_only_its_most_recent_attempts_in_redis(

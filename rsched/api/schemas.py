@@ -416,6 +416,17 @@ SCHEMAS: dict[str, Any] = {
                                "unserved": {"type": "boolean", "description": "Runs wait in "
                                             "it and no live worker reads it."}},
             }},
+            "waitingForHandler": {
+                "type": "array",
+                "description": "Runs that workers without their job type's handler set aside "
+                               "on a queue, waiting for a worker that has it; served: a live "
+                               "worker with the handler reads the queue.",
+                "items": {
+                    "type": "object", "required": ["queue", "type", "runs", "served"],
+                    "properties": {"queue": {"type": "string"}, "type": {"type": "string"},
+                                   "runs": {"type": "integer"},
+                                   "served": {"type": "boolean"}},
+                }},
             "dueBacklog": {"type": "integer"}, "deadLetters": {"type": "integer"},
         },
     },

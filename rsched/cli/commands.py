@@ -62,9 +62,18 @@ def _render_status(s: Status) -> str:
     head = (f"{ms_to_iso(s.now_ms)}  due backlog {s.due_backlog}  dead letters "
             f"{s.dead_letters}  dispatchers {len(s.dispatchers)}  workers {live} live"
             + (f", {len(s.workers) - live} dead" if live < len(s.workers) else ""))
-    warnings = [f"warning: queue {q.queue!r} holds {q.length} runs and no live worker reads it "
-                f"(rsched worker --app ... --queues {q.queue})" for q in s.queues if q.unserved]
-    return "\n\n".join([head, parts, disp, work, queues, *warnings])
+    lacking = [w for w in s.waiting if not w.served]
+    if lacking:
+        head += "  WAITING FOR A HANDLER: " + ", ".join(
+            f"type {w.type} on queue {w.queue} ({w.runs} runs)" for w in lacking)
+    out = [head, parts, disp, work, queues]
+    if s.waiting:
+        out.append(table(["waiting for a handler: queue", "job type", "runs", "live worker"],
+                         [[w.queue, w.type, w.runs,
+                           "yes" if w.served else "NONE has the handler"] for w in s.waiting]))
+    out += [f"warning: queue {q.queue!r} holds {q.length} runs and no live worker reads it "
+            f"(rsched worker --app ... --queues {q.queue})" for q in s.queues if q.unserved]
+    return "\n\n".join(out)
 
 
 @click.command()

@@ -12,6 +12,7 @@ from rsched.cli.context import client_of
 from rsched.core import defaults
 from rsched.core.errors import Conflict, ValidationError, VersionMismatch
 from rsched.core.values import TOO_DEEP, VALUE_DEPTH
+from rsched.core.views import WorkerStatus
 from rsched.service import reads as query
 from rsched.service.inputs import spec_from_json
 from rsched.service.last_runs import LAST_RUN_FILTERS, op_last_runs
@@ -104,10 +105,23 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
         if isinstance(job, Exception):
             raise job
     show(job_json(job), as_json, lambda j: j["id"])
-    if not any(w.serves(job.type, job.queue) for w in c.run(op_workers(c))):
-        click.echo(f"warning: no live worker has a handler for job type {job.type!r} on queue "
-                   f"{job.queue!r}; the job waits until one starts (rsched worker --app ... "
-                   f"--queues {job.queue})", err=True)
+    workers = c.run(op_workers(c))
+    if not any(w.serves(job.type, job.queue) for w in workers):
+        click.echo(handler_warning(job.type, job.queue, workers), err=True)
+
+
+def handler_warning(job_type: str, queue: str, workers: list[WorkerStatus]) -> str:
+    """What happens to a job no live worker has the handler for, as the workers on its queue
+    will do it (docs/workers.md, "Job types and shared queues")."""
+    start = f"start one: rsched worker --app ... --queues {queue}"
+    waits = [w.handler_wait_ms or int(defaults.HANDLER_WAIT_S * 1000)
+             for w in workers if w.alive and queue in w.queues]
+    head = f"warning: no live worker has a handler for job type {job_type!r} on queue {queue!r}"
+    if not waits:
+        return f"{head}, and none reads that queue: the job waits there until one starts ({start})"
+    return (f"{head}; the workers reading it set its runs aside unrun, and each run is "
+            f"dead-lettered if none with that handler serves the queue within "
+            f"{min(waits) / 1000:g} s (their --handler-wait; {start})")
 
 
 def _render_job(j: dict[str, Any]) -> str:

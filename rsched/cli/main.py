@@ -121,6 +121,12 @@ def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[s
 @click.option("--start-after-ms", default=defaults.START_AFTER_MS, show_default=True,
               help="A run still going after this long gets its start recorded on its own; "
                    "quicker runs have it recorded with their outcome.")
+@click.option("--handler-wait", "handler_wait", default=defaults.HANDLER_WAIT_S,
+              show_default=True, envvar="RSCHED_HANDLER_WAIT_S",
+              type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a run waits for a live worker with its job type's handler on its "
+                   "queue (this one sets such runs aside) before it is dead-lettered "
+                   "(docs/workers.md).")
 @click.option("--id", "worker_id", default=None,
               help="Worker id (default host-pid); with --processes, ID-0, ID-1, ...")
 @click.option("--processes", default=defaults.PROCESSES, show_default=True,
@@ -134,7 +140,8 @@ def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[s
 @click.pass_context
 def worker(ctx: click.Context, app_specs: tuple[str, ...], queues: list[str], concurrency: int,
            visibility_ms: int, heartbeat_ms: int, grace: float, start_after_ms: int,
-           worker_id: str | None, processes: int = defaults.PROCESSES,
+           handler_wait: float, worker_id: str | None,
+           processes: int = defaults.PROCESSES,
            hung_after: float = defaults.HUNG_AFTER_S) -> None:
     """Run a worker for the handlers of APP."""
     sys.path.insert(0, ".")
@@ -150,7 +157,8 @@ def worker(ctx: click.Context, app_specs: tuple[str, ...], queues: list[str], co
     from rsched.engine.worker.worker import serve as serve_worker
     serve_worker(app, settings_of(ctx), alive_file=os.environ.get(ENV_ALIVE), queues=queues,
           concurrency=concurrency, worker_id=worker_id, visibility_ms=visibility_ms,
-          heartbeat_ms=heartbeat_ms, grace_s=grace, start_after_ms=start_after_ms)
+          heartbeat_ms=heartbeat_ms, grace_s=grace, start_after_ms=start_after_ms,
+          handler_wait_s=handler_wait)
 
 
 def worker_argvs(ctx: click.Context, processes: int, metrics_port: str | None) -> list[list[str]]:
@@ -171,7 +179,8 @@ def worker_argvs(ctx: click.Context, processes: int, metrics_port: str | None) -
     args = ["worker", *apps, "--queues", ",".join(p["queues"]),
             "--concurrency", str(p["concurrency"]), "--visibility-ms", str(p["visibility_ms"]),
             "--heartbeat-ms", str(p["heartbeat_ms"]), "--grace", str(p["grace"]),
-            "--start-after-ms", str(p["start_after_ms"]), "--processes", "1"]
+            "--start-after-ms", str(p["start_after_ms"]),
+            "--handler-wait", repr(p["handler_wait"]), "--processes", "1"]
     host, _, port = str(metrics_port or "").rpartition(":")
     if metrics_port and not port.isdigit():
         raise click.BadParameter(f"expected PORT or HOST:PORT, got {metrics_port!r}",

@@ -35,6 +35,14 @@ class StartFence(IntEnum):
     FENCED = -1  # the entry is delivered to another consumer now
 
 
+class ParkCode(IntEnum):
+    """park.lua, per entry: a run of a job type the worker has no handler for."""
+
+    PARKED = 1  # set aside for a worker that has its handler
+    DEAD_LETTERED = 2  # no live worker served its type on its queue for the handler wait
+    NOT_OURS = 0  # delivered to another consumer, or its run is finished or gone
+
+
 class HeartbeatCode(IntEnum):
     """heartbeat.lua, per run."""
 

@@ -66,6 +66,10 @@ RESTART_STABLE_S = 30.0  # a process that lived this long starts its backoff ove
 HUNG_AFTER_S = 30.0  # a worker process that gave no sign of life this long is killed (restarted)
 START_TRIES = 5  # worker processes dying before they ever started: the supervisor gives up
 ALIVE_EVERY_S = 1.0  # how often a supervised worker process shows it is alive
+# Job types and shared queues (docs/workers.md): a worker without a run's handler sets the run
+# aside for one that has it; a run no live worker serves is dead-lettered after this long.
+HANDLER_WAIT_S = 600.0
+ADOPT_POLL_S = 0.25  # how often a worker looks for runs set aside for its handlers
 
 # HTTP API (rsched api, rsched dev).
 API_HOST = "127.0.0.1"  # local only unless asked: the API schedules and cancels work

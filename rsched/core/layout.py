@@ -5,7 +5,8 @@ Every job stores them, so they are one or two characters: a name takes its lengt
 bytes of a job hash's listpack, and a million jobs' hashes fall a jemalloc size class or two
 (docs/performance-history.md).  Code says the long names; only Redis sees the short ones.  Job-hash
 fields not listed here (version, gap, runs, fails, active, buffered, cancel, ov, paused_* and
-resumed_*, h:<stream id>:<attempt>) are rare and keep their names.
+resumed_*, h:<stream id>:<attempt>, nh: an own run set aside for want of a handler, lua/park.lua)
+are rare and keep their names.
 
 Values left out when they hold their default (readers fill it in): ``max_attempts``
 (defaults.MAX_ATTEMPTS), ``queue`` (defaults.QUEUE), ``status`` 'scheduled', ``last_run_id``

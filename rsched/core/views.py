@@ -48,6 +48,7 @@ class WorkerStatus:
     alive: bool  # heard from within WORKER_DEAD_AFTER_BEATS of its heartbeats
     types: tuple[str, ...] = ()  # job types it has handlers for
     dead_since_ms: int | None = None  # not alive: when its heartbeats stopped counting
+    handler_wait_ms: int | None = None  # how long it lets runs it has no handler for wait
 
     def serves(self, job_type: str, queue: str) -> bool:
         """Alive, reading ``queue``, with a handler for ``job_type``."""
@@ -94,6 +95,17 @@ class QueueDepth:
 
 
 @dataclass(frozen=True, slots=True)
+class HandlerWait:
+    """Runs of a job type on a queue that workers without its handler set aside, waiting for
+    one that has it (docs/workers.md, "Job types and shared queues")."""
+
+    queue: str
+    type: str
+    runs: int
+    served: bool  # a live worker with the handler reads the queue: it takes them soon
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """GET /status and `rsched status`: one reading of every partition, member and queue."""
 
@@ -102,6 +114,7 @@ class Status:
     dispatchers: tuple[DispatcherStatus, ...]
     workers: tuple[WorkerStatus, ...]
     queues: tuple[QueueDepth, ...]  # by name
+    waiting: tuple[HandlerWait, ...] = ()  # by queue and type
 
     @property
     def due_backlog(self) -> int:

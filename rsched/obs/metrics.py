@@ -303,6 +303,13 @@ def _queue_and_member_families(c: Cluster) -> Iterator[Metric]:
         for q in s.queues:
             qfam.add_metric([q.queue], getattr(q, attr))
         yield qfam
+    waiting = GaugeMetricFamily(
+        "rsched_runs_waiting_for_handler", "Runs that workers without their job type's handler "
+        "set aside, waiting for one that has it; served: a live worker with the handler reads "
+        "the queue (docs/workers.md)", labels=["queue", "type", "served"])
+    for hw in s.waiting:
+        waiting.add_metric([hw.queue, hw.type, "true" if hw.served else "false"], hw.runs)
+    yield waiting
     yield GaugeMetricFamily("rsched_dispatchers", "Registered dispatchers",
                             value=len(s.dispatchers))
     workers = [w for w in s.workers if w.alive]

@@ -84,6 +84,12 @@ def workers() -> str:
     return f"{PREFIX}:workers"
 
 
+def parked() -> str:
+    """HASH: JSON [queue, job type] -> how many times a worker lacking the type set runs of it
+    aside (monotonic): a worker with the handler looks for them when the count moves."""
+    return f"{PREFIX}:parked"
+
+
 def wake_channel() -> str:
     """PUB/SUB channel: payload is a partition number whose earliest due time moved earlier."""
     return f"{PREFIX}:wake"
@@ -171,6 +177,17 @@ def history(p: int, job_id: str) -> str:
 
 GROUP = "workers"
 """Consumer group every worker reads the queue streams through."""
+
+PARKED_CONSUMER = "nohandler:"
+"""Prefix of the consumer (in GROUP) that holds the runs of one job type set aside by workers
+without its handler (``parked_consumer``); no worker id starts with it."""
+
+
+def parked_consumer(job_type: str) -> str:
+    """The consumer name runs of ``job_type`` wait under until a worker with its handler
+    takes them (lua/park.lua, lua/start.lua)."""
+    return PARKED_CONSUMER + job_type
+
 
 EVENTS_GROUP = "archivers"
 """Consumer group the archiver reads the events streams through."""

@@ -28,7 +28,7 @@ _INCLUDE = re.compile(r"^--!include (\w+)\s*$", re.M)
 
 NAMES = (
     "schedule", "lease", "claim", "start", "heartbeat", "complete",
-    "pause", "resume", "cancel", "replay", "trigger", "update", "delete_dead", "expire",
+    "pause", "resume", "cancel", "replay", "trigger", "update", "delete_dead", "expire", "park",
     "backfill",
 )
 

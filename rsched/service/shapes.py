@@ -209,6 +209,8 @@ def status_json(s: Status) -> dict[str, Any]:
         "workers": [_worker_json(w) for w in s.workers],
         "queues": [{"queue": q.queue, "length": q.length, "pending": q.pending,
                     "liveWorkers": q.live_workers, "unserved": q.unserved} for q in s.queues],
+        "waitingForHandler": [{"queue": w.queue, "type": w.type, "runs": w.runs,
+                               "served": w.served} for w in s.waiting],
         "dueBacklog": s.due_backlog,
         "deadLetters": s.dead_letters,
     }

@@ -13,6 +13,7 @@ from rsched.core.views import (
     LAG_BUCKETS_S,
     Cluster,
     DispatcherStatus,
+    HandlerWait,
     PartitionCounters,
     PartitionStatus,
     QueueDepth,
@@ -46,7 +47,8 @@ def _partition_cmds(p: int, now: int) -> list[tuple[str, tuple[Any, ...], dict[s
 
 
 def op_status(svc: Service) -> Op[Status]:
-    """Partitions, dispatchers, workers, queues and dead letters in two pipelined round trips."""
+    """Partitions, dispatchers, workers, queues, runs waiting for a handler and dead letters
+    in two pipelined round trips."""
     P = yield from svc.op_partitions()
     now = yield from svc.op_now()
     cmds = [cmd("zrange", keys.dispatchers(), 0, -1, withscores=True),
@@ -75,23 +77,43 @@ def op_status(svc: Service) -> Op[Status]:
         ))
         streams += [(_s(q), keys.stream(p, _s(q))) for q in sorted(queues)]
     depth = yield Commands(
-        [c for _, s in streams for c in (cmd("xlen", s), cmd("xpending", s, keys.GROUP))],
+        [c for _, s in streams for c in (cmd("xlen", s), cmd("xpending", s, keys.GROUP),
+                                          cmd("xinfo_consumers", s, keys.GROUP))],
         raise_on_error=False,
     )
     workers = _workers(res[1], now)
     totals: dict[str, list[int]] = {}
+    aside: dict[tuple[str, str], int] = {}
     for i, (q, _) in enumerate(streams):
-        length, pending = depth[2 * i], depth[2 * i + 1]
+        length, pending, consumers = depth[3 * i: 3 * i + 3]
         agg = totals.setdefault(q, [0, 0])
         agg[0] += length if isinstance(length, int) else 0
         agg[1] += int(pending["pending"]) if isinstance(pending, dict) else 0
+        for name, n in _set_aside(consumers):
+            aside[(q, name)] = aside.get((q, name), 0) + n
+    workers = _workers(res[1], now)
     return Status(
         now_ms=now, partitions=tuple(partitions),
         dispatchers=tuple(DispatcherStatus(d, exp, tuple(held[d])) for d, exp in members.items()),
         workers=tuple(workers),
         queues=tuple(QueueDepth(q, n, pend, sum(w.alive and q in w.queues for w in workers))
                      for q, (n, pend) in sorted(totals.items())),
+        waiting=tuple(HandlerWait(q, t, n, any(w.serves(t, q) for w in workers))
+                      for (q, t), n in sorted(aside.items())),
     )
+
+
+def _set_aside(consumers: Any) -> list[tuple[str, int]]:
+    """(job type, runs) held by the consumers of runs set aside for want of a handler
+    (lua/park.lua), from a stream's XINFO CONSUMERS."""
+    if not isinstance(consumers, list):
+        return []
+    out = []
+    for c in consumers:
+        name, n = _s(c.get("name", b"")), int(c.get("pending") or 0)
+        if name.startswith(keys.PARKED_CONSUMER) and n:
+            out.append((name[len(keys.PARKED_CONSUMER):], n))
+    return out
 
 
 def _workers(raw: dict[bytes, bytes], now: int) -> list[WorkerStatus]:
@@ -111,6 +133,7 @@ def _workers(raw: dict[bytes, bytes], now: int) -> list[WorkerStatus]:
             last_heartbeat_ms=beat, alive=alive,
             types=tuple(str(t) for t in rec.get("types") or []),
             dead_since_ms=None if alive else dead_at,
+            handler_wait_ms=int(rec["handler_wait_ms"]) if rec.get("handler_wait_ms") else None,
         ))
     return out
 

@@ -53,10 +53,11 @@ export function overview(main) {
   const parts = el("section", { class: "panel" }, el("h3", {}, "Partitions"), el("p", { class: "muted" }, "Loading…"));
   const workers = el("section", { class: "panel" }, el("h3", {}, "Workers"), el("p", { class: "muted" }, "Loading…"));
   const queues = el("section", { class: "panel" }, el("h3", {}, "Queues"), el("p", { class: "muted" }, "Loading…"));
+  const waiting = el("section", { class: "panel", hidden: true, "data-test": "waiting-for-handler" });
   const error = el("p", { class: "error", hidden: true });
   clear(main).append(el("h1", {}, "Overview"), error, cards,
     el("div", { class: "charts" }, charts.map((c) => c.box)),
-    el("div", { class: "two" }, parts, el("div", {}, workers, queues)));
+    el("div", { class: "two" }, parts, el("div", {}, workers, waiting, queues)));
 
   function renderStatus(st) {
     const owned = st.partitions.filter((p) => p.owner).length;
@@ -74,6 +75,26 @@ export function overview(main) {
       card("Partitions owned", `${owned} / ${st.partitions.length}`,
         { warn: owned < st.partitions.length, test: "partitions-owned" }),
     );
+    // Runs set aside by workers without their type's handler (docs/workers.md): flagged when no
+    // live worker has the handler, since they are then dead-lettered after the handler wait.
+    const waits = st.waitingForHandler || [];
+    const unserved = waits.filter((w) => !w.served);
+    if (unserved.length) {
+      cards.append(card("Waiting for a handler", unserved.reduce((s, w) => s + w.runs, 0),
+        { warn: true, test: "waiting-runs" }));
+    }
+    waiting.hidden = !waits.length;
+    if (waits.length) {
+      clear(waiting).append(el("h3", {}, "Waiting for a handler"),
+        el("p", { class: "muted" }, "Runs that workers without their job type's handler set aside, "
+          + "unrun. With no live worker that has the handler, each is dead-lettered after the "
+          + "workers' handler wait."),
+        table(["Queue", "Job type", "Runs", "Worker with the handler"],
+          waits.map((w) => el("tr", { class: w.served ? "" : "bad", "data-waiting": `${w.queue} ${w.type}` },
+            el("td", {}, w.queue), el("td", { class: "mono" }, w.type),
+            el("td", { class: "num" }, w.runs),
+            el("td", {}, w.served ? "live, taking them" : "none live")))));
+    }
     const now = new Date(st.now).getTime();
     clear(parts).append(el("h3", {}, `Partitions (${st.partitions.length})`), table(
       ["#", "Dispatcher", "Lease", "Fence", "Due", "Retry", "Oldest due", "Dead"],

@@ -15,9 +15,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsched.core import defaults
-from rsched.core.wire import ENTRY_ATTEMPT, ENTRY_DUE, ENTRY_RUN
+from rsched.core.wire import ENTRY_ATTEMPT, ENTRY_DUE, ENTRY_RUN, ENTRY_TYPE
 from rsched.engine.worker._link import Link
 from rsched.engine.worker._link import as_str as _s
+from rsched.engine.worker.handback import Handback
 from rsched.engine.worker.inflight import STARTED, Entry, Inflight, Runs, inflight
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
@@ -72,6 +73,8 @@ class Intake:
     reporter: Reporter
     metrics: RunMetrics
     visibility_ms: int
+    handback: Handback  # runs of types without a handler here go there, never to the runner
+    served: frozenset[bytes]  # the job types this worker has handlers for, as entries hold them
     _cursors: dict[str, str] = field(default_factory=dict)  # XAUTOCLAIM's cursor per stream
     _busy: list[str] = field(default_factory=list)  # streams the last full read found entries in
     _turn: int = 0  # where the next focused read starts among them
@@ -217,12 +220,17 @@ class Intake:
         return self._launch(self._took(plan, resps, raw=True))
 
     def _launch(self, entries: list[Entry]) -> int:
-        """Run fresh entries at once; their start is recorded later (see the reporter)."""
+        """Run fresh entries at once; their start is recorded later (see the reporter).  Those
+        of types without a handler here are set aside for a worker that has one (handback)."""
         now_s, now, lag = time.time(), time.perf_counter(), self.metrics.lag
         streams, by_id, run = self.link.streams, self.runs.by_id, self.runner.run
         started: dict[tuple[str, str], int] = defaultdict(int)
-        started_in = self.metrics.started_in
+        started_in, served = self.metrics.started_in, self.served
+        foreign: list[Entry] = []
         for s, eid, f in entries:
+            if f[ENTRY_TYPE] not in served:
+                foreign.append((s, eid, f))
+                continue
             p, queue = streams[s]
             rid = f[ENTRY_RUN].decode()
             if rid in by_id:  # delivered again while still running here
@@ -237,7 +245,9 @@ class Intake:
             run(fl, f)
         for (jtype, queue), n in started.items():
             self.metrics.count("started", jtype, queue, n)
-        return len(entries)
+        if foreign:
+            self.handback.later(foreign)
+        return len(entries) - len(foreign)
 
     async def reclaim_once(self) -> int:
         """Take over entries idle longer than the visibility timeout (their worker is gone)."""
@@ -256,12 +266,30 @@ class Intake:
             self._cursors[s] = _s(res[0])
             entries += [(s, _s(eid), f) for eid, f in res[1] if f]
         entries = [e for e in entries if _s(e[2][ENTRY_RUN]) not in self.runs]
+        foreign = [e for e in entries if e[2][ENTRY_TYPE] not in self.served]
+        if foreign:
+            entries = [e for e in entries if e[2][ENTRY_TYPE] in self.served]
+            await self.handback.park(foreign)
         if entries:
             log.info("reclaiming %d idle runs", len(entries))
         return await self._start_reclaimed(entries)
 
-    async def _start_reclaimed(self, entries: list[Entry]) -> int:
-        """Reclaimed entries: take a new fencing token first, then run."""
+    async def adopt_once(self) -> int:
+        """Start runs of our types that workers without their handler set aside."""
+        free = self.runs.free()
+        if free <= 0:
+            return 0
+        try:
+            found = await self.handback.find(free)
+        except (RedisConnectionError, RedisTimeoutError):
+            return 0  # Redis is away: the fetch loop says so, not this loop four times a second
+        entries = [e for e in found if _s(e[2][ENTRY_RUN]) not in self.runs]
+        if entries:
+            log.info("taking %d runs set aside by workers without their handler", len(entries))
+        return await self._start_reclaimed(entries, adopted=True)
+
+    async def _start_reclaimed(self, entries: list[Entry], adopted: bool = False) -> int:
+        """Reclaimed (or adopted) entries: take a new fencing token first, then run."""
         if not entries:
             return 0
         now = time.perf_counter()
@@ -269,12 +297,15 @@ class Intake:
         for s, eid, f in entries:
             p, queue = self.link.streams[s]
             fls.append(inflight(p, s, queue, eid, _s(f[ENTRY_RUN]), f, 0, now))
-        await self.reporter.record_starts(fls, reclaimed=True)
+        await self.reporter.record_starts(fls, reclaimed=not adopted, adopted=adopted)
         started = 0
         for fl, (_, _, f) in zip(fls, entries, strict=True):
             if fl.phase is STARTED and fl.run_id not in self.runs:
                 self.metrics.count("started", fl.type, fl.queue)
-                self.metrics.count("reclaimed", fl.type, fl.queue)
+                if not adopted:
+                    self.metrics.count("reclaimed", fl.type, fl.queue)
+                elif fl.attempt == 1:  # its wait to be set aside and taken counts as start lag
+                    self.metrics.lag.observe(fl.queue, time.time() - fl.sched_ms / 1000)
                 self.metrics.started_in[fl.partition] += 1
                 self.runner.run(fl, f)
                 started += 1

@@ -40,6 +40,7 @@ class Membership:
     queues: list[str]
     concurrency: int
     types: list[str]  # the job types it has handlers for, so the CLI can warn of a missing one
+    handler_wait_ms: int  # how long runs of a type no live worker serves wait (the CLI says it)
     heartbeat_ms: int = defaults.HEARTBEAT_MS  # in its record: readers judge its silence by it
     started_added: dict[int, int] = field(default_factory=dict)  # started_in, as added to Redis
 
@@ -98,6 +99,7 @@ class Membership:
             "host": socket.gethostname(), "beat_ms": int(time.time() * 1000),
             "concurrency": self.concurrency, "types": self.types,
             "heartbeat_ms": self.heartbeat_ms,
+            "handler_wait_ms": self.handler_wait_ms,
             "metrics": self.metrics.heartbeat(),
         }))
         now = dict(self.metrics.started_in)

@@ -87,13 +87,16 @@ class Reporter:
             await self.record_starts(due)
         return len(due)
 
-    async def record_starts(self, fls: list[Inflight], reclaimed: bool = False) -> None:
+    async def record_starts(self, fls: list[Inflight], reclaimed: bool = False,
+                            adopted: bool = False) -> None:
         """One start script per partition; moves each run to STARTED (with its token) or
-        NOT_OURS, or back to NOT_STARTED if its partition's script failed."""
+        NOT_OURS, or back to NOT_STARTED if its partition's script failed.  ``reclaimed``: taken
+        by XAUTOCLAIM; ``adopted``: taken from the runs of its type set aside (lua/park.lua)."""
         by_part: dict[int, list[Inflight]] = defaultdict(list)
         for fl in fls:
             by_part[fl.partition].append(fl)
-        calls = self._start_calls(by_part, reclaimed)
+        calls = self._start_calls(by_part, 2 if adopted else int(reclaimed))
+        reclaimed = reclaimed or adopted
         try:
             results = await self.link.call_many(self.link.r, calls)
         finally:
@@ -108,18 +111,19 @@ class Reporter:
         if self.done:
             self.wake.set()  # outcomes held back while their start was under way
 
-    def _start_calls(self, by_part: dict[int, list[Inflight]], reclaimed: bool
+    def _start_calls(self, by_part: dict[int, list[Inflight]], mode: int
                      ) -> list[scripts.Call]:
-        """start.lua's calls (its header has the layout); marks each run STARTING."""
+        """start.lua's calls (its header has the layout; ``mode``: its 'reclaimed' value);
+        marks each run STARTING."""
         s, now = self.settings, time.perf_counter()
         calls: list[scripts.Call] = []
         for p, items in by_part.items():
             ks = [keys.events(p), keys.stats(p), keys.dead(p), keys.retry(p)]
             args: list[Any] = [self.link.id, 0, s.events_maxlen, keys.GROUP, len(items),
-                               s.history_len]
+                               s.history_len, keys.PARKED_CONSUMER]
             for fl in items:
                 ks += [fl.run_key, fl.job_key, fl.stream, keys.history(p, fl.job_id)]
-                args += [fl.run_id, fl.entry_id, int((now - fl.t0) * 1000), int(reclaimed)]
+                args += [fl.run_id, fl.entry_id, int((now - fl.t0) * 1000), mode]
                 fl.phase = STARTING
             calls.append(("start", ks, args))
         return calls

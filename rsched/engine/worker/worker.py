@@ -32,6 +32,7 @@ from rsched.core.settings import Settings
 from rsched.engine import aio
 from rsched.engine._calls import CallMany
 from rsched.engine.worker._link import Link
+from rsched.engine.worker.handback import Handback
 from rsched.engine.worker.inflight import Outcome, Runs
 from rsched.engine.worker.intake import Intake
 from rsched.engine.worker.loops import FLUSHES_IN_FLIGHT, Every, Flusher
@@ -54,6 +55,7 @@ log = logging.getLogger("rsched.worker")
 
 FLUSH_WAIT_S = 5  # at shutdown, how long the last reports may take
 PRUNE_EVERY_S = 300
+ADOPT_BUSY_S = 0.005  # runs set aside for us wait, and no slot is free: look again this soon
 
 
 class Worker:
@@ -73,6 +75,7 @@ class Worker:
         threads: int | None = None,
         flush_ms: float = defaults.FLUSH_MS,
         start_after_ms: int = defaults.START_AFTER_MS,
+        handler_wait_s: float = defaults.HANDLER_WAIT_S,
         call_many: CallMany = scripts.acall_many,
     ) -> None:
         if heartbeat_ms * 2 > visibility_ms:
@@ -87,6 +90,11 @@ class Worker:
             # Heartbeats record every pending start first, so a start lands within
             # heartbeat_ms, well before the entry can look idle to other workers.
             raise ValidationError("startAfterMs", "must be 0 or more")
+        if not handler_wait_s > 0:
+            raise ValidationError("handlerWait", "must be more than 0 seconds")
+        if worker_id is not None and worker_id.startswith(keys.PARKED_CONSUMER):
+            raise ValidationError("id", f"must not start with {keys.PARKED_CONSUMER!r}: that "
+                                  "names the runs set aside for a job type")
         self.app = app
         self.settings = settings
         self.queues = list(queues)
@@ -111,11 +119,16 @@ class Worker:
                                  start_after_ms)
         self.runner = Runner(app, self.id, self.runs, self.reporter, self.metrics, self._slot,
                              concurrency, threads)
+        self.handback = Handback(self.link, settings, self.metrics, self.queues,
+                                 frozenset(app.handlers), int(handler_wait_s * 1000),
+                                 visibility_ms)
         self.intake = Intake(self.link, self.runs, self.runner, self.reporter, self.metrics,
-                             visibility_ms)
+                             visibility_ms, self.handback,
+                             frozenset(t.encode() for t in app.handlers))
         self.membership = Membership(self.link, settings, self.runs, self.reporter,
                                      self.metrics, self.queues, concurrency,
-                                     sorted(app.handlers), heartbeat_ms)
+                                     sorted(app.handlers), self.handback.wait_ms,
+                                     heartbeat_ms)
         self.flusher = Flusher(self.reporter, self.runner, flush_ms)
 
     # --- what other code and tests see ---------------------------------------------------------
@@ -149,6 +162,9 @@ class Worker:
 
     async def reclaim_once(self) -> int:
         return await self.intake.reclaim_once()
+
+    async def adopt_once(self) -> int:
+        return await self.intake.adopt_once()
 
     async def start_once(self, min_age_ms: int | None = None) -> int:
         return await self.reporter.start_once(min_age_ms)
@@ -194,6 +210,7 @@ class Worker:
             asyncio.create_task(Every(self.reclaim_once,
                                       max(self.visibility_ms / 4000, 0.1)).run(stop)),
             asyncio.create_task(Every(self.prune_consumers_once, PRUNE_EVERY_S).run(stop)),
+            asyncio.create_task(self._adopt_loop(stop)),
         ]
         groups = same_slot_groups(self.link.r, self.link.streams)
         # One fetch loop (one Redis): reads may go with reports (Intake.plan_with_report).
@@ -205,6 +222,7 @@ class Worker:
             self.reporter.tail = None
             for t in fetching:
                 t.cancel()
+            await self.handback.settle()
             await self.runner.drain(self.grace_s)
             self.reporter.wake.set()
             try:
@@ -259,6 +277,25 @@ class Worker:
                 log.warning("fetch: %s", e)
                 self.outage.down(e, logged=True)
                 await asyncio.sleep(0.5)
+
+    async def _adopt_loop(self, stop: asyncio.Event) -> None:
+        """Take runs other workers set aside for our handlers: every ADOPT_POLL_S, or at once
+        again while some are known to be left (a busy shared queue sets many aside)."""
+        while not stop.is_set():
+            took = 0
+            try:
+                took = await self.adopt_once()
+            except Exception as e:  # noqa: BLE001 - a loop must survive Redis hiccups
+                log.warning("taking runs set aside: %s", e)
+            pause = defaults.ADOPT_POLL_S
+            if self.handback.more() and self.runs.free() <= 0:
+                pause = ADOPT_BUSY_S  # no free slot: look again soon, without Redis until then
+            elif self.handback.more() and took:
+                pause = 0
+            try:
+                await asyncio.wait_for(stop.wait(), pause)
+            except TimeoutError:
+                pass
 
     async def close(self, wait_s: float = 2.0) -> None:
         """Let go of what the worker holds: handlers still running are cancelled (waiting up to
