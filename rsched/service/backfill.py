@@ -33,8 +33,8 @@ _POLICY = {Overlap.ALLOW: "", Overlap.SKIP: "s", Overlap.BUFFER_ONE: "b",
 
 @dataclass(slots=True)
 class Backfill:
-    """What a backfill found: every occurrence in the range, and (unless a dry run) what became
-    of each, by nominal ms."""
+    """What a backfill found: every occurrence in the range and what became of each (a dry
+    run: what would), by nominal ms."""
 
     job_id: str
     from_ms: int
@@ -91,7 +91,8 @@ def _check_records(svc: Service, created_ms: int, times: list[int], now_ms: int)
 def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
                 dry_run: bool = False) -> Op[Backfill]:
     """Run each occurrence of the job's schedule in [from_ms, to_ms) that has no run yet, in
-    one round trip of chunked script calls; with ``dry_run``, only list the times."""
+    one round trip of chunked script calls.  With ``dry_run``, backfill.lua decides each
+    occurrence the same way and writes nothing: the answer says what a backfill would do now."""
     now = yield from svc.op_now()
     check_range(from_ms, to_ms, now)
     job = yield from op_get(job_id)
@@ -104,14 +105,17 @@ def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
     hi = min(to_ms, life.end_at_ms + 1) if life.end_at_ms else to_ms
     times = occurrences(job.cron, job.tz, lo, hi) if lo < hi else []
     out = Backfill(job_id, from_ms, to_ms, dry_run, times)
-    if dry_run:
-        return out
     _check_records(svc, job.created_ms, times, now)
-    results = yield Scripts(_calls(svc, job_id, _POLICY[job.overlap], times), durable=True)
+    if not times:
+        return out
+    # A dry run is one call: each chunk's decisions depend on the active run the previous
+    # chunk's would have set (overlap policies), and a dry chunk sets none.
+    size = len(times) if dry_run else defaults.BACKFILL_CHUNK
+    chunks = [times[c : c + size] for c in range(0, len(times), size)]
+    results = yield Scripts(_calls(svc, job_id, _POLICY[job.overlap], chunks, dry_run),
+                            durable=not dry_run)
     by_code = {BackfillRun.QUEUED: out.queued, BackfillRun.EXISTS: out.existing,
                BackfillRun.SKIPPED: out.skipped, BackfillRun.BUFFERED: out.buffered}
-    chunks = (times[c : c + defaults.BACKFILL_CHUNK]
-              for c in range(0, len(times), defaults.BACKFILL_CHUNK))
     for chunk, res in zip(chunks, results, strict=True):
         if isinstance(res, Exception):
             raise res
@@ -122,19 +126,18 @@ def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
             raise Conflict("status", f"cannot backfill a job that is {status.decode()}")
         for t, c in zip(chunk, res[2:], strict=True):
             by_code[BackfillRun(int(c))].append(t)
-    if out.queued:
+    if out.queued and not dry_run:
         yield from op_wake([partition_of(job_id)])
     return out
 
 
-def _calls(svc: Service, job_id: str, policy: str,
-           times: list[int]) -> Iterator[scripts.Call]:
-    """One backfill.lua call per BACKFILL_CHUNK occurrences (bounded arguments, short pauses
-    of Redis), all sent in one pipeline."""
+def _calls(svc: Service, job_id: str, policy: str, chunks: list[list[int]],
+           dry_run: bool) -> Iterator[scripts.Call]:
+    """One backfill.lua call per chunk of occurrences (bounded arguments, short pauses of
+    Redis), all sent in one pipeline."""
     p = partition_of(job_id)
     head = [keys.job(p, job_id), keys.retry(p), keys.events(p)]
-    for c in range(0, len(times), defaults.BACKFILL_CHUNK):
-        chunk = times[c : c + defaults.BACKFILL_CHUNK]
+    for chunk in chunks:
         args: list[Any] = [job_id, 0, svc.settings.events_maxlen, svc.settings.run_ttl_ms,
-                           policy, len(chunk), *chunk]
+                           policy, "1" if dry_run else "0", len(chunk), *chunk]
         yield ("backfill", head + [keys.run(p, make_run_id(job_id, t)) for t in chunk], args)
