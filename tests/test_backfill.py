@@ -281,7 +281,7 @@ def test_the_cli_backfills_and_names_its_flags(redis_url: str, client: Client) -
         f"{ms_to_iso(now - 2 * S)}  would be skipped by overlap",
         f"{ms_to_iso(now - S)}  would be skipped by overlap",
         f"3 occurrence(s) in [{rng[1]}, {rng[3]}): 0 would be queued, 1 already ran, "
-        "2 would be skipped by overlap",
+        "2 skipped by overlap",
         "dry run: nothing written; run it without --dry-run to do it"]
     dry_json = json.loads(CliRunner().invoke(cli, [*base, *rng, "--dry-run", "--json"],
                                              catch_exceptions=False).stdout)

@@ -236,7 +236,8 @@ def jobs_backfill(ctx: click.Context, job_id: str, start: str, end: str, dry_run
     show(res, as_json, _render_backfill)
 
 
-# What a backfill does with an occurrence, by the answer's list (a dry run: would do).
+# What a backfill does with an occurrence, by the answer's list: in the counts, and on a dry
+# run's line per time.
 _FATE = {"queued": ("queued", "would be queued"), "alreadyRun": ("already ran", "already ran"),
          "skipped": ("skipped by overlap", "would be skipped by overlap"),
          "buffered": ("buffered by overlap", "would be buffered by overlap")}
@@ -246,8 +247,10 @@ def _backfill_counts(b: dict[str, Any]) -> str:
     """'N queued, M already ran[, K skipped by overlap][, B buffered by overlap]' (a dry run:
     'N would be queued, ...')."""
     n = b["counts"]
-    return ", ".join(f"{n[k]} {_FATE[k][b['dryRun']]}" for k in _FATE
-                     if n[k] or k in ("queued", "alreadyRun"))
+    words = {k: v[0] for k, v in _FATE.items()}
+    if b["dryRun"]:
+        words["queued"] = _FATE["queued"][1]
+    return ", ".join(f"{n[k]} {words[k]}" for k in _FATE if n[k] or k in ("queued", "alreadyRun"))
 
 
 def _render_backfill(b: dict[str, Any]) -> str:
