@@ -292,10 +292,12 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"sampleSeconds": {"type": "number"}, "samples": {"type": "array", "items": {
             "type": "object", "required": ["t", "started", "succeeded", "failed", "lag", "due",
                                            "retry", "oldest"],
-            "description": "Cumulative counters at t (ms since the epoch): rates are the "
-                           "differences of consecutive samples; lag is [upper bound in "
-                           "seconds (null: +Inf), cumulative count] per start-lag bucket.",
-            "properties": {"t": {"type": "integer"}, "started": {"type": "number"},
+            "description": "Cumulative counters of the bucket starting at t (ms since the "
+                           "epoch), read at at: rates are the differences of consecutive "
+                           "samples over their at; lag is [upper bound in seconds (null: "
+                           "+Inf), cumulative count] per start-lag bucket.",
+            "properties": {"t": {"type": "integer"}, "at": {"type": "integer"},
+                           "started": {"type": "number"},
                            "succeeded": {"type": "number"}, "failed": {"type": "number"},
                            "lag": {"type": "array", "items": {"type": "array"}},
                            "due": {"type": "integer"}, "retry": {"type": "integer"},
