@@ -5,6 +5,7 @@ checked against what the HTTP API answers.  Screenshots go to tests/artifacts/."
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -123,12 +124,16 @@ def shot(page: Any, name: str) -> None:
 
 
 @contextmanager
-def signed_in(browser: Any, base: str, key: str) -> Iterator[Any]:
-    """A page of a browser context of its own, opened at ``base``'s dashboard with ``key``."""
+def signed_in(browser: Any, base: str, key: str,
+              route: tuple[str, Any] | None = None) -> Iterator[Any]:
+    """A page of a browser context of its own, opened at ``base``'s dashboard with ``key``;
+    ``route`` (a URL pattern and its handler) is in place before the first request."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
         p = context.new_page()
         p.set_default_timeout(UI_TIMEOUT_MS)
+        if route:
+            p.route(*route)
         p.goto(f"{base}/ui/#key={key}")
         yield p
     finally:
@@ -416,6 +421,44 @@ def test_the_overview_charts_show_the_stored_history_at_first_load_then_go_on_li
         context.close()
 
 
+def test_throughput_shows_at_first_load_from_a_stored_sample_read_mid_bucket(
+    browser: Any, stack: Stack
+) -> None:
+    """As with the production period (a minute): the newest stored sample is 30 s old and its
+    t is its bucket's start, 45 s before it was read.  The first value shown, and each of the
+    next 10 s, is the rate the stored samples give, not a rate over the wrong span or over a
+    2 s window of heartbeat-stepped counters."""
+    stack.client.schedule("tick", cron="* * * * * *", idempotency_key="first-load-every-second")
+    got = stack.wait("40 s of samples with runs in them", lambda: len(
+        s := stack.api.get("/stats/overview").json()["samples"]) >= 40
+        and s[-1]["started"] - s[-21]["started"] >= 15 and s, timeout_s=60)
+    truth = (got[-1]["started"] - got[-21]["started"]) / ((got[-1]["at"] - got[-21]["at"]) / 1000)
+    old = [x for x in got if x["at"] <= got[-1]["at"] - 30_000][-1]
+
+    def minute_sampled(route: Any) -> None:
+        res = route.fetch()
+        route.fulfill(response=res, json={"sampleSeconds": 60, "samples": [
+            dict(old, t=old["at"] - 45_000)]})
+
+    with signed_in(browser, stack.base, stack.admin, ("**/stats/overview*", minute_sampled)) as p:
+        p.wait_for_function("() => { const b = document.querySelector('[data-series=started]');"
+                            " return b && b.textContent !== '—'; }")
+        shown = [float(text(p, "[data-series=started]").removesuffix("/s"))]
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 10:
+            time.sleep(0.5)
+            shown.append(float(text(p, "[data-series=started]").removesuffix("/s")))
+        assert all(0.5 * truth <= v <= 1.6 * truth for v in shown), (truth, shown)
+        # Each axis in one unit, with one number of decimals.
+        for chart, units in (("throughput", {"/s"}), ("lag", {" ms", " s"}), ("backlog", {""})):
+            labels = (p.locator(f"#chart-{chart}").get_attribute("data-axis") or "").split("|")
+            got = [re.fullmatch(r"\d+(?:\.(\d+))?( ms| s|/s|)", x) for x in labels]
+            assert len(labels) == 5 and all(got), (chart, labels)
+            assert len({m[2] for m in got if m}) == 1 and got[0] and got[0][2] in units, labels
+            assert len({len(m[1] or "") for m in got if m}) == 1, (chart, labels)
+        shot(p, "overview-first-load")
+
+
 def test_a_job_page_edits_the_schedule_policy_at_its_version_and_backfills_once_confirmed(
     page: Any, stack: Stack
 ) -> None:
@@ -473,9 +516,10 @@ def test_a_job_page_edits_the_schedule_policy_at_its_version_and_backfills_once_
     assert stack.client.get_run(f"{job.id}@{first}").state.value == "cancelled"
     shot(page, "job-backfill-done")
 
-    # A range with no occurrence has nothing to confirm.
-    page.fill("input[name=from]", end)
-    page.fill("input[name=to]", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created_s + 1)))
+    # A range with no occurrence (an odd second, every 2 s) has nothing to confirm.
+    odd = created_s | 1
+    page.fill("input[name=from]", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(odd)))
+    page.fill("input[name=to]", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(odd + 1)))
     page.get_by_role("button", name="Backfill…").click()
     page.wait_for_selector("[data-test=backfill-nothing]")
     assert page.locator("[data-test=backfill-confirm]").count() == 0
