@@ -20,6 +20,7 @@ from helpers import Rig, settings
 from starlette.testclient import TestClient
 from test_api import problem_of
 from test_chaos import Fleet, quiet, started, wait_for
+from test_cli import run_main
 
 from rsched import App, Client, JobContext, RunState
 from rsched.api.app import create_app
@@ -292,6 +293,25 @@ def test_the_cli_backfills_and_names_its_flags(redis_url: str, client: Client) -
     assert again.stdout.strip().endswith(": 0 queued, 1 already ran, 2 skipped by overlap")
     bad = CliRunner().invoke(cli, [*base, "--from", "soon", "--to", rng[3]])
     assert isinstance(bad.exception, ValidationError) and bad.exception.field == "--from"
+
+
+def test_the_real_cli_dry_run_counts_and_writes_nothing_and_then_the_backfill_does_so(
+    redis_url: str, client: Client, r: redis.Redis
+) -> None:
+    """The installed entry point in a process of its own: an hour of an every-10-seconds job
+    (the 360 runs a click used to queue) is counted first."""
+    job = client.schedule("record", cron="*/10 * * * * *", paused=True)
+    end = client.now_ms() // (10 * S) * (10 * S)
+    rng = ["--from", ms_to_iso(end - 3600 * S) or "", "--to", ms_to_iso(end) or ""]
+    before = r.dbsize()
+    dry = run_main(redis_url, "jobs", "backfill", job.id, *rng, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert len(lines) == 362 and all(x.endswith("  would be queued") for x in lines[:360])
+    assert lines[360].endswith(": 360 would be queued, 0 already ran")
+    assert r.dbsize() == before and not client.runs(job.id)
+    done = run_main(redis_url, "jobs", "backfill", job.id, *rng)
+    assert done.stdout.strip().endswith(": 360 queued, 0 already ran"), done.stderr
 
 
 @pytest.mark.chaos
