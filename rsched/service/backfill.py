@@ -10,7 +10,6 @@ gone is refused rather than guessed at.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,38 +105,50 @@ def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
     times = occurrences(job.cron, job.tz, lo, hi) if lo < hi else []
     out = Backfill(job_id, from_ms, to_ms, dry_run, times)
     _check_records(svc, job.created_ms, times, now)
-    if not times:
+    policy = _POLICY[job.overlap]
+    chunks = [times[c : c + defaults.BACKFILL_CHUNK]
+              for c in range(0, len(times), defaults.BACKFILL_CHUNK)]
+    if dry_run:
+        # One round trip per chunk: each starts from the active and buffered runs the
+        # previous chunk's decisions leave, which no dry call writes.
+        state = "="
+        for chunk in chunks:
+            (res,) = yield Scripts([_call(svc, job_id, policy, chunk, state)])
+            active, buffered = _record(out, job_id, chunk, res)
+            state = f"{active.decode()}|{buffered.decode()}"
         return out
-    # A dry run is one call: each chunk's decisions depend on the active run the previous
-    # chunk's would have set (overlap policies), and a dry chunk sets none.
-    size = len(times) if dry_run else defaults.BACKFILL_CHUNK
-    chunks = [times[c : c + size] for c in range(0, len(times), size)]
-    results = yield Scripts(_calls(svc, job_id, _POLICY[job.overlap], chunks, dry_run),
-                            durable=not dry_run)
-    by_code = {BackfillRun.QUEUED: out.queued, BackfillRun.EXISTS: out.existing,
-               BackfillRun.SKIPPED: out.skipped, BackfillRun.BUFFERED: out.buffered}
+    results = yield Scripts((_call(svc, job_id, policy, chunk, "") for chunk in chunks),
+                            durable=True)
     for chunk, res in zip(chunks, results, strict=True):
-        if isinstance(res, Exception):
-            raise res
-        code, status = int(res[0]), res[1]
-        if code == BackfillCode.NOT_FOUND:
-            raise NotFound("job", job_id)
-        if code == BackfillCode.REFUSED:
-            raise Conflict("status", f"cannot backfill a job that is {status.decode()}")
-        for t, c in zip(chunk, res[2:], strict=True):
-            by_code[BackfillRun(int(c))].append(t)
-    if out.queued and not dry_run:
+        _record(out, job_id, chunk, res)
+    if out.queued:
         yield from op_wake([partition_of(job_id)])
     return out
 
 
-def _calls(svc: Service, job_id: str, policy: str, chunks: list[list[int]],
-           dry_run: bool) -> Iterator[scripts.Call]:
-    """One backfill.lua call per chunk of occurrences (bounded arguments, short pauses of
-    Redis), all sent in one pipeline."""
+def _record(out: Backfill, job_id: str, chunk: list[int], res: Any) -> list[Any]:
+    """File each occurrence of one backfill.lua call under what became of it; the reply's
+    rest (a dry run's active and buffered runs)."""
+    if isinstance(res, Exception):
+        raise res
+    code, status = int(res[0]), res[1]
+    if code == BackfillCode.NOT_FOUND:
+        raise NotFound("job", job_id)
+    if code == BackfillCode.REFUSED:
+        raise Conflict("status", f"cannot backfill a job that is {status.decode()}")
+    by_code = {BackfillRun.QUEUED: out.queued, BackfillRun.EXISTS: out.existing,
+               BackfillRun.SKIPPED: out.skipped, BackfillRun.BUFFERED: out.buffered}
+    for t, c in zip(chunk, res[2 : 2 + len(chunk)], strict=True):
+        by_code[BackfillRun(int(c))].append(t)
+    return list(res[2 + len(chunk):])
+
+
+def _call(svc: Service, job_id: str, policy: str, chunk: list[int],
+          dry: str) -> scripts.Call:
+    """One backfill.lua call over a chunk of at most BACKFILL_CHUNK occurrences (bounded
+    arguments, short pauses of Redis); ``dry`` as its ARGV[6]."""
     p = partition_of(job_id)
     head = [keys.job(p, job_id), keys.retry(p), keys.events(p)]
-    for chunk in chunks:
-        args: list[Any] = [job_id, 0, svc.settings.events_maxlen, svc.settings.run_ttl_ms,
-                           policy, "1" if dry_run else "0", len(chunk), *chunk]
-        yield ("backfill", head + [keys.run(p, make_run_id(job_id, t)) for t in chunk], args)
+    args: list[Any] = [job_id, 0, svc.settings.events_maxlen, svc.settings.run_ttl_ms, policy,
+                       dry, len(chunk), *chunk]
+    return ("backfill", head + [keys.run(p, make_run_id(job_id, t)) for t in chunk], args)
