@@ -168,8 +168,9 @@ def test_a_dry_run_says_what_each_time_would_become_and_writes_nothing(
 def test_a_dry_run_decides_each_occurrence_as_the_backfill_then_does(
     client: Client, r: redis.Redis, overlap: str
 ) -> None:
-    """Over more occurrences than one script call takes (the real backfill's chunks see the
-    active run the previous chunk set), with some that ran and one recorded skipped."""
+    """Over more occurrences than one script call takes (each chunk's decisions depend on the
+    runs the previous chunk's made active or buffered), with some that ran and some recorded
+    skipped."""
     job, now = every_second(client, overlap=overlap)
     start = now - 1200 * S
     client.backfill(job.id, start + 100 * S, start + 103 * S)
@@ -201,7 +202,7 @@ def test_at_most_10000_occurrences_a_call_and_more_is_a_422_naming_to(
     start = now - 20_000 * S
     res = client.backfill(job.id, start, start + 10_000 * S)
     assert len(res.queued) == 10_000
-    dry = client.backfill(job.id, start, start + 10_000 * S, dry_run=True)  # one script call
+    dry = client.backfill(job.id, start, start + 10_000 * S, dry_run=True)  # 20 chunks
     assert len(dry.existing) == 10_000
     body = problem_of(api.post(f"/jobs/{job.id}/backfill", json={
         "from": ms_to_iso(start), "to": ms_to_iso(start + 10_000 * S + 1), "dryRun": True}),
