@@ -54,6 +54,15 @@ const RATE_WINDOW_MS = 10 * 1000;
 const MAX_GAP_MS = 3 * 60 * 1000; // a rate over a longer gap (no API was sampling) is no rate
 export const history = [];
 
+// The API's clock (Redis's) minus the browser's: live samples are timed on the API's clock, as
+// the stored ones are, so a rate across the two spans the time that passed.
+let skewMs = 0;
+export function syncClock(serverIso, at = Date.now()) {
+  const server = new Date(serverIso).getTime();
+  if (!Number.isNaN(server)) skewMs = server - at;
+}
+const clock = () => Date.now() + skewMs;
+
 // The API's samples (GET /stats/overview) older than the first live one, in time order, each at
 // the time it was taken (``at``; ``t`` is the start of its bucket, up to a period earlier).
 export function seed(samples) {
@@ -65,7 +74,7 @@ export function seed(samples) {
   return older.length;
 }
 
-export function record(metrics, t = Date.now()) {
+export function record(metrics, t = clock()) {
   const sample = {
     t,
     started: total(metrics, "rsched_cluster_runs_started_total"),
@@ -151,7 +160,7 @@ export function draw(canvas, lines, unit = "count", integer = false) {
   g.clearRect(0, 0, w, h);
   const left = 56, right = 8, top = 8, bottom = 20;
   // The axis grows with the history: one minute at first, five once there is that much.
-  const now = Date.now();
+  const now = clock();
   const first = Math.min(...lines.flatMap((l) => l.points.map((p) => p[0])), now);
   const span = Math.min(HISTORY_MS, Math.max(60_000, Math.ceil((now - first) / 60_000) * 60_000));
   const t0 = now - span;

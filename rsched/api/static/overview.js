@@ -2,7 +2,7 @@
 // live); partitions, workers and queues.
 
 import { get, metricsText } from "./api.js";
-import { draw, parseMetrics, record, seed, series } from "./charts.js";
+import { draw, parseMetrics, record, seed, series, syncClock } from "./charts.js";
 import { clear, el, relative, seconds, table } from "./dom.js";
 
 const COLORS = { started: "#2563eb", succeeded: "#16a34a", failed: "#dc2626",
@@ -116,7 +116,9 @@ export function overview(main) {
 
   let seeded = false;
   async function tick() {
-    const [st, text, past] = await Promise.allSettled([get("/status"), metricsText(),
+    // The API's clock, read as its answer arrives (see charts.syncClock).
+    const status = get("/status").then((v) => { syncClock(v.now); return v; });
+    const [st, text, past] = await Promise.allSettled([status, metricsText(),
       seeded ? Promise.resolve(null) : get("/stats/overview?minutes=60")]);
     if (past.status === "fulfilled" && past.value) { seed(past.value.samples); seeded = true; }
     if (st.status === "fulfilled") renderStatus(st.value);
