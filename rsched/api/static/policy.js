@@ -132,7 +132,7 @@ export function backfillForm(job) {
           el("span", { class: "mono" }, t), el("span", { class: "muted" }, ` ${FATE[fate.get(t)][1]}`)))),
       res.count > PREVIEW_MAX ? el("p", { class: "muted" }, `… and ${res.count - PREVIEW_MAX} more`) : null,
       runs ? el("div", { class: "actions" }, go, el("button", { type: "button", class: "secondary",
-        onclick: () => out.replaceChildren() }, "Cancel"))
+        onclick: () => out.replaceChildren() }, "Dismiss"))
         : el("p", { class: "muted", "data-test": "backfill-nothing" }, "Nothing in this range would run."),
     ].filter(Boolean);
   }
