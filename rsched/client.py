@@ -190,7 +190,8 @@ class Client(ClientBase):
     def backfill(self, job_id: str, start: Any, end: Any, *, dry_run: bool = False) -> Backfill:
         """Run each occurrence of a recurring job's schedule in [start, end) that has no run
         yet, once, with its nominal time (times: epoch ms, aware datetimes or ISO-8601); with
-        ``dry_run``, only list the times.  Errors name the API's fields, from and to."""
+        ``dry_run``, write nothing and answer what each would become now.  Errors name the
+        API's fields, from and to."""
         return self.run(op_backfill(self, job_id, *backfill_range(start, end), dry_run))
 
     def replay(self, run_id: str) -> Run:

@@ -20,6 +20,7 @@ from helpers import Rig, settings
 from starlette.testclient import TestClient
 from test_api import problem_of
 from test_chaos import Fleet, quiet, started, wait_for
+from test_cli import run_main
 
 from rsched import App, Client, JobContext, RunState
 from rsched.api.app import create_app
@@ -27,6 +28,7 @@ from rsched.cli.main import cli
 from rsched.core.errors import NotReplicated, ValidationError
 from rsched.core.models import Job
 from rsched.core.times import ms_to_iso
+from rsched.rdb import keys
 from rsched.service.samples import SAMPLES_KEY
 
 fleets, fleet = test_chaos.fleets, test_chaos.fleet  # fixtures
@@ -134,10 +136,11 @@ def test_a_backfill_over_occurrences_the_dispatcher_ran_runs_none_of_them_again(
     assert res.queued == list(range(ran[0] - 5 * S, ran[0], S))  # before the job existed
 
 
-def test_a_dry_run_lists_the_times_and_writes_nothing(
+def test_a_dry_run_says_what_each_time_would_become_and_writes_nothing(
     client: Client, r: redis.Redis, api: TestClient
 ) -> None:
     job, now = every_second(client)
+    client.backfill(job.id, now - 2 * S, now - S)  # one of the three ran already
 
     def stored() -> dict[bytes, Any]:
         """Every key and its dump, but the overview samples the API's sampler may write."""
@@ -147,13 +150,38 @@ def test_a_dry_run_lists_the_times_and_writes_nothing(
     res = api.post(f"/jobs/{job.id}/backfill", json={
         "from": ms_to_iso(now - 3 * S), "to": ms_to_iso(now), "dryRun": True})
     assert res.status_code == 200, res.text
+    times = [ms_to_iso(now - k * S) for k in (3, 2, 1)]
     assert res.json() == {"jobId": job.id, "from": ms_to_iso(now - 3 * S), "to": ms_to_iso(now),
-                          "dryRun": True, "count": 3,
-                          "times": [ms_to_iso(now - k * S) for k in (3, 2, 1)]}
+                          "dryRun": True, "count": 3, "times": times,
+                          "counts": {"queued": 2, "alreadyRun": 1, "skipped": 0, "buffered": 0},
+                          "queued": [times[0], times[2]], "alreadyRun": [times[1]],
+                          "skipped": [], "buffered": []}
     assert stored() == before
     real = api.post(f"/jobs/{job.id}/backfill", json={
         "from": ms_to_iso(now - 3 * S), "to": ms_to_iso(now)}).json()
-    assert real["queued"] == real["times"] and real["alreadyRun"] == []
+    assert {k: real[k] for k in ("counts", "queued", "alreadyRun")} == {
+        k: res.json()[k] for k in ("counts", "queued", "alreadyRun")}
+    assert real["dryRun"] is False
+
+
+@pytest.mark.parametrize("overlap", ["allow", "skip", "bufferOne", "cancelPrevious"])
+def test_a_dry_run_decides_each_occurrence_as_the_backfill_then_does(
+    client: Client, r: redis.Redis, overlap: str
+) -> None:
+    """Over more occurrences than one script call takes (each chunk's decisions depend on the
+    runs the previous chunk's made active or buffered), with some that ran and some recorded
+    skipped."""
+    job, now = every_second(client, overlap=overlap)
+    start = now - 1200 * S
+    client.backfill(job.id, start + 100 * S, start + 103 * S)
+    # As if the runs that backfill started ended: a policy's first occurrence may run again.
+    r.hset(keys.job(job.partition, job.id), mapping={"active": "", "buffered": ""})
+    dry = client.backfill(job.id, start, now, dry_run=True)
+    real = client.backfill(job.id, start, now)
+    assert len(dry.times) == 1200
+    assert (dry.queued, dry.existing, dry.skipped, dry.buffered) == (
+        real.queued, real.existing, real.skipped, real.buffered)
+    assert len(dry.existing) >= 1 and len(dry.queued) >= 1
 
 
 def test_a_backfill_keeps_to_the_jobs_start_at_and_end_at(client: Client) -> None:
@@ -174,6 +202,8 @@ def test_at_most_10000_occurrences_a_call_and_more_is_a_422_naming_to(
     start = now - 20_000 * S
     res = client.backfill(job.id, start, start + 10_000 * S)
     assert len(res.queued) == 10_000
+    dry = client.backfill(job.id, start, start + 10_000 * S, dry_run=True)  # 20 chunks
+    assert len(dry.existing) == 10_000
     body = problem_of(api.post(f"/jobs/{job.id}/backfill", json={
         "from": ms_to_iso(start), "to": ms_to_iso(start + 10_000 * S + 1), "dryRun": True}),
         422, "to")
@@ -221,6 +251,8 @@ def test_a_range_whose_run_records_may_have_expired_is_refused(redis_url: str) -
         with pytest.raises(ValidationError) as e:
             c.backfill(job.id, job.created_ms - 3 * S, now)
         assert e.value.field == "from" and "RSCHED_RUN_TTL_MS" in e.value.reason
+        with pytest.raises(ValidationError):  # a dry run says so too, before a confirmation
+            c.backfill(job.id, job.created_ms - 3 * S, now, dry_run=True)
         assert len(c.backfill(job.id, now - 2 * S, now).times) == 2  # inside the TTL: fine
         assert len(c.backfill(job.id, job.created_ms - 3 * S, job.created_ms).times) == 3
 
@@ -240,19 +272,47 @@ def test_under_skip_and_buffer_one_a_backfill_runs_what_the_policy_lets_run(
 
 
 def test_the_cli_backfills_and_names_its_flags(redis_url: str, client: Client) -> None:
-    job, now = every_second(client)
+    job, now = every_second(client, overlap="skip")
     base = ["--redis-url", redis_url, "--log-level", "ERROR", "jobs", "backfill", job.id]
-    rng = ["--from", ms_to_iso(now - 2 * S) or "", "--to", ms_to_iso(now) or ""]
+    rng = ["--from", ms_to_iso(now - 3 * S) or "", "--to", ms_to_iso(now) or ""]
+    client.backfill(job.id, now - 3 * S, now - 2 * S)  # ran already, and the job's active run
     dry = CliRunner().invoke(cli, [*base, *rng, "--dry-run"], catch_exceptions=False)
     assert dry.exit_code == 0, dry.output
-    assert dry.stdout.splitlines() == [ms_to_iso(now - 2 * S), ms_to_iso(now - S),
-                                       f"2 occurrence(s) in [{rng[1]}, {rng[3]})"]
+    assert dry.stdout.splitlines() == [
+        f"{ms_to_iso(now - 3 * S)}  already ran",
+        f"{ms_to_iso(now - 2 * S)}  would be skipped by overlap",
+        f"{ms_to_iso(now - S)}  would be skipped by overlap",
+        f"3 occurrence(s) in [{rng[1]}, {rng[3]}): 0 would be queued, 1 already ran, "
+        "2 skipped by overlap",
+        "dry run: nothing written; run it without --dry-run to do it"]
+    dry_json = json.loads(CliRunner().invoke(cli, [*base, *rng, "--dry-run", "--json"],
+                                             catch_exceptions=False).stdout)
+    assert dry_json["counts"] == {"queued": 0, "alreadyRun": 1, "skipped": 2, "buffered": 0}
     real = CliRunner().invoke(cli, [*base, *rng, "--json"], catch_exceptions=False)
-    assert json.loads(real.stdout)["queued"] == [ms_to_iso(now - 2 * S), ms_to_iso(now - S)]
+    assert json.loads(real.stdout)["skipped"] == [ms_to_iso(now - 2 * S), ms_to_iso(now - S)]
     again = CliRunner().invoke(cli, [*base, *rng], catch_exceptions=False)
-    assert "0 queued, 2 alreadyRun" in again.stdout
+    assert again.stdout.strip().endswith(": 0 queued, 1 already ran, 2 skipped by overlap")
     bad = CliRunner().invoke(cli, [*base, "--from", "soon", "--to", rng[3]])
     assert isinstance(bad.exception, ValidationError) and bad.exception.field == "--from"
+
+
+def test_the_real_cli_dry_run_counts_and_writes_nothing_and_then_the_backfill_does_so(
+    redis_url: str, client: Client, r: redis.Redis
+) -> None:
+    """The installed entry point in a process of its own: an hour of an every-10-seconds job
+    (the 360 runs a click used to queue) is counted first."""
+    job = client.schedule("record", cron="*/10 * * * * *", paused=True)
+    end = client.now_ms() // (10 * S) * (10 * S)
+    rng = ["--from", ms_to_iso(end - 3600 * S) or "", "--to", ms_to_iso(end) or ""]
+    before = r.dbsize()
+    dry = run_main(redis_url, "jobs", "backfill", job.id, *rng, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert len(lines) == 362 and all(x.endswith("  would be queued") for x in lines[:360])
+    assert lines[360].endswith(": 360 would be queued, 0 already ran")
+    assert r.dbsize() == before and not client.runs(job.id)
+    done = run_main(redis_url, "jobs", "backfill", job.id, *rng)
+    assert done.stdout.strip().endswith(": 360 queued, 0 already ran"), done.stderr
 
 
 @pytest.mark.chaos

@@ -5,10 +5,13 @@ checked against what the HTTP API answers.  Screenshots go to tests/artifacts/."
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +123,26 @@ def shot(page: Any, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
+@contextmanager
+def signed_in(browser: Any, base: str, key: str, route: tuple[str, Any] | None = None,
+              clock_s: float | None = None) -> Iterator[Any]:
+    """A page of a browser context of its own, opened at ``base``'s dashboard with ``key``;
+    ``route`` (a URL pattern and its handler) is in place before the first request, and
+    ``clock_s`` (epoch seconds) sets the browser's clock, which then runs on."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        p = context.new_page()
+        p.set_default_timeout(UI_TIMEOUT_MS)
+        if route:
+            p.route(*route)
+        if clock_s is not None:
+            p.clock.install(time=clock_s)
+        p.goto(f"{base}/ui/#key={key}")
+        yield p
+    finally:
+        context.close()
+
+
 def text(page: Any, selector: str) -> str:
     return str(page.locator(selector).first.inner_text()).strip()
 
@@ -229,11 +252,7 @@ def test_replaying_dead_letters_one_and_all_selected_runs_them_again(
 
 def test_a_read_only_key_sees_everything_but_no_button(browser: Any, stack: Stack) -> None:
     job = stack.client.schedule("tick", cron="0 0 1 1 *", idempotency_key="read-only-view")
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    try:
-        p = context.new_page()
-        p.set_default_timeout(UI_TIMEOUT_MS)
-        p.goto(f"{stack.base}/ui/#key={stack.read}")
+    with signed_in(browser, stack.base, stack.read) as p:
         p.wait_for_selector("[data-scope=read]")
         p.goto(f"{stack.base}/ui/#/jobs/{job.id}")
         p.wait_for_selector("h1 [data-status=scheduled]")
@@ -244,8 +263,6 @@ def test_a_read_only_key_sees_everything_but_no_button(browser: Any, stack: Stac
         p.wait_for_selector("text=Replaying and deleting need an admin key")
         assert p.locator("button", has_text="Replay").count() == 0
         assert p.locator("button", has_text="Delete").count() == 0
-    finally:
-        context.close()
 
 
 def test_a_wrong_key_gets_the_sign_in_form(browser: Any, stack: Stack) -> None:
@@ -407,7 +424,50 @@ def test_the_overview_charts_show_the_stored_history_at_first_load_then_go_on_li
         context.close()
 
 
-def test_a_job_page_edits_the_schedule_policy_at_its_version_and_backfills_after_a_preview(
+@pytest.mark.parametrize("browser_ahead_s", [0, 120])
+def test_throughput_shows_at_first_load_from_a_stored_sample_read_mid_bucket(
+    browser: Any, stack: Stack, browser_ahead_s: int
+) -> None:
+    """As with the production period (a minute): the newest stored sample is 30 s old and its
+    t is its bucket's start, 45 s before it was read.  The first value shown, and each of the
+    next 10 s, is the rate the stored samples give, not a rate over the wrong span or over a
+    2 s window of heartbeat-stepped counters; also when the browser's clock is 2 min ahead of
+    the API's."""
+    stack.client.schedule("tick", cron="* * * * * *", idempotency_key="first-load-every-second")
+    got = stack.wait("40 s of samples with runs in them", lambda: len(
+        s := stack.api.get("/stats/overview").json()["samples"]) >= 40
+        and s[-1]["started"] - s[-21]["started"] >= 15 and s, timeout_s=60)
+    truth = (got[-1]["started"] - got[-21]["started"]) / ((got[-1]["at"] - got[-21]["at"]) / 1000)
+    old = [x for x in got if x["at"] <= got[-1]["at"] - 30_000][-1]
+
+    def minute_sampled(route: Any) -> None:
+        res = route.fetch()
+        route.fulfill(response=res, json={"sampleSeconds": 60, "samples": [
+            dict(old, t=old["at"] - 45_000)]})
+
+    with signed_in(browser, stack.base, stack.admin, ("**/stats/overview*", minute_sampled),
+                   time.time() + browser_ahead_s) as p:
+        ahead_s = p.evaluate("Date.now()") / 1000 - time.time()
+        assert abs(ahead_s - browser_ahead_s) < 5
+        p.wait_for_function("() => { const b = document.querySelector('[data-series=started]');"
+                            " return b && b.textContent !== '—'; }")
+        shown = [float(text(p, "[data-series=started]").removesuffix("/s"))]
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 10:
+            time.sleep(0.5)
+            shown.append(float(text(p, "[data-series=started]").removesuffix("/s")))
+        assert all(0.5 * truth <= v <= 1.6 * truth for v in shown), (truth, shown)
+        # Each axis in one unit, with one number of decimals.
+        for chart, units in (("throughput", {"/s"}), ("lag", {" ms", " s"}), ("backlog", {""})):
+            labels = (p.locator(f"#chart-{chart}").get_attribute("data-axis") or "").split("|")
+            got = [re.fullmatch(r"\d+(?:\.(\d+))?( ms| s|/s|)", x) for x in labels]
+            assert len(labels) == 5 and all(got), (chart, labels)
+            assert len({m[2] for m in got if m}) == 1 and got[0] and got[0][2] in units, labels
+            assert len({len(m[1] or "") for m in got if m}) == 1, (chart, labels)
+        shot(p, "overview-first-load")
+
+
+def test_a_job_page_edits_the_schedule_policy_at_its_version_and_backfills_once_confirmed(
     page: Any, stack: Stack
 ) -> None:
     job = stack.client.schedule("tick", cron="*/2 * * * * *", overlap="skip", paused=True)
@@ -433,47 +493,140 @@ def test_a_job_page_edits_the_schedule_policy_at_its_version_and_backfills_after
                   for s in (created_s - 10, created_s))
     page.fill("input[name=from]", start)
     page.fill("input[name=to]", end)
-    page.get_by_role("button", name="Preview").click()
-    page.wait_for_selector("[data-test=backfill-times] li")
-    times = page.locator("[data-test=backfill-times] li").all_inner_texts()
+    page.get_by_role("button", name="Backfill…").click()
+    page.wait_for_selector("[data-test=backfill-counts]")
     dry = stack.api.post(f"/jobs/{job.id}/backfill",
                          json={"from": start, "to": end, "dryRun": True}).json()
-    assert times == dry["times"] and len(times) == 5
-    assert stack.api.get(f"/jobs/{job.id}/runs").json()["runs"] == []  # a preview runs nothing
-    shot(page, "job-backfill-preview")
-    page.get_by_role("button", name="Backfill", exact=True).click()
-    page.wait_for_selector("[data-test=backfill-counts]")
-    # cancelPrevious, as if the 5 came at once: the first is queued, the second waits and asks
-    # it to stop (not started yet, it never runs), the rest are skipped.
+    # cancelPrevious, as if the 5 came at once: the first would be queued, the second wait and
+    # ask it to stop (not started yet, it never runs), the rest be skipped.
     assert text(page, "[data-test=backfill-counts]") == (
-        "1 queued, 0 already run, 3 skipped, 1 buffered (of 5)")
-    first, second = stack.client.backfill(job.id, start, end, dry_run=True).times[:2]
+        "1 would be queued, 0 already ran, 3 skipped by overlap, 1 buffered by overlap")
+    items = page.locator("[data-test=backfill-times] li")
+    assert [li.split()[0] for li in items.all_inner_texts()] == dry["times"]
+    fates = [items.nth(i).get_attribute("data-fate") for i in range(items.count())]
+    assert fates == ["queued", "buffered", "skipped", "skipped", "skipped"]
+    assert [t for t, f in zip(dry["times"], fates, strict=True) if f == "skipped"] == (
+        dry["skipped"])
+    assert text(page, "[data-test=backfill-confirm]") == "Queue 1 run(s), buffer 1"
+    assert stack.api.get(f"/jobs/{job.id}/runs").json()["runs"] == []  # nothing ran yet
+    shot(page, "job-backfill-confirm")
+    # Editing the range withdraws the confirmation: it was for the range previewed.
+    page.fill("input[name=to]", end)
+    assert page.locator("[data-test=backfill-confirm]").count() == 0
+    page.get_by_role("button", name="Backfill…").click()
+    page.locator("[data-test=backfill-confirm]").click()
+    page.wait_for_selector("[data-test=backfill-done]")
+    assert text(page, "[data-test=backfill-done]") == (
+        "Done: 1 queued, 0 already ran, 3 skipped by overlap, 1 buffered by overlap (of 5)")
+    first, second = (ms_of(t) for t in dry["times"][:2])
     stack.wait("the buffered run", lambda: stack.client.get_run(
         f"{job.id}@{second}").state.value == "succeeded")
     assert stack.client.get_run(f"{job.id}@{first}").state.value == "cancelled"
+    shot(page, "job-backfill-done")
+
+    # A range with no occurrence (an odd second, every 2 s) has nothing to confirm.
+    odd = (created_s - 20) | 1
+    page.fill("input[name=from]", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(odd)))
+    page.fill("input[name=to]", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(odd + 1)))
+    page.get_by_role("button", name="Backfill…").click()
+    page.wait_for_selector("[data-test=backfill-nothing]")
+    assert page.locator("[data-test=backfill-confirm]").count() == 0
 
 
-def test_lifecycle_fields_the_job_json_has_are_shown_as_given(page: Any, stack: Stack) -> None:
-    """Fields the page does not know (startAt, maxRuns, a pause note, ...) are listed by name:
-    the API's answer is extended in the browser, as a newer API would send it."""
-    job = stack.client.schedule("tick", cron="0 0 1 1 *", paused=True)
-    extra = {"maxRuns": 7, "remainingRuns": 3, "pauseNote": "maintenance",
-             "endAt": "2031-01-01T00:00:00.000Z"}
+def test_runs_the_overlap_policy_kept_from_running_read_as_such_not_as_red_errors(
+    browser: Any, stack: Stack, tmp_path: Path
+) -> None:
+    """With an archive (whose history has skipped runs, with the reason in their error): an
+    API serving it and an archiver beside the stack's processes."""
+    job = stack.client.schedule("tick", cron="* * * * * *", overlap="skip", paused=True)
+    now = stack.client.now_ms() // 1000 * 1000
+    res = stack.client.backfill(job.id, now - 3000, now)
+    assert (len(res.queued), len(res.skipped)) == (1, 2)
+    port = free_port()
+    env = dict(os.environ, RSCHED_REDIS_URL=stack.client.settings.redis_url, PYTHONUNBUFFERED="1",
+               RSCHED_ARCHIVE_URL=f"sqlite:///{tmp_path / 'archive.db'}")
+    procs = [Proc("archiver", ["archiver", "--poll-ms", "100"], env, tmp_path),
+             Proc("api-archive", ["api", "--port", str(port)], env, tmp_path)]
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=base, timeout=10,
+                          headers={"Authorization": f"Bearer {stack.admin}"}) as api:
+            runs = wait_for("the runs in the archive", lambda: (got := api.get(
+                f"/jobs/{job.id}/runs").json()["runs"]) and len(
+                {a["runId"] for a in got if a["status"] in ("skipped", "succeeded")}) == 3
+                and got, procs)
+        skipped = [a for a in runs if a["status"] == "skipped"]
+        assert len(skipped) == 2 and all(a["error"].startswith("overlap: ") for a in skipped)
+        with signed_in(browser, base, stack.admin) as p:
+            p.wait_for_selector("#who >> text=dashboard-admin")
+            p.goto(f"{base}/ui/#/jobs/{job.id}")
+            for a in skipped:
+                item = p.locator(f"li[data-run='{a['runId']}']")
+                item.wait_for()
+                assert "t-skipped" in (item.get_attribute("class") or "")
+                assert item.locator(".status").first.inner_text() == "skipped"
+                assert item.locator("pre.err").count() == 0
+                assert item.locator("[data-test=reason]").inner_text() == a["error"]
+                assert "not started" in item.inner_text()
+            assert p.locator("ol.timeline pre.err").count() == 0
+            shot(p, "job-skipped-runs")
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+def ms_of(iso: str) -> int:
+    return int(datetime.fromisoformat(iso).timestamp() * 1000)
+
+
+def test_a_job_page_lists_the_lifecycle_fields_the_job_has_and_hides_absent_ones(
+    page: Any, stack: Stack
+) -> None:
+    """Fields the page does not know are listed by name too: the API's answer is extended in
+    the browser, as a newer API would send it."""
+    res = stack.api.post("/jobs", json={"type": "tick", "cron": "0 0 1 1 *", "paused": True,
+                                        "maxRuns": 7, "endAt": "2031-01-01T00:00:00Z"})
+    assert res.status_code == 201, res.text
+    job = res.json()
+    assert job["startAt"] is None and job["pauseAfterFailures"] is None  # present, but null
+    extra = {"pauseNote": "maintenance", "fromANewerApi": 3}
 
     def with_extra(route: Any) -> None:
         res = route.fetch()
         route.fulfill(response=res, json={**res.json(), **extra})
 
-    page.route(f"**/jobs/{job.id}", with_extra)
-    page.goto(f"{stack.base}/ui/#/jobs/{job.id}")
+    page.route(f"**/jobs/{job['id']}", with_extra)
+    page.goto(f"{stack.base}/ui/#/jobs/{job['id']}")
     page.wait_for_selector("[data-test=life-maxRuns]")
+    shown = {(a or "").removeprefix("life-") for a in page.locator(
+        "dt[data-test^=life-]").evaluate_all("ds => ds.map((d) => d.dataset.test)")}
+    assert shown == {"maxRuns", "remainingRuns", "endAt", "pauseNote", "fromANewerApi"}
     for name, label in (("maxRuns", "Max Runs"), ("remainingRuns", "Remaining Runs"),
                         ("pauseNote", "Pause Note"), ("endAt", "End At")):
         assert text(page, f"[data-test=life-{name}]") == label
     assert text(page, "[data-test=life-pauseNote] + dd") == "maintenance"
     assert text(page, "[data-test=life-maxRuns] + dd") == "7"
     assert page.locator("[data-test=life-endAt] + dd time").get_attribute("datetime") == (
-        extra["endAt"])
+        job["endAt"])
+    shot(page, "job-lifecycle")
+
+
+def test_times_more_than_a_week_away_read_as_dates(page: Any, stack: Stack) -> None:
+    job = stack.client.schedule("tick", run_at="2030-01-01T00:00:00Z")
+    page.goto(f"{stack.base}/ui/#/jobs?status=scheduled&type=tick")
+    cell = page.locator(f"tr[data-job='{job.id}'] td:last-child")
+    cell.wait_for()
+    # Local time: the zone of the browser, which the test does not fix.
+    want = page.evaluate("() => { const d = new Date('2030-01-01T00:00:00Z');"
+                         " return `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, '0')}"
+                         "-${String(d.getDate()).padStart(2, '0')}`; }")
+    assert cell.inner_text().strip() == want
+    soon = stack.client.schedule("tick", run_at=stack.client.now_ms() + 3 * 86_400_000)
+    page.wait_for_selector(f"tr[data-job='{soon.id}'] td:last-child >> text=/^in 3\\.0 d$/")
+    shot(page, "jobs-far-dates")
+    page.goto(f"{stack.base}/ui/#/jobs/{job.id}")
+    page.wait_for_selector("[data-test=next-run] time")
+    assert text(page, "[data-test=next-run]") == text(page, "[data-test=next-run] time")
 
 
 def test_the_overview_shows_a_dead_worker_as_dead_and_flags_a_queue_no_live_worker_reads(

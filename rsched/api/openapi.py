@@ -160,7 +160,7 @@ PATHS: dict[str, Any] = {
     "/jobs/{id}/backfill": {
         "post": _op("backfillJob", "jobs", "Run a recurring job's past occurrences in a range, "
                     "each once", {200: _json("Backfill", "The occurrences and what became of "
-                                                         "each.")},
+                                                         "each (dryRun: what would).")},
                     [404, 409], params=[JOB_ID], body="BackfillRequest", scope="write"),
     },
     "/jobs/{id}/runs": {

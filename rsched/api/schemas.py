@@ -297,10 +297,12 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"sampleSeconds": {"type": "number"}, "samples": {"type": "array", "items": {
             "type": "object", "required": ["t", "started", "succeeded", "failed", "lag", "due",
                                            "retry", "oldest"],
-            "description": "Cumulative counters at t (ms since the epoch): rates are the "
-                           "differences of consecutive samples; lag is [upper bound in "
-                           "seconds (null: +Inf), cumulative count] per start-lag bucket.",
-            "properties": {"t": {"type": "integer"}, "started": {"type": "number"},
+            "description": "Cumulative counters of the bucket starting at t (ms since the "
+                           "epoch), read at at: rates are the differences of consecutive "
+                           "samples over their at; lag is [upper bound in seconds (null: "
+                           "+Inf), cumulative count] per start-lag bucket.",
+            "properties": {"t": {"type": "integer"}, "at": {"type": "integer"},
+                           "started": {"type": "number"},
                            "succeeded": {"type": "number"}, "failed": {"type": "number"},
                            "lag": {"type": "array", "items": {"type": "array"}},
                            "due": {"type": "integer"}, "retry": {"type": "integer"},
@@ -331,18 +333,29 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "from": {**TIME, "description": "Start (inclusive)."},
             "to": {**TIME, "description": "End (exclusive), not after now."},
-            "dryRun": {"type": "boolean", "description": "true: only list the times "
-                                                         "(default false)."},
+            "dryRun": {"type": "boolean", "description": "true: write nothing, answer what "
+                                                         "a backfill would do now (default "
+                                                         "false)."},
         },
     },
     "Backfill": {
-        "type": "object", "required": ["jobId", "from", "to", "dryRun", "count", "times"],
-        "description": "The range's occurrences and, unless a dry run, what became of each: "
-                       "queued to run now, alreadyRun (a run of it existed: not run again), "
-                       "skipped or buffered by the overlap policy.",
+        "type": "object",
+        "required": ["jobId", "from", "to", "dryRun", "count", "times", "counts", "queued",
+                     "alreadyRun", "skipped", "buffered"],
+        "description": "The range's occurrences and what became of each (a dry run: what "
+                       "would become of each now, decided as a backfill does, nothing "
+                       "written): queued to run now, alreadyRun (a run of it existed: not "
+                       "run again), skipped or buffered by the overlap policy; counts has "
+                       "the size of each list.",
         "properties": {
             "jobId": {"type": "string"}, "from": TIME, "to": TIME, "dryRun": {"type": "boolean"},
             "count": {"type": "integer"},
+            "counts": {
+                "type": "object", "additionalProperties": False,
+                "required": ["queued", "alreadyRun", "skipped", "buffered"],
+                "properties": {name: {"type": "integer", "minimum": 0}
+                               for name in ("queued", "alreadyRun", "skipped", "buffered")},
+            },
             **{name: {"type": "array", "items": TIME}
                for name in ("times", "queued", "alreadyRun", "skipped", "buffered")},
         },

@@ -239,7 +239,8 @@ for _name, _doc, _note in (("pause", "Pause a job; a run in progress finishes.",
 @click.argument("job_id")
 @click.option("--from", "start", required=True, help="ISO-8601 start (inclusive).")
 @click.option("--to", "end", required=True, help="ISO-8601 end (exclusive), not after now.")
-@click.option("--dry-run", is_flag=True, help="Only list the occurrences.")
+@click.option("--dry-run", is_flag=True,
+              help="Write nothing: list each occurrence and what a backfill would do with it.")
 @JSON_FLAG
 @click.pass_context
 def jobs_backfill(ctx: click.Context, job_id: str, start: str, end: str, dry_run: bool,
@@ -252,11 +253,31 @@ def jobs_backfill(ctx: click.Context, job_id: str, start: str, end: str, dry_run
     show(res, as_json, _render_backfill)
 
 
-def _render_backfill(b: dict[str, Any]) -> str:
+# What a backfill does with an occurrence, by the answer's list: in the counts, and on a dry
+# run's line per time.
+_FATE = {"queued": ("queued", "would be queued"), "alreadyRun": ("already ran", "already ran"),
+         "skipped": ("skipped by overlap", "would be skipped by overlap"),
+         "buffered": ("buffered by overlap", "would be buffered by overlap")}
+
+
+def _backfill_counts(b: dict[str, Any]) -> str:
+    """'N queued, M already ran[, K skipped by overlap][, B buffered by overlap]' (a dry run:
+    'N would be queued, ...')."""
+    n = b["counts"]
+    words = {k: v[0] for k, v in _FATE.items()}
     if b["dryRun"]:
-        return "\n".join([*b["times"], f"{b['count']} occurrence(s) in [{b['from']}, {b['to']})"])
-    counts = ", ".join(f"{len(b[k])} {k}" for k in ("queued", "alreadyRun", "skipped", "buffered"))
-    return f"{b['count']} occurrence(s) in [{b['from']}, {b['to']}): {counts}"
+        words["queued"] = _FATE["queued"][1]
+    return ", ".join(f"{n[k]} {words[k]}" for k in _FATE if n[k] or k in ("queued", "alreadyRun"))
+
+
+def _render_backfill(b: dict[str, Any]) -> str:
+    head = f"{b['count']} occurrence(s) in [{b['from']}, {b['to']})"
+    if not b["dryRun"]:
+        return f"{head}: {_backfill_counts(b)}"
+    fate = {t: _FATE[k][1] for k in _FATE for t in b[k]}
+    return "\n".join([*(f"{t}  {fate[t]}" for t in b["times"]),
+                      f"{head}: {_backfill_counts(b)}",
+                      "dry run: nothing written; run it without --dry-run to do it"])
 
 
 @jobs.command("trigger")

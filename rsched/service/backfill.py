@@ -10,7 +10,6 @@ gone is refused rather than guessed at.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +32,8 @@ _POLICY = {Overlap.ALLOW: "", Overlap.SKIP: "s", Overlap.BUFFER_ONE: "b",
 
 @dataclass(slots=True)
 class Backfill:
-    """What a backfill found: every occurrence in the range, and (unless a dry run) what became
-    of each, by nominal ms."""
+    """What a backfill found: every occurrence in the range and what became of each (a dry
+    run: what would), by nominal ms."""
 
     job_id: str
     from_ms: int
@@ -91,7 +90,8 @@ def _check_records(svc: Service, created_ms: int, times: list[int], now_ms: int)
 def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
                 dry_run: bool = False) -> Op[Backfill]:
     """Run each occurrence of the job's schedule in [from_ms, to_ms) that has no run yet, in
-    one round trip of chunked script calls; with ``dry_run``, only list the times."""
+    one round trip of chunked script calls.  With ``dry_run``, backfill.lua decides each
+    occurrence the same way and writes nothing: the answer says what a backfill would do now."""
     now = yield from svc.op_now()
     check_range(from_ms, to_ms, now)
     job = yield from op_get(job_id)
@@ -104,37 +104,51 @@ def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
     hi = min(to_ms, life.end_at_ms + 1) if life.end_at_ms else to_ms
     times = occurrences(job.cron, job.tz, lo, hi) if lo < hi else []
     out = Backfill(job_id, from_ms, to_ms, dry_run, times)
-    if dry_run:
-        return out
     _check_records(svc, job.created_ms, times, now)
-    results = yield Scripts(_calls(svc, job_id, _POLICY[job.overlap], times), durable=True)
-    by_code = {BackfillRun.QUEUED: out.queued, BackfillRun.EXISTS: out.existing,
-               BackfillRun.SKIPPED: out.skipped, BackfillRun.BUFFERED: out.buffered}
-    chunks = (times[c : c + defaults.BACKFILL_CHUNK]
-              for c in range(0, len(times), defaults.BACKFILL_CHUNK))
+    policy = _POLICY[job.overlap]
+    chunks = [times[c : c + defaults.BACKFILL_CHUNK]
+              for c in range(0, len(times), defaults.BACKFILL_CHUNK)]
+    if dry_run:
+        # One round trip per chunk: each starts from the active and buffered runs the
+        # previous chunk's decisions leave, which no dry call writes.
+        state = "="
+        for chunk in chunks:
+            (res,) = yield Scripts([_call(svc, job_id, policy, chunk, state)])
+            active, buffered = _record(out, job_id, chunk, res)
+            state = f"{active.decode()}|{buffered.decode()}"
+        return out
+    results = yield Scripts((_call(svc, job_id, policy, chunk, "") for chunk in chunks),
+                            durable=True)
     for chunk, res in zip(chunks, results, strict=True):
-        if isinstance(res, Exception):
-            raise res
-        code, status = int(res[0]), res[1]
-        if code == BackfillCode.NOT_FOUND:
-            raise NotFound("job", job_id)
-        if code == BackfillCode.REFUSED:
-            raise Conflict("status", f"cannot backfill a job that is {status.decode()}")
-        for t, c in zip(chunk, res[2:], strict=True):
-            by_code[BackfillRun(int(c))].append(t)
+        _record(out, job_id, chunk, res)
     if out.queued:
         yield from op_wake([partition_of(job_id)])
     return out
 
 
-def _calls(svc: Service, job_id: str, policy: str,
-           times: list[int]) -> Iterator[scripts.Call]:
-    """One backfill.lua call per BACKFILL_CHUNK occurrences (bounded arguments, short pauses
-    of Redis), all sent in one pipeline."""
+def _record(out: Backfill, job_id: str, chunk: list[int], res: Any) -> list[Any]:
+    """File each occurrence of one backfill.lua call under what became of it; the reply's
+    rest (a dry run's active and buffered runs)."""
+    if isinstance(res, Exception):
+        raise res
+    code, status = int(res[0]), res[1]
+    if code == BackfillCode.NOT_FOUND:
+        raise NotFound("job", job_id)
+    if code == BackfillCode.REFUSED:
+        raise Conflict("status", f"cannot backfill a job that is {status.decode()}")
+    by_code = {BackfillRun.QUEUED: out.queued, BackfillRun.EXISTS: out.existing,
+               BackfillRun.SKIPPED: out.skipped, BackfillRun.BUFFERED: out.buffered}
+    for t, c in zip(chunk, res[2 : 2 + len(chunk)], strict=True):
+        by_code[BackfillRun(int(c))].append(t)
+    return list(res[2 + len(chunk):])
+
+
+def _call(svc: Service, job_id: str, policy: str, chunk: list[int],
+          dry: str) -> scripts.Call:
+    """One backfill.lua call over a chunk of at most BACKFILL_CHUNK occurrences (bounded
+    arguments, short pauses of Redis); ``dry`` as its ARGV[6]."""
     p = partition_of(job_id)
     head = [keys.job(p, job_id), keys.retry(p), keys.events(p)]
-    for c in range(0, len(times), defaults.BACKFILL_CHUNK):
-        chunk = times[c : c + defaults.BACKFILL_CHUNK]
-        args: list[Any] = [job_id, 0, svc.settings.events_maxlen, svc.settings.run_ttl_ms,
-                           policy, len(chunk), *chunk]
-        yield ("backfill", head + [keys.run(p, make_run_id(job_id, t)) for t in chunk], args)
+    args: list[Any] = [job_id, 0, svc.settings.events_maxlen, svc.settings.run_ttl_ms, policy,
+                       dry, len(chunk), *chunk]
+    return ("backfill", head + [keys.run(p, make_run_id(job_id, t)) for t in chunk], args)

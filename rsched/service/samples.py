@@ -51,7 +51,9 @@ def op_record(svc: Service) -> Op[dict[str, Any]]:
     cluster = yield from op_cluster(svc)
     now = yield from svc.op_now()
     step = svc.settings.stats_sample_ms
-    sample = sample_of(cluster, now // step * step)
+    # t keys the bucket (one sample per bucket, whichever API takes it); at says when the
+    # counters were read, which a rate needs (the first sample of an API comes mid-bucket).
+    sample = dict(sample_of(cluster, now // step * step), at=now)
     yield Commands([cmd("zadd", SAMPLES_KEY, {json.dumps(sample, separators=(",", ":")):
                                               sample["t"]}),
                     cmd("zremrangebyscore", SAMPLES_KEY, "-inf", now - defaults.STATS_KEEP_MS)])

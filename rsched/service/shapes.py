@@ -145,14 +145,16 @@ def run_json(r: Run) -> dict[str, Any]:
 
 
 def backfill_json(b: Backfill) -> dict[str, Any]:
-    """A backfill's answer: the range's times and, unless a dry run, what became of each."""
+    """A backfill's answer: the range's times, what became of each (a dry run: what would
+    become of each now) and how many of each."""
     out: dict[str, Any] = {"jobId": b.job_id, "from": ms_to_iso(b.from_ms),
                            "to": ms_to_iso(b.to_ms), "dryRun": b.dry_run, "count": len(b.times),
                            "times": [ms_to_iso_fast(t) for t in b.times]}
-    if not b.dry_run:
-        for name, ts in (("queued", b.queued), ("alreadyRun", b.existing),
-                         ("skipped", b.skipped), ("buffered", b.buffered)):
-            out[name] = [ms_to_iso_fast(t) for t in ts]
+    groups = (("queued", b.queued), ("alreadyRun", b.existing), ("skipped", b.skipped),
+              ("buffered", b.buffered))
+    out["counts"] = {name: len(ts) for name, ts in groups}
+    for name, ts in groups:
+        out[name] = [ms_to_iso_fast(t) for t in ts]
     return out
 
 

@@ -54,16 +54,27 @@ const RATE_WINDOW_MS = 10 * 1000;
 const MAX_GAP_MS = 3 * 60 * 1000; // a rate over a longer gap (no API was sampling) is no rate
 export const history = [];
 
-// The API's samples (GET /stats/overview) older than the first live one, in time order.
+// The API's clock (Redis's) minus the browser's: live samples are timed on the API's clock, as
+// the stored ones are, so a rate across the two spans the time that passed.
+let skewMs = 0;
+export function syncClock(serverIso, at = Date.now()) {
+  const server = new Date(serverIso).getTime();
+  if (!Number.isNaN(server)) skewMs = server - at;
+}
+const clock = () => Date.now() + skewMs;
+
+// The API's samples (GET /stats/overview) older than the first live one, in time order, each at
+// the time it was taken (``at``; ``t`` is the start of its bucket, up to a period earlier).
 export function seed(samples) {
   const first = history.length ? history[0].t : Infinity;
-  const older = samples.filter((s) => s.t < first).map((s) => ({
-    ...s, lag: s.lag.map(([le, c]) => [le === null ? Infinity : le, c]) }));
+  const older = samples.map((s) => ({ ...s, t: s.at ?? s.t }))
+    .filter((s) => s.t < first).map((s) => ({
+      ...s, lag: s.lag.map(([le, c]) => [le === null ? Infinity : le, c]) }));
   history.unshift(...older);
   return older.length;
 }
 
-export function record(metrics, t = Date.now()) {
+export function record(metrics, t = clock()) {
   const sample = {
     t,
     started: total(metrics, "rsched_cluster_runs_started_total"),
@@ -79,14 +90,16 @@ export function record(metrics, t = Date.now()) {
   return sample;
 }
 
-// The sample a rate at i is measured from: the oldest within RATE_WINDOW_MS, else (stored
-// samples are a minute apart) the one before, unless a gap lies between.
+// The sample a rate at i is measured from: the newest at least RATE_WINDOW_MS older (counters
+// move in steps, at workers' heartbeats, so a shorter window reads 0 or a burst), unless a gap
+// longer than MAX_GAP_MS lies between; else, over a shorter window, the oldest sample after
+// such a gap (the first seconds of a dashboard with no recent stored sample).
 function baseline(i) {
   const s = history[i];
-  let j = i;
-  while (j > 0 && s.t - history[j - 1].t <= RATE_WINDOW_MS) j--;
-  if (j === i && i > 0 && s.t - history[i - 1].t <= MAX_GAP_MS) return history[i - 1];
-  return j === i ? null : history[j];
+  let j = i - 1;
+  while (j >= 0 && s.t - history[j].t < RATE_WINDOW_MS) j--;
+  if (j >= 0 && s.t - history[j].t <= MAX_GAP_MS) return history[j];
+  return j + 1 < i ? history[j + 1] : null;
 }
 
 function rate(s, b, key) {
@@ -119,8 +132,26 @@ function niceStep(v, integer) {
   return integer ? Math.max(1, Math.ceil(step)) : step;
 }
 
-// lines: [{label, color, points: [[t, v|null], ...]}]; format(v) labels the y axis.
-export function draw(canvas, lines, format = (v) => String(v), integer = false) {
+// Digits after the point a tick step needs (0.25 -> 2, 2.5 -> 1, 5 -> 0).
+function decimals(step) {
+  for (let d = 0; d < 6; d++) if (Math.abs(Math.round(step * 10 ** d) - step * 10 ** d) < 1e-6) return d;
+  return 6;
+}
+
+// The y axis's labels, every one in the same unit and with the step's decimals: "rate" (per
+// second), "seconds" (ms while the axis tops below a second), anything else a plain count.
+export function axisLabel(unit, ymax, step) {
+  if (unit === "seconds" && ymax < 1) {
+    const d = decimals(step * 1000);
+    return (v) => `${(v * 1000).toFixed(d)} ms`;
+  }
+  const d = decimals(step);
+  const suffix = unit === "seconds" ? " s" : unit === "rate" ? "/s" : "";
+  return (v) => `${v.toFixed(d)}${suffix}`;
+}
+
+// lines: [{label, color, points: [[t, v|null], ...]}]; unit: the y axis's (see axisLabel).
+export function draw(canvas, lines, unit = "count", integer = false) {
   const dpr = window.devicePixelRatio || 1;
   const w = canvas.clientWidth || 400, h = canvas.clientHeight || 160;
   canvas.width = w * dpr; canvas.height = h * dpr;
@@ -129,22 +160,27 @@ export function draw(canvas, lines, format = (v) => String(v), integer = false) 
   g.clearRect(0, 0, w, h);
   const left = 56, right = 8, top = 8, bottom = 20;
   // The axis grows with the history: one minute at first, five once there is that much.
-  const now = Date.now();
+  const now = clock();
   const first = Math.min(...lines.flatMap((l) => l.points.map((p) => p[0])), now);
   const span = Math.min(HISTORY_MS, Math.max(60_000, Math.ceil((now - first) / 60_000) * 60_000));
   const t0 = now - span;
   const values = lines.flatMap((l) => l.points.map((p) => p[1]).filter((v) => v !== null));
-  const ymax = 4 * niceStep(Math.max(0, ...values), integer);
+  const step = niceStep(Math.max(0, ...values), integer);
+  const ymax = 4 * step;
+  const format = axisLabel(unit, ymax, step);
   const x = (t) => left + ((t - t0) / span) * (w - left - right);
   const y = (v) => top + (1 - v / ymax) * (h - top - bottom);
   g.font = "11px system-ui, sans-serif";
   g.strokeStyle = "#e3e7ee"; g.fillStyle = "#6b7280"; g.lineWidth = 1;
+  const labels = [];
   for (let i = 0; i <= 4; i++) {
-    const v = (ymax * i) / 4, yy = Math.round(y(v)) + 0.5;
+    const v = step * i, yy = Math.round(y(v)) + 0.5;
     g.beginPath(); g.moveTo(left, yy); g.lineTo(w - right, yy); g.stroke();
     g.textAlign = "right"; g.textBaseline = "middle";
-    g.fillText(format(v), left - 6, yy);
+    labels.push(format(v));
+    g.fillText(labels[i], left - 6, yy);
   }
+  canvas.dataset.axis = labels.join("|");
   g.textAlign = "center"; g.textBaseline = "top";
   const tick = span / 4;
   for (let i = 4; i >= 0; i--) {

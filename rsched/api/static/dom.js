@@ -31,13 +31,23 @@ export function time(iso) {
   return el("time", { datetime: iso, title: iso }, text);
 }
 
-// "in 12 s" / "3 min ago"; ``past`` reads a time a clock skew put in the future as now.
+const FAR_S = 7 * 86400; // beyond a week a date reads better than "in 1123.2 d"
+
+// A time further than a week from ``now``: relative() gives its date.
+export function far(iso, now = Date.now()) {
+  return Boolean(iso) && Math.abs(new Date(iso).getTime() - now) / 1000 >= FAR_S;
+}
+
+// "in 12 s" / "3 min ago" / "2.5 d ago"; beyond a week the local date ("2030-01-01", its time
+// in time()); ``past`` reads a time a clock skew put in the future as now.
 export function relative(iso, now = Date.now(), past = false) {
   if (!iso) return "—";
-  let s = Math.round((new Date(iso).getTime() - now) / 1000);
+  const d = new Date(iso);
+  let s = Math.round((d.getTime() - now) / 1000);
   if (past && s > 0) s = 0;
   if (s === 0) return "just now";
   const a = Math.abs(s);
+  if (a >= FAR_S) return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
   const text = a < 60 ? `${a} s` : a < 3600 ? `${Math.round(a / 60)} min`
     : a < 86400 ? `${(a / 3600).toFixed(1)} h` : `${(a / 86400).toFixed(1)} d`;
   return s >= 0 ? `in ${text}` : `${text} ago`;

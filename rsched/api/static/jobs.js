@@ -1,7 +1,7 @@
 // Jobs: a filtered list, and a job's page with its schedule, payload, runs and controls.
 
 import { ApiError, get, post, query } from "./api.js";
-import { badge, clear, duration, el, relative, table, time, toast } from "./dom.js";
+import { badge, clear, duration, el, far, relative, table, time, toast } from "./dom.js";
 import { backfillForm, policyForm, policyRows } from "./policy.js";
 
 const STATUSES = ["scheduled", "paused", "completed", "dead", "cancelled"];
@@ -113,6 +113,14 @@ function errorText(error) {
 // A run's status: its newest attempt's, or dead while it is a dead letter.
 const runStatus = (a) => (a.deadLettered ? "dead" : a.status);
 
+// Runs the overlap policy kept from running: their error field says why, which is no failure.
+const NOT_RUN = new Set(["skipped", "buffered", "cancelled"]);
+
+function reason(a) {
+  if (!a.error) return null;
+  return NOT_RUN.has(a.status) ? el("p", { class: "reason", "data-test": "reason" }, a.error) : errorText(a.error);
+}
+
 // Attempts grouped by run (one occurrence), newest first, as a timeline; a dead run offers
 // Replay (``replay`` is null for a key that may not).
 function timeline(runs, replay) {
@@ -132,10 +140,11 @@ function timeline(runs, replay) {
         status === "dead" && replay ? [" ", el("button", { class: "small", onclick: () => replay(g.runId) }, "Replay")] : null),
       el("ul", { class: "attempts" }, g.attempts.map((a) => el("li", {},
         el("span", { class: "attempt" }, `#${a.attempt}`), " ", badge(a.status), " ",
-        el("span", { class: "muted" }, "started "), time(a.startedAt),
+        a.startedAt || !NOT_RUN.has(a.status) ? [el("span", { class: "muted" }, "started "), time(a.startedAt)]
+          : el("span", { class: "muted" }, "not started"),
         a.durationMs !== null ? el("span", { class: "muted" }, ` · ${duration(a.durationMs)}`) : null,
         a.worker ? el("span", { class: "muted mono small" }, ` · ${a.worker}`) : null,
-        a.error ? errorText(a.error) : null,
+        reason(a),
         a.result !== null && a.result !== undefined
           ? el("pre", { class: "result", title: "The handler's result" }, JSON.stringify(a.result, null, 2)) : null))));
   }));
@@ -237,7 +246,8 @@ export function jobPage(main, id, session) {
       el("section", { class: "panel" }, el("h3", {}, "Schedule"),
         el("dl", {},
           el("dt", {}, "Schedule"), el("dd", {}, schedule(job)),
-          el("dt", {}, "Next run"), el("dd", { "data-test": "next-run" }, job.nextRunAt ? [time(job.nextRunAt), ` (${relative(job.nextRunAt)})`] : "—"),
+          el("dt", {}, "Next run"), el("dd", { "data-test": "next-run" }, job.nextRunAt
+            ? [time(job.nextRunAt), far(job.nextRunAt) ? null : ` (${relative(job.nextRunAt)})`] : "—"),
           el("dt", {}, "Attempts"), el("dd", {}, `up to ${job.maxAttempts}, backoff ${job.backoff.baseSeconds} s → ${job.backoff.capSeconds} s`),
           el("dt", {}, "Timeout"), el("dd", {}, `${job.timeoutSeconds} s`),
           el("dt", {}, "Misfire"), el("dd", { "data-test": "misfire" }, job.misfire),

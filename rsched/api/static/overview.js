@@ -2,7 +2,7 @@
 // live); partitions, workers and queues.
 
 import { get, metricsText } from "./api.js";
-import { draw, parseMetrics, record, seed, series } from "./charts.js";
+import { draw, parseMetrics, record, seed, series, syncClock } from "./charts.js";
 import { clear, el, relative, seconds, table } from "./dom.js";
 
 const COLORS = { started: "#2563eb", succeeded: "#16a34a", failed: "#dc2626",
@@ -14,7 +14,8 @@ function last(points) {
   return null;
 }
 
-function chart(title, id, keys, format, integer = false) {
+// format: the legend's values; unit: the y axis's (charts.axisLabel).
+function chart(title, id, keys, format, unit, integer = false) {
   const legend = el("div", { class: "legend" });
   const canvas = el("canvas", { id, height: 160 });
   const box = el("section", { class: "panel chart" }, el("h3", {}, title), legend, canvas);
@@ -25,7 +26,7 @@ function chart(title, id, keys, format, integer = false) {
       clear(legend).append(...lines.map((l) => el("span", { class: "key" },
         el("i", { style: `background:${l.color}` }), `${l.label} `,
         el("b", { "data-series": l.label }, last(l.points) === null ? "—" : format(last(l.points))))));
-      draw(canvas, lines, format, integer);
+      draw(canvas, lines, unit, integer);
     },
   };
 }
@@ -44,11 +45,11 @@ export function overview(main) {
   const cards = el("div", { class: "cards" });
   const charts = [
     chart("Throughput (runs per second)", "chart-throughput",
-      [["started", "started"], ["succeeded", "succeeded"], ["failed", "failed"]], perSecond),
+      [["started", "started"], ["succeeded", "succeeded"], ["failed", "failed"]], perSecond, "rate"),
     chart("Start lag (meant to start → started)", "chart-lag",
-      [["p50", "p50"], ["p95", "p95"], ["p99", "p99"]], seconds),
+      [["p50", "p50"], ["p95", "p95"], ["p99", "p99"]], seconds, "seconds"),
     chart("Backlog (due, not yet dispatched)", "chart-backlog",
-      [["due", "jobs due"], ["retry", "retries due"]], count, true),
+      [["due", "jobs due"], ["retry", "retries due"]], count, "count", true),
   ];
   const parts = el("section", { class: "panel" }, el("h3", {}, "Partitions"), el("p", { class: "muted" }, "Loading…"));
   const workers = el("section", { class: "panel" }, el("h3", {}, "Workers"), el("p", { class: "muted" }, "Loading…"));
@@ -136,7 +137,9 @@ export function overview(main) {
 
   let seeded = false;
   async function tick() {
-    const [st, text, past] = await Promise.allSettled([get("/status"), metricsText(),
+    // The API's clock, read as its answer arrives (see charts.syncClock).
+    const status = get("/status").then((v) => { syncClock(v.now); return v; });
+    const [st, text, past] = await Promise.allSettled([status, metricsText(),
       seeded ? Promise.resolve(null) : get("/stats/overview?minutes=60")]);
     if (past.status === "fulfilled" && past.value) { seed(past.value.samples); seeded = true; }
     if (st.status === "fulfilled") renderStatus(st.value);

@@ -1,7 +1,7 @@
 // A job's schedule policy (overlap, catch-up window, misfire, version) shown and edited with
-// If-Match, its lifecycle fields shown as the API gives them, and the Backfill action with its
-// dry-run preview.  Forms are built once per job version, so the page's refresh never wipes
-// what the user is typing.
+// If-Match, the lifecycle fields the job has, and the Backfill action with its confirmation.
+// Forms are built once per job version, so the page's refresh never wipes what the user is
+// typing.
 
 import { patch, post } from "./api.js";
 import { el, time, toast } from "./dom.js";
@@ -10,7 +10,7 @@ const OVERLAPS = ["allow", "skip", "bufferOne", "cancelPrevious"];
 const MISFIRES = ["run_once", "skip"];
 const PREVIEW_MAX = 50; // times listed by a dry run; the count says how many there are
 // Job fields the page shows elsewhere; any other field (startAt, endAt, maxRuns, a pause note...)
-// is listed under Lifecycle as the API gives it.
+// is listed as the API gives it, when the job has it.
 const SHOWN = new Set(["id", "type", "queue", "status", "payload", "runAt", "cron", "timeZone",
   "nextRunAt", "maxAttempts", "backoff", "priority", "timeoutSeconds", "idempotencyKey", "misfire",
   "jitterSeconds", "lastRunId", "createdAt", "updatedAt", "catchUpWindowSeconds", "lastGap",
@@ -25,9 +25,14 @@ function value(v) {
   return typeof v === "object" ? el("span", { class: "mono" }, JSON.stringify(v)) : String(v);
 }
 
-// dt/dd pairs of the policy and of every lifecycle field the job JSON has.
+// A lifecycle field the job does not have: null (no limit set, never paused), or a failure
+// streak of 0 on a job that does not pause after failures.
+const absent = (job, k) => job[k] === null || job[k] === undefined
+  || (k === "deadLetterStreak" && !job[k] && !job.pauseAfterFailures);
+
+// dt/dd pairs of the policy and of every lifecycle field the job has.
 export function policyRows(job) {
-  const extra = Object.keys(job).filter((k) => !SHOWN.has(k)).sort();
+  const extra = Object.keys(job).filter((k) => !SHOWN.has(k) && !absent(job, k)).sort();
   return [
     el("dt", {}, "Overlap"), el("dd", { "data-test": "overlap" }, job.overlap),
     job.cron ? [el("dt", {}, "Catch-up window"),
@@ -70,34 +75,79 @@ export function policyForm(job, saved) {
 
 const isoInput = (name, ms) => el("input", { name, class: "mono wide", value: new Date(ms).toISOString() });
 
-// Backfill: run the schedule's past occurrences in [from, to) once each; Preview is a dry run.
+// What a backfill does with an occurrence, by the answer's list: [in the counts, on a dry run's
+// line per time].
+const FATE = { queued: ["queued", "would be queued"], alreadyRun: ["already ran", "already ran"],
+  skipped: ["skipped by overlap", "would be skipped by overlap"],
+  buffered: ["buffered by overlap", "would be buffered by overlap"] };
+
+// "N would be queued, M already ran[, K skipped by overlap][, B buffered by overlap]"; a real
+// backfill's: "N queued, ...".
+export function backfillCounts(res) {
+  return Object.keys(FATE).filter((k) => res.counts[k] || k === "queued" || k === "alreadyRun")
+    .map((k) => `${res.counts[k]} ${k === "queued" && res.dryRun ? FATE.queued[1] : FATE[k][0]}`)
+    .join(", ");
+}
+
+// Backfill: run the schedule's past occurrences in [from, to) once each.  "Backfill…" is a dry
+// run that shows what each occurrence would become; only its confirm button runs the backfill,
+// over the range it previewed (editing the range withdraws the confirmation).
 export function backfillForm(job) {
   const now = Date.now();
   const from = isoInput("from", now - 3600_000);
   const to = isoInput("to", now);
   const out = el("div", { "data-test": "backfill-result" });
-  async function send(dryRun) {
+  const path = `/jobs/${encodeURIComponent(job.id)}/backfill`;
+  let busy = false;
+
+  async function send(body) {
+    if (busy) return null;
+    busy = true;
     try {
-      const res = await post(`/jobs/${encodeURIComponent(job.id)}/backfill`,
-        { from: from.value.trim(), to: to.value.trim(), dryRun });
-      out.replaceChildren(...(dryRun ? [
-        el("p", {}, `${res.count} occurrence(s) in the range (one that has a run already is not run again):`),
-        el("ol", { class: "preview", "data-test": "backfill-times" },
-          res.times.slice(0, PREVIEW_MAX).map((t) => el("li", { class: "mono" }, t))),
-        res.count > PREVIEW_MAX ? el("p", { class: "muted" }, `… and ${res.count - PREVIEW_MAX} more`) : null,
-      ] : [el("p", { "data-test": "backfill-counts" }, `${res.queued.length} queued, `
-        + `${res.alreadyRun.length} already run, ${res.skipped.length} skipped, `
-        + `${res.buffered.length} buffered (of ${res.count})`)]).filter(Boolean));
-      if (!dryRun) toast(`Backfill: ${res.queued.length} run(s) queued`);
+      return await post(path, body);
     } catch (err) {
-      out.replaceChildren(el("p", { class: "error" }, err.message));
+      out.replaceChildren(el("p", { class: "error", "data-test": "backfill-error" }, err.message));
+      return null;
+    } finally {
+      busy = false;
     }
   }
+
+  function confirmation(res, range) {
+    const fate = new Map();
+    for (const k of Object.keys(FATE)) for (const t of res[k]) fate.set(t, k);
+    const runs = res.counts.queued + res.counts.buffered;
+    const go = el("button", { type: "button", "data-test": "backfill-confirm", onclick: async () => {
+      const done = await send({ ...range, dryRun: false });
+      if (!done) return;
+      out.replaceChildren(el("p", { "data-test": "backfill-done" },
+        `Done: ${backfillCounts(done)} (of ${done.count})`));
+      toast(`Backfill: ${done.counts.queued} run(s) queued`);
+    } }, `Queue ${res.counts.queued} run(s)${res.counts.buffered ? `, buffer ${res.counts.buffered}` : ""}`);
+    return [
+      el("p", { class: "confirm" }, el("b", { "data-test": "backfill-counts" }, backfillCounts(res)),
+        ` of ${res.count} occurrence(s) in the range.`),
+      el("ol", { class: "preview", "data-test": "backfill-times" },
+        res.times.slice(0, PREVIEW_MAX).map((t) => el("li", { "data-fate": fate.get(t) },
+          el("span", { class: "mono" }, t), el("span", { class: "muted" }, ` ${FATE[fate.get(t)][1]}`)))),
+      res.count > PREVIEW_MAX ? el("p", { class: "muted" }, `… and ${res.count - PREVIEW_MAX} more`) : null,
+      runs ? el("div", { class: "actions" }, go, el("button", { type: "button", class: "secondary",
+        onclick: () => out.replaceChildren() }, "Dismiss"))
+        : el("p", { class: "muted", "data-test": "backfill-nothing" }, "Nothing in this range would run."),
+    ].filter(Boolean);
+  }
+
+  async function preview() {
+    const range = { from: from.value.trim(), to: to.value.trim() };
+    const res = await send({ ...range, dryRun: true });
+    if (res) out.replaceChildren(...confirmation(res, range));
+  }
+  for (const input of [from, to]) input.addEventListener("input", () => out.replaceChildren());
   return el("section", { class: "panel" }, el("h3", {}, "Backfill"),
     el("p", { class: "muted small" }, "Runs each occurrence in [from, to) once, with its nominal time, "
-      + "under the job's overlap policy; at most 10,000 a call, to not in the future."),
+      + "under the job's overlap policy; at most 10,000 a call, to not in the future. "
+      + "You see what it would do and confirm it first."),
     el("div", { class: "filters" }, el("label", {}, "From ", from), el("label", {}, "To ", to),
-      el("button", { type: "button", class: "secondary", onclick: () => send(true) }, "Preview"),
-      el("button", { type: "button", onclick: () => send(false) }, "Backfill")),
+      el("button", { type: "button", class: "secondary", onclick: preview }, "Backfill…")),
     out);
 }
