@@ -1,0 +1,174 @@
+"""What the API does about browsers: it answers only trusted Host names (DNS rebinding), refuses
+writes a page of another origin sends (cross-site requests), takes request bodies only as JSON,
+and sends security headers with every answer (no framing, no sniffing, no caching).
+
+docs/security.md, "Browsers and the dashboard", says why each is there.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from rsched.api.problems import Problem, problem_body
+from rsched.core import defaults
+
+# Sent with every answer.  The dashboard and /docs load only their own files (no inline script
+# or style), and no page may frame them: a framed, signed-in dashboard could be clicked on.
+CSP = ("default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+       "form-action 'self'; frame-ancestors 'none'")
+SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"content-security-policy", CSP.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),  # answers carry jobs, keys' names and payloads
+)
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding to ``host`` serves this machine only."""
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def default_hosts(bind: str) -> tuple[str, ...] | None:
+    """The Host names answered when none are configured: the loopback names when bound to a
+    loopback address, else any (None)."""
+    if not is_loopback(bind):
+        return None
+    return tuple(dict.fromkeys((*defaults.LOOPBACK_HOSTS, bind.strip("[]").lower())))
+
+
+def parse_hosts(values: Iterable[str]) -> tuple[str, ...]:
+    """--allowed-host values (each may list several, comma-separated) as lower-case names."""
+    return tuple(h.strip().lower().rstrip(".") for v in values for h in v.split(",") if h.strip())
+
+
+def split_host(host: str) -> tuple[str, str | None]:
+    """A Host header as (name, port or None): ``[::1]:8600`` -> ``("::1", "8600")``."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name, _, rest = host[1:].partition("]")
+        return name, rest.removeprefix(":") or None
+    name, sep, port = host.rpartition(":")
+    if sep and ":" not in name:
+        return name.rstrip("."), port or None
+    return host.rstrip("."), None
+
+
+class HostPolicy:
+    """Which Host names the API answers, and which origins may send it writes."""
+
+    def __init__(self, allowed: Iterable[str] | None) -> None:
+        names = None if allowed is None else frozenset(allowed)
+        self.any = names is None or "*" in names
+        self.exact = frozenset(n for n in names or () if not n.startswith("*."))
+        self.suffixes = tuple(n[1:] for n in names or () if n.startswith("*."))
+
+    def _listed(self, name: str) -> bool:
+        return name in self.exact or any(name.endswith(s) for s in self.suffixes)
+
+    def host_allowed(self, host: str | None) -> bool:
+        """A request without Host (HTTP/1.0) cannot come from a rebinding page: answered."""
+        return self.any or host is None or self._listed(split_host(host)[0])
+
+    def origin_allowed(self, origin: str, host: str | None) -> bool:
+        """A write from a browser page: its origin must be this server as the browser named it
+        (the Host header), or a listed name."""
+        parts = urlsplit(origin.strip().lower())
+        if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+            return False  # "null" (a sandboxed frame, a file) and the like
+        port = str(parts.port) if parts.port else _DEFAULT_PORTS[parts.scheme]
+        if host is not None:
+            name, host_port = split_host(host)
+            if (name, host_port or _DEFAULT_PORTS[parts.scheme]) == (parts.hostname, port):
+                return True
+        return self._listed(parts.hostname.rstrip("."))
+
+
+def _problem(status: int, title: str, slug: str, detail: str, field: str | None = None
+             ) -> Problem:
+    body = problem_body(status, detail, field)
+    body.update(type=f"urn:rsched:problem:{slug}", title=title)
+    return Problem(body, status)
+
+
+def refusal(scope: dict[str, Any], policy: HostPolicy) -> Problem | None:
+    """The answer to a request from the wrong place, or None when it may go on."""
+    host = origin = None
+    for name, value in scope["headers"]:
+        if name == b"host":
+            host = value.decode("latin-1")
+        elif name == b"origin":
+            origin = value.decode("latin-1")
+    if not policy.host_allowed(host):
+        return _problem(421, "Misdirected request", "untrusted-host",
+                        f"Host {host!r} is not one this server answers; list it with "
+                        "--allowed-host (RSCHED_ALLOWED_HOSTS)")
+    if origin is not None and scope["method"] not in _SAFE_METHODS \
+            and not policy.origin_allowed(origin, host):
+        return _problem(403, "Forbidden", "cross-origin",
+                        f"a {scope['method']} from a page of origin {origin!r} is refused: "
+                        "writes come from this server's own pages or from clients that send "
+                        "no Origin")
+    return None
+
+
+Send = Callable[[Any], Awaitable[None]]
+
+
+def with_security_headers(send: Send) -> Send:
+    """``send`` adding SECURITY_HEADERS to the response's start."""
+
+    async def sending(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", ()), *SECURITY_HEADERS]
+        await send(message)
+
+    return sending
+
+
+def is_json(content_type: str) -> bool:
+    """application/json or application/<anything>+json, with parameters (charset) or not."""
+    media = content_type.partition(";")[0].strip().lower()
+    kind, _, sub = media.partition("/")
+    return kind == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+def json_only(endpoint: Callable[[Request], Awaitable[Response]]
+              ) -> Callable[[Request], Awaitable[Response]]:
+    """Wrap a route that takes a body: 415 unless it is declared JSON.  A request without a body
+    and without Content-Type goes through (POST /jobs/{id}/pause has an optional body).  A
+    browser page sends text/plain, form or multipart bodies to any origin without asking (a
+    "simple" request); JSON it may send only after a CORS preflight, which the API refuses."""
+
+    async def checked(request: Request) -> Response:
+        content_type = request.headers.get("content-type")
+        has_body = request.headers.get("content-length", "0") != "0" \
+            or "transfer-encoding" in request.headers
+        if (content_type is not None or has_body) and not is_json(content_type or ""):
+            return _problem(415, "Unsupported media type", "not-json",
+                            f"Content-Type {content_type or '(none)'} is not JSON: send the "
+                            "body as application/json", "Content-Type")
+        return await endpoint(request)
+
+    checked.__name__ = getattr(endpoint, "__name__", "endpoint")
+    return checked
+
+
+__all__ = ["CSP", "SECURITY_HEADERS", "HostPolicy", "default_hosts", "is_json", "is_loopback",
+           "json_only", "parse_hosts", "refusal", "split_host", "with_security_headers"]

@@ -1,0 +1,195 @@
+"""The HTTP server `rsched api` runs: uvicorn with httptools, bounded before any key is checked.
+
+uvicorn bounds idle keep-alive (``timeout_keep_alive``) but, with httptools, neither the size
+nor the count of a request's headers, nor how long a client may take to send them or its body,
+nor how many connections are open.  `BoundedHttpTools` adds those bounds to uvicorn's httptools
+protocol, through the parser's callbacks (httptools' interface) and the connection's events:
+
+- a request head (request line and headers) over ``max_head_bytes`` or with more than
+  ``max_headers`` header lines is answered 431 and the connection closed, while it arrives: the
+  parser keeps a header it has not finished in memory, so the bytes are counted as they come;
+- a head not complete ``head_timeout_s`` after its first byte (or after the connection opened)
+  is answered 408; so is a body not complete ``body_timeout_s`` after its head;
+- a connection beyond ``max_connections`` open ones is answered 503 and closed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from rsched.core import defaults
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What one client may hold of the server (defaults in rsched.core.defaults)."""
+
+    max_head_bytes: int = defaults.MAX_HEAD_BYTES
+    max_headers: int = defaults.MAX_HEADERS
+    head_timeout_s: float = defaults.HEAD_TIMEOUT_S
+    body_timeout_s: float = defaults.BODY_TIMEOUT_S
+    keep_alive_s: int = defaults.KEEP_ALIVE_S
+    max_connections: int = defaults.MAX_CONNECTIONS
+
+
+class _Refused(Exception):
+    """Raised in a parser callback to stop parsing a request that was just refused."""
+
+
+def _answer(status: int, reason: str, detail: str) -> bytes:
+    """A complete problem+json response that closes the connection, written without the app."""
+    body = (f'{{"type":"about:blank","title":"{reason}","status":{status},'
+            f'"detail":"{detail}"}}').encode()
+    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
+
+
+class BoundedHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the bounds of `ServerLimits` (``LIMITS``, set by
+    `protocol`)."""
+
+    LIMITS = ServerLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_bytes = 0  # bytes received since the head began, counted per read
+        self._head_seen = 0  # bytes of the head the parser has reported
+        self._header_count = 0
+        self._in_head = False
+        self._refused = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    # --- timers: one at a time, for the head or for the body ---------------------------------
+
+    def _arm(self, seconds: float, status: int, reason: str, detail: str) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(seconds, self._expired, status, reason, detail)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self, status: int, reason: str, detail: str) -> None:
+        self._timer = None
+        quiet = not self._in_head and self._head_bytes == 0 and self.cycle is None
+        self._refuse(status, reason, detail, quiet=quiet)
+
+    def _refuse(self, status: int, reason: str, detail: str, *, quiet: bool = False) -> None:
+        """Answer ``status`` unless a response has begun, and close the connection."""
+        if self._refused or self.transport.is_closing():
+            return
+        self._refused = True
+        self._disarm()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True  # the app's receive() answers http.disconnect from now on
+            cycle.message_event.set()
+        if not quiet and (cycle is None or not cycle.response_started):
+            self.transport.write(_answer(status, reason, detail))
+        self.transport.close()
+
+    # --- connection events -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        limits = self.LIMITS
+        if len(self.connections) > limits.max_connections:
+            self._refuse(503, "Service Unavailable",
+                         f"over {limits.max_connections} open connections; try again later")
+            return
+        self._arm(limits.head_timeout_s, 408, "Request Timeout",
+                  f"request head not complete within {limits.head_timeout_s:g} s")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        was_in_head = self._in_head
+        super().data_received(data)
+        if self._in_head and not self._refused:
+            # Counted as it arrives: the parser keeps a header it has not finished to itself.
+            self._head_bytes = self._head_bytes + len(data) if was_in_head else self._head_seen
+            detail = self._over()
+            if detail is not None:
+                self._refuse(431, "Request Header Fields Too Large", detail)
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._refused:  # a callback refused the request and has answered already
+            super().send_400_response(msg)
+
+    # --- parser callbacks --------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_bytes = self._head_seen = self._header_count = 0
+        if self._timer is None:  # the first request's timer runs from the connection's start
+            limits = self.LIMITS
+            self._arm(limits.head_timeout_s, 408, "Request Timeout",
+                      f"request head not complete within {limits.head_timeout_s:g} s")
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self._head_seen += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        self._head_seen += len(name) + len(value) + 4
+        self._check_head()
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._check_head()
+        self._in_head = False
+        limits = self.LIMITS
+        self._arm(limits.body_timeout_s, 408, "Request Timeout",
+                  f"request body not complete within {limits.body_timeout_s:g} s")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def _over(self) -> str | None:
+        """What of the head is over its limits, if anything."""
+        limits = self.LIMITS
+        if self._header_count > limits.max_headers:
+            return f"more than {limits.max_headers} header lines"
+        if max(self._head_bytes, self._head_seen) > limits.max_head_bytes:
+            return f"request line and headers over {limits.max_head_bytes} bytes"
+        return None
+
+    def _check_head(self) -> None:
+        """In a parser callback: refuse a head over its limits and stop the parser."""
+        detail = self._over()
+        if detail is not None:
+            self._refuse(431, "Request Header Fields Too Large", detail)
+            raise _Refused(detail)
+
+
+def protocol(limits: ServerLimits) -> type[BoundedHttpTools]:
+    """The protocol class uvicorn is given, bound to ``limits``."""
+
+    class Bounded(BoundedHttpTools):
+        LIMITS = limits
+
+    return Bounded
+
+
+def serve(app: Any, host: str, port: int, limits: ServerLimits, **options: Any) -> None:
+    """Run ``app`` under uvicorn with ``limits`` until SIGINT or SIGTERM."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, http=protocol(limits),
+                timeout_keep_alive=limits.keep_alive_s, **options)
+
+
+__all__ = ["BoundedHttpTools", "ServerLimits", "protocol", "serve"]
