@@ -86,7 +86,9 @@ def running_api(redis_url: str, cwd: Path, *args: str,
     api = Api(port, admin, read, proc)
     try:
         # A connection per check: a kept-alive one would count against --max-connections.
-        wait_for("api ready", lambda: httpx.get(f"{api.base}/readyz").status_code == 200, [proc])
+        # 421: up, and not answering 127.0.0.1 (--allowed-host).
+        wait_for("api ready", lambda: httpx.get(f"{api.base}/readyz").status_code in (200, 421),
+                 [proc])
         yield api
     finally:
         api.close_sockets()

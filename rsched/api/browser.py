@@ -71,7 +71,7 @@ def split_host(host: str) -> tuple[str, str | None]:
 
 
 class HostPolicy:
-    """Which Host names the API answers, and which origins may send it writes."""
+    """Which Host names the API answers."""
 
     def __init__(self, allowed: Iterable[str] | None) -> None:
         names = None if allowed is None else frozenset(allowed)
@@ -86,18 +86,16 @@ class HostPolicy:
         """A request without Host (HTTP/1.0) cannot come from a rebinding page: answered."""
         return self.any or host is None or self._listed(split_host(host)[0])
 
-    def origin_allowed(self, origin: str, host: str | None) -> bool:
-        """A write from a browser page: its origin must be this server as the browser named it
-        (the Host header), or a listed name."""
-        parts = urlsplit(origin.strip().lower())
-        if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
-            return False  # "null" (a sandboxed frame, a file) and the like
-        port = str(parts.port) if parts.port else _DEFAULT_PORTS[parts.scheme]
-        if host is not None:
-            name, host_port = split_host(host)
-            if (name, host_port or _DEFAULT_PORTS[parts.scheme]) == (parts.hostname, port):
-                return True
-        return self._listed(parts.hostname.rstrip("."))
+
+def same_origin(origin: str, host: str | None) -> bool:
+    """Whether a browser page of ``origin`` is this server as the browser named it (the Host
+    header, name and port): a proxy in front must pass Host on for the dashboard's writes."""
+    parts = urlsplit(origin.strip().lower())
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname or host is None:
+        return False  # "null" (a sandboxed frame, a file) and the like
+    name, port = split_host(host)
+    default = _DEFAULT_PORTS[parts.scheme]
+    return (name, port or default) == (parts.hostname.rstrip("."), str(parts.port or default))
 
 
 def _problem(status: int, title: str, slug: str, detail: str, field: str | None = None
@@ -120,7 +118,7 @@ def refusal(scope: dict[str, Any], policy: HostPolicy) -> Problem | None:
                         f"Host {host!r} is not one this server answers; list it with "
                         "--allowed-host (RSCHED_ALLOWED_HOSTS)")
     if origin is not None and scope["method"] not in _SAFE_METHODS \
-            and not policy.origin_allowed(origin, host):
+            and not same_origin(origin, host):
         return _problem(403, "Forbidden", "cross-origin",
                         f"a {scope['method']} from a page of origin {origin!r} is refused: "
                         "writes come from this server's own pages or from clients that send "
@@ -171,4 +169,5 @@ def json_only(endpoint: Callable[[Request], Awaitable[Response]]
 
 
 __all__ = ["CSP", "SECURITY_HEADERS", "HostPolicy", "default_hosts", "is_json", "is_loopback",
-           "json_only", "parse_hosts", "refusal", "split_host", "with_security_headers"]
+           "json_only", "parse_hosts", "refusal", "same_origin", "split_host",
+           "with_security_headers"]
