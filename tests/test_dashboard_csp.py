@@ -1,0 +1,164 @@
+"""The dashboard and /docs under their Content-Security-Policy in real headless Chromium, against
+a real `rsched api`: every page works with no console error and no policy violation, the
+security headers are there, and no page of another origin can frame them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from api_process import Api, running_api
+from conftest import missing_service
+from redis_server import RedisServer
+from test_dashboard import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, UI_TIMEOUT_MS
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+# Collects what the policy refused, in every frame, from the first script on.
+WATCH_CSP = """
+window.__violations = [];
+document.addEventListener("securitypolicyviolation",
+  (e) => window.__violations.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}`));
+"""
+HEADERS = {
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+@pytest.fixture(scope="module")
+def api(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    redis_server.resume()
+    with running_api(redis_server.url, tmp_path_factory.mktemp("csp")) as a:
+        with a.http(a.admin) as http:
+            http.post("/jobs", json={"type": "csp", "cron": "*/5 * * * *",
+                                     "payload": {"n": 1}}).raise_for_status()
+        yield a
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if shutil.which("chromium") is None and not os.path.exists(CHROMIUM):
+        missing_service("chromium not found: run `make chromium`")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Watched:
+    """A page whose console errors, page errors and CSP violations are collected."""
+
+    def __init__(self, browser: Any) -> None:
+        self.context = browser.new_context(viewport={"width": 1300, "height": 900})
+        self.context.add_init_script(WATCH_CSP)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(UI_TIMEOUT_MS)
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def problems(self) -> list[str]:
+        return self.errors + list(self.page.evaluate("window.__violations"))
+
+
+@pytest.fixture
+def watched(browser: Any) -> Iterator[Watched]:
+    w = Watched(browser)
+    try:
+        yield w
+    finally:
+        w.context.close()
+
+
+def check_headers(headers: dict[str, str]) -> None:
+    csp = headers.get("content-security-policy", "")
+    directives = {d.split()[0]: d.split()[1:] for d in csp.split(";") if d.strip()}
+    assert directives.get("default-src") == ["'self'"], csp
+    assert directives.get("frame-ancestors") == ["'none'"], csp
+    assert "'unsafe-inline'" not in csp and "'unsafe-eval'" not in csp
+    assert "script-src" not in directives and "style-src" not in directives  # 'self' only
+    for name, value in HEADERS.items():
+        assert headers.get(name) == value, (name, headers)
+
+
+def test_every_dashboard_page_works_under_its_policy_with_no_console_error(
+    api: Api, watched: Watched
+) -> None:
+    page = watched.page
+    res = page.goto(f"{api.base}/ui/#key={api.admin}")
+    check_headers(res.all_headers())
+    page.wait_for_selector("#who >> text=http-admin")
+    page.wait_for_selector("[data-test=workers]")
+    page.goto(f"{api.base}/ui/#/jobs")
+    page.wait_for_selector("tr[data-job]")
+    page.click("tr[data-job] a")
+    page.wait_for_selector("h1 [data-status=scheduled]")
+    page.wait_for_selector("ol.preview li")
+    page.goto(f"{api.base}/ui/#/dead-letters")
+    page.wait_for_selector("text=Dead letters")
+    page.goto(f"{api.base}/ui/#/")
+    page.wait_for_selector("[data-test=workers]")
+    page.wait_for_timeout(1500)  # charts and the overview's refresh run once more
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-under-csp.png"), full_page=True)
+    assert watched.problems() == []
+
+
+def test_the_dashboards_files_and_api_answers_carry_the_headers(api: Api, watched: Watched
+                                                                ) -> None:
+    seen: dict[str, dict[str, str]] = {}
+    watched.page.on("response", lambda r: seen.setdefault(r.url, r.all_headers()))
+    watched.page.goto(f"{api.base}/ui/#key={api.read}")
+    watched.page.wait_for_selector("#who >> text=http-reader")
+    paths = {u.removeprefix(api.base).partition("?")[0] for u in seen}
+    assert {"/ui/", "/ui/app.js", "/ui/style.css", "/ui/session", "/status"} <= paths, paths
+    for headers in seen.values():
+        check_headers(headers)
+    assert watched.problems() == []
+
+
+def test_the_sign_in_field_is_a_password_field(api: Api, watched: Watched) -> None:
+    watched.page.goto(f"{api.base}/ui/")
+    assert watched.page.get_attribute("input[name=key]", "type") == "password"
+
+
+def test_docs_renders_and_sends_under_the_policy(api: Api, watched: Watched) -> None:
+    page = watched.page
+    res = page.goto(f"{api.base}/docs")
+    check_headers(res.all_headers())
+    assert "<script>" not in res.text() and "<style>" not in res.text() and "style=" not in \
+        res.text()
+    assert page.get_attribute("#key", "type") == "password"
+    page.wait_for_selector("details >> text=/healthz")
+    page.fill("#key", api.read)
+    page.dispatch_event("#key", "change")
+    op = page.locator("details", has=page.locator(".path", has_text="/status")).first
+    op.locator("summary").click()
+    op.locator("button", has_text="Send").click()
+    page.wait_for_selector("pre >> text=200 OK")
+    assert watched.problems() == []
+
+
+@pytest.mark.parametrize("path", ["/ui/", "/docs"])
+def test_a_page_of_another_origin_cannot_frame_them(api: Api, watched: Watched, path: str
+                                                    ) -> None:
+    page = watched.page
+    # about:blank holds the frame: an origin that is not the API's.
+    page.set_content(f'<iframe id="f" src="{api.base}{path}" width="800" height="600"></iframe>')
+    page.wait_for_timeout(1500)
+    frame = page.frame_locator("#f")
+    assert frame.locator("#who, #ops").count() == 0
+    blocked = [f for f in page.frames if f != page.main_frame]
+    assert blocked and all(not f.url.startswith(api.base) or f.is_detached()
+                           or f.evaluate("document.body === null || document.body.innerHTML === ''")
+                           for f in blocked), [f.url for f in blocked]
