@@ -109,6 +109,9 @@ def test_every_dashboard_page_works_under_its_policy_with_no_console_error(
     page.goto(f"{api.base}/ui/#/")
     page.wait_for_selector("[data-test=workers]")
     page.wait_for_timeout(1500)  # charts and the overview's refresh run once more
+    # Styles the scripts set (a chart key's colour) apply: through the CSSOM, not as markup.
+    colour = page.eval_on_selector(".chart .key i", "e => getComputedStyle(e).backgroundColor")
+    assert colour not in ("", "rgba(0, 0, 0, 0)", "transparent"), colour
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-under-csp.png"), full_page=True)
     assert watched.problems() == []
