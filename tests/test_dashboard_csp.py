@@ -64,8 +64,12 @@ class Watched:
         self.page = self.context.new_page()
         self.page.set_default_timeout(UI_TIMEOUT_MS)
         self.errors: list[str] = []
-        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("console", self._console)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def _console(self, message: Any) -> None:
+        if message.type == "error":
+            self.errors.append(message.text)
 
     def problems(self) -> list[str]:
         return self.errors + list(self.page.evaluate("window.__violations"))

@@ -66,6 +66,7 @@ def test_a_50_mb_header_is_refused_431_while_it_arrives(api: Api) -> None:
     got = read_until_closed(s)
     assert status_of(got) == 431, got[:300]
     assert b"request line and headers over" in got
+    assert b"\r\nx-content-type-options: nosniff\r\n" in got
     # Refused at the limit, not after taking all 50 MB in: the send failed early.
     assert time.monotonic() - start < 30
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from rsched.api.browser import SECURITY_HEADERS
 from rsched.core import defaults
 
 
@@ -44,8 +45,10 @@ def _answer(status: int, reason: str, detail: str) -> bytes:
     """A complete problem+json response that closes the connection, written without the app."""
     body = (f'{{"type":"about:blank","title":"{reason}","status":{status},'
             f'"detail":"{detail}"}}').encode()
+    headers = b"".join(b"%s: %s\r\n" % h for h in SECURITY_HEADERS)
     return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
+            f"content-length: {len(body)}\r\nconnection: close\r\n").encode() + headers \
+        + b"\r\n" + body
 
 
 class BoundedHttpTools(HttpToolsProtocol):
