@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -169,3 +173,71 @@ def test_a_page_of_another_origin_cannot_frame_them(api: Api, watched: Watched, 
     assert blocked and all(not f.url.startswith(api.base) or f.is_detached()
                            or f.evaluate("document.body === null || document.body.innerHTML === ''")
                            for f in blocked), [f.url for f in blocked]
+
+
+ATTACK = """<!doctype html><title>a page elsewhere</title><script>
+window.sent = (async () => {
+  const opts = {method: "POST", mode: "no-cors"};
+  // What no page may do without asking: a text/plain body, a form body, no body at all.
+  await fetch(API + "/jobs", {...opts, body: '{"type": "csrf"}'});
+  await fetch(API + "/jobs", {...opts, body: new URLSearchParams({type: "csrf"})});
+  await fetch(API + "/jobs/" + JOB + "/pause", opts);
+  return true;
+})();
+</script>"""
+
+
+@contextmanager
+def elsewhere(html: str) -> Iterator[str]:
+    """A page served from another origin (another port) on this machine."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = html.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://localhost:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_page_of_another_origin_cannot_write_to_an_api_without_keys(
+    redis_server: RedisServer, tmp_path: Path, watched: Watched
+) -> None:
+    """The attack of a page on another origin against `rsched api --no-auth` on loopback: each
+    request reaches the API (its answer is seen here) and is refused; nothing changes."""
+    redis_server.resume()
+    with running_api(redis_server.url, tmp_path, "--no-auth") as api, api.http() as http:
+        job = http.post("/jobs", json={"type": "target", "cron": "0 0 1 1 *"}).json()
+        page = watched.page
+        answers: dict[str, int] = {}
+        page.on("response", lambda r: answers.setdefault(
+            f"{r.request.method} {r.url.removeprefix(api.base)} "
+            f"{r.request.headers.get('content-type', '-')}", r.status))
+        html = ATTACK.replace("API +", f'"{api.base}" +').replace("JOB", f'"{job["id"]}"')
+        with elsewhere(html) as origin:
+            page.goto(origin)
+            assert page.evaluate("window.sent") is True
+        # Chromium sends Origin with each: refused on it, before the body's type (a client
+        # that sends no Origin gets the 415, test_api_origins.py).
+        writes = {k: v for k, v in answers.items() if k.startswith("POST")}
+        assert writes == {
+            "POST /jobs text/plain;charset=UTF-8": 403,
+            "POST /jobs application/x-www-form-urlencoded;charset=UTF-8": 403,
+            f"POST /jobs/{job['id']}/pause -": 403,
+        }, answers
+        assert http.get("/jobs", params={"type": "csrf"}).json()["jobs"] == []
+        assert http.get(f"/jobs/{job['id']}").json()["status"] == "scheduled"
