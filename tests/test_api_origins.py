@@ -51,6 +51,15 @@ def test_a_host_name_that_is_not_loopback_is_refused_421_when_bound_to_loopback(
     assert "rebind.example" in res.json()["detail"] and "--allowed-host" in res.json()["detail"]
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1:{port}@rebind.example", "localhost:x",
+                                  "[::1]rebind.example", "", "localhost.rebind.example"])
+def test_a_host_header_that_only_starts_like_a_loopback_name_is_refused(api: Api,
+                                                                        host: str) -> None:
+    # Starlette builds a redirect's absolute URL from Host: it must never get this far.
+    with api.http(api.read, Host=host.format(port=api.port)) as http:
+        assert is_problem(http.get("/jobs/"), 421)
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "LOCALHOST",
                                   "[::1]:{port}", "localhost.:{port}"])
 def test_the_loopback_names_are_answered(api: Api, host: str) -> None:

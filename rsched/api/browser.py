@@ -59,14 +59,16 @@ def parse_hosts(values: Iterable[str]) -> tuple[str, ...]:
 
 
 def split_host(host: str) -> tuple[str, str | None]:
-    """A Host header as (name, port or None): ``[::1]:8600`` -> ``("::1", "8600")``."""
+    """A Host header as (name, port or None): ``[::1]:8600`` -> ``("::1", "8600")``.  A port
+    that is not digits leaves the whole header as the name, which no list holds."""
     host = host.strip().lower()
     if host.startswith("["):
         name, _, rest = host[1:].partition("]")
-        return name, rest.removeprefix(":") or None
+        port = rest.removeprefix(":")
+        return (name, port or None) if port.isdigit() or not rest else (host, None)
     name, sep, port = host.rpartition(":")
     if sep and ":" not in name:
-        return name.rstrip("."), port or None
+        return (name.rstrip("."), port) if port.isdigit() else (host, None)
     return host.rstrip("."), None
 
 
