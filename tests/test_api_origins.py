@@ -103,7 +103,8 @@ def test_a_write_from_a_page_of_another_origin_is_refused_and_changes_nothing(ap
     with api.http(api.admin) as http:
         job = http.post("/jobs", json={"type": "origin", "cron": "0 0 1 1 *"}).json()
         for origin in ("http://evil.example", "null", f"http://localhost:{api.port + 1}",
-                       f"http://127.0.0.1.evil.example:{api.port}"):
+                       f"http://127.0.0.1.evil.example:{api.port}",
+                       "http://127.0.0.1:port", "http://[::1", "javascript:x", ""):
             res = http.post(f"/jobs/{job['id']}/pause", headers={"Origin": origin})
             assert is_problem(res, 403), (origin, res.text)
         assert http.get(f"/jobs/{job['id']}").json()["status"] == "scheduled"

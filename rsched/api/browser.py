@@ -92,12 +92,16 @@ class HostPolicy:
 def same_origin(origin: str, host: str | None) -> bool:
     """Whether a browser page of ``origin`` is this server as the browser named it (the Host
     header, name and port): a proxy in front must pass Host on for the dashboard's writes."""
-    parts = urlsplit(origin.strip().lower())
+    try:
+        parts = urlsplit(origin.strip().lower())
+        origin_port = parts.port
+    except ValueError:  # not a URL, or its port not a number
+        return False
     if parts.scheme not in _DEFAULT_PORTS or not parts.hostname or host is None:
         return False  # "null" (a sandboxed frame, a file) and the like
     name, port = split_host(host)
     default = _DEFAULT_PORTS[parts.scheme]
-    return (name, port or default) == (parts.hostname.rstrip("."), str(parts.port or default))
+    return (name, port or default) == (parts.hostname.rstrip("."), str(origin_port or default))
 
 
 def _problem(status: int, title: str, slug: str, detail: str, field: str | None = None
