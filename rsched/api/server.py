@@ -191,7 +191,9 @@ def serve(app: Any, host: str, port: int, limits: ServerLimits, **options: Any) 
     """Run ``app`` under uvicorn with ``limits`` until SIGINT or SIGTERM."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, http=protocol(limits),
+    # ws="none": the API has no WebSocket route, and an upgraded connection would leave the
+    # bounds above behind.
+    uvicorn.run(app, host=host, port=port, http=protocol(limits), ws="none",
                 timeout_keep_alive=limits.keep_alive_s, **options)
 
 
