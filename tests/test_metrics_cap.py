@@ -8,10 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 from api_process import Api, running_api
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from redis_server import RedisServer
 
 from rsched.core import defaults
+from rsched.obs import metrics
 from rsched.obs.metrics import OTHER, LabelCap, RunMetrics, _WorkerCollector
 
 pytestmark = pytest.mark.slow
@@ -108,14 +110,16 @@ def test_the_cap_keeps_the_largest_values_when_it_fills_and_then_keeps_them() ->
 
 def test_a_workers_run_counts_and_durations_are_capped_and_summed_into_other() -> None:
     m = RunMetrics()
-    for i in range(CAP + 50):
-        m.count("succeeded", f"w-{i}", "default", n=1 + (i == 0) * 1000)
-        m.duration.observe(f"w-{i}", 0.01)
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    reg = CollectorRegistry()
-    reg.register(_WorkerCollector())
-    text = generate_latest(reg).decode()
+    try:
+        for i in range(CAP + 50):
+            m.count("succeeded", f"w-{i}", "default", n=1 + (i == 0) * 1000)
+            m.duration.observe(f"w-{i}", 0.01)
+        reg = CollectorRegistry()
+        reg.register(_WorkerCollector())  # a cap of its own, not the process's
+        text = generate_latest(reg).decode()
+    finally:  # the process's collector must never see these types (other tests count theirs)
+        with metrics._lock:
+            metrics._workers.remove(m)
     types, runs = set(), 0.0
     durations = {}
     for fam in text_string_to_metric_families(text):
