@@ -125,16 +125,22 @@ def test_every_dashboard_page_works_under_its_policy_with_no_console_error(
     assert watched.problems() == []
 
 
-def test_the_dashboards_files_and_api_answers_carry_the_headers(api: Api, watched: Watched
-                                                                ) -> None:
+def test_the_dashboards_files_and_the_api_answers_it_reads_carry_their_headers(
+    api: Api, watched: Watched
+) -> None:
     seen: dict[str, dict[str, str]] = {}
     watched.page.on("response", lambda r: seen.setdefault(r.url, r.all_headers()))
     watched.page.goto(f"{api.base}/ui/#key={api.read}")
     watched.page.wait_for_selector("#who >> text=http-reader")
-    paths = {u.removeprefix(api.base).partition("?")[0] for u in seen}
-    assert {"/ui/", "/ui/app.js", "/ui/style.css", "/ui/session", "/status"} <= paths, paths
-    for headers in seen.values():
-        check_headers(headers)
+    by_path = {u.removeprefix(api.base).partition("?")[0]: h for u, h in seen.items()}
+    assert {"/ui/", "/ui/app.js", "/ui/style.css", "/ui/session", "/status",
+            "/metrics"} <= set(by_path), by_path
+    for path, headers in by_path.items():
+        if path.startswith("/ui"):
+            check_headers(headers)
+        else:  # the API's JSON: kept from caches and from sniffing
+            assert headers["cache-control"] == "no-store", path
+            assert headers["x-content-type-options"] == "nosniff", path
     assert watched.problems() == []
 
 

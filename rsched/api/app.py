@@ -126,7 +126,7 @@ class _Api(Starlette):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             # Every answer, a refusal and the dashboard's files too, carries the headers.
-            send = with_security_headers(send)
+            send = with_security_headers(send, scope["path"])
             refused = refusal(scope, self.hosts)
             if refused is not None:
                 await refused(scope, receive, send)

@@ -18,17 +18,22 @@ from starlette.responses import Response
 from rsched.api.problems import Problem, problem_body
 from rsched.core import defaults
 
-# Sent with every answer.  The dashboard and /docs load only their own files (no inline script
-# or style), and no page may frame them: a framed, signed-in dashboard could be clicked on.
+# Sent with the dashboard's and /docs' answers.  They load only their own files (no inline
+# script or style), and no page may frame them: a framed, signed-in dashboard could be clicked
+# on.  Every answer is also kept out of caches (answers carry jobs, payloads and keys' names).
 CSP = ("default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
        "form-action 'self'; frame-ancestors 'none'")
+API_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"cache-control", b"no-store"),
+)
 SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"content-security-policy", CSP.encode()),
     (b"x-frame-options", b"DENY"),
-    (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
-    (b"cache-control", b"no-store"),  # answers carry jobs, keys' names and payloads
+    *API_HEADERS,
 )
+PAGES = ("/ui", "/docs")  # paths whose answers a browser shows as pages
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
@@ -135,12 +140,14 @@ def refusal(scope: dict[str, Any], policy: HostPolicy) -> Problem | None:
 Send = Callable[[Any], Awaitable[None]]
 
 
-def with_security_headers(send: Send) -> Send:
-    """``send`` adding SECURITY_HEADERS to the response's start."""
+def with_security_headers(send: Send, path: str) -> Send:
+    """``send`` adding the headers an answer for ``path`` carries to the response's start
+    (the API's JSON answers only those that matter to data: each header costs the server)."""
+    extra = SECURITY_HEADERS if path.startswith(PAGES) else API_HEADERS
 
     async def sending(message: Any) -> None:
         if message["type"] == "http.response.start":
-            message["headers"] = [*message.get("headers", ()), *SECURITY_HEADERS]
+            message["headers"] = [*message.get("headers", ()), *extra]
         await send(message)
 
     return sending
@@ -153,6 +160,19 @@ def is_json(content_type: str) -> bool:
     return kind == "application" and (sub == "json" or sub.endswith("+json"))
 
 
+def _body_of(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str | None, bool]:
+    """(Content-Type, whether a body comes), in one pass over the raw headers."""
+    content_type, has_body = None, False
+    for name, value in headers:
+        if name == b"content-type":
+            content_type = value.decode("latin-1")
+        elif name == b"content-length":
+            has_body = has_body or value.strip() not in (b"0", b"")
+        elif name == b"transfer-encoding":
+            has_body = True
+    return content_type, has_body
+
+
 def json_only(endpoint: Callable[[Request], Awaitable[Response]]
               ) -> Callable[[Request], Awaitable[Response]]:
     """Wrap a route that takes a body: 415 unless it is declared JSON.  A request without a body
@@ -161,9 +181,7 @@ def json_only(endpoint: Callable[[Request], Awaitable[Response]]
     "simple" request); JSON it may send only after a CORS preflight, which the API refuses."""
 
     async def checked(request: Request) -> Response:
-        content_type = request.headers.get("content-type")
-        has_body = request.headers.get("content-length", "0") != "0" \
-            or "transfer-encoding" in request.headers
+        content_type, has_body = _body_of(request.scope["headers"])
         if (content_type is not None or has_body) and not is_json(content_type or ""):
             return _problem(415, "Unsupported media type", "not-json",
                             f"Content-Type {content_type or '(none)'} is not JSON: send the "
@@ -174,6 +192,6 @@ def json_only(endpoint: Callable[[Request], Awaitable[Response]]
     return checked
 
 
-__all__ = ["CSP", "SECURITY_HEADERS", "HostPolicy", "default_hosts", "is_json", "is_loopback",
-           "json_only", "parse_hosts", "refusal", "same_origin", "split_host",
-           "with_security_headers"]
+__all__ = ["API_HEADERS", "CSP", "PAGES", "SECURITY_HEADERS", "HostPolicy", "default_hosts",
+           "is_json", "is_loopback", "json_only", "parse_hosts", "refusal", "same_origin",
+           "split_host", "with_security_headers"]
