@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -23,11 +23,21 @@ from starlette.routing import BaseRoute, Route
 
 from rsched.aclient import AsyncClient
 from rsched.api import routes
+from rsched.api.browser import (
+    HostPolicy,
+    default_hosts,
+    is_loopback,
+    json_only,
+    parse_hosts,
+    refusal,
+    with_security_headers,
+)
 from rsched.api.docs import DOCS_HTML
 from rsched.api.guard import Endpoint, KeyCache, protect
 from rsched.api.openapi import document
 from rsched.api.problems import JSON, problem
 from rsched.api.sampler import Sampler
+from rsched.api.server import ServerLimits, serve
 from rsched.api.ui import routes as ui_routes
 from rsched.core import defaults
 from rsched.core.settings import Settings
@@ -111,14 +121,22 @@ class _Api(Starlette):
     take the usual way."""
 
     fixed: dict[str, Route] = {}
+    hosts = HostPolicy(None)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not self.user_middleware and not scope.get("root_path"):
-            route = self.fixed.get(scope["path"])
-            if route is not None:
-                scope["app"] = self
-                await route.handle(scope, receive, send)
+        if scope["type"] == "http":
+            # Every answer, a refusal and the dashboard's files too, carries the headers.
+            send = with_security_headers(send, scope["path"])
+            refused = refusal(scope, self.hosts)
+            if refused is not None:
+                await refused(scope, receive, send)
                 return
+            if not self.user_middleware and not scope.get("root_path"):
+                route = self.fixed.get(scope["path"])
+                if route is not None:
+                    scope["app"] = self
+                    await route.handle(scope, receive, send)
+                    return
         await super().__call__(scope, receive, send)
 
 
@@ -140,11 +158,16 @@ async def _check_redis_when_up(client: AsyncClient, settings: Settings,
         log.error("Redis start-up check failed: %s", e)
 
 
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
 def _api_routes() -> dict[str, Route]:
     """API_ROUTES as one route per path, each method's endpoint behind `protect`."""
     by_path: dict[str, dict[str, Endpoint]] = {}
     scopes: dict[str, dict[str, str | None]] = {}
     for method, path, endpoint, scope in API_ROUTES:
+        if method in _BODY_METHODS:
+            endpoint = json_only(endpoint)
         by_path.setdefault(path, {})[method] = protect(endpoint, scope)
         scopes.setdefault(path, {})[method] = scope
     return {path: Route(path, _ByMethod(eps, scopes[path])) for path, eps in by_path.items()}
@@ -173,10 +196,14 @@ def create_app(
     key_cache_s: float = 5.0,
     redis: Redis | None = None,
     archive_url: str | None = None,
+    allowed_hosts: Iterable[str] | None = None,
+    metrics_auth: bool = False,
 ) -> Starlette:
     """The HTTP API over the service layer.  ``extra_routes`` (the dashboard's /ui mount,
     /metrics, ...) are added as given: wrap an endpoint in `protect` to require a scope.
-    ``archive_url`` (default RSCHED_ARCHIVE_URL): run history for /jobs/{id}/runs and /stats."""
+    ``archive_url`` (default RSCHED_ARCHIVE_URL): run history for /jobs/{id}/runs and /stats.
+    ``allowed_hosts``: the Host names answered (``*.example.com`` for subdomains; None: any);
+    ``metrics_auth``: /metrics needs a read key."""
     settings = settings or Settings.from_env()
 
     @asynccontextmanager
@@ -210,12 +237,13 @@ def create_app(
     table: list[BaseRoute] = [*api_routes.values(), *_doc_routes(document(auth=auth))]
     # --- extension point: the dashboard (/ui, /metrics) and later faces add routes here --------
 
-    table += ui_routes()
+    table += ui_routes(metrics_auth=metrics_auth)
     table += list(extra_routes)
 
     app = _Api(routes=table, lifespan=lifespan,
                exception_handlers={HTTPException: _http_error, Exception: _http_error})
     app.fixed = {path: route for path, route in api_routes.items() if "{" not in path}
+    app.hosts = HostPolicy(allowed_hosts)
     app.state.auth = auth
     app.state.limits = Limits(max_body_bytes, max_batch_bytes)
     app.state.settings = settings
@@ -227,4 +255,5 @@ def openapi_paths() -> set[tuple[str, str]]:
     return {(m.upper(), p) for p, ops in document(auth=True)["paths"].items() for m in ops}
 
 
-__all__ = ["API_ROUTES", "NO_AUTH_WARNING", "create_app", "protect"]
+__all__ = ["API_ROUTES", "NO_AUTH_WARNING", "ServerLimits", "create_app", "default_hosts",
+           "is_loopback", "parse_hosts", "protect", "serve"]

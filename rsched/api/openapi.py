@@ -24,6 +24,7 @@ _ERRORS = {
     412: "The job is not at the If-Match version; nothing changed.",
     405: "Method not allowed here; Allow lists the methods.",
     422: "Invalid values; errors[].field names each.",
+    415: "The body is not declared JSON (Content-Type application/json).",
     503: "Redis (or the run-history archive) is unavailable.",
     504: "Applied, but its replicas did not confirm it in time (RSCHED_WAIT_REPLICAS): it "
          "stands unless a failover undoes it. No Retry-After: retry only with the same "
@@ -276,6 +277,10 @@ for _ops in PATHS.values():
 def document(*, auth: bool = True) -> dict[str, Any]:
     """The document; without auth, no security requirements (and no 401/403 answers)."""
     paths = copy.deepcopy(PATHS)
+    for ops in paths.values():  # a body sent to any of them must be JSON (rsched.api.browser)
+        for method in ("post", "patch"):
+            if method in ops:
+                ops[method]["responses"]["415"] = {"$ref": "#/components/responses/E415"}
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "rsched", "version": "1", "description":

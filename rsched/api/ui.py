@@ -2,9 +2,9 @@
 
 The dashboard is a client of the HTTP API like any other: it sends the user's API key as a
 Bearer token and shows only the buttons that key's scope allows (``GET /ui/session`` tells it
-the scope).  ``/metrics`` is open like ``/healthz``, as Prometheus scrapers expect: this
-process's counters plus the cluster view read from Redis at scrape time
-(rsched.service.status.op_cluster, rendered by rsched.obs.metrics).
+the scope).  ``/metrics`` is open like ``/healthz``, as Prometheus scrapers expect, unless
+``rsched api --metrics-auth`` asks for a read key: this process's counters plus the cluster view
+read from Redis at scrape time (rsched.service.status.op_cluster, rendered by rsched.obs.metrics).
 """
 
 from __future__ import annotations
@@ -38,13 +38,16 @@ async def metrics_endpoint(request: Request) -> Response:
 
 
 async def to_dashboard(request: Request) -> Response:
-    return RedirectResponse(request.url.replace(path=request.url.path + "/"), 308)
+    """/ui -> /ui/, relative: the Location never repeats the Host header a client sent."""
+    query = request.url.query
+    return RedirectResponse("ui/" + (f"?{query}" if query else ""), 308)
 
 
-def routes() -> list[BaseRoute]:
-    """What create_app adds: /ui (+ /ui/session) and /metrics."""
+def routes(*, metrics_auth: bool = False) -> list[BaseRoute]:
+    """What create_app adds: /ui (+ /ui/session) and /metrics (behind a read key if asked)."""
     return [
-        Route("/metrics", protect(metrics_endpoint, None), methods=["GET"]),
+        Route("/metrics", protect(metrics_endpoint, "read" if metrics_auth else None),
+              methods=["GET"]),
         Route("/ui", to_dashboard, methods=["GET"]),
         Route("/ui/session", protect(session, "read"), methods=["GET"]),
         Mount("/ui", StaticFiles(packages=[("rsched.api", "static")], html=True), name="ui"),

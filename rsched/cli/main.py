@@ -233,35 +233,80 @@ def archiver(ctx: click.Context, archive_url: str | None, batch: int | None,
     serve_archiver(settings_of(ctx), config, archiver_id=archiver_id)
 
 
+class _OneLineUsageError(click.ClickException):
+    """A refused combination of options: one line, exit 2 like click's usage errors."""
+
+    exit_code = 2
+
+
 @cli.command()
 @click.option("--host", default=defaults.API_HOST, show_default=True, envvar="RSCHED_API_HOST")
 @click.option("--port", default=defaults.API_PORT, show_default=True, type=int,
               envvar="RSCHED_API_PORT")
 @click.option("--no-auth", is_flag=True,
               help="Serve without API keys: local development only (logs a loud warning).")
+@click.option("--no-auth-on-network", is_flag=True,
+              help="Allow --no-auth with a --host that is not loopback: anyone on the network "
+                   "may then do anything.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, envvar="RSCHED_ALLOWED_HOSTS",
+              help="A Host name this server answers (repeat, or comma-separate; *.example.com "
+                   "for subdomains; * for any) [env RSCHED_ALLOWED_HOSTS; default: the loopback "
+                   "names when --host is loopback, else any].")
+@click.option("--metrics-auth", is_flag=True, envvar="RSCHED_METRICS_AUTH",
+              help="/metrics needs a read key, like the API [env RSCHED_METRICS_AUTH].")
 @click.option("--max-body-bytes", default=defaults.MAX_BODY_BYTES, show_default=True,
               help="Largest request body (POST /jobs/batch has its own limit).")
 @click.option("--max-batch-bytes", default=defaults.MAX_BATCH_BYTES, show_default=True)
+@click.option("--max-head-bytes", default=defaults.MAX_HEAD_BYTES, show_default=True,
+              type=click.IntRange(min=1024), help="Request line and headers; more is a 431.")
+@click.option("--max-headers", default=defaults.MAX_HEADERS, show_default=True,
+              type=click.IntRange(min=1), help="Header lines in a request; more is a 431.")
+@click.option("--head-timeout", default=defaults.HEAD_TIMEOUT_S, show_default=True,
+              type=click.FloatRange(min=0.1), help="Seconds to send a request's headers.")
+@click.option("--body-timeout", default=defaults.BODY_TIMEOUT_S, show_default=True,
+              type=click.FloatRange(min=0.1), help="Seconds to send a request's body.")
+@click.option("--keep-alive", default=defaults.KEEP_ALIVE_S, show_default=True,
+              type=click.IntRange(min=1), help="Seconds an idle connection stays open.")
+@click.option("--max-connections", default=defaults.MAX_CONNECTIONS, show_default=True,
+              type=click.IntRange(min=1), help="Open connections; more are answered 503.")
 @click.option("--access-log/--no-access-log", default=False, show_default=True)
 @click.pass_context
-def api(ctx: click.Context, host: str, port: int, no_auth: bool, max_body_bytes: int,
-        max_batch_bytes: int, access_log: bool) -> None:
+def api(ctx: click.Context, host: str, port: int, no_auth: bool, no_auth_on_network: bool,
+        allowed_hosts: tuple[str, ...], metrics_auth: bool, max_body_bytes: int,
+        max_batch_bytes: int, max_head_bytes: int, max_headers: int, head_timeout: float,
+        body_timeout: float, keep_alive: int, max_connections: int, access_log: bool) -> None:
     """Serve the HTTP API (uvicorn)."""
-    import uvicorn
+    from rsched.api.app import (
+        NO_AUTH_WARNING,
+        ServerLimits,
+        create_app,
+        default_hosts,
+        is_loopback,
+        parse_hosts,
+        serve,
+    )
 
-    from rsched.api.app import NO_AUTH_WARNING, create_app
+    if no_auth and not no_auth_on_network and not is_loopback(host):
+        raise _OneLineUsageError(f"--no-auth with --host {host} (not loopback) would let "
+                                 "anyone on the network do anything; add --no-auth-on-network "
+                                 "to mean it, or serve on 127.0.0.1")
+    hosts = parse_hosts(allowed_hosts) or default_hosts(host)
     settings = settings_of(ctx)
     refuse_unsafe_redis(settings)  # with one line, before uvicorn starts
     if no_auth:
         click.secho(f"WARNING: {NO_AUTH_WARNING}", fg="red", bold=True, err=True)
     app = create_app(settings, auth=not no_auth, max_body_bytes=max_body_bytes,
-                     max_batch_bytes=max_batch_bytes)
+                     max_batch_bytes=max_batch_bytes, allowed_hosts=hosts,
+                     metrics_auth=metrics_auth)
+    limits = ServerLimits(max_head_bytes=max_head_bytes, max_headers=max_headers,
+                          head_timeout_s=head_timeout, body_timeout_s=body_timeout,
+                          keep_alive_s=keep_alive, max_connections=max_connections)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
     aio.tune_gc()
     # log_config=None: uvicorn's lines go through rsched.logs (text or JSON)
-    uvicorn.run(app, host=host, port=port, log_level=level, access_log=access_log,
-                lifespan="on", timeout_graceful_shutdown=10, proxy_headers=False,
-                server_header=False, log_config=None)
+    serve(app, host, port, limits, log_level=level, access_log=access_log, lifespan="on",
+          timeout_graceful_shutdown=10, proxy_headers=False, server_header=False,
+          log_config=None)
 
 
 for _command in COMMANDS:

@@ -76,6 +76,20 @@ API_HOST = "127.0.0.1"  # local only unless asked: the API schedules and cancels
 API_PORT = 8600
 MAX_BODY_BYTES = 1 << 20  # largest request body...
 MAX_BATCH_BYTES = 32 << 20  # ...except POST /jobs/batch (up to 1,000 jobs)
+# The HTTP server's bounds (rsched.api.server), checked before any key is: what one client can
+# hold of the API's memory and connections.  docs/security.md, "HTTP limits".
+MAX_HEAD_BYTES = 32 << 10  # request line and headers together; more is a 431
+MAX_HEADERS = 100  # header lines in one request; more is a 431
+HEAD_TIMEOUT_S = 10.0  # from a request's first byte (or the connection's start) to its last header
+BODY_TIMEOUT_S = 60.0  # from the last header to the body's last byte
+KEEP_ALIVE_S = 5  # an idle connection between two requests is closed after this
+MAX_CONNECTIONS = 1000  # open connections; one more is answered 503 and closed at once
+# Hosts the API answers when bound to a loopback address and given no --allowed-host: a page
+# whose own name resolves to 127.0.0.1 (DNS rebinding) sends its own name and is refused.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+# /metrics: label values of job types (and queues) beyond this many share the label `other`,
+# so a client that creates jobs of many types cannot grow every scrape without bound.
+METRICS_MAX_LABELS = 100
 
 # Values callers store (payloads, handler results): arrays and objects nested at most this deep
 # (a scalar is 0, [1] is 1).  Deeper ones are refused when written and shown as a placeholder

@@ -38,6 +38,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.core.tally import SCHEDULED
 from rsched.core.views import LAG_BUCKETS_S, Cluster
@@ -46,10 +47,57 @@ DURATION_BUCKETS_S = (0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0,
 RUN_EVENTS = ("started", "succeeded", "failed", "timed_out", "retried", "reclaimed", "fenced",
               "dead_lettered", "cancelled")
 
+OTHER = "other"  # the label value every type (or queue) past the cap shares
+
 __all__ = [
-    "CONTENT_TYPE_LATEST", "LAG_BUCKETS_S", "ArchiveLagCollector", "RunMetrics",
-    "cluster_families", "render", "serve",
+    "CONTENT_TYPE_LATEST", "LAG_BUCKETS_S", "OTHER", "ArchiveLagCollector", "LabelCap",
+    "RunMetrics", "cluster_families", "render", "serve",
 ]
+
+
+# --- label cardinality: job types and queues are named by clients -----------------------------
+
+
+class LabelCap:
+    """At most ``limit`` values of a label get series of their own, the rest share `OTHER`: a
+    client creating jobs of many types cannot make every scrape grow.  The values kept are the
+    largest by volume when the cap fills, then kept for the life of the process, so a counter
+    never moves between series and none goes backwards."""
+
+    def __init__(self, limit: int = defaults.METRICS_MAX_LABELS) -> None:
+        self.limit = limit
+        self.kept: set[str] = set()
+        self._lock = threading.Lock()
+
+    def mapper(self, volumes: dict[str, float]) -> Callable[[str], str]:
+        """Label value -> the value shown, after admitting the largest of ``volumes`` while
+        there is room."""
+        with self._lock:
+            if len(self.kept) < self.limit:
+                for value in sorted(volumes, key=lambda v: (-volumes[v], v)):
+                    if len(self.kept) >= self.limit:
+                        break
+                    self.kept.add(value)
+            kept = frozenset(self.kept)
+        return lambda value: value if value in kept else OTHER
+
+
+def _volumes(counts: Iterable[tuple[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for value, n in counts:
+        out[value] += n
+    return out
+
+
+def _merge_series(series: dict[str, list[float]], label: Callable[[str], str]
+                  ) -> dict[str, list[float]]:
+    """Histogram series with their labels mapped, those mapped alike summed."""
+    out: dict[str, list[float]] = {}
+    for value, counts in series.items():
+        acc = out.setdefault(label(value), [0.0] * len(counts))
+        for i, v in enumerate(counts):
+            acc[i] += v
+    return out
 
 
 # --- per-process: runs counted by the worker --------------------------------------------------
@@ -129,6 +177,10 @@ _workers: list[RunMetrics] = []
 
 
 class _WorkerCollector:
+    def __init__(self) -> None:
+        self.types = LabelCap()
+        self.queues = LabelCap()
+
     def collect(self) -> Iterator[Metric]:
         with _lock:
             workers = list(_workers)
@@ -145,18 +197,23 @@ class _WorkerCollector:
                     acc = dst.setdefault(label, [0.0] * len(s))
                     for i, v in enumerate(list(s)):
                         acc[i] += v
+        type_of = self.types.mapper(_volumes((t, n) for (_, t, _), n in counts.items()))
+        queue_of = self.queues.mapper(_volumes((q, n) for (_, _, q), n in counts.items()))
+        capped: dict[tuple[str, str, str], int] = defaultdict(int)
+        for (e, t, q), n in counts.items():
+            capped[(e, type_of(t), queue_of(q))] += n
         for event in RUN_EVENTS:
             fam = CounterMetricFamily(f"rsched_runs_{event}", f"Runs {event.replace('_', ' ')}",
                                       labels=["type", "queue"])
-            for (e, t, q), n in sorted(counts.items()):
+            for (e, t, q), n in sorted(capped.items()):
                 if e == event:
                     fam.add_metric([t, q], n)
             yield fam
         yield _histogram("rsched_start_lag_seconds",
                          "From when a first attempt was meant to start to its start", "queue",
-                         LAG_BUCKETS_S, lag)
+                         LAG_BUCKETS_S, _merge_series(lag, queue_of))
         yield _histogram("rsched_run_duration_seconds", "Handler run time per attempt", "type",
-                         DURATION_BUCKETS_S, dur)
+                         DURATION_BUCKETS_S, _merge_series(dur, type_of))
         yield GaugeMetricFamily("rsched_worker_inflight", "Runs this process is running",
                                 value=sum(w.inflight() for w in workers))
 
@@ -194,10 +251,20 @@ def export_dispatching() -> None:
 class _ScheduledCollector:
     """Jobs this process created (rsched.core.tally.SCHEDULED, counted by the service)."""
 
+    def __init__(self) -> None:
+        self.types = LabelCap()
+        self.queues = LabelCap()
+
     def collect(self) -> Iterator[Metric]:
+        counts = SCHEDULED.snapshot()
+        type_of = self.types.mapper(_volumes((t, n) for (t, _), n in counts.items()))
+        queue_of = self.queues.mapper(_volumes((q, n) for (_, q), n in counts.items()))
+        capped: dict[tuple[str, str], int] = defaultdict(int)
+        for (t, q), n in counts.items():
+            capped[(type_of(t), queue_of(q))] += n
         fam = CounterMetricFamily("rsched_jobs_scheduled", "Jobs created",
                                   labels=["type", "queue"])
-        for (t, q), n in sorted(SCHEDULED.snapshot().items()):
+        for (t, q), n in sorted(capped.items()):
             fam.add_metric([t, q], n)
         yield fam
 
@@ -297,11 +364,15 @@ def cluster_families(c: Cluster) -> Iterator[Metric]:
 
 def _queue_and_member_families(c: Cluster) -> Iterator[Metric]:
     s = c.status
+    # The longest queues by name, the others summed as `other` (a gauge may move between
+    # series from one scrape to the next; a counter may not).
+    queue_of = LabelCap().mapper({q.queue: q.length for q in s.queues})
     for doc, attr in (("Entries in the queue's streams", "length"),
                       ("Entries delivered to a worker and not yet acknowledged", "pending")):
         qfam = GaugeMetricFamily(f"rsched_queue_{attr}", doc, labels=["queue"])
-        for q in s.queues:
-            qfam.add_metric([q.queue], getattr(q, attr))
+        values = _volumes((queue_of(q.queue), getattr(q, attr)) for q in s.queues)
+        for queue, value in sorted(values.items()):
+            qfam.add_metric([queue], value)
         yield qfam
     waiting = GaugeMetricFamily(
         "rsched_runs_waiting_for_handler", "Runs that workers without their job type's handler "

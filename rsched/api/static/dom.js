@@ -6,6 +6,8 @@ export function el(tag, attrs, ...children) {
     if (v === null || v === undefined || v === false) continue;
     if (k === "class") node.className = v;
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    // Through the CSSOM: the Content-Security-Policy refuses style attributes set as markup.
+    else if (k === "style") node.style.cssText = String(v);
     else node.setAttribute(k, v === true ? "" : String(v));
   }
   for (const c of children.flat(Infinity)) {
