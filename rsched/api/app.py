@@ -115,7 +115,7 @@ class _ByMethod:
 class _Api(Starlette):
     """Starlette with a shortcut: a request for one of the API's fixed paths (no path
     parameters) goes straight to its route, past the two exception middlewares and the router,
-    which cost ~20 us of the ~90 us of app CPU of a POST /jobs here.  Nothing is lost: `protect`
+    a fifth of the app's CPU for a POST /jobs (loadtest/bench_api.py).  Nothing is lost: `protect`
     turns every error of an endpoint into problem+json, and the route is the one the router
     would pick (API routes come first).  Other paths, a root_path, or an app given middleware
     take the usual way."""

@@ -115,7 +115,7 @@ async def create_batch(request: Request) -> Response:
     specs, where = [], []
     for i, item in enumerate(items):
         try:
-            # the field name is only formatted for an item that is no object: it costs 0.15 us
+            # the field name is only formatted for an item that is no object (a cost per item)
             specs.append(spec_from_json(item) if type(item) is dict
                          else spec_from_json(item, f"jobs[{i}]"))
             where.append(i)

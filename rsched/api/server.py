@@ -54,8 +54,8 @@ SWEEP_S = 0.5  # how often deadlines are checked: a timeout fires up to this lat
 class BoundedHttpTools(HttpToolsProtocol):
     """uvicorn's httptools protocol with the bounds of `ServerLimits` (``LIMITS``, set by
     `protocol`).  A deadline is a number kept on the connection, checked for every connection
-    by one sweep every SWEEP_S: a timer per request (two per request, each made and cancelled)
-    cost the API ~15 us of CPU a request under uvloop."""
+    by one sweep every SWEEP_S, not a timer per request (two per request, each made and
+    cancelled, a visible share of the API's CPU per request)."""
 
     LIMITS = ServerLimits()
     _sweeping: asyncio.TimerHandle | None = None  # one sweep per protocol class (per server)

@@ -100,8 +100,8 @@ class Intake:
 
     async def _take(self, plan: ReadPlan, block_ms: int | None = None) -> list[Entry]:
         """A planned read's entries: its reply raw on one pooled connection, as a report's read
-        (redis-py's XREADGROUP of 15 entries: 342k instructions, this way 317k), or through
-        redis-py on a cluster or after a connection error (its client retries)."""
+        (cheaper than redis-py's XREADGROUP and its response callback), or through redis-py on a
+        cluster or after a connection error (its client retries)."""
         if scripts.pooled(self.link.r):
             try:
                 resps = await scripts.acommands_raw(
@@ -131,13 +131,12 @@ class Intake:
         COUNT); nothing there (no block): the caller reads every stream as before.  At least
         every FOCUS_S a probe goes with the focused read in its round trip, one entry from each
         stream not known to be busy, so a stream that became busy since waits no longer than
-        that.  At concurrency 16 focused reads took complete calls from 0.45 to 0.1 per run,
-        Redis CPU per run from 57 to 31 us (loadtest/bench_phases.py); FOCUS_COUNT 8 -> 32 (one
-        stream a read at concurrency 16, three at 100) took them from 0.13 to 0.043 per run at
-        concurrency 100 (a complete call costs ~170k Redis instructions before its runs' ~84k
-        each: loadtest/script_instructions.py).  The probe replaced a full read every FOCUS_S,
-        which took one entry from every stream, busy ones included: at concurrency 16 1,220 of
-        2,732 complete calls for 20,000 runs held one run."""
+        that.  Focused reads are what keeps a complete call carrying many runs: a call costs
+        Redis more than a run does (loadtest/script_instructions.py), and FOCUS_COUNT is sized so
+        one read fills the slots of one stream at concurrency 16 and three at 100 (figures:
+        loadtest/bench_phases.py, docs/performance-history.md).  The probe takes one entry
+        from each stream not known to be busy, where a full read took one from every stream,
+        busy ones included, and split the reports into one-run calls."""
         count = max(1, free // len(self.link.streams))
         among = set(names)
         known = [s for s in self._busy if s in among]
@@ -189,8 +188,8 @@ class Intake:
     def plan_with_report(self, freed: int) -> ReadPlan | None:
         """While the fetch loop waits for free slots, the read a report freeing ``freed`` slots
         takes along in its round trip (non-blocking; nothing: the fetch loop reads as before).
-        A read round trip cost the worker 155 us of CPU here, a tenth of a run's at
-        concurrency 16.  One such read at a time, so two reports cannot both fill the slots."""
+        A round trip saved is a tenth of a run's worker CPU at concurrency 16 (bench_phases).  One
+        such read at a time, so two reports cannot both fill the slots."""
         if self.parked is None or self.parked.is_set() or self._tail:
             return None
         free = self.runs.free(freed)

@@ -48,12 +48,10 @@ class Every:
 class Flusher:
     """Reports outcomes up to flush_ms after the first is waiting, so that outcomes of handlers
     still running go in the same report; at once when none is running (nothing to wait for:
-    at concurrency 16, where a whole batch of short runs ends within a fraction of it, the
-    2 ms wait was most of each round, and the peer benchmark's processed jobs/s went from
-    0.39-0.46x to 0.63-0.74x BullMQ's).  The price, at concurrency 1000 with no-op handlers
-    (loadtest/bench_phases.py): runs read during the wait no longer join, complete calls per
-    run 0.017-0.019 -> 0.019-0.021, about 0.1 us of Redis CPU per run at the script's cost per
-    call.  Up to FLUSHES_IN_FLIGHT reports at once: a report waits its turn behind other
+    at concurrency 16 a whole batch of short runs ends within a fraction of flush_ms, and the
+    wait was most of each round: the peer benchmark, docs/performance-history.md).  The price,
+    at concurrency 1000, is slightly smaller reports (runs read during the wait no longer
+    join).  Up to FLUSHES_IN_FLIGHT reports at once: a report waits its turn behind other
     clients' scripts in Redis, and the handlers should not."""
 
     def __init__(self, reporter: Reporter, runner: Runner, flush_ms: float) -> None:

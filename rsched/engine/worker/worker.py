@@ -246,9 +246,9 @@ class Worker:
         while not stop.is_set():
             free = self.runs.free()
             # Few free slots (under half) and outcomes waiting: their report, due within
-            # flush_ms, reads for these slots and those it frees in its own round trip (a read
-            # each time a handler returned: round trips per run 0.21 -> 0.12 at concurrency 16
-            # with a one-INCR body).  Below concurrency 4 a slot never waits for that.
+            # flush_ms, reads for these slots and those it frees in its own round trip, not a
+            # read each time a handler returned (half the round trips per run at concurrency
+            # 16: loadtest/bench_phases.py).  Below concurrency 4 a slot never waits for that.
             few = free > 0  # then the report is what to wait for, not each handler's return
             if free <= 0 or (free < self._few and self.reporter.done
                              and self.reporter.tail is self.intake):
