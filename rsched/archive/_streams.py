@@ -20,6 +20,7 @@ from rsched.archive.lag import trim_point
 from rsched.archive.store import Prepared
 from rsched.core import defaults
 from rsched.core.errors import NotReplicated
+from rsched.core.wire import as_text
 from rsched.rdb import keys, scripts
 from rsched.rdb.cluster import with_raw_replies
 from rsched.rdb.durable import wait_of
@@ -63,9 +64,6 @@ def _raw_entries(reply: Any) -> list[Any]:
     streams = reply.values() if isinstance(reply, dict) else (items for _, items in reply)
     return [e for items in streams for e in items]
 
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 class EventStreams:
@@ -197,7 +195,7 @@ class EventStreams:
         for p, res in enumerate(pipe.execute(raise_on_error=False)):
             if isinstance(res, Exception):
                 continue  # no group yet: setup() runs again on NOGROUP errors from reads
-            self._claim_cursor[p] = _s(res[0])
+            self._claim_cursor[p] = as_text(res[0])
             for sid, fields_ in res[1]:
                 if fields_ is not None and sid not in mine:
                     batch.add(p, sid, fields_)
@@ -218,7 +216,7 @@ class EventStreams:
         stale = [(p, c["name"]) for p, res in enumerate(pipe.execute(raise_on_error=False))
                  if not isinstance(res, Exception) for c in res
                  if int(c["pending"]) == 0 and int(c["idle"]) > defaults.CONSUMER_IDLE_MS
-                 and _s(c["name"]) != self.consumer]
+                 and as_text(c["name"]) != self.consumer]
         if stale:
             pipe = self.r.pipeline(transaction=False)
             for p, name in stale:

@@ -13,6 +13,7 @@ from typing import Any
 from redis import Redis
 
 from rsched.archive.events import parse_sid
+from rsched.core.wire import as_text
 from rsched.rdb import keys
 
 
@@ -28,9 +29,6 @@ class Lag:
     by_partition: dict[int, int] = field(default_factory=dict)
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
 
 def events_group(info: Any) -> dict[str, Any] | None:
     """The archivers' group in an events stream's XINFO GROUPS reply (keys as str); None when
@@ -38,8 +36,8 @@ def events_group(info: Any) -> dict[str, Any] | None:
     if isinstance(info, Exception):
         return None
     for g in info or ():
-        g = {_s(k): v for k, v in g.items()}
-        if _s(g.get("name")) == keys.EVENTS_GROUP:
+        g = {as_text(k): v for k, v in g.items()}
+        if as_text(g.get("name")) == keys.EVENTS_GROUP:
             return g
     return None
 

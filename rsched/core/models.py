@@ -22,6 +22,7 @@ from rsched.core.ids import created_ms_of
 from rsched.core.layout import JB, OWN, OWN_BYTES, STATUS_DEFAULT, J
 from rsched.core.lifecycle import NO_LIFE, Life, life_of
 from rsched.core.values import read_json, read_msgpack, reason, unreadable
+from rsched.core.wire import as_text
 
 
 class JobStatus(str, enum.Enum):
@@ -65,9 +66,7 @@ class Misfire(str, enum.Enum):
 
 
 def _s(v: Any, default: str = "") -> str:
-    if v is None:
-        return default
-    return v.decode() if isinstance(v, bytes) else str(v)
+    return default if v is None else as_text(v)
 
 
 def _i(v: Any, default: int = 0) -> int:

@@ -8,7 +8,13 @@ tests/test_wire.py holds these names against the scripts.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+
+def as_text(v: Any) -> str:
+    """A reply value as text: bytes unless the client decodes responses."""
+    return v.decode() if isinstance(v, bytes) else str(v)
+
 
 # Queue stream entry (rsched:{pN}:q:<queue>), see lua/claim.lua's header.  The job id and the
 # scheduled time are in the run id.

@@ -23,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsched.core.errors import ClusterNodeUrl, UnsafeRedis
 from rsched.core.retry import backoff_ceiling_ms
+from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.cluster import is_cluster
 from rsched.rdb.durable import wait_of
@@ -186,9 +187,6 @@ def wait_for_redis_sync(setup: Callable[[], object], url: str, stop: threading.E
 SAFE_POLICIES = {"noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
 
 def judge_config(policy: str, aof: str, allow_unsafe: bool) -> list[str]:
     """Raise UnsafeRedis on an evicting maxmemory-policy; return warnings (AOF off)."""
@@ -341,11 +339,11 @@ def cluster_replicas(nodes: dict[str, dict[str, Any]]) -> dict[str, int]:
     """Replicas of each master that holds slots, from CLUSTER NODES as redis-py parses it
     (address -> node_id, flags, master_id, slots); a replica marked failed still counts: it is
     the master's, only down."""
-    masters = {_s(n["node_id"]): addr for addr, n in nodes.items()
-               if "master" in _s(n["flags"]) and n.get("slots")}
+    masters = {as_text(n["node_id"]): addr for addr, n in nodes.items()
+               if "master" in as_text(n["flags"]) and n.get("slots")}
     count = dict.fromkeys(masters.values(), 0)
     for n in nodes.values():
-        if "slave" in _s(n["flags"]) and (master := masters.get(_s(n["master_id"]))):
+        if "slave" in as_text(n["flags"]) and (master := masters.get(as_text(n["master_id"]))):
             count[master] += 1
     return count
 
@@ -364,7 +362,7 @@ def op_check_topology(cluster: bool = False, wait_replicas: int = 0,
     info, rest = res[:2], res[2:]
     if not any(isinstance(r, Exception) for r in info):  # managed Redis may rename INFO
         judge_topology(bool(int(info[0].get("cluster_enabled", 0))),
-                       _s(info[1].get("role", "")), cluster)
+                       as_text(info[1].get("role", "")), cluster)
         if wait_replicas > 0 and not nodes:
             judge_replicas(wait_replicas, {"": int(info[1].get("connected_slaves", 0))})
     if nodes:
@@ -383,7 +381,8 @@ def op_check_redis(allow_unsafe: bool = False, cluster: bool = False,
     for res in cfg:
         if isinstance(res, ResponseError):  # managed Redis often disables CONFIG
             return [_CONFIG_UNREADABLE.format(res)]
-    return judge_config(_s(cfg[0]["maxmemory-policy"]), _s(cfg[1]["appendonly"]), allow_unsafe)
+    return judge_config(as_text(cfg[0]["maxmemory-policy"]), as_text(cfg[1]["appendonly"]),
+                        allow_unsafe)
 
 
 def _wanted(r: Any) -> int:

@@ -13,6 +13,7 @@ from redis.exceptions import AskError, ClusterDownError, MovedError, RedisError,
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from rsched.core.wire import as_text
 from rsched.rdb.durable import Wait
 
 Address = tuple[str, int]
@@ -34,13 +35,10 @@ ROUTE_BY = "route_by"  # command option: a key whose master a keyless command go
 _ROUTING = (TARGET_NODE, ROUTE_BY)
 
 
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
 
 def key_of(args: Sequence[Any]) -> Any:
     """The key a command is routed by, None for a keyless one."""
-    name = _text(args[0]).upper()
+    name = as_text(args[0]).upper()
     if " " in name:  # redis-py folds a subcommand into the name ("XGROUP CREATE", key, ...)
         name = name.split(" ", 1)[0]
         return None if name in _KEYLESS else (args[1] if len(args) > 1 else None)
@@ -50,7 +48,7 @@ def key_of(args: Sequence[Any]) -> Any:
         return args[3] if int(args[2]) > 0 else None
     if name in ("XREADGROUP", "XREAD"):
         for i, a in enumerate(args):
-            if _text(a).upper() == "STREAMS":
+            if as_text(a).upper() == "STREAMS":
                 return args[i + 1]
         return None
     if name in _KEY_AFTER_SUBCOMMAND:
@@ -68,18 +66,18 @@ def endpoint(node: Sequence[Any], asked: str) -> str | None:
     host = node[0]
     if host is None or host in (b"", ""):
         return asked or None
-    text = _text(host)
+    text = as_text(host)
     if text != "?":
         return text
     meta = node[3] if len(node) > 3 else None
     if isinstance(meta, dict):
         ip = meta.get(b"ip", meta.get("ip"))
     elif isinstance(meta, (list, tuple)):  # RESP2: a flat list of names and values
-        pairs = dict(zip(map(_text, meta[::2]), meta[1::2], strict=False))
+        pairs = dict(zip(map(as_text, meta[::2]), meta[1::2], strict=False))
         ip = pairs.get("ip")
     else:
         ip = None
-    return _text(ip) if ip else None
+    return as_text(ip) if ip else None
 
 
 def _address(node: Sequence[Any], asked: str, remap: Remap | None) -> Address | None:
@@ -136,7 +134,7 @@ class SlotMap:
             return next((m for m in self.masters if m not in avoid), self.masters[0])
         addr = self.owner[key_slot(key if isinstance(key, bytes) else str(key).encode())]
         if addr is None:  # an uncovered slot: the node that had it is down, no failover yet
-            raise ClusterDownError(f"no master serves the slot of key {_text(key)!r}")
+            raise ClusterDownError(f"no master serves the slot of key {as_text(key)!r}")
         return addr
 
     def slots_per_master(self) -> dict[Address, int]:

@@ -20,6 +20,7 @@ from typing import Any
 from rsched.core.errors import ValidationError
 from rsched.core.layout import OWN, J
 from rsched.core.models import Job
+from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.ops import Commands, Op, cmd
 
@@ -31,7 +32,7 @@ _STATUS = {"retry_wait": "failed"}  # a run waiting for its retry: its last atte
 
 
 def _s(v: Any) -> str | None:
-    return None if v is None else v.decode() if isinstance(v, bytes) else str(v)
+    return None if v is None else as_text(v)
 
 
 def _i(v: Any) -> int | None:

@@ -25,6 +25,7 @@ from rsched.core.layout import STATUS_DEFAULT, J
 from rsched.core.lifecycle import skip_reason
 from rsched.core.models import Job, JobStatus, Run, job_of_run, partition_of
 from rsched.core.times import ms_to_iso
+from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.ops import Commands, Masters, Op, cmd
 from rsched.rdb.setup import SAFE_POLICIES, replicas_short
@@ -41,9 +42,6 @@ MAX_PREVIEW = 100
 PREVIEW_MIN_MS = 0
 PREVIEW_MAX_MS = 7_258_118_400_000  # 2200-01-01: cron walks stay far from datetime's year 9999
 
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def is_count(v: Any) -> bool:
@@ -93,14 +91,14 @@ def op_list_jobs(
         ((scan_at, found),) = yield Commands([
             cmd("scan", batch_at, match=keys.job_pattern(), count=LIST_SCAN_COUNT, **on_node)
         ])
-        names = sorted({_s(n) for n in found})
+        names = sorted({as_text(n) for n in found})
         if after:
             names, after = [n for n in names if n > after], ""
         if want and names:
             vals = yield Commands([cmd("hmget", n, J.status, J.type, J.queue) for n in names])
             # A job hash always has its type; status and queue are left out at their default.
             names = [n for n, v in zip(names, vals, strict=True) if v[1] is not None
-                     and all(_s(v[i]) == w if v[i] is not None else _ABSENT[i] == w
+                     and all(as_text(v[i]) == w if v[i] is not None else _ABSENT[i] == w
                              for i, w in want)]
         if last_run is not None and names:
             found_jobs = yield from _with_last_run(names, last_run)
@@ -157,7 +155,7 @@ def op_dead_letter_page(svc: Service, limit: int = defaults.PAGE_LIMIT,
         reads = [cmd("zrevrange", keys.dead(p), off, off + limit - 1, withscores=True)
                  for p, off in enumerate(offsets)]
     res = yield Commands(reads)
-    entries = sorted(((score, _s(rid), p) for p, r in enumerate(res) for rid, score in r),
+    entries = sorted(((score, as_text(rid), p) for p, r in enumerate(res) for rid, score in r),
                      key=lambda e: (-e[0], e[1]))
     taken = entries[:limit]
     more = len(entries) > len(taken) or any(len(r) == limit for r in res)
@@ -241,7 +239,7 @@ _NODE_FACTS = (("info", ("server",)), ("config_get", ("maxmemory-policy",)),
 
 def _node_facts(res: list[Any]) -> dict[str, Any]:
     def conf(i: int, name: str) -> str | None:
-        return None if isinstance(res[i], Exception) else _s(res[i].get(name, "")) or None
+        return None if isinstance(res[i], Exception) else as_text(res[i].get(name, "")) or None
 
     info = res[0] if isinstance(res[0], dict) else {}
     repl = res[4] if isinstance(res[4], dict) else {}
@@ -283,7 +281,7 @@ def _cluster_facts(info: Any, slots_reply: Any, nodes: list[dict[str, Any]],
     if isinstance(info, dict):  # redis-py parses CLUSTER INFO into a dict
         state = info.get("cluster_state")
     else:
-        text = "" if isinstance(info, Exception) else _s(info)
+        text = "" if isinstance(info, Exception) else as_text(info)
         state = text.split("cluster_state:")[1].split()[0] if "cluster_state:" in text else None
     slots = SlotMap.parse(slots_reply) if isinstance(slots_reply, list) else SlotMap()
     n = partitions or defaults.PARTITIONS

@@ -23,6 +23,7 @@ from rsched.core.views import (
     forgotten,
     worker_record,
 )
+from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.connect import connect
 from rsched.rdb.ops import Commands, Op, cmd
@@ -30,9 +31,6 @@ from rsched.service.context import Service
 
 _PER_PARTITION = 6  # commands op_status sends per partition
 
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _partition_cmds(p: int, now: int) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
@@ -56,7 +54,7 @@ def op_status(svc: Service) -> Op[Status]:
     for p in range(P):
         cmds += _partition_cmds(p, now)
     res = yield Commands(cmds)
-    members = {_s(d): int(exp) for d, exp in res[0]}
+    members = {as_text(d): int(exp) for d, exp in res[0]}
     held: dict[str, list[int]] = {d: [] for d in members}
     partitions: list[PartitionStatus] = []
     streams: list[tuple[str, str]] = []
@@ -65,17 +63,17 @@ def op_status(svc: Service) -> Op[Status]:
             res[2 + _PER_PARTITION * p:][:_PER_PARTITION]
         expires_ms = int(expires or 0)
         live = bool(owner) and expires_ms > now
-        if live and _s(owner) in held:
-            held[_s(owner)].append(p)
+        if live and as_text(owner) in held:
+            held[as_text(owner)].append(p)
         oldest = int(head[0][1]) if head else None
         partitions.append(PartitionStatus(
-            partition=p, owner=_s(owner) if live else None,
+            partition=p, owner=as_text(owner) if live else None,
             lease_expires_ms=expires_ms if live else None, fence=int(fence or 0),
             due_backlog=int(due), retry_backlog=int(retry),
             oldest_due_age_ms=max(now - oldest, 0) if oldest is not None and due else 0,
             dead_letters=int(dead),
         ))
-        streams += [(_s(q), keys.stream(p, _s(q))) for q in sorted(queues)]
+        streams += [(as_text(q), keys.stream(p, as_text(q))) for q in sorted(queues)]
     depth = yield Commands(
         [c for _, s in streams for c in (cmd("xlen", s), cmd("xpending", s, keys.GROUP),
                                           cmd("xinfo_consumers", s, keys.GROUP))],
@@ -110,7 +108,7 @@ def _set_aside(consumers: Any) -> list[tuple[str, int]]:
         return []
     out = []
     for c in consumers:
-        name, n = _s(c.get("name", b"")), int(c.get("pending") or 0)
+        name, n = as_text(c.get("name", b"")), int(c.get("pending") or 0)
         if name.startswith(keys.PARKED_CONSUMER) and n:
             out.append((name[len(keys.PARKED_CONSUMER):], n))
     return out
@@ -126,7 +124,7 @@ def _workers(raw: dict[bytes, bytes], now: int) -> list[WorkerStatus]:
         dead_at = beat + dead_after_ms(rec)
         alive = now < dead_at
         out.append(WorkerStatus(
-            id=_s(wid), queues=tuple(str(q) for q in rec.get("queues") or []),
+            id=as_text(wid), queues=tuple(str(q) for q in rec.get("queues") or []),
             inflight=int(rec.get("inflight") or 0),
             concurrency=int(rec.get("concurrency") or 0),
             host=str(rec.get("host") or ""), pid=int(rec.get("pid") or 0),
@@ -154,7 +152,7 @@ def _counters(p: int, stats: Any, length: Any, groups: Any) -> PartitionCounters
     pending = int(group.get("pending") or 0) if group else 0
     return PartitionCounters(
         partition=p,
-        stats={_s(k): int(v) for k, v in stats.items()} if isinstance(stats, dict) else {},
+        stats={as_text(k): int(v) for k, v in stats.items()} if isinstance(stats, dict) else {},
         archiver_lag=unarchived(group, length if isinstance(length, int) else 0, pending),
         archiver_pending=pending,
     )
@@ -176,7 +174,7 @@ def op_cluster(svc: Service) -> Op[Cluster]:
     live = {w.id for w in status.workers if w.alive}
     reports = []
     for wid, raw in (res[0] if isinstance(res[0], dict) else {}).items():
-        metrics = worker_record(raw).get("metrics") if _s(wid) in live else None
+        metrics = worker_record(raw).get("metrics") if as_text(wid) in live else None
         if isinstance(metrics, dict):
             reports.append(metrics)
     lag = [0.0] * (len(LAG_BUCKETS_S) + 2)

@@ -22,7 +22,7 @@ from typing import Any
 from rsched.core import defaults
 from rsched.core.codes import ClaimCode
 from rsched.core.models import job_of_run
-from rsched.core.wire import CLAIM_RETRY, ClaimItem
+from rsched.core.wire import CLAIM_RETRY, ClaimItem, as_text
 from rsched.engine._calls import CallMany
 from rsched.engine.dispatcher._recurring import Due as _Due
 from rsched.engine.dispatcher._recurring import RecurringJobs
@@ -326,7 +326,7 @@ class Claimer:
             out.skipped += int(res[1])
             out.left[p] = float(res[2]) if res[2] not in (b"", "") else float("inf")
             if len(res) > 3:
-                handed = {_s(x) for x in res[3:]}
+                handed = {as_text(x) for x in res[3:]}
                 for m in once.get(p, []):
                     if (job_id := m.decode()) in handed:
                         needs.setdefault(p, []).append((job_id, None))
@@ -394,5 +394,3 @@ def _time_ms(t: Any) -> int:
     return int(sec) * 1000 + int(usec) // 1000
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)

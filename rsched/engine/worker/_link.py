@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from redis.asyncio import Redis
 
@@ -24,6 +23,3 @@ class Link:
     held: scripts.Held = field(default_factory=lambda: scripts.Held(0))
 
 
-def as_str(v: Any) -> str:
-    """A reply value as text (bytes unless the client decodes responses)."""
-    return v.decode() if isinstance(v, bytes) else str(v)

@@ -21,9 +21,8 @@ from typing import Any
 from rsched.core.codes import ParkCode
 from rsched.core.settings import Settings
 from rsched.core.views import dead_after_ms, worker_record
-from rsched.core.wire import ENTRY_RUN
+from rsched.core.wire import ENTRY_RUN, as_text
 from rsched.engine.worker._link import Link
-from rsched.engine.worker._link import as_str as _s
 from rsched.engine.worker.inflight import Entry, Inflight, inflight
 from rsched.obs.metrics import RunMetrics
 from rsched.rdb import keys, scripts
@@ -85,7 +84,7 @@ class Handback:
         by_part: dict[int, list[Inflight]] = defaultdict(list)
         for s, eid, f in entries:
             p, queue = self.link.streams[s]
-            by_part[p].append(inflight(p, s, queue, eid, _s(f[ENTRY_RUN]), f, 0, 0.0))
+            by_part[p].append(inflight(p, s, queue, eid, as_text(f[ENTRY_RUN]), f, 0, 0.0))
         await self._read_registry()
         maxlen = self.settings.events_maxlen
         calls: list[scripts.Call] = []
@@ -180,7 +179,7 @@ class Handback:
         counts in keys.parked() moved since we last found everything."""
         r = self.link.r
         for raw, count in (await r.hgetall(keys.parked())).items():
-            name, n = _s(raw), int(count)
+            name, n = as_text(raw), int(count)
             if self._counts.get(name) == n:
                 continue
             self._counts[name] = n
@@ -205,7 +204,7 @@ class Handback:
             for s in streams:
                 pipe.xpending_range(s, keys.GROUP, "-", "+", want,
                                     consumername=keys.parked_consumer(jtype))
-            ids = [(s, _s(e["message_id"])) for s, pending in
+            ids = [(s, as_text(e["message_id"])) for s, pending in
                    zip(streams, await pipe.execute(raise_on_error=False), strict=True)
                    if isinstance(pending, list) for e in pending][:want]
             if len(ids) < want:

@@ -15,9 +15,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsched.core import defaults
-from rsched.core.wire import ENTRY_ATTEMPT, ENTRY_DUE, ENTRY_RUN, ENTRY_TYPE
+from rsched.core.wire import ENTRY_ATTEMPT, ENTRY_DUE, ENTRY_RUN, ENTRY_TYPE, as_text
 from rsched.engine.worker._link import Link
-from rsched.engine.worker._link import as_str as _s
 from rsched.engine.worker.handback import Handback
 from rsched.engine.worker.inflight import STARTED, Entry, Inflight, Runs, inflight
 from rsched.engine.worker.reporter import Reporter
@@ -32,7 +31,7 @@ def _entries(resp: Any) -> list[Entry]:
     """XREADGROUP's reply as entries; each stream's name decoded once, not once per entry."""
     out: list[Entry] = []
     for s, items in resp or ():
-        name = _s(s)
+        name = as_text(s)
         out += [(name, eid.decode(), f) for eid, f in items if f]  # bytes, as _launch reads
     return out
 
@@ -43,7 +42,7 @@ def _raw_entries(resp: Any) -> list[Entry]:
     delivered has no fields."""
     out: list[Entry] = []
     for s, items in resp.items() if isinstance(resp, dict) else resp or ():
-        name = _s(s)
+        name = as_text(s)
         for eid, kv in items:
             if kv:
                 it = iter(kv)
@@ -262,9 +261,9 @@ class Intake:
         for s, res in zip(names, await pipe.execute(raise_on_error=False), strict=False):
             if isinstance(res, Exception):
                 continue
-            self._cursors[s] = _s(res[0])
-            entries += [(s, _s(eid), f) for eid, f in res[1] if f]
-        entries = [e for e in entries if _s(e[2][ENTRY_RUN]) not in self.runs]
+            self._cursors[s] = as_text(res[0])
+            entries += [(s, as_text(eid), f) for eid, f in res[1] if f]
+        entries = [e for e in entries if as_text(e[2][ENTRY_RUN]) not in self.runs]
         foreign = [e for e in entries if e[2][ENTRY_TYPE] not in self.served]
         if foreign:
             entries = [e for e in entries if e[2][ENTRY_TYPE] in self.served]
@@ -282,7 +281,7 @@ class Intake:
             found = await self.handback.find(free)
         except (RedisConnectionError, RedisTimeoutError):
             return 0  # Redis is away: the fetch loop says so, not this loop four times a second
-        entries = [e for e in found if _s(e[2][ENTRY_RUN]) not in self.runs]
+        entries = [e for e in found if as_text(e[2][ENTRY_RUN]) not in self.runs]
         if entries:
             log.info("taking %d runs set aside by workers without their handler", len(entries))
         return await self._start_reclaimed(entries, adopted=True)
@@ -295,7 +294,7 @@ class Intake:
         fls: list[Inflight] = []
         for s, eid, f in entries:
             p, queue = self.link.streams[s]
-            fls.append(inflight(p, s, queue, eid, _s(f[ENTRY_RUN]), f, 0, now))
+            fls.append(inflight(p, s, queue, eid, as_text(f[ENTRY_RUN]), f, 0, now))
         await self.reporter.record_starts(fls, reclaimed=not adopted, adopted=adopted)
         started = 0
         for fl, (_, _, f) in zip(fls, entries, strict=True):

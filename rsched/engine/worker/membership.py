@@ -18,8 +18,8 @@ from rsched.core import defaults
 from rsched.core.codes import HeartbeatCode
 from rsched.core.settings import Settings
 from rsched.core.views import forgotten, worker_record
+from rsched.core.wire import as_text
 from rsched.engine.worker._link import Link
-from rsched.engine.worker._link import as_str as _s
 from rsched.engine.worker.inflight import STARTED, Inflight, Runs, request_stop
 from rsched.engine.worker.reporter import Reporter
 from rsched.obs.metrics import RunMetrics
@@ -131,7 +131,7 @@ class Membership:
             if isinstance(consumers, Exception):
                 continue
             for c in consumers:
-                name = _s(c["name"])
+                name = as_text(c["name"])
                 if name != self.link.id and int(c["pending"]) == 0 and int(c["idle"]) >= idle_ms:
                     pipe2.xgroup_delconsumer(s, keys.GROUP, name)
                     doomed += 1
@@ -142,7 +142,7 @@ class Membership:
     async def _forget_dead(self) -> None:
         r, now = self.link.r, int(time.time() * 1000)
         records = await r.hgetall(keys.workers())
-        gone = [wid for wid, blob in records.items() if _s(wid) != self.link.id
+        gone = [wid for wid, blob in records.items() if as_text(wid) != self.link.id
                 and forgotten(worker_record(blob), now)]
         if gone:
             await r.hdel(keys.workers(), *gone)
