@@ -12,7 +12,7 @@ from starlette.responses import Response
 from rsched.aclient import AsyncClient
 from rsched.api.problems import error_response, problem
 from rsched.rdb.setup import is_unavailable
-from rsched.service import apikeys as auth
+from rsched.service import apikeys
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -25,14 +25,14 @@ class KeyCache:
         self.client = client
         self.ttl_s = ttl_s
         self.max_entries = max_entries
-        self._seen: dict[str, tuple[float, auth.ApiKey | None]] = {}
+        self._seen: dict[str, tuple[float, apikeys.ApiKey | None]] = {}
 
-    async def lookup(self, secret: str) -> auth.ApiKey | None:
+    async def lookup(self, secret: str) -> apikeys.ApiKey | None:
         now = time.monotonic()
         hit = self._seen.get(secret)
         if hit is not None and hit[0] > now:
             return hit[1]
-        key = await self.client.run(auth.op_lookup(secret))
+        key = await self.client.run(apikeys.op_lookup(secret))
         if len(self._seen) >= self.max_entries:
             self._seen.clear()
         self._seen[secret] = (now + self.ttl_s, key)

@@ -31,9 +31,8 @@ from rsched.core import defaults
 from rsched.core.errors import NotFound, ValidationError
 from rsched.core.spec import MAX_TIME_MS, TYPE_PATTERN
 from rsched.core.times import to_ms
-from rsched.service import apikeys as auth
-from rsched.service import dead_letters as dlq
-from rsched.service import reads as query
+from rsched.service import apikeys, reads
+from rsched.service import dead_letters as dead_letter_ops
 from rsched.service.backfill import op_backfill
 from rsched.service.inputs import (
     as_object,
@@ -87,7 +86,7 @@ def int_param(request: Request, name: str, default: int) -> int:
 
 
 def _job_id(request: Request) -> str:
-    return query.job_id_or_404(request.path_params["id"])
+    return reads.job_id_or_404(request.path_params["id"])
 
 
 # --- jobs --------------------------------------------------------------------------------------
@@ -142,7 +141,7 @@ def _item_error(exc: Exception, index: int) -> dict[str, Any]:
 async def list_jobs(request: Request) -> Response:
     q = request.query_params
     c = _client(request)
-    page = await c.run(query.op_list_jobs(
+    page = await c.run(reads.op_list_jobs(
         status=q.get("status"), type=q.get("type"), queue=q.get("queue"),
         limit=int_param(request, "limit", defaults.PAGE_LIMIT), cursor=q.get("cursor"),
         last_run=q.get("lastRun"),
@@ -280,13 +279,13 @@ async def stats_overview(request: Request) -> Response:
 # --- dead letters ------------------------------------------------------------------------------
 
 
-def _dead_filter(request: Request) -> dlq.DeadFilter:
+def _dead_filter(request: Request) -> dead_letter_ops.DeadFilter:
     """GET /dead-letters's filter: the purge body's fields as query parameters."""
     q = request.query_params
     age = q.get("olderThanSeconds")
     if age is not None and not _NUMBER.fullmatch(age):
         raise ValidationError("olderThanSeconds", f"expected a number of seconds, got {age!r}")
-    return dlq.DeadFilter(q.get("type"), q.get("queue"), q.get("errorContains"),
+    return dead_letter_ops.DeadFilter(q.get("type"), q.get("queue"), q.get("errorContains"),
                           None if age is None else float(age))
 
 
@@ -300,21 +299,21 @@ def _actor(request: Request) -> str:
 async def dead_letters(request: Request) -> Response:
     c = _client(request)
     limit = int_param(request, "limit", defaults.PAGE_LIMIT)
-    page = await c.run(query.op_dead_letter_page(c, limit, request.query_params.get("cursor"),
+    page = await c.run(reads.op_dead_letter_page(c, limit, request.query_params.get("cursor"),
                                                  _dead_filter(request)))
     return JSON({"deadLetters": [dead_letter_json(d) for d in page.items],
                  "nextCursor": page.next_cursor})
 
 
 async def replay_dead_letter(request: Request) -> Response:
-    run_id = query.run_id_or_404(request.path_params["runId"])
+    run_id = reads.run_id_or_404(request.path_params["runId"])
     return JSON(run_json(await _client(request).replay(run_id)))
 
 
 async def delete_dead_letter(request: Request) -> Response:
-    run_id = query.run_id_or_404(request.path_params["runId"])
+    run_id = reads.run_id_or_404(request.path_params["runId"])
     c = _client(request)
-    (deleted,) = await c.run(dlq.op_delete(c, [run_id], _actor(request)))
+    (deleted,) = await c.run(dead_letter_ops.op_delete(c, [run_id], _actor(request)))
     if not deleted:
         raise NotFound("dead letter", run_id)
     return Response(status_code=204)
@@ -327,7 +326,8 @@ async def purge_dead_letters(request: Request) -> Response:
     if not isinstance(dry, bool):
         raise ValidationError("dryRun", "required: true to count the matches, false to delete")
     c = _client(request)
-    count = await c.run(dlq.op_purge(c, dlq.filter_from_json(body), dry, _actor(request)))
+    flt = dead_letter_ops.filter_from_json(body)
+    count = await c.run(dead_letter_ops.op_purge(c, flt, dry, _actor(request)))
     return JSON({"dryRun": dry, "count": count})
 
 
@@ -344,11 +344,11 @@ async def preview(request: Request) -> Response:
         for name in ("cron", "timeZone"):
             if name in q:
                 raise ValidationError(name, "give either jobId or cron and timeZone")
-        job = await _client(request).get(query.job_id_or_404(job_id))
+        job = await _client(request).get(reads.job_id_or_404(job_id))
         return JSON({"cron": job.cron, "timeZone": job.tz, "jobId": job.id,
-                     "times": query.preview_job(job, from_ms, count)})
+                     "times": reads.preview_job(job, from_ms, count)})
     tz = q.get("timeZone", "UTC")
-    times = query.preview(q.get("cron"), tz, from_ms, count)
+    times = reads.preview(q.get("cron"), tz, from_ms, count)
     return JSON({"cron": q.get("cron"), "timeZone": tz, "times": times})
 
 
@@ -371,11 +371,11 @@ async def readyz(request: Request) -> Response:
     c = _client(request)
     try:
         await c.r.ping()
-        facts = await c.run(query.op_redis_facts())
+        facts = await c.run(reads.op_redis_facts())
     except Exception as e:  # noqa: BLE001 - any failure to reach Redis means not ready
         body = problem_body(503, f"Redis is unreachable: {e}")
         return Problem(dict(body, checks=[]), 503)
-    findings = query.doctor(facts, c.settings.partitions)
+    findings = reads.doctor(facts, c.settings.partitions)
     checks = [finding_json(f) for f in findings]
     failed = [f for f in findings if f.level == "fail"]
     if failed:
@@ -388,18 +388,18 @@ async def readyz(request: Request) -> Response:
 
 
 async def list_keys(request: Request) -> Response:
-    keys = await _client(request).run(auth.op_list_keys())
+    keys = await _client(request).run(apikeys.op_list_keys())
     return JSON({"keys": [key_json(k) for k in keys]})
 
 
 async def create_key(request: Request) -> Response:
     body = as_object(await read_json(request, _limits(request).max_body_bytes), "body")
     reject_unknown(body, ("name", "scope"))
-    key, secret = await _client(request).run(auth.op_create_key(body.get("name"),
+    key, secret = await _client(request).run(apikeys.op_create_key(body.get("name"),
                                                                 body.get("scope")))
     return JSON({"key": key_json(key), "secret": secret}, 201)
 
 
 async def revoke_key(request: Request) -> Response:
-    key = await _client(request).run(auth.op_revoke_key(request.path_params["keyId"]))
+    key = await _client(request).run(apikeys.op_revoke_key(request.path_params["keyId"]))
     return JSON({"key": key_json(key)})

@@ -9,7 +9,7 @@ from pathlib import Path
 from rsched.cli._private import write_private
 from rsched.cli._processes import DevError
 from rsched.client import Client
-from rsched.service import apikeys as auth
+from rsched.service import apikeys
 
 
 def examples_root() -> Path:
@@ -29,10 +29,10 @@ def admin_key(redis_url: str, key_file: Path) -> str:
         client.check()  # dev's first use of Redis: refuse a URL rsched cannot work with
         if key_file.is_file():
             secret = key_file.read_text().strip()
-            key = client.run(auth.op_lookup(secret))
+            key = client.run(apikeys.op_lookup(secret))
             if key is not None and key.scope == "admin":
                 return secret
-        _, secret = client.run(auth.op_create_key("rsched-dev", "admin"))
+        _, secret = client.run(apikeys.op_create_key("rsched-dev", "admin"))
     finally:
         client.close()
     write_private(key_file, secret + "\n")

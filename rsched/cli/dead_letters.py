@@ -11,8 +11,8 @@ from rsched.cli._output import JSON_FLAG, more, print_json, summary, table
 from rsched.cli.context import client_of
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
-from rsched.service import dead_letters as dlq_ops
-from rsched.service import reads as query
+from rsched.service import dead_letters as dead_letter_ops
+from rsched.service import reads
 from rsched.service.shapes import dead_letter_json
 
 CLI_ACTOR = "cli"  # who a deletion from the CLI is recorded as
@@ -37,12 +37,12 @@ def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def dead_filter(job_type: str | None, queue: str | None, error_contains: str | None,
-                older_than: float | None) -> dlq_ops.DeadFilter | None:
+                older_than: float | None) -> dead_letter_ops.DeadFilter | None:
     """The filter the flags give (None: no flag given); its errors name the flag."""
     if job_type is None and queue is None and error_contains is None and older_than is None:
         return None
     try:
-        return dlq_ops.DeadFilter(job_type, queue, error_contains, older_than)
+        return dead_letter_ops.DeadFilter(job_type, queue, error_contains, older_than)
     except ValidationError as e:
         flag = _FLAGS.get(e.field, e.field)
         raise click.BadParameter(e.reason, param_hint=f"'{flag}'") from None
@@ -66,7 +66,7 @@ def dlq_list(ctx: click.Context, job_type: str | None, queue: str | None,
     be short, with a cursor for more)."""
     flt = dead_filter(job_type, queue, error_contains, older_than)
     c = client_of(ctx)
-    page = c.run(query.op_dead_letter_page(c, limit, cursor, flt))
+    page = c.run(reads.op_dead_letter_page(c, limit, cursor, flt))
     items = [dead_letter_json(d) for d in page.items]
     if as_json:
         print_json({"deadLetters": items, "nextCursor": page.next_cursor})
@@ -93,7 +93,7 @@ def dlq_delete(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
     """Delete dead letters for good (recorded in each run's history as deleted by "cli").
     Exits 1 when one of them was not a dead letter."""
     c = client_of(ctx)
-    deleted = c.run(dlq_ops.op_delete(c, run_ids, CLI_ACTOR))
+    deleted = c.run(dead_letter_ops.op_delete(c, run_ids, CLI_ACTOR))
     for run_id, ok in zip(run_ids, deleted, strict=True):
         if ok:
             click.echo(f"{run_id} deleted")
@@ -112,9 +112,9 @@ def dlq_purge(ctx: click.Context, job_type: str | None, queue: str | None,
               error_contains: str | None, older_than: float | None, dry_run: bool,
               as_json: bool) -> None:
     """Delete every dead letter matching all filters given (no filter: every dead letter)."""
-    flt = dead_filter(job_type, queue, error_contains, older_than) or dlq_ops.DeadFilter()
+    flt = dead_filter(job_type, queue, error_contains, older_than) or dead_letter_ops.DeadFilter()
     c = client_of(ctx)
-    count = c.run(dlq_ops.op_purge(c, flt, dry_run, CLI_ACTOR))
+    count = c.run(dead_letter_ops.op_purge(c, flt, dry_run, CLI_ACTOR))
     if as_json:
         print_json({"dryRun": dry_run, "count": count})
     elif dry_run:

@@ -13,7 +13,7 @@ from rsched.core import defaults
 from rsched.core.errors import Conflict, ValidationError, VersionMismatch
 from rsched.core.values import TOO_DEEP, VALUE_DEPTH
 from rsched.core.views import WorkerStatus
-from rsched.service import reads as query
+from rsched.service import reads
 from rsched.service.inputs import spec_from_json
 from rsched.service.last_runs import LAST_RUN_FILTERS, op_last_runs
 from rsched.service.shapes import backfill_json, job_json, last_run_json, runs_json
@@ -156,7 +156,7 @@ def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queu
     c = client_of(ctx)
     with naming_flags({f: f"--{f}" for f in ("status", "type", "queue", "limit", "cursor")}
                       | {"lastRun": "--last-run"}):
-        page = c.run(query.op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
+        page = c.run(reads.op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
                                         cursor=cursor, last_run=last_run))
     # Newest first within the page, as the dashboard shows them (SCAN returns no order).
     page.items.sort(key=lambda j: (j.created_ms, j.id), reverse=True)
