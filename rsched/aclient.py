@@ -23,8 +23,8 @@ from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
 from rsched.rdb import ops
 from rsched.rdb.connect import connect_async
+from rsched.rdb.connections import fast_packing
 from rsched.rdb.ops import Op
-from rsched.rdb.setup import fast_packing
 from rsched.service import jobs, scheduling
 from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.history import RunAttempt, RunsPage, op_history

@@ -21,9 +21,10 @@ from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
 from rsched.rdb import ops
 from rsched.rdb.connect import connect
+from rsched.rdb.connections import fast_packing
 from rsched.rdb.durable import wait_of
 from rsched.rdb.ops import Op
-from rsched.rdb.setup import check_topology, fast_packing
+from rsched.rdb.setup import check_topology
 from rsched.service import jobs, scheduling
 from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.context import Service

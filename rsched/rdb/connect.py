@@ -27,8 +27,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rsched.core import defaults
 from rsched.core.errors import RschedError
 from rsched.rdb.cluster import AsyncClusterRedis, ClusterRedis
+from rsched.rdb.connections import fast_packing, reconnecting
 from rsched.rdb.durable import set_wait
-from rsched.rdb.setup import _ClosedTransportIsUnavailable, _mix_in, fast_packing
 from rsched.rdb.slots import Address, Remap
 
 Kind = Literal["single", "cluster", "sentinel"]
@@ -254,7 +254,7 @@ def _async_retrying(make: Any, **options: Any) -> Any:
 
     options.setdefault("retry", Retry(ExponentialBackoff(cap=1.0, base=0.05), 3))
     r = make(retry_on_error=[RedisConnectionError, RedisTimeoutError], **options)
-    return fast_packing(_mix_in(r, "Reconnecting", _ClosedTransportIsUnavailable))
+    return fast_packing(reconnecting(r))
 
 
 def connect_async(url: str, *, wait: int = defaults.WAIT_REPLICAS_BY_URL,
