@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from rsched import Client, Job, JobSpec, RschedError
 from rsched.archive.events import expand
-from rsched.core.app import App
+from rsched.core.handlers import App
 from rsched.core.ids import run_id
 from rsched.core.settings import Settings
 from rsched.engine._calls import CallMany

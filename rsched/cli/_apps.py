@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import click
 
-from rsched.core.app import App
+from rsched.core.handlers import App
 
 
 def load_app(spec: str) -> App:

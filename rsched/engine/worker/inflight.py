@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from rsched.core.app import JobContext
+from rsched.core.handlers import JobContext
 from rsched.core.wire import ENTRY_OWN, ENTRY_TYPE
 from rsched.rdb import keys
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsched.core import defaults
-from rsched.core.app import App, JobContext
+from rsched.core.handlers import App, JobContext
 from rsched.core.lifecycle import life_of
 from rsched.core.models import PACKED_NONE, unpack_payload, unpack_spec
 from rsched.core.retry import retry_delay_ms

@@ -25,8 +25,8 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from rsched.core import defaults
-from rsched.core.app import App
 from rsched.core.errors import ValidationError
+from rsched.core.handlers import App
 from rsched.core.ids import process_id
 from rsched.core.settings import Settings
 from rsched.engine import aio
