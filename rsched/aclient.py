@@ -37,13 +37,13 @@ COALESCE_MAX = 1000  # single schedules sent in one batch at most
 
 
 class AsyncClient(ClientBase):
-    """One per event loop: `Client`'s operations as coroutines, except `schedule`, which takes
-    a JobSpec, answers (job, created by this call) and sends the specs of concurrent callers in
-    one batch.  Without ``settings``, its Redis is found as `Client`'s is."""
+    """One per event loop: `Client`'s constructor and operations, as coroutines.  Single
+    schedules of concurrent callers go to Redis in one batch (schedule_spec); without a URL or
+    ``settings``, its Redis is found as `Client`'s is."""
 
-    def __init__(self, settings: Settings | None = None, *, redis: Redis | None = None,
-                 archive_url: str | None = None) -> None:
-        settings, dev_archive = resolve_settings(settings=settings)
+    def __init__(self, redis_url: str | None = None, *, settings: Settings | None = None,
+                 redis: Redis | None = None, archive_url: str | None = None) -> None:
+        settings, dev_archive = resolve_settings(redis_url, settings)
         super().__init__(settings, archive_url, dev_archive)
         self.r: Redis = (fast_packing(redis) if redis is not None
                          else connect_async(settings.redis_url, wait=settings.wait_replicas,
@@ -57,7 +57,12 @@ class AsyncClient(ClientBase):
 
     # --- scheduling --------------------------------------------------------------------------
 
-    async def schedule(self, spec: JobSpec) -> tuple[Job, bool]:
+    async def schedule(self, type: str, payload: Any = None, **options: Any) -> Job:
+        """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict."""
+        job, _ = await self.schedule_spec(JobSpec(type=type, payload=payload, **options))
+        return job
+
+    async def schedule_spec(self, spec: JobSpec) -> tuple[Job, bool]:
         """Schedule one job, batched with concurrent callers; (job, created by this call)."""
         fut: asyncio.Future[tuple[Job, bool]] = asyncio.get_running_loop().create_future()
         self._queued.append((spec, fut))

@@ -3,6 +3,7 @@ batch scheduling and the control calls that need no worker."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import datetime
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 import redis
 from helpers import PARTITIONS, event_types, redis_now_ms, settings, smembers
 
-from rsched import Client, Conflict, JobSpec, JobStatus, NotFound, ValidationError
+from rsched import Client, Conflict, Job, JobSpec, JobStatus, NotFound, ValidationError
 from rsched.aclient import AsyncClient
 from rsched.core import defaults
 from rsched.core import spec as spec_module
@@ -234,7 +235,7 @@ def test_only_a_client_that_streams_its_calls_starts_a_batch_with_small_ones(
     waiting = Client(settings=settings(redis_url, wait_replicas=1))
     try:
         assert plain.streams_calls and not waiting.streams_calls
-        assert not AsyncClient(settings(redis_url)).streams_calls
+        assert not AsyncClient(settings=settings(redis_url)).streams_calls
     finally:
         plain.r.close()
         waiting.r.close()
@@ -572,3 +573,20 @@ def test_prepares_shortcut_for_a_spec_of_defaults_gives_what_the_full_checks_giv
         full = outcome(spec_module._prepare_checked, at)
         assert outcome(prepare, at) == full
         assert isinstance(full, tuple) and full[0] is not None
+
+
+def test_the_async_client_takes_clients_constructor_and_schedule_and_is_exported(
+    redis_url: str,
+) -> None:
+    from rsched import AsyncClient as Exported
+
+    async def main() -> tuple[Job, Job]:
+        c = Exported(redis_url)
+        try:
+            job = await c.schedule("report", {"n": 1}, run_at=int(time.time() * 1000) + 86_400_000)
+            return job, await c.get(job.id)
+        finally:
+            await c.close()
+
+    job, stored = asyncio.run(main())
+    assert Exported is AsyncClient and job.type == "report" and stored.payload == {"n": 1}

@@ -202,7 +202,7 @@ def test_a_moved_reply_to_a_plain_client_is_the_same_refusal_never_the_raw_reply
     assert NotFound in outcomes and ClusterNodeUrl in outcomes  # partitions on this node or not
 
     async def on_asyncio() -> set[type]:
-        c = AsyncClient(settings)
+        c = AsyncClient(settings=settings)
         try:
             return {type(e) for e in await asyncio.gather(*(c.get(i) for i in ids),
                                                            return_exceptions=True)}

@@ -177,9 +177,9 @@ def schedule_sync(url: str) -> Any:
 
 def schedule_async(url: str) -> Any:
     async def go() -> Any:
-        c = AsyncClient(Settings(redis_url=url))
+        c = AsyncClient(settings=Settings(redis_url=url))
         try:
-            job, _ = await c.schedule(JobSpec(type="t", run_at=FAR))
+            job, _ = await c.schedule_spec(JobSpec(type="t", run_at=FAR))
             return job
         finally:
             await c.close()

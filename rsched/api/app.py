@@ -208,7 +208,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        client = AsyncClient(settings, redis=redis, archive_url=archive_url)
+        client = AsyncClient(settings=settings, redis=redis, archive_url=archive_url)
         app.state.client = client
         app.state.keys = KeyCache(client, key_cache_s)
         app.state.outage = Outage(log)  # the requests' view of Redis (guard.protect)

@@ -95,7 +95,7 @@ def _job_id(request: Request) -> str:
 async def create_job(request: Request) -> Response:
     spec = spec_from_json(await read_json(request, _limits(request).max_body_bytes))
     spec.idempotency_key = idempotency_key(request, spec.idempotency_key)
-    job, created = await _client(request).schedule(spec)
+    job, created = await _client(request).schedule_spec(spec)
     return JSON(job_json(job), 201 if created else 200, {"Location": f"/jobs/{job.id}"})
 
 
