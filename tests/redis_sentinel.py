@@ -63,7 +63,10 @@ class SentinelServer(RedisServer):
     def instances(self, what: str) -> dict[int, set[str]]:
         """Port -> flags of each replica ("REPLICAS") or other Sentinel ("SENTINELS") it knows."""
         found = {}
-        for fields in self.ask(what):  # redis-py turns each entry into a dict
+        for entry in self.ask(what):
+            # redis-py 8 turns each entry into a dict; 6 leaves it a flat [name, value, ...] list
+            fields = entry if isinstance(entry, dict) else dict(zip(entry[::2], entry[1::2],
+                                                                        strict=True))
             flags = set(fields["flags"].split(","))
             if what == "REPLICAS" and fields.get("master-link-status") != "ok":
                 flags.add("disconnected")
