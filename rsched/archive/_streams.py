@@ -12,9 +12,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis import Redis
-from redis.exceptions import ResponseError
-
 from rsched.archive.events import Entry, expand, expand_flat, parse_sid
 from rsched.archive.lag import trim_point
 from rsched.archive.store import Prepared
@@ -24,6 +21,7 @@ from rsched.core.wire import as_text
 from rsched.rdb import keys, scripts
 from rsched.rdb.cluster import with_raw_replies
 from rsched.rdb.durable import wait_of
+from rsched.rdb.redis_api import Redis, ResponseError
 
 log = logging.getLogger("rsched.archive")
 

@@ -18,9 +18,6 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from redis import Redis
-from redis.asyncio import Redis as AsyncRedis
-
 from rsched.archive._paging import check_limit, decode_key, encode_key
 from rsched.archive.events import OUTCOMES, RUN_MARKERS, EventRow, decode, expand
 from rsched.archive.store import ENV_URL, Store
@@ -28,6 +25,7 @@ from rsched.core import defaults
 from rsched.core.models import partition_of
 from rsched.core.values import read_json
 from rsched.rdb import keys
+from rsched.rdb.redis_api import AsyncRedis, Redis
 
 SCAN_CHUNK = 1000
 DEFAULT_MAX_SCAN = 100_000

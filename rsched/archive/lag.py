@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis import Redis
-
 from rsched.archive.events import parse_sid
 from rsched.core.wire import as_text
 from rsched.rdb import keys
+from rsched.rdb.redis_api import Redis
 
 
 @dataclass(frozen=True, slots=True)

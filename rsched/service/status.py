@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from rsched.archive.lag import Lag, archive_lag, events_group, unarchived
 from rsched.core.views import (
     LAG_BUCKETS_S,
@@ -27,6 +25,7 @@ from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.connect import connect
 from rsched.rdb.ops import Commands, Op, cmd
+from rsched.rdb.redis_api import RedisError
 from rsched.service.context import Service
 
 _PER_PARTITION = 6  # commands op_status sends per partition
