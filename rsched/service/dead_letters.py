@@ -20,7 +20,7 @@ from rsched.core.codes import DeleteDeadCode
 from rsched.core.errors import ValidationError
 from rsched.core.models import Run, job_of_run, partition_of
 from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
-from rsched.rdb import keys
+from rsched.rdb import job_scripts, keys
 from rsched.rdb.ops import Commands, Op, Scripts, cmd
 from rsched.service.context import Service
 from rsched.service.jobs import op_read_runs
@@ -91,13 +91,9 @@ def op_delete(svc: Service, run_ids: Sequence[str], who: str) -> Op[list[bool]]:
     for p, idx in by_part.items():
         for at in range(0, len(idx), PURGE_CHUNK):
             chunk = idx[at:at + PURGE_CHUNK]
-            ks = [keys.dead(p), keys.events(p)]
-            for i in chunk:
-                job_id = job_of_run(run_ids[i])
-                ks += [keys.run(p, run_ids[i]), keys.job(p, job_id), keys.history(p, job_id)]
-            calls.append(("delete_dead", ks, [0, svc.settings.events_maxlen, who,
-                                              svc.settings.history_len, len(chunk),
-                                              *(run_ids[i] for i in chunk)]))
+            calls.append(job_scripts.delete_dead(
+                p, [run_ids[i] for i in chunk], svc.settings.events_maxlen, who,
+                svc.settings.history_len))
             order.append(chunk)
     out = [False] * len(run_ids)
     if not calls:
@@ -106,7 +102,7 @@ def op_delete(svc: Service, run_ids: Sequence[str], who: str) -> Op[list[bool]]:
     for chunk, res in zip(order, results, strict=True):
         if isinstance(res, Exception):
             raise res
-        for i, code in zip(chunk, res, strict=True):
+        for i, code in zip(chunk, job_scripts.deleted(res), strict=True):
             out[i] = code == DeleteDeadCode.DELETED
     return out
 

@@ -14,8 +14,10 @@ from rsched.core.ids import run_id as make_run_id
 from rsched.core.layout import JB
 from rsched.core.models import Attempt, Job, JobStatus, Run, job_of_run, partition_of, run_fields
 from rsched.core.spec import due_score, next_occurrence
-from rsched.rdb import keys
+from rsched.rdb import job_scripts, keys
+from rsched.rdb.job_scripts import ControlReply
 from rsched.rdb.ops import Commands, Op, Scripts, cmd, one
+from rsched.rdb.scripts import Call
 from rsched.service.context import Service, op_wake
 
 INFLIGHT_STATES = frozenset({"dispatched", "running", "retry_wait"})  # before an outcome
@@ -136,22 +138,17 @@ def check_note(note: Any) -> str:
     return note
 
 
-def op_control(svc: Service, name: str, job_id: str, extra: Sequence[Any] = (),
-               if_match: int | None = None, tail: Sequence[Any] = ()) -> Op[Job]:
-    """pause.lua, cancel.lua or resume.lua on one job; the job as it is afterwards.  ``extra``
-    goes before the expected version, ``tail`` after it (who and the note)."""
-    p = partition_of(job_id)
-    code, status = one((yield Scripts([(
-        name, [keys.job(p, job_id), keys.due(p), keys.events(p)],
-        [job_id, 0, svc.settings.events_maxlen, *extra, "" if if_match is None else if_match,
-         *tail],
-    )], durable=True)))
+def op_control(job_id: str, call: Call, if_match: int | None = None) -> Op[Job]:
+    """A pause, cancel or resume call (rdb.job_scripts) on one job; the job as it is
+    afterwards."""
+    name = call[0]
+    code, status = ControlReply.of(one((yield Scripts([call], durable=True))))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("job", job_id)
     if code == ControlCode.VERSION:
         raise VersionMismatch(if_match or 0, "")
     if code == ControlCode.REFUSED:
-        raise Conflict("status", f"cannot {name} a job that is {status.decode()}")
+        raise Conflict("status", f"cannot {name} a job that is {status}")
     return (yield from op_get(job_id))
 
 
@@ -160,12 +157,14 @@ def op_pause(svc: Service, job_id: str, if_match: int | None = None, by: str = "
     """Stop future occurrences; a run in progress finishes.  ``by`` and ``note`` are kept with
     the time in the job (Job.paused)."""
     text = check_note(note)
-    return (yield from op_control(svc, "pause", job_id, if_match=if_match, tail=[by, text]))
+    call = job_scripts.pause(job_id, svc.settings.events_maxlen, if_match, by, text)
+    return (yield from op_control(job_id, call, if_match))
 
 
 def op_cancel(svc: Service, job_id: str, if_match: int | None = None) -> Op[Job]:
     """Stop the job for good; a run in progress finishes, pending retries are abandoned."""
-    return (yield from op_control(svc, "cancel", job_id, if_match=if_match))
+    call = job_scripts.cancel(job_id, svc.settings.events_maxlen, if_match)
+    return (yield from op_control(job_id, call, if_match))
 
 
 def op_resume(svc: Service, job_id: str, if_match: int | None = None, by: str = "",
@@ -189,7 +188,9 @@ def op_resume(svc: Service, job_id: str, if_match: int | None = None, by: str = 
     else:
         nominal = job.next_ms or 0
         score = due_score(nominal, job.priority)
-    job = yield from op_control(svc, "resume", job_id, [nominal, score], if_match, [by, text])
+    call = job_scripts.resume(job_id, svc.settings.events_maxlen, nominal, score, if_match, by,
+                              text)
+    job = yield from op_control(job_id, call, if_match)
     yield from op_wake([job.partition])
     return job
 
@@ -199,14 +200,12 @@ def op_trigger(svc: Service, job_id: str) -> Op[str]:
     p = partition_of(job_id)
     now = yield from svc.op_now()
     rid = make_run_id(job_id, now)
-    code, status = one((yield Scripts([(
-        "trigger", [keys.job(p, job_id), keys.run(p, rid), keys.retry(p), keys.events(p)],
-        [job_id, rid, now, 0, svc.settings.events_maxlen],
-    )], durable=True)))
+    code, status = ControlReply.of(one((yield Scripts(
+        [job_scripts.trigger(job_id, rid, now, svc.settings.events_maxlen)], durable=True))))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("job", job_id)
     if code == ControlCode.REFUSED:
-        raise Conflict("status", f"cannot trigger a job that is {status.decode()}")
+        raise Conflict("status", f"cannot trigger a job that is {status}")
     yield from op_wake([p])
     return rid
 
@@ -217,16 +216,13 @@ def op_replay(svc: Service, run_id: str) -> Op[Run]:
         raise ValidationError("runId", f"not a run id: {run_id!r}")
     job_id = job_of_run(run_id)
     p = partition_of(job_id)
-    code, state = one((yield Scripts([(
-        "replay",
-        [keys.run(p, run_id), keys.job(p, job_id), keys.dead(p), keys.retry(p), keys.events(p)],
-        [run_id, 0, svc.settings.events_maxlen],
-    )], durable=True)))
+    code, state = ControlReply.of(one((yield Scripts(
+        [job_scripts.replay(run_id, svc.settings.events_maxlen)], durable=True))))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("dead letter", run_id)
     if code == ControlCode.REFUSED:
         raise Conflict("status", "the job was cancelled; cancel is final")
-    if code == ControlCode.ALREADY and state.decode() != "retry_wait":
-        raise Conflict("runId", f"run is {state.decode()}, not dead-lettered")
+    if code == ControlCode.ALREADY and state != "retry_wait":
+        raise Conflict("runId", f"run is {state}, not dead-lettered")
     yield from op_wake([p])
     return (yield from op_get_run(run_id))
