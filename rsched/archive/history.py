@@ -24,7 +24,7 @@ from rsched.archive.store import ENV_URL, Store
 from rsched.core import defaults
 from rsched.core.models import partition_of
 from rsched.core.values import read_json
-from rsched.rdb import keys
+from rsched.rdb import event_streams, keys
 from rsched.rdb.redis_api import AsyncRedis, Redis
 
 SCAN_CHUNK = 1000
@@ -204,7 +204,7 @@ def recent_events(r: Redis, job_id: str, max_scan: int = DEFAULT_MAX_SCAN
     try:
         key, top, count = next(scan)
         while True:
-            key, top, count = scan.send(r.xrevrange(key, max=top, min="-", count=count))
+            key, top, count = scan.send(event_streams.recent(r, key, top, count))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 
@@ -216,7 +216,7 @@ async def arecent_events(r: AsyncRedis, job_id: str, max_scan: int = DEFAULT_MAX
     try:
         key, top, count = next(scan)
         while True:
-            key, top, count = scan.send(await r.xrevrange(key, max=top, min="-", count=count))
+            key, top, count = scan.send(await event_streams.arecent(r, key, top, count))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 
