@@ -20,8 +20,9 @@ from rsched.core.codes import DeleteDeadCode
 from rsched.core.errors import ValidationError
 from rsched.core.models import Run, job_of_run, partition_of
 from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
-from rsched.rdb import job_scripts, keys
-from rsched.rdb.ops import Commands, Op, Scripts, cmd
+from rsched.rdb import job_scripts
+from rsched.rdb.job_reads import op_dead_oldest
+from rsched.rdb.ops import Op, Scripts
 from rsched.service.context import Service
 from rsched.service.jobs import op_read_runs
 
@@ -115,9 +116,7 @@ def op_purge(svc: Service, flt: DeadFilter, dry_run: bool, who: str) -> Op[int]:
     for p in range(P):
         offset = 0
         while True:
-            (found,) = yield Commands([cmd("zrangebyscore", keys.dead(p), "-inf", top,
-                                           start=offset, num=PURGE_CHUNK)])
-            ids = [v.decode() if isinstance(v, bytes) else str(v) for v in found]
+            ids = yield from op_dead_oldest(p, top, offset, PURGE_CHUNK)
             if flt.reads_runs and ids:
                 runs = yield from op_read_runs(ids)
                 take = [rid for rid, run in zip(ids, runs, strict=True)

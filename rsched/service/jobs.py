@@ -15,8 +15,16 @@ from rsched.core.layout import JB
 from rsched.core.models import Attempt, Job, JobStatus, Run, job_of_run, partition_of, run_fields
 from rsched.core.spec import due_score, next_occurrence
 from rsched.rdb import job_scripts, keys
+from rsched.rdb.job_reads import (
+    op_dead_newest,
+    op_dead_scores,
+    op_hashes,
+    op_history,
+    op_job_hash,
+    op_run_hashes,
+)
 from rsched.rdb.job_scripts import ControlReply
-from rsched.rdb.ops import Commands, Op, Scripts, cmd, one
+from rsched.rdb.ops import Op, Scripts, one
 from rsched.rdb.scripts import Call
 from rsched.service.context import Service, op_wake
 
@@ -24,7 +32,7 @@ INFLIGHT_STATES = frozenset({"dispatched", "running", "retry_wait"})  # before a
 
 
 def op_get(job_id: str) -> Op[Job]:
-    (h,) = yield Commands([cmd("hgetall", keys.job(partition_of(job_id), job_id))])
+    h = yield from op_job_hash(job_id)
     if not h:
         raise NotFound("job", job_id)
     return Job.from_hash(h, job_id)
@@ -33,15 +41,10 @@ def op_get(job_id: str) -> Op[Job]:
 def op_read_runs(run_ids: Sequence[str]) -> Op[list[Run | None]]:
     """Runs by id, in one round trip (None: no such run).  A run's fields are in its own
     hash or, for a one-off job's own run, in the job hash (models.run_fields): both are read."""
-    reads = []
-    for rid in run_ids:
-        job_id = job_of_run(rid)
-        p = partition_of(job_id)
-        reads += [cmd("hgetall", keys.run(p, rid)), cmd("hgetall", keys.job(p, job_id))]
-    hashes = yield Commands(reads)
     out: list[Run | None] = []
-    for i, rid in enumerate(run_ids):
-        h = run_fields(rid, hashes[2 * i], hashes[2 * i + 1])
+    for rid, (run_hash, job_hash) in zip(run_ids, (yield from op_run_hashes(run_ids)),
+                                         strict=True):
+        h = run_fields(rid, run_hash, job_hash)
         out.append(Run.from_hash(h, rid) if h else None)
     return out
 
@@ -57,7 +60,7 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
     """The job's in-flight run (first page only) then its finished attempts, newest first, as
     Redis keeps them (a bounded list); ``offset`` counts finished attempts already seen."""
     p = partition_of(job_id)
-    (jh,) = yield Commands([cmd("hgetall", keys.job(p, job_id))])
+    jh = yield from op_job_hash(job_id)
     if not jh:
         raise NotFound("job", job_id)
     job = Job.from_hash(jh, job_id)
@@ -67,8 +70,7 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
     reads = [r for r in dict.fromkeys((job.last_run_id, own_run)) if r]
     if reads:
         # The own run's fields are in the job hash (lua/include/util.lua): no read for it.
-        hashes = yield Commands([cmd("hgetall", keys.run(p, rid)) for rid in reads
-                                 if rid != own_run])
+        hashes = yield from op_hashes([keys.run(p, rid) for rid in reads if rid != own_run])
         got = iter(hashes)
         for rid in reads:
             h = run_fields(rid, {} if rid == own_run else next(got), jh)
@@ -88,7 +90,7 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
         # A one-off job's own run keeps its attempts in the job hash (lua/include/util.lua);
         # other runs' attempts are in the history list.  Both newest first, merged.
         own += [Attempt.from_json(v) for k, v in jh.items() if k.startswith(b"h:")]
-        (raws,) = yield Commands([cmd("lrange", keys.history(p, job_id), 0, offset + want - 1)])
+        raws = yield from op_history(p, job_id, offset + want)
         done = own + [Attempt.from_json(raw) for raw in raws]
         done.sort(key=lambda a: (a.ended_ms or 0, a.attempt), reverse=True)
         out += done[offset : offset + want]
@@ -101,7 +103,7 @@ def _mark_dead(p: int, attempts: list[Attempt]) -> Op[list[Attempt]]:
     ids = list(dict.fromkeys(a.run_id for a in attempts if a.status != "succeeded"))
     if not ids:
         return attempts
-    scores = yield Commands([cmd("zscore", keys.dead(p), rid) for rid in ids])
+    scores = yield from op_dead_scores(p, ids)
     dead = {rid for rid, score in zip(ids, scores, strict=True) if score is not None}
     out = []
     for a in attempts:
@@ -115,9 +117,7 @@ def _mark_dead(p: int, attempts: list[Attempt]) -> Op[list[Attempt]]:
 def op_dead_letters(svc: Service, limit: int = 100) -> Op[list[Run]]:
     """Dead-lettered runs across all partitions, most recent first."""
     P = yield from svc.op_partitions()
-    res = yield Commands([cmd("zrevrange", keys.dead(p), 0, limit - 1, withscores=True)
-                          for p in range(P)])
-    entries = sorted(((score, rid.decode()) for r in res for rid, score in r),
+    entries = sorted(((score, rid) for rid, score in (yield from op_dead_newest(P, limit))),
                      reverse=True)[:limit]
     runs = yield from op_read_runs([rid for _, rid in entries])
     return [run for run in runs if run is not None]

@@ -25,8 +25,9 @@ from rsched.core.spec import (
 )
 from rsched.core.tally import SCHEDULED
 from rsched.rdb import job_scripts, keys, schedule_script
+from rsched.rdb.job_reads import op_hashes, op_job_hash
 from rsched.rdb.job_scripts import ControlReply
-from rsched.rdb.ops import Commands, Op, Scripts, cmd, one
+from rsched.rdb.ops import Op, Scripts, one
 from rsched.rdb.schedule_script import ScheduleReply
 from rsched.rdb.scripts import Call
 from rsched.service.context import Service, op_wake
@@ -111,7 +112,7 @@ def op_schedule(
             else:
                 out[i] = Conflict("idempotencyKey", "already used for a job with a different body")
     if existing:
-        hashes = yield Commands([cmd("hgetall", keys.job(p, job_id)) for _, p, job_id in existing])
+        hashes = yield from op_hashes([keys.job(p, job_id) for _, p, job_id in existing])
         for (i, _, job_id), h in zip(existing, hashes, strict=True):
             out[i] = Job.from_hash(h, job_id)
     SCHEDULED.add(tally)  # rsched_jobs_scheduled, read by rsched.obs.metrics when scraped
@@ -209,9 +210,8 @@ def op_update(svc: Service, job_id: str, patch: JobPatch,
     """Change a scheduled or paused job (update.lua, compare-and-set on what was read; with
     ``if_match``, only at that version)."""
     p = partition_of(job_id)
-    key = keys.job(p, job_id)
     for _ in range(UPDATE_TRIES):
-        (h,) = yield Commands([cmd("hgetall", key)])
+        h = yield from op_job_hash(job_id)
         if not h:
             raise NotFound("job", job_id)
         job = Job.from_hash(h, job_id)
