@@ -55,11 +55,6 @@ def trim_point(group_info: Any, pending: Any) -> str | None:
     return _next_sid(ld)
 
 
-def stored_partitions(r: Any) -> int:
-    """The partition count stored in Redis (0: none yet)."""
-    return int(r.hget(keys.config(), "partitions") or 0)
-
-
 class StreamLag(NamedTuple):
     """One events stream as the lag reads it."""
 
@@ -243,4 +238,4 @@ async def arecent(r: Any, key: str, top: str, count: int) -> list[Any]:
 
 
 __all__ = ["Claimed", "Consumer", "RawEntry", "StreamLag", "arecent", "events_group",
-           "first_ids", "op_recent", "read_lag", "recent", "stored_partitions", "trim_point"]
+           "first_ids", "op_recent", "read_lag", "recent", "trim_point"]

@@ -23,9 +23,9 @@ from rsched.core.views import (
 from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.connect import connect
-from rsched.rdb.event_streams import stored_partitions
 from rsched.rdb.ops import Op
 from rsched.rdb.redis_api import RedisError
+from rsched.rdb.setup import stored_partitions
 from rsched.rdb.status_reads import (
     CountersRead,
     op_read_counters,
