@@ -56,7 +56,6 @@ class EventStreams:
 
     def __init__(self, r: Redis, partitions: int, consumer: str, batch: int,
                  *, own_pending: bool) -> None:
-        self.r = r
         self.redis = event_streams.Consumer(r, partitions, consumer)
         self.partitions = partitions
         self.consumer = consumer

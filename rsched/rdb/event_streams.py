@@ -136,11 +136,6 @@ class Consumer:
             if isinstance(res, Exception) and not isinstance(res, ResponseError):
                 raise res
 
-    @property
-    def durable(self) -> bool:
-        """Whether reads are confirmed by replicas (the durability setting, rdb.durable)."""
-        return wait_of(self.r) is not None
-
     def read(self, reads: Sequence[tuple[int, str, int]]) -> tuple[list[Any], list[Any] | None]:
         """Per (partition, start, count): XREADGROUP from ``start`` ('0' our own pending
         entries, '>' new ones), its entries (list of RawEntry) or its error; one round trip.
