@@ -1,10 +1,11 @@
 """The layering rules, checked from the AST of every module under rsched/.
 
-core is pure; rdb is the only layer that sends commands; service holds the operations every
-face uses, and may read the archive; engine and archive stand on core, rdb and obs; obs on
-core only; faces (api, cli) never import each other, but for the one process runner below; and
-no function hides an import of an rsched module (a hidden import is a cycle), but for the
-deferred imports listed below, each one there for a process's start-up time.
+core is pure; rdb is the only layer that sends commands (service and archive may not even import
+redis); service holds the operations every face uses, and may read the archive; engine and
+archive stand on core, rdb and obs; obs on core only; faces (api, cli) never import each other,
+but for the one process runner below; and no function hides an import of an rsched module (a
+hidden import is a cycle), but for the deferred imports listed below, each one there for a
+process's start-up time.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ RULES: dict[str, tuple[set[str], set[str]]] = {
     "rdb": ({"core", "rdb"}, {"redis", "hiredis"}),
     # service.history chooses between the archive and Redis for a run's history: the one place
     # the archive is read for the faces, so service (not client or the faces) may import it.
-    "service": ({"core", "rdb", "service", "archive"}, {"redis", "msgpack"}),
+    "service": ({"core", "rdb", "service", "archive"}, {"msgpack"}),
     "client": ({"core", "rdb", "service", "client"}, {"redis", "msgpack"}),
+    # service and archive reach Redis through rdb alone (redis-py's exception and client types
+    # too: rdb.redis_api); engine is next, and keeps redis until its commands move to rdb.
     "engine": ({"core", "rdb", "obs", "engine"}, {"redis", "uvloop", "msgpack"}),
-    "archive": ({"core", "rdb", "obs", "archive"}, {"redis", "psycopg"}),
+    "archive": ({"core", "rdb", "obs", "archive"}, {"psycopg"}),
     "obs": ({"core", "obs"}, {"prometheus_client"}),
 }
 FACES = {"api", "cli"}
@@ -104,6 +107,41 @@ def _violations(layer: str) -> list[str]:
             elif layer in RULES and top not in STDLIB and top not in RULES[layer][1]:
                 bad.append(where + " (third-party)")
     return bad
+
+
+# What service and archive may not do themselves: build Redis commands (rdb.ops's Commands and
+# cmd, a pipeline or a raw command on a client) or call a script by hand.  rdb builds every
+# command and script call; service and archive send what rdb functions build (a Scripts step of
+# calls from rdb.job_scripts, an rdb Op) and get parsed values back.
+NO_COMMANDS = {"service", "archive"}
+_COMMAND_NAMES = {"Commands", "cmd", "fill_pipeline"}
+_CLIENT_CALLS = {"pipeline", "execute_command", "evalsha", "script_load"}
+
+
+def _commands_built(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, what) where the file builds a Redis command itself (see NO_COMMANDS)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.ImportFrom) and node.module == "rsched.rdb.ops"
+                and (names := {a.name for a in node.names} & _COMMAND_NAMES)):
+            yield node.lineno, f"imports {sorted(names)}"
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _CLIENT_CALLS):
+            yield node.lineno, f"calls .{node.func.attr}()"
+
+
+@pytest.mark.parametrize("layer", sorted(NO_COMMANDS))
+def test_service_and_archive_build_no_redis_command_themselves(layer: str) -> None:
+    """Engine is next: its loops still build their pipelines and script arguments."""
+    assert [f"{path.relative_to(PKG.parent)}:{line} {what}" for module, path in _modules()
+            if _layer(module) == layer for line, what in _commands_built(path)] == []
+
+
+def test_the_command_check_sees_a_pipeline_and_a_command_built_by_hand(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("from rsched.rdb.ops import Commands, Op, cmd\n"
+                   "def f(r):\n    return r.pipeline(transaction=False)\n")
+    assert sorted(_commands_built(src)) == [(1, "imports ['Commands', 'cmd']"),
+                                            (3, "calls .pipeline()")]
 
 
 def _param(layer: str) -> object:

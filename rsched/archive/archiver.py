@@ -21,9 +21,6 @@ import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
-from redis import Redis
-from redis.exceptions import RedisError
-
 from rsched.archive._streams import Batch, EventStreams
 from rsched.archive.config import ArchiverConfig, Backoff
 from rsched.archive.events import parse_sid
@@ -33,6 +30,7 @@ from rsched.archive.stores import open_store
 from rsched.core.ids import process_id
 from rsched.core.settings import Settings
 from rsched.rdb.connect import connect
+from rsched.rdb.redis_api import Redis, RedisError
 from rsched.rdb.setup import (
     UNAVAILABLE,
     Outage,

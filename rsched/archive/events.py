@@ -14,6 +14,7 @@ import json
 from typing import NamedTuple
 
 from rsched.core import wire
+from rsched.core.wire import parse_sid
 
 COLUMNS = (
     "sid_ms", "sid_seq", "part", "event", "job_id", "run_id", "attempt", "ts_ms", "worker",
@@ -89,13 +90,6 @@ def _int(raw: bytes | None, key: bytes, bad: dict[bytes, bytes]) -> int | None:
         pass
     bad[key] = raw
     return None
-
-
-def parse_sid(sid: bytes | str) -> tuple[int, int]:
-    """``b"1700000000000-3"`` -> (1700000000000, 3)."""
-    s = sid.decode() if isinstance(sid, bytes) else sid
-    ms, _, seq = s.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def sched_of_run(run_id: str) -> int | None:

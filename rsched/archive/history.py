@@ -18,16 +18,14 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from redis import Redis
-from redis.asyncio import Redis as AsyncRedis
-
 from rsched.archive._paging import check_limit, decode_key, encode_key
 from rsched.archive.events import OUTCOMES, RUN_MARKERS, EventRow, decode, expand
 from rsched.archive.store import ENV_URL, Store
 from rsched.core import defaults
 from rsched.core.models import partition_of
 from rsched.core.values import read_json
-from rsched.rdb import keys
+from rsched.rdb import event_streams, keys
+from rsched.rdb.redis_api import AsyncRedis, Redis
 
 SCAN_CHUNK = 1000
 DEFAULT_MAX_SCAN = 100_000
@@ -206,7 +204,7 @@ def recent_events(r: Redis, job_id: str, max_scan: int = DEFAULT_MAX_SCAN
     try:
         key, top, count = next(scan)
         while True:
-            key, top, count = scan.send(r.xrevrange(key, max=top, min="-", count=count))
+            key, top, count = scan.send(event_streams.recent(r, key, top, count))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 
@@ -218,7 +216,7 @@ async def arecent_events(r: AsyncRedis, job_id: str, max_scan: int = DEFAULT_MAX
     try:
         key, top, count = next(scan)
         while True:
-            key, top, count = scan.send(await r.xrevrange(key, max=top, min="-", count=count))
+            key, top, count = scan.send(await event_streams.arecent(r, key, top, count))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 

@@ -16,6 +16,13 @@ def as_text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def parse_sid(sid: bytes | str) -> tuple[int, int]:
+    """A stream entry id: ``b"1700000000000-3"`` -> (1700000000000, 3)."""
+    s = sid.decode() if isinstance(sid, bytes) else sid
+    ms, _, seq = s.partition("-")
+    return int(ms), int(seq or 0)
+
+
 # Queue stream entry (rsched:{pN}:q:<queue>), see lua/claim.lua's header.  The job id and the
 # scheduled time are in the run id.
 ENTRY_RUN = b"r"  # run id, <job id>@<scheduled ms>

@@ -329,6 +329,18 @@ def op_ensure_partitions(wanted: int, explicit: bool = True) -> Op[int]:
     return _stored(stored, wanted, explicit)
 
 
+def op_read_partitions(wanted: int, explicit: bool = True) -> Op[int | None]:
+    """The stored partition count (None: none stored yet), refused as op_ensure_partitions
+    refuses it."""
+    (raw,) = yield Commands([cmd("hget", keys.config(), "partitions")])
+    return None if raw is None else _stored(raw, wanted, explicit)
+
+
+def stored_partitions(r: Any) -> int:
+    """The partition count stored in Redis, as it is (0: none yet), on a sync client."""
+    return int(r.hget(keys.config(), "partitions") or 0)
+
+
 def ensure_partitions(r: Any, wanted: int, explicit: bool = True) -> int:
     return run(r, op_ensure_partitions(wanted, explicit))
 

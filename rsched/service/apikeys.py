@@ -20,8 +20,8 @@ import msgpack
 
 from rsched.core.errors import Conflict, NotFound, ValidationError
 from rsched.core.spec import KEY_NAME_PATTERN
-from rsched.rdb import keys
-from rsched.rdb.ops import Commands, Op, cmd
+from rsched.rdb.ops import Op
+from rsched.rdb.shared_keys import op_api_key, op_api_keys, op_delete_api_key, op_put_api_key
 
 SCOPES = ("read", "write", "admin")
 _RANK = {s: i for i, s in enumerate(SCOPES)}
@@ -67,19 +67,18 @@ def op_create_key(name: Any, scope: Any) -> Op[tuple[ApiKey, str]]:
         raise ValidationError("name", "must be 1-64 characters of letters, digits, space _ . : @ -")
     key = ApiKey(f"key_{secrets.token_hex(6)}", name, check_scope(scope), int(time.time() * 1000))
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
-    yield Commands([cmd("hset", keys.api_keys(), hash_secret(secret), key.pack())],
-                   durable=True)
+    yield from op_put_api_key(hash_secret(secret), key.pack())
     return key, secret
 
 
 def op_list_keys() -> Op[list[ApiKey]]:
-    (raw,) = yield Commands([cmd("hgetall", keys.api_keys())])
+    raw = yield from op_api_keys()
     return sorted((ApiKey.unpack(v) for v in raw.values()), key=lambda k: (k.created_ms, k.id))
 
 
 def op_revoke_key(ident: str) -> Op[ApiKey]:
     """Delete the key with this id, or with this name if exactly one key has it."""
-    (raw,) = yield Commands([cmd("hgetall", keys.api_keys())])
+    raw = yield from op_api_keys()
     found = [(h, k) for h, k in ((h, ApiKey.unpack(v)) for h, v in raw.items()) if k.id == ident]
     if not found:
         found = [(h, k) for h, k in ((h, ApiKey.unpack(v)) for h, v in raw.items())
@@ -88,10 +87,10 @@ def op_revoke_key(ident: str) -> Op[ApiKey]:
             raise Conflict("id", f"{len(found)} keys are named {ident!r}: revoke one by its id")
     if not found:
         raise NotFound("API key", ident)
-    yield Commands([cmd("hdel", keys.api_keys(), found[0][0])], durable=True)
+    yield from op_delete_api_key(found[0][0])
     return found[0][1]
 
 
 def op_lookup(secret: str) -> Op[ApiKey | None]:
-    (raw,) = yield Commands([cmd("hget", keys.api_keys(), hash_secret(secret))])
+    raw = yield from op_api_key(hash_secret(secret))
     return ApiKey.unpack(raw) if raw else None

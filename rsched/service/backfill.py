@@ -17,17 +17,14 @@ from rsched.core import defaults
 from rsched.core.codes import BackfillCode, BackfillRun
 from rsched.core.cron import parse_cron
 from rsched.core.errors import Conflict, NotFound, ValidationError
-from rsched.core.ids import run_id as make_run_id
 from rsched.core.models import Overlap, partition_of
 from rsched.core.times import ms_to_iso
-from rsched.rdb import keys, scripts
+from rsched.rdb import job_scripts
+from rsched.rdb.job_scripts import BackfillReply
 from rsched.rdb.ops import Op, Scripts
+from rsched.rdb.scripts import Call
 from rsched.service.context import Service, op_wake
 from rsched.service.jobs import op_get
-
-# The overlap policy as backfill.lua takes it.
-_POLICY = {Overlap.ALLOW: "", Overlap.SKIP: "s", Overlap.BUFFER_ONE: "b",
-           Overlap.CANCEL_PREVIOUS: "c"}
 
 
 @dataclass(slots=True)
@@ -105,7 +102,6 @@ def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
     times = occurrences(job.cron, job.tz, lo, hi) if lo < hi else []
     out = Backfill(job_id, from_ms, to_ms, dry_run, times)
     _check_records(svc, job.created_ms, times, now)
-    policy = _POLICY[job.overlap]
     chunks = [times[c : c + defaults.BACKFILL_CHUNK]
               for c in range(0, len(times), defaults.BACKFILL_CHUNK)]
     if dry_run:
@@ -113,11 +109,11 @@ def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
         # previous chunk's decisions leave, which no dry call writes.
         state = "="
         for chunk in chunks:
-            (res,) = yield Scripts([_call(svc, job_id, policy, chunk, state)])
-            active, buffered = _record(out, job_id, chunk, res)
-            state = f"{active.decode()}|{buffered.decode()}"
+            (res,) = yield Scripts([_call(svc, job.overlap, job_id, chunk, state)])
+            reply = _record(out, job_id, chunk, res)
+            state = f"{reply.active}|{reply.buffered}"
         return out
-    results = yield Scripts((_call(svc, job_id, policy, chunk, "") for chunk in chunks),
+    results = yield Scripts((_call(svc, job.overlap, job_id, chunk, "") for chunk in chunks),
                             durable=True)
     for chunk, res in zip(chunks, results, strict=True):
         _record(out, job_id, chunk, res)
@@ -126,29 +122,24 @@ def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
     return out
 
 
-def _record(out: Backfill, job_id: str, chunk: list[int], res: Any) -> list[Any]:
-    """File each occurrence of one backfill.lua call under what became of it; the reply's
-    rest (a dry run's active and buffered runs)."""
+def _record(out: Backfill, job_id: str, chunk: list[int], res: Any) -> BackfillReply:
+    """File each occurrence of one backfill.lua call under what became of it."""
     if isinstance(res, Exception):
         raise res
-    code, status = int(res[0]), res[1]
-    if code == BackfillCode.NOT_FOUND:
+    reply = BackfillReply.of(res, len(chunk))
+    if reply.code == BackfillCode.NOT_FOUND:
         raise NotFound("job", job_id)
-    if code == BackfillCode.REFUSED:
-        raise Conflict("status", f"cannot backfill a job that is {status.decode()}")
+    if reply.code == BackfillCode.REFUSED:
+        raise Conflict("status", f"cannot backfill a job that is {reply.status}")
     by_code = {BackfillRun.QUEUED: out.queued, BackfillRun.EXISTS: out.existing,
                BackfillRun.SKIPPED: out.skipped, BackfillRun.BUFFERED: out.buffered}
-    for t, c in zip(chunk, res[2 : 2 + len(chunk)], strict=True):
-        by_code[BackfillRun(int(c))].append(t)
-    return list(res[2 + len(chunk):])
+    for t, c in zip(chunk, reply.runs, strict=True):
+        by_code[c].append(t)
+    return reply
 
 
-def _call(svc: Service, job_id: str, policy: str, chunk: list[int],
-          dry: str) -> scripts.Call:
+def _call(svc: Service, overlap: Overlap, job_id: str, chunk: list[int], dry: str) -> Call:
     """One backfill.lua call over a chunk of at most BACKFILL_CHUNK occurrences (bounded
     arguments, short pauses of Redis); ``dry`` as its ARGV[6]."""
-    p = partition_of(job_id)
-    head = [keys.job(p, job_id), keys.retry(p), keys.events(p)]
-    args: list[Any] = [job_id, 0, svc.settings.events_maxlen, svc.settings.run_ttl_ms, policy,
-                       dry, len(chunk), *chunk]
-    return ("backfill", head + [keys.run(p, make_run_id(job_id, t)) for t in chunk], args)
+    return job_scripts.backfill(job_id, svc.settings.events_maxlen, svc.settings.run_ttl_ms,
+                                overlap, chunk, dry)

@@ -11,10 +11,9 @@ from rsched.archive.history import configured_url
 from rsched.archive.store import Store
 from rsched.core import defaults
 from rsched.core.settings import Settings
-from rsched.rdb import keys
-from rsched.rdb.ops import Commands, Op, cmd
-from rsched.rdb.setup import _stored as stored_partitions
-from rsched.rdb.setup import op_ensure_partitions
+from rsched.rdb.ops import Op
+from rsched.rdb.setup import op_ensure_partitions, op_read_partitions
+from rsched.rdb.shared_keys import op_publish_wake, op_redis_time
 
 CLOCK_REFRESH_S = 30  # Redis's clock offset is re-read this often: drift stays far below a ms
 
@@ -48,10 +47,10 @@ class Service:
         Redis a later deployment wanted another count for."""
         if self._partitions is None:
             wanted = self.settings.partitions or defaults.PARTITIONS
-            (raw,) = yield Commands([cmd("hget", keys.config(), "partitions")])
-            if raw is None:
+            stored = yield from op_read_partitions(wanted, bool(self.settings.partitions))
+            if stored is None:
                 return wanted
-            self._partitions = stored_partitions(raw, wanted, bool(self.settings.partitions))
+            self._partitions = stored
         return self._partitions
 
     def op_store_partitions(self) -> Op[int]:
@@ -66,9 +65,9 @@ class Service:
         mono = time.monotonic()
         if mono - self._offset_at > CLOCK_REFRESH_S or not self._offset_at:
             before = time.time()
-            ((sec, usec),) = yield Commands([cmd("time")])
+            redis_ms = yield from op_redis_time()
             after = time.time()
-            self._offset_ms = int(sec * 1000 + usec // 1000 - (before + after) * 500)
+            self._offset_ms = int(redis_ms - (before + after) * 500)
             self._offset_at = mono
         return int(time.time() * 1000) + self._offset_ms
 
@@ -77,4 +76,4 @@ def op_wake(partitions: Iterable[int]) -> Op[None]:
     """Tell the dispatchers these partitions have new due work, so they claim it at once."""
     ps = set(partitions)
     if ps:
-        yield Commands([cmd("publish", keys.wake_channel(), n) for n in ps])
+        yield from op_publish_wake(ps)

@@ -20,8 +20,9 @@ from rsched.core.codes import DeleteDeadCode
 from rsched.core.errors import ValidationError
 from rsched.core.models import Run, job_of_run, partition_of
 from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
-from rsched.rdb import keys
-from rsched.rdb.ops import Commands, Op, Scripts, cmd
+from rsched.rdb import job_scripts
+from rsched.rdb.job_reads import op_dead_oldest
+from rsched.rdb.ops import Op, Scripts
 from rsched.service.context import Service
 from rsched.service.jobs import op_read_runs
 
@@ -91,13 +92,9 @@ def op_delete(svc: Service, run_ids: Sequence[str], who: str) -> Op[list[bool]]:
     for p, idx in by_part.items():
         for at in range(0, len(idx), PURGE_CHUNK):
             chunk = idx[at:at + PURGE_CHUNK]
-            ks = [keys.dead(p), keys.events(p)]
-            for i in chunk:
-                job_id = job_of_run(run_ids[i])
-                ks += [keys.run(p, run_ids[i]), keys.job(p, job_id), keys.history(p, job_id)]
-            calls.append(("delete_dead", ks, [0, svc.settings.events_maxlen, who,
-                                              svc.settings.history_len, len(chunk),
-                                              *(run_ids[i] for i in chunk)]))
+            calls.append(job_scripts.delete_dead(
+                p, [run_ids[i] for i in chunk], svc.settings.events_maxlen, who,
+                svc.settings.history_len))
             order.append(chunk)
     out = [False] * len(run_ids)
     if not calls:
@@ -106,7 +103,7 @@ def op_delete(svc: Service, run_ids: Sequence[str], who: str) -> Op[list[bool]]:
     for chunk, res in zip(order, results, strict=True):
         if isinstance(res, Exception):
             raise res
-        for i, code in zip(chunk, res, strict=True):
+        for i, code in zip(chunk, job_scripts.deleted(res), strict=True):
             out[i] = code == DeleteDeadCode.DELETED
     return out
 
@@ -119,9 +116,7 @@ def op_purge(svc: Service, flt: DeadFilter, dry_run: bool, who: str) -> Op[int]:
     for p in range(P):
         offset = 0
         while True:
-            (found,) = yield Commands([cmd("zrangebyscore", keys.dead(p), "-inf", top,
-                                           start=offset, num=PURGE_CHUNK)])
-            ids = [v.decode() if isinstance(v, bytes) else str(v) for v in found]
+            ids = yield from op_dead_oldest(p, top, offset, PURGE_CHUNK)
             if flt.reads_runs and ids:
                 runs = yield from op_read_runs(ids)
                 take = [rid for rid, run in zip(ids, runs, strict=True)

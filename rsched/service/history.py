@@ -16,7 +16,8 @@ from rsched.archive.history import RunAttempt, RunsPage
 from rsched.core import defaults
 from rsched.core.cursor import MAX_PAGE, check_limit, decode_cursor, encode_cursor
 from rsched.core.models import Attempt
-from rsched.rdb.ops import Blocking, Commands, Op, cmd
+from rsched.rdb.event_streams import op_recent
+from rsched.rdb.ops import Blocking, Op
 from rsched.service.context import Service
 from rsched.service.jobs import INFLIGHT_STATES, op_get, op_runs
 from rsched.service.reads import Page, is_count
@@ -32,8 +33,7 @@ def op_history(svc: Service, job_id: str, limit: int = defaults.PAGE_LIMIT,
     try:
         key, top, count = next(scan)
         while True:
-            (reply,) = yield Commands([cmd("xrevrange", key, max=top, min="-", count=count)])
-            key, top, count = scan.send(reply)
+            key, top, count = scan.send((yield from op_recent(key, top, count)))
     except StopIteration as done:
         recent, partial_ = done.value
     store = svc.archive

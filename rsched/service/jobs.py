@@ -14,15 +14,25 @@ from rsched.core.ids import run_id as make_run_id
 from rsched.core.layout import JB
 from rsched.core.models import Attempt, Job, JobStatus, Run, job_of_run, partition_of, run_fields
 from rsched.core.spec import due_score, next_occurrence
-from rsched.rdb import keys
-from rsched.rdb.ops import Commands, Op, Scripts, cmd, one
+from rsched.rdb import job_scripts, keys
+from rsched.rdb.job_reads import (
+    op_dead_newest,
+    op_dead_scores,
+    op_hashes,
+    op_history,
+    op_job_hash,
+    op_run_hashes,
+)
+from rsched.rdb.job_scripts import ControlReply
+from rsched.rdb.ops import Op, Scripts, one
+from rsched.rdb.scripts import Call
 from rsched.service.context import Service, op_wake
 
 INFLIGHT_STATES = frozenset({"dispatched", "running", "retry_wait"})  # before an outcome
 
 
 def op_get(job_id: str) -> Op[Job]:
-    (h,) = yield Commands([cmd("hgetall", keys.job(partition_of(job_id), job_id))])
+    h = yield from op_job_hash(job_id)
     if not h:
         raise NotFound("job", job_id)
     return Job.from_hash(h, job_id)
@@ -31,15 +41,10 @@ def op_get(job_id: str) -> Op[Job]:
 def op_read_runs(run_ids: Sequence[str]) -> Op[list[Run | None]]:
     """Runs by id, in one round trip (None: no such run).  A run's fields are in its own
     hash or, for a one-off job's own run, in the job hash (models.run_fields): both are read."""
-    reads = []
-    for rid in run_ids:
-        job_id = job_of_run(rid)
-        p = partition_of(job_id)
-        reads += [cmd("hgetall", keys.run(p, rid)), cmd("hgetall", keys.job(p, job_id))]
-    hashes = yield Commands(reads)
     out: list[Run | None] = []
-    for i, rid in enumerate(run_ids):
-        h = run_fields(rid, hashes[2 * i], hashes[2 * i + 1])
+    for rid, (run_hash, job_hash) in zip(run_ids, (yield from op_run_hashes(run_ids)),
+                                         strict=True):
+        h = run_fields(rid, run_hash, job_hash)
         out.append(Run.from_hash(h, rid) if h else None)
     return out
 
@@ -55,7 +60,7 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
     """The job's in-flight run (first page only) then its finished attempts, newest first, as
     Redis keeps them (a bounded list); ``offset`` counts finished attempts already seen."""
     p = partition_of(job_id)
-    (jh,) = yield Commands([cmd("hgetall", keys.job(p, job_id))])
+    jh = yield from op_job_hash(job_id)
     if not jh:
         raise NotFound("job", job_id)
     job = Job.from_hash(jh, job_id)
@@ -65,8 +70,7 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
     reads = [r for r in dict.fromkeys((job.last_run_id, own_run)) if r]
     if reads:
         # The own run's fields are in the job hash (lua/include/util.lua): no read for it.
-        hashes = yield Commands([cmd("hgetall", keys.run(p, rid)) for rid in reads
-                                 if rid != own_run])
+        hashes = yield from op_hashes([keys.run(p, rid) for rid in reads if rid != own_run])
         got = iter(hashes)
         for rid in reads:
             h = run_fields(rid, {} if rid == own_run else next(got), jh)
@@ -86,7 +90,7 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
         # A one-off job's own run keeps its attempts in the job hash (lua/include/util.lua);
         # other runs' attempts are in the history list.  Both newest first, merged.
         own += [Attempt.from_json(v) for k, v in jh.items() if k.startswith(b"h:")]
-        (raws,) = yield Commands([cmd("lrange", keys.history(p, job_id), 0, offset + want - 1)])
+        raws = yield from op_history(p, job_id, offset + want)
         done = own + [Attempt.from_json(raw) for raw in raws]
         done.sort(key=lambda a: (a.ended_ms or 0, a.attempt), reverse=True)
         out += done[offset : offset + want]
@@ -99,7 +103,7 @@ def _mark_dead(p: int, attempts: list[Attempt]) -> Op[list[Attempt]]:
     ids = list(dict.fromkeys(a.run_id for a in attempts if a.status != "succeeded"))
     if not ids:
         return attempts
-    scores = yield Commands([cmd("zscore", keys.dead(p), rid) for rid in ids])
+    scores = yield from op_dead_scores(p, ids)
     dead = {rid for rid, score in zip(ids, scores, strict=True) if score is not None}
     out = []
     for a in attempts:
@@ -113,9 +117,7 @@ def _mark_dead(p: int, attempts: list[Attempt]) -> Op[list[Attempt]]:
 def op_dead_letters(svc: Service, limit: int = 100) -> Op[list[Run]]:
     """Dead-lettered runs across all partitions, most recent first."""
     P = yield from svc.op_partitions()
-    res = yield Commands([cmd("zrevrange", keys.dead(p), 0, limit - 1, withscores=True)
-                          for p in range(P)])
-    entries = sorted(((score, rid.decode()) for r in res for rid, score in r),
+    entries = sorted(((score, rid) for rid, score in (yield from op_dead_newest(P, limit))),
                      reverse=True)[:limit]
     runs = yield from op_read_runs([rid for _, rid in entries])
     return [run for run in runs if run is not None]
@@ -136,22 +138,17 @@ def check_note(note: Any) -> str:
     return note
 
 
-def op_control(svc: Service, name: str, job_id: str, extra: Sequence[Any] = (),
-               if_match: int | None = None, tail: Sequence[Any] = ()) -> Op[Job]:
-    """pause.lua, cancel.lua or resume.lua on one job; the job as it is afterwards.  ``extra``
-    goes before the expected version, ``tail`` after it (who and the note)."""
-    p = partition_of(job_id)
-    code, status = one((yield Scripts([(
-        name, [keys.job(p, job_id), keys.due(p), keys.events(p)],
-        [job_id, 0, svc.settings.events_maxlen, *extra, "" if if_match is None else if_match,
-         *tail],
-    )], durable=True)))
+def op_control(job_id: str, call: Call, if_match: int | None = None) -> Op[Job]:
+    """A pause, cancel or resume call (rdb.job_scripts) on one job; the job as it is
+    afterwards."""
+    name = call[0]
+    code, status = ControlReply.of(one((yield Scripts([call], durable=True))))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("job", job_id)
     if code == ControlCode.VERSION:
         raise VersionMismatch(if_match or 0, "")
     if code == ControlCode.REFUSED:
-        raise Conflict("status", f"cannot {name} a job that is {status.decode()}")
+        raise Conflict("status", f"cannot {name} a job that is {status}")
     return (yield from op_get(job_id))
 
 
@@ -160,12 +157,14 @@ def op_pause(svc: Service, job_id: str, if_match: int | None = None, by: str = "
     """Stop future occurrences; a run in progress finishes.  ``by`` and ``note`` are kept with
     the time in the job (Job.paused)."""
     text = check_note(note)
-    return (yield from op_control(svc, "pause", job_id, if_match=if_match, tail=[by, text]))
+    call = job_scripts.pause(job_id, svc.settings.events_maxlen, if_match, by, text)
+    return (yield from op_control(job_id, call, if_match))
 
 
 def op_cancel(svc: Service, job_id: str, if_match: int | None = None) -> Op[Job]:
     """Stop the job for good; a run in progress finishes, pending retries are abandoned."""
-    return (yield from op_control(svc, "cancel", job_id, if_match=if_match))
+    call = job_scripts.cancel(job_id, svc.settings.events_maxlen, if_match)
+    return (yield from op_control(job_id, call, if_match))
 
 
 def op_resume(svc: Service, job_id: str, if_match: int | None = None, by: str = "",
@@ -189,7 +188,9 @@ def op_resume(svc: Service, job_id: str, if_match: int | None = None, by: str = 
     else:
         nominal = job.next_ms or 0
         score = due_score(nominal, job.priority)
-    job = yield from op_control(svc, "resume", job_id, [nominal, score], if_match, [by, text])
+    call = job_scripts.resume(job_id, svc.settings.events_maxlen, nominal, score, if_match, by,
+                              text)
+    job = yield from op_control(job_id, call, if_match)
     yield from op_wake([job.partition])
     return job
 
@@ -199,14 +200,12 @@ def op_trigger(svc: Service, job_id: str) -> Op[str]:
     p = partition_of(job_id)
     now = yield from svc.op_now()
     rid = make_run_id(job_id, now)
-    code, status = one((yield Scripts([(
-        "trigger", [keys.job(p, job_id), keys.run(p, rid), keys.retry(p), keys.events(p)],
-        [job_id, rid, now, 0, svc.settings.events_maxlen],
-    )], durable=True)))
+    code, status = ControlReply.of(one((yield Scripts(
+        [job_scripts.trigger(job_id, rid, now, svc.settings.events_maxlen)], durable=True))))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("job", job_id)
     if code == ControlCode.REFUSED:
-        raise Conflict("status", f"cannot trigger a job that is {status.decode()}")
+        raise Conflict("status", f"cannot trigger a job that is {status}")
     yield from op_wake([p])
     return rid
 
@@ -217,16 +216,13 @@ def op_replay(svc: Service, run_id: str) -> Op[Run]:
         raise ValidationError("runId", f"not a run id: {run_id!r}")
     job_id = job_of_run(run_id)
     p = partition_of(job_id)
-    code, state = one((yield Scripts([(
-        "replay",
-        [keys.run(p, run_id), keys.job(p, job_id), keys.dead(p), keys.retry(p), keys.events(p)],
-        [run_id, 0, svc.settings.events_maxlen],
-    )], durable=True)))
+    code, state = ControlReply.of(one((yield Scripts(
+        [job_scripts.replay(run_id, svc.settings.events_maxlen)], durable=True))))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("dead letter", run_id)
     if code == ControlCode.REFUSED:
         raise Conflict("status", "the job was cancelled; cancel is final")
-    if code == ControlCode.ALREADY and state.decode() != "retry_wait":
-        raise Conflict("runId", f"run is {state.decode()}, not dead-lettered")
+    if code == ControlCode.ALREADY and state != "retry_wait":
+        raise Conflict("runId", f"run is {state}, not dead-lettered")
     yield from op_wake([p])
     return (yield from op_get_run(run_id))

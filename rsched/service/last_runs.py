@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsched.core.errors import ValidationError
-from rsched.core.layout import OWN, J
 from rsched.core.models import Job
 from rsched.core.wire import as_text
-from rsched.rdb import keys
-from rsched.rdb.ops import Commands, Op, cmd
+from rsched.rdb.job_reads import op_latest_runs, op_run_states
+from rsched.rdb.ops import Op
 
 STREAK_SCAN = 50  # attempt records read per job
 LAST_RUN_FILTERS = ("failed", "dead", "succeeded")
@@ -63,19 +62,12 @@ def check_filter(value: str | None) -> str | None:
 
 def op_last_runs(jobs: Sequence[Job]) -> Op[list[LastRun]]:
     """The latest run and failure streak of each job, in the jobs' order."""
-    reads = []
-    for j in jobs:
-        p = j.partition
-        reads += [cmd("hmget", keys.job(p, j.id), J.own_run, OWN.state, OWN.ended_ms,
-                      OWN.started_ms),
-                  cmd("lrange", keys.history(p, j.id), 0, STREAK_SCAN - 1)]
-    got = (yield Commands(reads)) if reads else []
-    own = [got[2 * i] for i in range(len(jobs))]
-    hist = [[json.loads(raw) for raw in got[2 * i + 1]] for i in range(len(jobs))]
+    got = yield from op_latest_runs([(j.partition, j.id) for j in jobs], STREAK_SCAN)
+    own = [fields for fields, _ in got]
+    hist = [[json.loads(raw) for raw in raws] for _, raws in got]
     plain = [i for i, j in enumerate(jobs) if j.last_run_id and j.last_run_id != _s(own[i][0])]
-    runs = (yield Commands([cmd("hmget", keys.run(jobs[i].partition, jobs[i].last_run_id or ""),
-                                "state", "ended_ms", "started_ms") for i in plain])
-            ) if plain else []
+    runs = yield from op_run_states([(jobs[i].partition, jobs[i].last_run_id or "")
+                                     for i in plain])
     latest = dict(zip(plain, runs, strict=True))
     return [_fold(j, own[i], latest.get(i), hist[i]) for i, j in enumerate(jobs)]
 

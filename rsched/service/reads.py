@@ -21,15 +21,16 @@ from rsched.core import defaults
 from rsched.core.cron import parse_cron, validate_zone
 from rsched.core.cursor import check_limit, decode_cursor, encode_cursor
 from rsched.core.errors import NotFound, ScheduleError, ValidationError
-from rsched.core.layout import STATUS_DEFAULT, J
+from rsched.core.layout import STATUS_DEFAULT
 from rsched.core.lifecycle import skip_reason
 from rsched.core.models import Job, JobStatus, Run, job_of_run, partition_of
 from rsched.core.times import ms_to_iso
 from rsched.core.wire import as_text
 from rsched.rdb import keys
-from rsched.rdb.ops import Commands, Masters, Op, cmd
+from rsched.rdb.job_reads import op_dead_pages, op_hashes, op_job_filter_fields, op_scan_jobs
+from rsched.rdb.ops import Masters, Op
+from rsched.rdb.redis_facts import op_read_facts
 from rsched.rdb.setup import SAFE_POLICIES, replicas_short
-from rsched.rdb.slots import SlotMap
 from rsched.service.context import Service
 from rsched.service.dead_letters import DeadFilter
 from rsched.service.jobs import op_read_runs
@@ -84,18 +85,15 @@ def op_list_jobs(
     if node >= masters:
         raise ValidationError("cursor", "not a cursor of this Redis (fewer masters now)")
     want = [(i, v) for i, v in enumerate((status, type, queue)) if v is not None]
-    on_node = {"target_node": node} if masters > 1 else {}
     jobs: list[Job] = []
     for _ in range(LIST_MAX_SCANS):
         batch_at = scan_at
-        ((scan_at, found),) = yield Commands([
-            cmd("scan", batch_at, match=keys.job_pattern(), count=LIST_SCAN_COUNT, **on_node)
-        ])
-        names = sorted({as_text(n) for n in found})
+        scan_at, names = yield from op_scan_jobs(batch_at, LIST_SCAN_COUNT,
+                                                 node if masters > 1 else None)
         if after:
             names, after = [n for n in names if n > after], ""
         if want and names:
-            vals = yield Commands([cmd("hmget", n, J.status, J.type, J.queue) for n in names])
+            vals = yield from op_job_filter_fields(names)
             # A job hash always has its type; status and queue are left out at their default.
             names = [n for n, v in zip(names, vals, strict=True) if v[1] is not None
                      and all(as_text(v[i]) == w if v[i] is not None else _ABSENT[i] == w
@@ -107,7 +105,7 @@ def op_list_jobs(
         if take and last_run is not None:
             jobs += [found_jobs[n] for n in take]
         elif take:
-            hashes = yield Commands([cmd("hgetall", n) for n in take])
+            hashes = yield from op_hashes(take)
             jobs += [Job.from_hash(h, keys.job_id_of(n))
                      for n, h in zip(take, hashes, strict=True) if h]
         if len(take) < len(names):
@@ -116,7 +114,6 @@ def op_list_jobs(
             if node + 1 >= masters:
                 return Page(jobs, None)
             node += 1
-            on_node = {"target_node": node}
         if len(jobs) >= limit:
             break
     return Page(jobs, encode_cursor([node, scan_at, ""]))
@@ -124,7 +121,7 @@ def op_list_jobs(
 
 def _with_last_run(names: list[str], wanted: str) -> Op[dict[str, Job]]:
     """The jobs (by key, in order) among ``names`` whose latest run is as ``wanted``."""
-    hashes = yield Commands([cmd("hgetall", n) for n in names])
+    hashes = yield from op_hashes(names)
     found = [(n, Job.from_hash(h, keys.job_id_of(n)))
              for n, h in zip(names, hashes, strict=True) if h]
     last = yield from op_last_runs([j for _, j in found])
@@ -147,15 +144,11 @@ def op_dead_letter_page(svc: Service, limit: int = defaults.PAGE_LIMIT,
     P = yield from svc.op_partitions()
     offsets = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == P
                             and all(is_count(x) for x in v)) or [0] * P
+    top = None
     if flt is not None and flt.older_than_s is not None:
         top = flt.max_score((yield from svc.op_now()))
-        reads = [cmd("zrevrangebyscore", keys.dead(p), top, "-inf", start=off, num=limit,
-                     withscores=True) for p, off in enumerate(offsets)]
-    else:
-        reads = [cmd("zrevrange", keys.dead(p), off, off + limit - 1, withscores=True)
-                 for p, off in enumerate(offsets)]
-    res = yield Commands(reads)
-    entries = sorted(((score, as_text(rid), p) for p, r in enumerate(res) for rid, score in r),
+    res = yield from op_dead_pages(offsets, limit, top)
+    entries = sorted(((score, rid, p) for p, r in enumerate(res) for rid, score in r),
                      key=lambda e: (-e[0], e[1]))
     taken = entries[:limit]
     more = len(entries) > len(taken) or any(len(r) == limit for r in res)
@@ -230,71 +223,9 @@ class Finding:
     message: str
 
 
-_NODE_FACTS = (("info", ("server",)), ("config_get", ("maxmemory-policy",)),
-               ("config_get", ("appendonly",)), ("config_get", ("appendfsync",)),
-               ("info", ("replication",)), ("config_get", ("min-replicas-to-write",)),
-               ("config_get", ("cluster-require-full-coverage",)),
-               ("config_get", ("hash-max-listpack-value",)))
-
-
-def _node_facts(res: list[Any]) -> dict[str, Any]:
-    def conf(i: int, name: str) -> str | None:
-        return None if isinstance(res[i], Exception) else as_text(res[i].get(name, "")) or None
-
-    info = res[0] if isinstance(res[0], dict) else {}
-    repl = res[4] if isinstance(res[4], dict) else {}
-    return {
-        "version": str(info.get("redis_version", "")) or None,
-        "maxmemory-policy": conf(1, "maxmemory-policy"),
-        "appendonly": conf(2, "appendonly"),
-        "appendfsync": conf(3, "appendfsync"),
-        "replicas": int(repl.get("connected_slaves", 0)),
-        "min-replicas-to-write": int(conf(5, "min-replicas-to-write") or 0),
-        "cluster-require-full-coverage": conf(6, "cluster-require-full-coverage"),
-        "hash-max-listpack-value": int(conf(7, "hash-max-listpack-value") or 0) or None,
-    }
-
-
 def op_redis_facts() -> Op[dict[str, Any]]:
-    """What `doctor` and /readyz judge: version, eviction policy, AOF, fsync, partitions; on a
-    cluster the same per master (``masters``), its state and where the partitions live."""
-    masters = yield Masters()
-    on = [{"target_node": i} if masters > 1 else {} for i in range(masters)]
-    res = yield Commands([
-        *(cmd(m, *a, **on[i]) for i in range(masters) for m, a in _NODE_FACTS),
-        cmd("hget", keys.config(), "partitions"),
-        *([cmd("execute_command", "CLUSTER INFO", **on[0]),
-           cmd("execute_command", "CLUSTER SLOTS", **on[0])] if masters > 1 else []),
-    ], raise_on_error=False)
-    k = len(_NODE_FACTS)
-    nodes = [_node_facts(res[i * k:(i + 1) * k]) for i in range(masters)]
-    parts = res[masters * k]
-    facts = {**nodes[0], "partitions": int(parts) if isinstance(parts, (bytes, str, int)) else None}
-    if masters > 1:
-        facts["cluster"] = _cluster_facts(res[-2], res[-1], nodes, facts["partitions"])
-    return facts
-
-
-def _cluster_facts(info: Any, slots_reply: Any, nodes: list[dict[str, Any]],
-                   partitions: int | None) -> dict[str, Any]:
-    """Per master (in slot order): its address, node facts and the partitions it holds."""
-    if isinstance(info, dict):  # redis-py parses CLUSTER INFO into a dict
-        state = info.get("cluster_state")
-    else:
-        text = "" if isinstance(info, Exception) else as_text(info)
-        state = text.split("cluster_state:")[1].split()[0] if "cluster_state:" in text else None
-    slots = SlotMap.parse(slots_reply) if isinstance(slots_reply, list) else SlotMap()
-    n = partitions or defaults.PARTITIONS
-    held: dict[Any, int] = dict.fromkeys(slots.masters, 0)
-    for p in range(n):
-        owner = slots.owner[keys.slot(keys.due(p))]
-        if owner is not None:
-            held[owner] += 1
-    share = slots.slots_per_master()
-    return {"state": state, "covered": sum(share.values()), "masters": [
-        {"address": f"{a[0]}:{a[1]}", "slots": share[a], "partitions": held[a],
-         "fair": -(-n * share[a] // keys.SLOTS), **node}
-        for a, node in zip(slots.masters, nodes, strict=False)]}
+    """What `doctor` and /readyz judge (rdb.redis_facts)."""
+    return (yield from op_read_facts())
 
 
 def _version(v: str) -> tuple[int, ...]:

@@ -20,8 +20,9 @@ from typing import Any
 
 from rsched.core import defaults
 from rsched.core.views import LAG_BUCKETS_S, Cluster
-from rsched.rdb import keys
-from rsched.rdb.ops import Commands, Op, cmd
+from rsched.rdb import keys, shared_keys
+from rsched.rdb.ops import Op
+from rsched.rdb.shared_keys import op_add_sample
 from rsched.service.context import Service
 from rsched.service.status import op_cluster
 
@@ -54,16 +55,14 @@ def op_record(svc: Service) -> Op[dict[str, Any]]:
     # t keys the bucket (one sample per bucket, whichever API takes it); at says when the
     # counters were read, which a rate needs (the first sample of an API comes mid-bucket).
     sample = dict(sample_of(cluster, now // step * step), at=now)
-    yield Commands([cmd("zadd", SAMPLES_KEY, {json.dumps(sample, separators=(",", ":")):
-                                              sample["t"]}),
-                    cmd("zremrangebyscore", SAMPLES_KEY, "-inf", now - defaults.STATS_KEEP_MS)])
+    yield from op_add_sample(json.dumps(sample, separators=(",", ":")), sample["t"],
+                             now - defaults.STATS_KEEP_MS)
     return sample
 
 
 def op_samples(svc: Service, since_ms: int) -> Op[list[dict[str, Any]]]:
     """The samples since ``since_ms``, oldest first, one per bucket (the newest MAX_SAMPLES)."""
-    (raw,) = yield Commands([cmd("zrevrangebyscore", SAMPLES_KEY, "+inf", since_ms,
-                                 start=0, num=MAX_SAMPLES)])
+    raw = yield from shared_keys.op_samples(since_ms, MAX_SAMPLES)
     out: dict[int, dict[str, Any]] = {}
     for item in raw:
         s = json.loads(item)

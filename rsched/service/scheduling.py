@@ -24,8 +24,12 @@ from rsched.core.spec import (
     prepare,
 )
 from rsched.core.tally import SCHEDULED
-from rsched.rdb import keys, scripts
-from rsched.rdb.ops import Commands, Op, Scripts, cmd, one
+from rsched.rdb import job_scripts, keys, schedule_script
+from rsched.rdb.job_reads import op_hashes, op_job_hash
+from rsched.rdb.job_scripts import ControlReply
+from rsched.rdb.ops import Op, Scripts, one
+from rsched.rdb.schedule_script import ScheduleReply
+from rsched.rdb.scripts import Call
 from rsched.service.context import Service, op_wake
 from rsched.service.jobs import op_get
 from rsched.service.patch import JobPatch
@@ -33,10 +37,6 @@ from rsched.service.patch import JobPatch
 UPDATE_TRIES = 5  # re-reads when a dispatcher advances a job between an update's read and write
 
 _FIXED_FIELDS = frozenset({J.type, J.queue, J.status, J.next_ms})
-_STATUS_AT = SHARED_FIELDS.index(J.status)
-_CRON_AT = SHARED_FIELDS.index(J.cron)
-assert OWN_FIELDS == (J.next_ms, J.spec)  # the order _schedule_call writes them in
-assert SHARED_FIELDS[:2] == (J.type, J.queue)  # what _schedule_call reports group sizes by
 
 _Layout = tuple[int, list[int], list[tuple[Any, int]]]  # partition, spec indexes, groups
 
@@ -89,11 +89,12 @@ def op_schedule(
             continue
         if isinstance(res, Exception):
             raise res
-        if res[0] == 1:
+        reply = ScheduleReply.of(res)
+        if reply.wake:
             wake.add(p)
-        codes = res[2:]
+        codes = reply.codes
         if jobs[chunk[0]].idempotency_key is not None:  # keyed ids (a call holds only keyed
-            created_ms = int(res[1])  # or only random ones): Redis's clock, stored (a random
+            created_ms = reply.now_ms  # or only random ones): Redis's clock, stored (a random
             for i, code in zip(chunk, codes, strict=True):  # id's is `now`)
                 if code == ScheduleCode.CREATED:
                     jobs[i].created_ms = jobs[i].updated_ms = created_ms
@@ -111,7 +112,7 @@ def op_schedule(
             else:
                 out[i] = Conflict("idempotencyKey", "already used for a job with a different body")
     if existing:
-        hashes = yield Commands([cmd("hgetall", keys.job(p, job_id)) for _, p, job_id in existing])
+        hashes = yield from op_hashes([keys.job(p, job_id) for _, p, job_id in existing])
         for (i, _, job_id), h in zip(existing, hashes, strict=True):
             out[i] = Job.from_hash(h, job_id)
     SCHEDULED.add(tally)  # rsched_jobs_scheduled, read by rsched.obs.metrics when scraped
@@ -140,7 +141,7 @@ def call_sizes(n: int, streamed: bool = True) -> list[int]:
 
 def _calls(svc: Service, specs: Sequence[JobSpec],
            runs: list[tuple[int, Sequence[int], list[str] | None]], P: int, now: int,
-           out: list[Any], created: list[bool], layout: list[_Layout]) -> Iterator[scripts.Call]:
+           out: list[Any], created: list[bool], layout: list[_Layout]) -> Iterator[Call]:
     """Jobs prepared one script call at a time: the sync client sends each call as it comes, so
     Redis stores one chunk while the next is prepared.  ``runs``: (partition, spec indexes,
     None: random ids, drawn as the call is built); a spec with an idempotency key is left out
@@ -169,7 +170,7 @@ def _calls(svc: Service, specs: Sequence[JobSpec],
             out[i] = prep.job
             created[i] = True
         if preps:
-            call, order, sizes = _schedule_call(svc, p, preps, now)
+            call, order, sizes = schedule_script.call(p, preps, now, svc.settings.events_maxlen)
             if order is not None:
                 chunk = [chunk[k] for k in order]
             layout.append((p, chunk, sizes))  # not the prepared jobs: they die here, not later
@@ -195,76 +196,6 @@ def _keyed_calls(specs: Sequence[JobSpec], keyed: list[int], P: int, out: list[A
             yield p, chunk, [key_ids[i] for i in chunk]
 
 
-def _schedule_call(
-    svc: Service, p: int, preps: list[Prepared], now: int
-) -> tuple[scripts.Call, list[int] | None, list[tuple[Any, int]]]:
-    """The script call for jobs of partition ``p``, the order it holds them in (indexes
-    into ``preps``; None: as they are, one group): grouped by their SHARED_FIELDS values, each
-    group's values sent once, and ((type, queue), size) of each group.  A call holds keyed or
-    random ids only (_calls), so its first job tells which."""
-    groups: dict[tuple[Any, ...], list[int]] = {}
-    for k, prep in enumerate(preps):
-        shared = prep.shared()
-        group = groups.get(shared)
-        if group is None:
-            groups[shared] = [k]
-        else:
-            group.append(k)
-    ks = [keys.due(p), keys.events(p), keys.queues(p), keys.stats(p)]
-    job_key = keys.job(p, "")
-    keyed = preps[0].body_hash != ""
-    args: list[Any] = [0, svc.settings.events_maxlen, keys.GROUP, now, len(preps),
-                       len(SHARED_FIELDS), len(OWN_FIELDS), int(keyed),
-                       *SHARED_FIELDS, *OWN_FIELDS]
-    order: list[int] = []
-    streams: dict[str, int] = {}  # queue -> KEYS index (1-based) of its stream, after the jobs
-    # next_ms -> its text, which is also the score of a job of priority 0: hiredis writes an int
-    # out through str() per argument, and the jobs of a call mostly share their due ms.
-    texts: dict[int, str] = {}
-    for shared, members in groups.items():
-        args.append(len(members))
-        # One-off jobs that are due go straight to their queue stream (see lua/schedule.lua).
-        if shared[_CRON_AT] == "" and shared[_STATUS_AT] == JobStatus.SCHEDULED.value:
-            queue = shared[1]
-            args.append(streams.setdefault(queue, 4 + len(preps) + len(streams) + 1))
-        else:
-            args.append(0)
-        paused = shared[_STATUS_AT] == JobStatus.PAUSED.value
-        scored_at = len(args)  # 0: not indexed (paused), 1: each due at its next_ms, 2: scores
-        args.append(0 if paused else 1)
-        args += shared
-        mark, key_mark = len(args), len(ks)
-        # The job's key; its body_hash in a keyed call, its id, then OWN_FIELDS values written
-        # out.  No score while each is its job's next_ms.
-        for k in members:
-            job, blob, body_hash, next_ms, score = preps[k]
-            if score != next_ms and not paused:  # a priority, a cron's jitter
-                break
-            due = texts.get(next_ms)
-            if due is None:
-                due = texts[next_ms] = str(next_ms)
-            ks.append(job_key + job.id)
-            if keyed:
-                args.append(body_hash)
-            args += (job.id, due, blob)
-        else:
-            order += members
-            continue
-        # A score that is not its job's next_ms: the group again, each job with its score.
-        args[scored_at] = 2
-        del args[mark:], ks[key_mark:]
-        for k in members:
-            job, blob, body_hash, next_ms, score = preps[k]
-            ks.append(job_key + job.id)
-            if keyed:
-                args.append(body_hash)
-            args += (score, job.id, str(next_ms), blob)
-        order += members
-    ks += (keys.stream(p, queue) for queue in streams)
-    sizes = [(shared[:2], len(members)) for shared, members in groups.items()]
-    return ("schedule", ks, args), order if len(groups) > 1 else None, sizes
-
-
 def _as_bytes(v: Any) -> bytes:
     """A hash value as stored; an absent field is '' (schedule.lua stores no '' values)."""
     if v is None:
@@ -279,9 +210,8 @@ def op_update(svc: Service, job_id: str, patch: JobPatch,
     """Change a scheduled or paused job (update.lua, compare-and-set on what was read; with
     ``if_match``, only at that version)."""
     p = partition_of(job_id)
-    key = keys.job(p, job_id)
     for _ in range(UPDATE_TRIES):
-        (h,) = yield Commands([cmd("hgetall", key)])
+        h = yield from op_job_hash(job_id)
         if not h:
             raise NotFound("job", job_id)
         job = Job.from_hash(h, job_id)
@@ -304,11 +234,9 @@ def op_update(svc: Service, job_id: str, patch: JobPatch,
             jit = 0 if not job.cron else jitter_offset_ms(job_id, job.next_ms, job.jitter_ms)
             new_next = job.next_ms
             score = due_score(job.next_ms + jit, prep.job.priority)
-        code, status = one((yield Scripts([(
-            "update", [key, keys.due(p), keys.events(p)],
-            [job_id, 0, svc.settings.events_maxlen, job.status.value, job.next_ms or 0,
-             new_next, score, "" if if_match is None else if_match, len(pairs) // 2, *pairs],
-        )], durable=True)))
+        code, status = ControlReply.of(one((yield Scripts([job_scripts.update(
+            job_id, svc.settings.events_maxlen, job.status.value, job.next_ms or 0, new_next,
+            score, if_match, pairs)], durable=True))))
         if code == ControlCode.CHANGED:
             continue
         if code == ControlCode.VERSION:
@@ -316,7 +244,7 @@ def op_update(svc: Service, job_id: str, patch: JobPatch,
         if code == ControlCode.NOT_FOUND:
             raise NotFound("job", job_id)
         if code == ControlCode.REFUSED:
-            raise Conflict("status", f"cannot update a job that is {status.decode()}")
+            raise Conflict("status", f"cannot update a job that is {status}")
         if patch.reschedules:
             yield from op_wake([p])
         return (yield from op_get(job_id))

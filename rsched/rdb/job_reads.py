@@ -1,0 +1,126 @@
+"""The plain-command reads of jobs, runs and dead letters the service makes: each an Op that
+sends its commands in one round trip and returns the replies as Python values (hashes as
+redis-py gives them: bytes to bytes).  The service turns them into core.models values."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rsched.core.layout import OWN, J
+from rsched.core.models import job_of_run, partition_of
+from rsched.core.wire import as_text
+from rsched.rdb import keys
+from rsched.rdb.ops import Commands, Op, cmd
+
+Hash = dict[bytes, bytes]
+
+
+def op_hashes(names: Sequence[str]) -> Op[list[Hash]]:
+    """HGETALL of each key ({} for none)."""
+    if not names:
+        return []
+    return (yield Commands([cmd("hgetall", n) for n in names]))  # type: ignore[no-any-return]
+
+
+def op_job_hash(job_id: str) -> Op[Hash]:
+    """The job's hash ({}: no such job)."""
+    (h,) = yield from op_hashes([keys.job(partition_of(job_id), job_id)])
+    return h
+
+
+def op_run_hashes(run_ids: Sequence[str]) -> Op[list[tuple[Hash, Hash]]]:
+    """Each run's hash and its job's hash (a one-off job's own run keeps its fields there,
+    models.run_fields)."""
+    names = []
+    for rid in run_ids:
+        job_id = job_of_run(rid)
+        p = partition_of(job_id)
+        names += [keys.run(p, rid), keys.job(p, job_id)]
+    hashes = yield from op_hashes(names)
+    return [(hashes[2 * i], hashes[2 * i + 1]) for i in range(len(run_ids))]
+
+
+def op_history(p: int, job_id: str, count: int) -> Op[list[bytes]]:
+    """The newest ``count`` records of the job's history list (JSON, newest first)."""
+    (raws,) = yield Commands([cmd("lrange", keys.history(p, job_id), 0, count - 1)])
+    return raws  # type: ignore[no-any-return]
+
+
+def op_dead_scores(p: int, run_ids: Sequence[str]) -> Op[list[float | None]]:
+    """When each run was dead-lettered (its dead-set score; None: not a dead letter)."""
+    return (yield Commands([cmd("zscore", keys.dead(p), rid)  # type: ignore[no-any-return]
+                            for rid in run_ids]))
+
+
+def _entries(reply: list[Any]) -> list[tuple[str, float]]:
+    return [(as_text(rid), score) for rid, score in reply]
+
+
+def op_dead_newest(partitions: int, limit: int) -> Op[list[tuple[str, float]]]:
+    """The newest ``limit`` dead letters of each partition, (run id, score), all together."""
+    res = yield Commands([cmd("zrevrange", keys.dead(p), 0, limit - 1, withscores=True)
+                          for p in range(partitions)])
+    return [e for r in res for e in _entries(r)]
+
+
+def op_dead_pages(offsets: Sequence[int], limit: int, top: int | str | None = None
+                  ) -> Op[list[list[tuple[str, float]]]]:
+    """Per partition (``offsets[p]`` letters of it seen already), its next ``limit`` dead
+    letters, newest first, as (run id, score); with ``top``, only those dead by then (ms)."""
+    if top is not None:
+        reads = [cmd("zrevrangebyscore", keys.dead(p), top, "-inf", start=off, num=limit,
+                     withscores=True) for p, off in enumerate(offsets)]
+    else:
+        reads = [cmd("zrevrange", keys.dead(p), off, off + limit - 1, withscores=True)
+                 for p, off in enumerate(offsets)]
+    return [_entries(r) for r in (yield Commands(reads))]
+
+
+def op_dead_oldest(p: int, top: int | str, offset: int, count: int) -> Op[list[str]]:
+    """Run ids of partition ``p``'s dead letters dead by ``top`` (ms, or '+inf'), oldest
+    first, from ``offset``, at most ``count``."""
+    (found,) = yield Commands([cmd("zrangebyscore", keys.dead(p), "-inf", top,
+                                   start=offset, num=count)])
+    return [as_text(v) for v in found]
+
+
+def op_scan_jobs(at: int, count: int, node: int | None = None) -> Op[tuple[int, list[str]]]:
+    """One SCAN step over the job keys from cursor ``at`` (on master ``node`` of a cluster):
+    the next cursor (0: done) and the job keys found, sorted, each once."""
+    on_node = {} if node is None else {"target_node": node}
+    ((at, found),) = yield Commands([
+        cmd("scan", at, match=keys.job_pattern(), count=count, **on_node)])
+    return int(at), sorted({as_text(n) for n in found})
+
+
+def op_job_filter_fields(names: Sequence[str]) -> Op[list[list[bytes | None]]]:
+    """Each job key's status, type and queue (None: the field is not stored)."""
+    return (yield Commands([cmd("hmget", n, J.status, J.type, J.queue)  # type: ignore[no-any-return]
+                            for n in names]))
+
+
+def op_latest_runs(jobs: Sequence[tuple[int, str]], history: int
+                   ) -> Op[list[tuple[list[Any], list[bytes]]]]:
+    """Per (partition, job id): its own run's id, state, ended_ms and started_ms (from the job
+    hash, None where not stored) and its newest ``history`` history records."""
+    reads = []
+    for p, job_id in jobs:
+        reads += [cmd("hmget", keys.job(p, job_id), J.own_run, OWN.state, OWN.ended_ms,
+                      OWN.started_ms),
+                  cmd("lrange", keys.history(p, job_id), 0, history - 1)]
+    got = (yield Commands(reads)) if reads else []
+    return [(got[2 * i], got[2 * i + 1]) for i in range(len(jobs))]
+
+
+def op_run_states(runs: Sequence[tuple[int, str]]) -> Op[list[list[Any]]]:
+    """Per (partition, run id): the run hash's state, ended_ms and started_ms."""
+    if not runs:
+        return []
+    return (yield Commands([cmd("hmget", keys.run(p, rid),  # type: ignore[no-any-return]
+                                "state", "ended_ms", "started_ms") for p, rid in runs]))
+
+
+__all__ = ["Hash", "op_dead_newest", "op_dead_oldest", "op_dead_pages", "op_dead_scores",
+           "op_hashes", "op_history", "op_job_filter_fields", "op_job_hash", "op_latest_runs",
+           "op_run_hashes", "op_run_states", "op_scan_jobs"]

@@ -1,0 +1,11 @@
+"""The redis-py names the layers above rdb use: the exception types their ``except`` clauses
+catch and the client types their signatures name, re-exported so that only rdb imports redis
+(tests/test_layers.py)."""
+
+from __future__ import annotations
+
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import RedisError, ResponseError
+
+__all__ = ["AsyncRedis", "Redis", "RedisError", "ResponseError"]
