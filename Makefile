@@ -17,10 +17,13 @@ PORT ?=
 # raw round trips included.
 REDIS_PY_FLOOR := 6.0.0
 FLOOR_VENV := .venv-redis-floor
-FLOOR_TESTS := tests/test_connections.py tests/test_scripts.py tests/test_startup.py \
-	tests/test_intake.py tests/test_worker.py tests/test_runner.py tests/test_flusher.py \
-	tests/test_membership.py tests/test_dispatch.py tests/test_cluster.py tests/test_client.py \
-	tests/test_stale_worker.py tests/test_failover.py
+FLOOR_TESTS := tests/unit/test_runner.py \
+	tests/redis/test_scripts.py tests/redis/test_intake.py tests/redis/test_worker.py \
+	tests/redis/test_flusher.py tests/redis/test_membership.py tests/redis/test_dispatch.py \
+	tests/redis/test_client.py \
+	tests/processes/test_connections.py tests/processes/test_startup.py \
+	tests/processes/test_cluster.py tests/processes/test_stale_worker.py \
+	tests/processes/test_failover.py
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # $(call need,COMMAND,DEBIAN_PACKAGE): install the package from Debian when COMMAND is missing,

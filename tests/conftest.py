@@ -10,16 +10,16 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
-from typing import NoReturn
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 import redis
-from helpers import ManualClock, open_client, redis_now_ms
 from psycopg import sql
-from redis_sentinel import RedisSentinelGroup
-from redis_server import RedisCluster, RedisServer
+from support.helpers import ManualClock, open_client, redis_now_ms
+from support.redis_sentinel import RedisSentinelGroup
+from support.redis_server import RedisCluster, RedisServer
+from support.services import missing_service
 
 from rsched import Client
 
@@ -28,15 +28,8 @@ PG_ADMIN_DSN = os.environ.get(
 )
 
 
-def under_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def missing_service(message: str) -> NoReturn:
-    """Skip locally; under CI stop the whole run with exit code 1."""
-    if under_ci():
-        pytest.exit(f"{message} (CI is set: a missing service fails the run)", returncode=1)
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
