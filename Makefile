@@ -18,10 +18,12 @@ PORT ?=
 REDIS_PY_FLOOR := 6.0.0
 FLOOR_VENV := .venv-redis-floor
 FLOOR_TESTS := tests/unit/test_runner.py \
-	tests/redis/test_scripts.py tests/redis/test_intake.py tests/redis/test_worker.py \
+	tests/redis/test_scripts.py tests/redis/test_intake.py tests/redis/test_worker_outcomes.py \
+	tests/redis/test_worker_reclaims.py tests/redis/test_worker_control.py \
 	tests/redis/test_flusher.py tests/redis/test_membership.py tests/redis/test_dispatch.py \
 	tests/redis/test_client.py \
 	tests/processes/test_connections.py tests/processes/test_startup.py \
+	tests/processes/test_scripts_cluster.py \
 	tests/processes/test_cluster.py tests/processes/test_stale_worker.py \
 	tests/processes/test_failover.py
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
