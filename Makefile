@@ -52,7 +52,7 @@ define need
 }
 endef
 
-.PHONY: venv test-venv redis chromium test test-redis-floor bench demo lint clean chaos
+.PHONY: venv test-venv redis chromium test test-fast test-redis-floor bench demo lint clean chaos
 
 venv: $(STAMP)
 test-venv: $(TEST_STAMP)
@@ -78,6 +78,11 @@ chromium:
 test: test-venv redis chromium lint
 	$(VPY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) test-redis-floor
+
+# While working: tests/unit (no Redis) and tests/redis (one redis-server), not the fleets,
+# clusters, Sentinel and browser of tests/processes. `make test` is the whole suite CI runs.
+test-fast: test-venv redis
+	$(VPY) -m pytest -p no:cacheprovider tests/unit tests/redis $(PYTEST_ARGS)
 
 # The Redis-facing tests again with the oldest redis-py allowed, in a venv of its own.
 $(FLOOR_VENV)/.installed-$(REDIS_PY_FLOOR): pyproject.toml constraints-test.txt
