@@ -1,5 +1,5 @@
-"""Small API fixes from a day of operations (issue 15, item 10, and issue 12's key-name
-pattern), against the real app and the real session redis-server."""
+"""API key names as the schema documents them, HEAD /healthz, the API's own metrics and the
+cluster's runs-started counter, against the real app and the real session redis-server."""
 
 from __future__ import annotations
 
