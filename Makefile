@@ -17,10 +17,15 @@ PORT ?=
 # raw round trips included.
 REDIS_PY_FLOOR := 6.0.0
 FLOOR_VENV := .venv-redis-floor
-FLOOR_TESTS := tests/test_connections.py tests/test_scripts.py tests/test_startup.py \
-	tests/test_intake.py tests/test_worker.py tests/test_runner.py tests/test_flusher.py \
-	tests/test_membership.py tests/test_dispatch.py tests/test_cluster.py tests/test_client.py \
-	tests/test_stale_worker.py tests/test_failover.py
+FLOOR_TESTS := tests/unit/test_runner.py \
+	tests/redis/test_scripts.py tests/redis/test_intake.py tests/redis/test_worker_outcomes.py \
+	tests/redis/test_worker_reclaims.py tests/redis/test_worker_control.py \
+	tests/redis/test_flusher.py tests/redis/test_membership.py tests/redis/test_dispatch.py \
+	tests/redis/test_client.py \
+	tests/processes/test_connections.py tests/processes/test_startup.py \
+	tests/processes/test_scripts_cluster.py \
+	tests/processes/test_cluster.py tests/processes/test_stale_worker.py \
+	tests/processes/test_failover.py
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # $(call need,COMMAND,DEBIAN_PACKAGE): install the package from Debian when COMMAND is missing,
@@ -47,7 +52,7 @@ define need
 }
 endef
 
-.PHONY: venv test-venv redis chromium test test-redis-floor bench demo lint clean chaos
+.PHONY: venv test-venv redis chromium test test-fast test-redis-floor bench demo lint clean chaos
 
 venv: $(STAMP)
 test-venv: $(TEST_STAMP)
@@ -73,6 +78,11 @@ chromium:
 test: test-venv redis chromium lint
 	$(VPY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) test-redis-floor
+
+# While working: tests/unit (no Redis) and tests/redis (one redis-server), not the fleets,
+# clusters, Sentinel and browser of tests/processes. `make test` is the whole suite CI runs.
+test-fast: test-venv redis
+	$(VPY) -m pytest -p no:cacheprovider tests/unit tests/redis $(PYTEST_ARGS)
 
 # The Redis-facing tests again with the oldest redis-py allowed, in a venv of its own.
 $(FLOOR_VENV)/.installed-$(REDIS_PY_FLOOR): pyproject.toml constraints-test.txt

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
-# The test suite's redis-server and TCP-proxy helpers (tests/redis_server.py, tests/tcp_proxy.py)
-# are imported as top-level modules, as the tests themselves import them.
+# The test suite's servers and TCP proxy are the package tests/support (support.redis_server,
+# support.tcp_proxy): tests/ goes on sys.path only so that `support` is found, as pytest does.
 if str(TESTS) not in sys.path:
     sys.path.append(str(TESTS))

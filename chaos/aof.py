@@ -13,10 +13,10 @@ MULTI/EXEC block (Redis 7 wraps every script's effects in one).  Redis 7.0.15 lo
 with aof-load-truncated by cutting the file after the last whole *command*, inside the block,
 and appends its new writes after the open MULTI: the next load of that file queues them behind
 the dead half-transaction and EXEC applies both, so half of a script that never replied comes
-back one restart later (tests/test_chaos_aof.py fails so without the cut).  That is Redis's
-defect, not one rsched could guard against, so `restore` cuts the tail back to the last whole
-command outside any block (a block goes out in one write(), so a complete write() can end there),
-as Redis itself cuts an incomplete block that ends cleanly ("Revert incomplete MULTI/EXEC
+back one restart later (tests/processes/test_chaos_aof.py fails so without the cut).  That is
+Redis's defect, not one rsched could guard against, so `restore` cuts the tail back to the last
+whole command outside any block (a block goes out in one write(), so a complete write() can end
+there), as Redis itself cuts an incomplete block that ends cleanly ("Revert incomplete MULTI/EXEC
 transaction").
 """
 

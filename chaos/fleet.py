@@ -5,7 +5,7 @@ to it directly with a redis+cluster:// URL: a cluster client learns every node's
 from CLUSTER SLOTS, which one proxy per process cannot stand in for.
 
 Everything is started from the main thread (children die with the thread that started them, see
-tests/redis_server._die_with_parent).  Each restart of a dispatcher or worker is a new
+tests/support/redis_server._die_with_parent).  Each restart of a dispatcher or worker is a new
 incarnation with a new id (`w2-3`: slot w2, fourth start), as a restarted process gets by
 default (host and pid), so the history names exactly which process did what.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from redis_server import (  # tests/, see __init__
+from support.redis_server import (  # tests/support, see __init__
     RedisCluster,
     RedisServer,
     _die_with_parent,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from redis_probe import command  # tests/, see __init__
+from support.redis_probe import command  # tests/support, see __init__
 
 from rsched.rdb import keys
 

@@ -1,10 +1,10 @@
 """The proxy host, a process of its own: `python -m chaos.proxyd <upstream port> <n>`.
 
-Starts n tests/tcp_proxy.TcpProxy instances in front of the Redis under test (one per rsched
-process, so one process's connections can be frozen alone) and prints their ports as one JSON
-line.  Then reads commands from stdin, one a line: ``freeze <i>``, ``thaw <i>``, ``drop <i>``,
-answering ``ok`` to each.  A process of its own, so the proxies' threads never compete with the
-nemesis for the controller's GIL.
+Starts n support.tcp_proxy.TcpProxy instances (tests/support) in front of the Redis under test
+(one per rsched process, so one process's connections can be frozen alone) and prints their
+ports as one JSON line.  Then reads commands from stdin, one a line: ``freeze <i>``,
+``thaw <i>``, ``drop <i>``, answering ``ok`` to each.  A process of its own, so the proxies'
+threads never compete with the nemesis for the controller's GIL.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tcp_proxy import TcpProxy  # tests/, on sys.path by chaos/__init__.py
+from support.tcp_proxy import TcpProxy  # tests/support, found by chaos/__init__.py
 
 
 def main(argv: list[str]) -> int:

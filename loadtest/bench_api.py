@@ -27,7 +27,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from redis_server import RedisServer, free_port  # noqa: E402
+from support.redis_server import RedisServer, free_port  # noqa: E402
 
 from rsched import Client, JobSpec  # noqa: E402
 from rsched.core.settings import Settings  # noqa: E402

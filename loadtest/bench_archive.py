@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from redis_server import RedisServer  # noqa: E402
+from support.redis_server import RedisServer  # noqa: E402
 
 from rsched.archive.lag import archive_lag  # noqa: E402
 from rsched.rdb import keys  # noqa: E402

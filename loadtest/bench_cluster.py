@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the test fixtures' redis-server processes
 
 from bench_engine import nodes_cpu_us, single, workload  # noqa: E402
-from redis_probe import HOST  # noqa: E402
-from redis_server import RedisCluster  # noqa: E402
+from support.redis_probe import HOST  # noqa: E402
+from support.redis_server import RedisCluster  # noqa: E402
 
 from rsched import Client, JobSpec  # noqa: E402
 from rsched.core.settings import Settings  # noqa: E402

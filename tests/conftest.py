@@ -1,4 +1,6 @@
 """Shared fixtures: a real redis-server per session, a clean keyspace per test, a fresh Postgres DB.
+Every folder under tests/ gets them; a test whose fixtures need more than its folder gives
+(support.layout) stops the collection, naming the folder it belongs in.
 
 A missing redis-server or PostgreSQL skips the tests that need it on a developer's machine and
 fails the run under CI (env CI set), so a broken CI machine can never pass by skipping.
@@ -10,33 +12,23 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
-from typing import NoReturn
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 import redis
-from helpers import ManualClock, open_client, redis_now_ms
 from psycopg import sql
-from redis_sentinel import RedisSentinelGroup
-from redis_server import RedisCluster, RedisServer
+from support.helpers import ManualClock, open_client, redis_now_ms
+from support.layout import misplaced
+from support.redis_sentinel import RedisSentinelGroup
+from support.redis_server import RedisCluster, RedisServer
+from support.services import missing_service
 
 from rsched import Client
 
 PG_ADMIN_DSN = os.environ.get(
     "RSCHED_TEST_PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
-
-
-def under_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def missing_service(message: str) -> NoReturn:
-    """Skip locally; under CI stop the whole run with exit code 1."""
-    if under_ci():
-        pytest.exit(f"{message} (CI is set: a missing service fails the run)", returncode=1)
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -149,3 +141,10 @@ def client(redis_url: str) -> Iterator[Client]:
 def clock(r: redis.Redis) -> ManualClock:
     """Starts at Redis's time, so jobs the client schedules 'now' are due."""
     return ManualClock(redis_now_ms(r))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    errors = [f"{item.nodeid}: {why}" for item in items
+              if (why := misplaced(item.path, getattr(item, "fixturenames", ()))) is not None]
+    if errors:
+        raise pytest.UsageError("tests in the wrong folder:\n" + "\n".join(errors))

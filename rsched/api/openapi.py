@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document of the HTTP API, written by hand and served at /openapi.json.
 
-tests/test_api.py checks it against the route table and validates it; schemathesis generates
+tests/redis/test_api.py checks it against the route table and validates it; schemathesis generates
 requests from it, so every bound stated here is one the API enforces (rsched.service.inputs,
 rsched.core.spec).
 The paths and their answers are here; the bodies' schemas in rsched.api.schemas.

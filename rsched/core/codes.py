@@ -1,5 +1,5 @@
 """The return codes of the Lua scripts, one IntEnum per script, mirroring each script's header
-(tests/test_scripts.py holds every enum against the header it mirrors)."""
+(tests/redis/test_scripts.py holds every enum against the header it mirrors)."""
 
 from __future__ import annotations
 

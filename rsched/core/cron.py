@@ -14,7 +14,7 @@ cronsim. The macros `@yearly` (`@annually`), `@monthly`, `@weekly`, `@daily` (`@
 `@hourly` stand for their 5-field forms (MACROS) and follow the same DST rules: `@daily` is a
 fixed-time job at 00:00, `@hourly` follows elapsed time.
 
-DST contract (each rule has a table in tests/test_cron.py):
+DST contract (each rule has a table in tests/unit/test_cron.py):
 * Fixed-time jobs (minute and hour fields are numbers or comma lists of numbers): a wall time in a
   gap fires once, at the instant the gap ends (New York `30 2` on 2026-03-08: 03:00 EDT = 07:00Z;
   Lord Howe `0 2` on 2026-10-04: 02:30 LHDT); a wall time in a repeated span fires once, at its

@@ -103,7 +103,7 @@ def unpack_payload(raw: Any) -> Any:
 # spec.prepare and copied into each stream entry), as Asynq keeps a task's message: one field to
 # write and to read instead of ten, which halves the Redis time of scheduling.  Scalars the
 # scripts branch on stay separate.
-# pack_spec takes these fields in this order and unpack_spec names them; tests/test_wire.py
+# pack_spec takes these fields in this order and unpack_spec names them; tests/unit/test_wire.py
 # holds the two together and against every reader of the unpacked spec.
 SPEC_ORDER = ("timeout_ms", "backoff_base_ms", "backoff_cap_ms", "priority", "tz", "misfire",
               "jitter_ms", "idem_key", "run_at_ms", "payload", "catch_up_ms", "overlap",

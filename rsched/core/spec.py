@@ -233,7 +233,7 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
     Runs once per job of every batch, so it builds no intermediate dicts: the stored values,
     the spec blob and the Job come straight from the checked fields.  A one-off job with every
     setting at its default (most of a batch) skips the checks its settings need not: the same
-    Prepared (tests/test_client.py holds the two ways against each other), at a third of the
+    Prepared (tests/redis/test_client.py holds the two ways against each other), at a third of the
     cost (make bench)."""
     run_at, u = spec.run_at, _USUAL
     if (spec.cron is None and spec.tz is None and spec.idempotency_key is None

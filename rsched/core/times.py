@@ -42,7 +42,7 @@ def ms_to_iso(ms: int | None) -> str | None:
 @lru_cache(maxsize=65536)
 def ms_to_iso_fast(ms: int | None) -> str | None:
     """ms_to_iso without datetime, cached (a page's jobs share their creation and run times):
-    what the API's job listings format per field.  tests/test_cron.py compares the two."""
+    what the API's job listings format per field.  tests/unit/test_cron.py compares the two."""
     if ms is None:
         return None
     s, frac = divmod(ms, 1000)

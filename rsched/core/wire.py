@@ -3,7 +3,7 @@
 
 Queue stream entries are written by lua/claim.lua (its header lists them); events-stream entries
 by every script through ``emit`` and ``batch_flush`` in lua/include/util.lua.
-tests/test_wire.py holds these names against the scripts.
+tests/unit/test_wire.py holds these names against the scripts.
 """
 
 from __future__ import annotations

@@ -382,7 +382,7 @@ def _pairs(reply: list[Any]) -> list[Any]:
     """A raw ``ZRANGE ... WITHSCORES`` reply as [member, score] pairs.  RESP3 sends them so,
     with float scores; RESP2 (a URL's ``protocol=2``) flat, scores as text.  redis-py's own
     callback turns every RESP3 score back into text and parses it again: the dispatcher's
-    largest cost per job in a burst (make bench).  tests/test_dispatch.py compares both."""
+    largest cost per job in a burst (make bench).  tests/redis/test_dispatch.py compares both."""
     if not reply or isinstance(reply[0], list):
         return reply
     return [[m, float(s)] for m, s in zip(reply[::2], reply[1::2], strict=True)]

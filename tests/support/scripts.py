@@ -1,0 +1,175 @@
+"""One scenario that calls every Lua script through the real client, lease keeper, claimer and
+workers (``exercise_every_script``), and ``scripts_run``, which names the scripts a MONITOR saw
+run: the key-discipline tests run it on one Redis (tests/redis/test_scripts.py) and on a
+cluster (tests/processes/test_scripts_cluster.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from rsched import App, Client, JobContext, JobSpec, JobStatus, RunState
+from rsched.client import JobPatch
+from rsched.core.settings import Settings
+from rsched.engine.dispatcher import LeaseKeeper
+from rsched.engine.dispatcher.claimer import Claimer
+from rsched.engine.worker.worker import Worker
+from rsched.rdb import keys, scripts
+from rsched.service.dead_letters import op_delete
+from support.helpers import (
+    PARTITIONS,
+    ManualClock,
+    MonitoredCommand,
+    all_jobs,
+    keys_in_partition,
+)
+
+# Two partitions whose slots (p0: 14, p3: 12302, see keys.tag) fall to different masters of a
+# 3-master cluster: Redis 7.0 rejects a script's access to a key on another node, not yet to another
+# slot of the same node, so only a cross-node layout makes the cluster test able to fail.
+PA, PB = 0, 3
+
+
+def scenario_app() -> tuple[App, asyncio.Event]:
+    app, gate = App("scenario"), asyncio.Event()
+
+    @app.job("ok")
+    async def ok(ctx: JobContext) -> str:
+        return "ok"
+
+    @app.job("bad")
+    async def bad(ctx: JobContext) -> None:
+        raise RuntimeError(f"bad attempt {ctx.attempt}")
+
+    @app.job("tick")
+    def tick(ctx: JobContext) -> int:
+        return ctx.scheduled_ms
+
+    @app.job("long")
+    async def long(ctx: JobContext) -> str:
+        await gate.wait()
+        return ctx.worker_id
+
+    return app, gate
+
+
+async def scenario_worker(
+    app: App, s: Settings, ar: Any, worker_id: str, parts: tuple[int, ...], **kw: Any
+) -> Worker:
+    """A worker on some partitions, through the given (maybe cluster) client: one XREADGROUP
+    may not span slots on a cluster, so each fetching worker reads a single partition."""
+    w = Worker(app, s, worker_id=worker_id, **kw)
+    await w.link.r.aclose()  # every part talks through the link: replace its client there
+    w.link.r = ar
+    w.link.streams = {keys.stream(p, "default"): (p, "default") for p in parts}
+    for stream in w.link.streams:
+        try:
+            await ar.xgroup_create(stream, keys.GROUP, id="0", mkstream=True)
+        except ResponseError as e:
+            assert "BUSYGROUP" in str(e)
+    return w
+
+
+async def until_done(w: Worker, n: int) -> None:
+    for _ in range(500):
+        if len(w.reporter.done) >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{w.id}: {len(w.reporter.done)} of {n} runs finished")
+
+
+async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> None:
+    """Schedule, lease, claim, start, heartbeat, complete (success, retry, dead letter, fenced),
+    reclaim, a run set aside by a worker without its handler and taken by one with it (park),
+    replay, delete_dead, trigger, update, pause, resume, cancel and release, on two
+    partitions."""
+    app, gate = scenario_app()
+    s = client.settings
+    ka, kb = keys_in_partition(PA, 3, "a"), keys_in_partition(PB, 2, "b")
+    now = client.now_ms()
+    jobs = all_jobs(client.schedule_many([
+        JobSpec("ok", run_at=now - 1, idempotency_key=ka[0], start_deadline_ms=600_000),
+        JobSpec("bad", run_at=now - 1, idempotency_key=ka[1], max_attempts=2, backoff_base_ms=0),
+        # Due by the claim's clock only (ok and bad, due now, go straight to their queue)
+        JobSpec("long", run_at=now + 60_000, idempotency_key=kb[0], max_attempts=3),
+        JobSpec("tick", cron="* * * * *", idempotency_key=kb[1]),
+    ]))
+    ok, bad, long, tick = jobs
+    assert tick.next_ms is not None and long.next_ms is not None
+    clock.ms = long.next_ms  # tick's next occurrence is due, only that one
+    leases = LeaseKeeper(ar, "d1", PARTITIONS, 10_000, clock)
+    claimer = Claimer(ar, "d1", clock=clock)
+    wa = await scenario_worker(app, s, ar, "wa", (PA,))
+    wb = await scenario_worker(app, s, ar, "wb", (PB,))
+    w2 = await scenario_worker(app, s, ar, "w2", (PA, PB), visibility_ms=0, heartbeat_ms=0)
+    wx = await scenario_worker(App("bare"), s, ar, "wx", (PA,))  # no handlers at all
+    try:
+        owned = await leases.run_once()
+        assert len(owned) == PARTITIONS
+        assert (await claimer.run_once(owned)).dispatched == 2  # long, tick
+        assert await wa.fetch_once(block_ms=1) == 2  # ok, bad
+        assert await wb.fetch_once(block_ms=1) == 2  # long, tick
+        await until_done(wa, 2)
+        await until_done(wb, 1)
+        assert await wa.flush_once() + await wb.flush_once() == 3
+        assert await wb.heartbeat_once() == 0
+
+        (aside,) = all_jobs(client.schedule_many([
+            JobSpec("ok", run_at=client.now_ms() - 1, idempotency_key=ka[2])]))
+        assert await wx.fetch_once(block_ms=1) == 0  # read, and set aside: not for wx
+        await wx.handback.settle()
+        assert await wa.adopt_once() == 1
+        await until_done(wa, 1)
+        assert await wa.flush_once() == 1
+
+        assert (await claimer.run_once(owned)).dispatched == 1  # bad's retry
+        assert await wa.fetch_once(block_ms=1) == 1
+        await until_done(wa, 1)
+        await wa.flush_once()  # bad dead-lettered
+        assert await w2.reclaim_once() == 1  # long, idle longer than w2's 0 ms visibility
+        gate.set()
+        await until_done(wb, 1)
+        await until_done(w2, 1)
+        await wb.flush_once()  # fenced: w2 owns the run now
+        await w2.flush_once()
+
+        bad_run = f"{bad.id}@{bad.next_ms}"
+        assert client.get_run(bad_run).state is RunState.DEAD
+        client.replay(bad_run)
+        assert client.run(op_delete(client, [bad_run], "test")) == [False]  # replayed: kept
+        client.trigger(tick.id)
+        created = client.get(tick.id).created_ms
+        assert len(client.backfill(tick.id, created - 180_000, created).queued) >= 2
+        client.update(tick.id, JobPatch(priority=5))
+        client.pause(tick.id)
+        client.resume(tick.id)
+        client.cancel(tick.id)
+        clock.ms = max(clock(), client.now_ms() + 1)
+        claimed = await claimer.run_once(await leases.run_once())
+        assert claimed.dispatched == 1  # the replay; the trigger's and backfill's runs are
+        # abandoned (cancelled)
+        await leases.release_all()
+    finally:
+        for w in (wa, wb, w2, wx):  # each closes the shared client too: the scenario is over
+            await w.close(wait_s=1)
+
+    assert client.get_run(f"{ok.id}@{ok.next_ms}").result == "ok"
+    aside_run = client.get_run(f"{aside.id}@{aside.next_ms}")
+    assert (aside_run.result, aside_run.attempt, aside_run.worker) == ("ok", 1, "wa")
+    long_run = client.get_run(f"{long.id}@{long.next_ms}")
+    assert (long_run.state, long_run.result, long_run.fence) == (RunState.SUCCEEDED, "w2", 2)
+    assert client.get_run(bad_run).state is RunState.DISPATCHED
+    assert client.get(tick.id).status is JobStatus.CANCELLED
+    assert int(client.r.hget(keys.stats(PB), "fenced") or 0) == 1
+
+
+def scripts_run(commands: Iterable[MonitoredCommand]) -> set[str]:
+    """The rsched scripts the commands called (to prove a scenario ran them all)."""
+    return {SCRIPT_OF_SHA[c.args[1]] for c in commands
+            if c.args[0] == b"EVALSHA" and c.args[1] in SCRIPT_OF_SHA}
+
+
+SCRIPT_OF_SHA = {scripts.load(name).sha.encode(): name for name in scripts.NAMES}
