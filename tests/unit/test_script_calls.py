@@ -20,7 +20,7 @@ from rsched.rdb.job_scripts import BackfillReply, ControlReply
 from rsched.rdb.schedule_script import ScheduleReply
 from rsched.rdb.scripts import Call
 
-LUA = Path(__file__).resolve().parent.parent / "lua"
+LUA = Path(__file__).resolve().parents[2] / "lua"
 NOW = 1_700_000_000_000
 JOB = random_job_ids(1, 5, NOW)[0]
 P = partition_of(JOB)
