@@ -31,17 +31,22 @@ from rsched.core import defaults
 from rsched.core.errors import NotFound, ValidationError
 from rsched.core.spec import MAX_TIME_MS, TYPE_PATTERN
 from rsched.core.times import to_ms
-from rsched.service import apikeys, reads
+from rsched.service import apikeys
 from rsched.service import dead_letters as dead_letter_ops
 from rsched.service.backfill import op_backfill
+from rsched.service.doctor import judge, op_redis_facts
 from rsched.service.inputs import (
     as_object,
     backfill_from_json,
+    known_job_id,
+    known_run_id,
     patch_from_json,
     reject_unknown,
     spec_from_json,
 )
 from rsched.service.last_runs import op_last_runs
+from rsched.service.listings import op_dead_letter_page, op_list_jobs
+from rsched.service.preview import fire_times, job_fire_times
 from rsched.service.samples import op_samples
 from rsched.service.shapes import (
     backfill_json,
@@ -86,7 +91,7 @@ def int_param(request: Request, name: str, default: int) -> int:
 
 
 def _job_id(request: Request) -> str:
-    return reads.job_id_or_404(request.path_params["id"])
+    return known_job_id(request.path_params["id"])
 
 
 # --- jobs --------------------------------------------------------------------------------------
@@ -141,7 +146,7 @@ def _item_error(exc: Exception, index: int) -> dict[str, Any]:
 async def list_jobs(request: Request) -> Response:
     q = request.query_params
     c = _client(request)
-    page = await c.run(reads.op_list_jobs(
+    page = await c.run(op_list_jobs(
         status=q.get("status"), type=q.get("type"), queue=q.get("queue"),
         limit=int_param(request, "limit", defaults.PAGE_LIMIT), cursor=q.get("cursor"),
         last_run=q.get("lastRun"),
@@ -299,19 +304,19 @@ def _actor(request: Request) -> str:
 async def dead_letters(request: Request) -> Response:
     c = _client(request)
     limit = int_param(request, "limit", defaults.PAGE_LIMIT)
-    page = await c.run(reads.op_dead_letter_page(c, limit, request.query_params.get("cursor"),
+    page = await c.run(op_dead_letter_page(c, limit, request.query_params.get("cursor"),
                                                  _dead_filter(request)))
     return JSON({"deadLetters": [dead_letter_json(d) for d in page.items],
                  "nextCursor": page.next_cursor})
 
 
 async def replay_dead_letter(request: Request) -> Response:
-    run_id = reads.run_id_or_404(request.path_params["runId"])
+    run_id = known_run_id(request.path_params["runId"])
     return JSON(run_json(await _client(request).replay(run_id)))
 
 
 async def delete_dead_letter(request: Request) -> Response:
-    run_id = reads.run_id_or_404(request.path_params["runId"])
+    run_id = known_run_id(request.path_params["runId"])
     c = _client(request)
     (deleted,) = await c.run(dead_letter_ops.op_delete(c, [run_id], _actor(request)))
     if not deleted:
@@ -344,11 +349,11 @@ async def preview(request: Request) -> Response:
         for name in ("cron", "timeZone"):
             if name in q:
                 raise ValidationError(name, "give either jobId or cron and timeZone")
-        job = await _client(request).get(reads.job_id_or_404(job_id))
+        job = await _client(request).get(known_job_id(job_id))
         return JSON({"cron": job.cron, "timeZone": job.tz, "jobId": job.id,
-                     "times": reads.preview_job(job, from_ms, count)})
+                     "times": job_fire_times(job, from_ms, count)})
     tz = q.get("timeZone", "UTC")
-    times = reads.preview(q.get("cron"), tz, from_ms, count)
+    times = fire_times(q.get("cron"), tz, from_ms, count)
     return JSON({"cron": q.get("cron"), "timeZone": tz, "times": times})
 
 
@@ -371,11 +376,11 @@ async def readyz(request: Request) -> Response:
     c = _client(request)
     try:
         await c.r.ping()
-        facts = await c.run(reads.op_redis_facts())
+        facts = await c.run(op_redis_facts())
     except Exception as e:  # noqa: BLE001 - any failure to reach Redis means not ready
         body = problem_body(503, f"Redis is unreachable: {e}")
         return Problem(dict(body, checks=[]), 503)
-    findings = reads.doctor(facts, c.settings.partitions)
+    findings = judge(facts, c.settings.partitions)
     checks = [finding_json(f) for f in findings]
     failed = [f for f in findings if f.level == "fail"]
     if failed:

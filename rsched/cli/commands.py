@@ -23,7 +23,9 @@ from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.core.times import ms_to_iso, to_ms
 from rsched.core.views import Status
-from rsched.service import reads
+from rsched.service.doctor import judge, op_redis_facts
+from rsched.service.inputs import known_job_id
+from rsched.service.preview import fire_times, job_fire_times
 from rsched.service.shapes import finding_json, status_json
 from rsched.service.status import op_status
 
@@ -95,10 +97,10 @@ def preview(ctx: click.Context, cron: str | None, tz: str | None, job_id: str | 
         if job_id is not None:
             if cron is not None or tz is not None:
                 raise ValidationError("--job", "give either --job or CRON (and --tz)")
-            job = client_of(ctx).get(reads.job_id_or_404(job_id))
-            times = reads.preview_job(job, from_ms, count)
+            job = client_of(ctx).get(known_job_id(job_id))
+            times = job_fire_times(job, from_ms, count)
         else:
-            times = reads.preview(cron, defaults.TZ if tz is None else tz, from_ms, count)
+            times = fire_times(cron, defaults.TZ if tz is None else tz, from_ms, count)
     cols = ["utc", "local"] + (["skipped"] if job_id is not None else [])
     show(times, as_json, lambda ts: table(cols, [[t.get(c, "") for c in cols] for t in ts]))
 
@@ -110,7 +112,7 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     """Check Redis: version, eviction policy, AOF and fsync, partition count."""
     c = client_of(ctx, checked=False)  # a replica shortfall is a finding here, not a refusal
     c.check(replicas=False)
-    findings = reads.doctor(c.run(reads.op_redis_facts()), c.settings.partitions,
+    findings = judge(c.run(op_redis_facts()), c.settings.partitions,
                             c.wait_replicas)
     rows = [finding_json(f) for f in findings]
     show(rows, as_json, lambda rs: table(["check", "level", "message"],

@@ -12,7 +12,7 @@ from rsched.cli.context import client_of
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.service import dead_letters as dead_letter_ops
-from rsched.service import reads
+from rsched.service.listings import op_dead_letter_page
 from rsched.service.shapes import dead_letter_json
 
 CLI_ACTOR = "cli"  # who a deletion from the CLI is recorded as
@@ -66,7 +66,7 @@ def dlq_list(ctx: click.Context, job_type: str | None, queue: str | None,
     be short, with a cursor for more)."""
     flt = dead_filter(job_type, queue, error_contains, older_than)
     c = client_of(ctx)
-    page = c.run(reads.op_dead_letter_page(c, limit, cursor, flt))
+    page = c.run(op_dead_letter_page(c, limit, cursor, flt))
     items = [dead_letter_json(d) for d in page.items]
     if as_json:
         print_json({"deadLetters": items, "nextCursor": page.next_cursor})

@@ -13,9 +13,9 @@ from rsched.core import defaults
 from rsched.core.errors import Conflict, ValidationError, VersionMismatch
 from rsched.core.values import TOO_DEEP, VALUE_DEPTH
 from rsched.core.views import WorkerStatus
-from rsched.service import reads
 from rsched.service.inputs import spec_from_json
 from rsched.service.last_runs import LAST_RUN_FILTERS, op_last_runs
+from rsched.service.listings import op_list_jobs
 from rsched.service.shapes import backfill_json, job_json, last_run_json, runs_json
 from rsched.service.status import op_workers
 
@@ -151,12 +151,12 @@ def jobsshow(ctx: click.Context, job_id: str, as_json: bool) -> None:
 @click.pass_context
 def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queue: str | None,
               last_run: str | None, limit: int, cursor: str | None, as_json: bool) -> None:
-    """List jobs (SCAN-based: see rsched.service.reads for the cost), with each one's latest run and
-    how many runs in a row failed."""
+    """List jobs (SCAN-based: see rsched.service.listings for the cost), with each one's latest
+    run and how many runs in a row failed."""
     c = client_of(ctx)
     with naming_flags({f: f"--{f}" for f in ("status", "type", "queue", "limit", "cursor")}
                       | {"lastRun": "--last-run"}):
-        page = c.run(reads.op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
+        page = c.run(op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
                                         cursor=cursor, last_run=last_run))
     # Newest first within the page, as the dashboard shows them (SCAN returns no order).
     page.items.sort(key=lambda j: (j.created_ms, j.id), reverse=True)

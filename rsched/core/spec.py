@@ -29,7 +29,7 @@ from rsched.core.models import (
 from rsched.core.times import ms_to_iso, to_ms
 from rsched.core.values import TOO_DEEP, VALUE_DEPTH, check_depth, shallow_msgpack, too_deep
 
-# ms_to_iso and to_ms are re-exported: rsched.service.reads and the faces import them from here.
+# ms_to_iso and to_ms are re-exported: rsched.service.preview and the faces import them from here.
 __all__ = ["KEY_NAME_PATTERN", "QUEUE_PATTERN", "TYPE_PATTERN", "JobSpec", "Prepared",
            "ms_to_iso", "prepare", "to_ms"]
 

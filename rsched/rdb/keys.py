@@ -156,7 +156,7 @@ def job(p: int, job_id: str) -> str:
 
 
 def job_pattern() -> str:
-    """SCAN MATCH pattern of every partition's job hashes (listing jobs, rsched.service.reads)."""
+    """SCAN MATCH pattern of every partition's job hashes (rsched.service.listings)."""
     return f"{PREFIX}:{{p*}}:job:*"
 
 

@@ -1,6 +1,6 @@
 """What `rsched doctor` and /readyz judge, read from Redis: each master's version, eviction
 policy, persistence and replication settings, the stored partition count and, on a cluster,
-its state and where the partitions live (rsched.service.reads judges them)."""
+its state and where the partitions live (rsched.service.doctor judges them)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from rsched.rdb.event_streams import op_recent
 from rsched.rdb.ops import Blocking, Op
 from rsched.service.context import Service
 from rsched.service.jobs import INFLIGHT_STATES, op_get, op_runs
-from rsched.service.reads import Page, is_count
+from rsched.service.listings import Page, is_count
 
 
 def op_history(svc: Service, job_id: str, limit: int = defaults.PAGE_LIMIT,

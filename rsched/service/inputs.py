@@ -11,7 +11,8 @@ import math
 from functools import lru_cache
 from typing import Any
 
-from rsched.core.errors import ValidationError
+from rsched.core.errors import NotFound, ValidationError
+from rsched.core.models import job_of_run, partition_of
 from rsched.core.spec import MAX_TIME_MS, JobSpec
 from rsched.core.times import to_ms
 from rsched.service.patch import UNSET, JobPatch
@@ -222,3 +223,23 @@ def patch_from_json(value: Any) -> JobPatch:
     if patch.run_at is not UNSET and patch.cron is not UNSET:
         raise ValidationError("runAt", "give either runAt or cron, not both")
     return patch
+
+
+def known_job_id(job_id: str) -> str:
+    """A job id from a path or a flag; NotFound when it cannot be one (no partition prefix)."""
+    try:
+        partition_of(job_id)
+    except ValidationError:
+        raise NotFound("job", job_id) from None
+    return job_id
+
+
+def known_run_id(run_id: str) -> str:
+    """A run id from a path or a flag; NotFound when it cannot be one."""
+    try:
+        if "@" not in run_id:
+            raise ValidationError("runId", "no @")
+        partition_of(job_of_run(run_id))
+    except ValidationError:
+        raise NotFound("dead letter", run_id) from None
+    return run_id

@@ -17,8 +17,9 @@ from rsched.core.times import ms_to_iso, ms_to_iso_fast
 from rsched.core.views import DispatcherStatus, PartitionStatus, Status, WorkerStatus
 from rsched.service.apikeys import ApiKey
 from rsched.service.backfill import Backfill
+from rsched.service.doctor import Finding
 from rsched.service.last_runs import LastRun
-from rsched.service.reads import DeadLetter, Finding, Page
+from rsched.service.listings import DeadLetter, Page
 
 iso = ms_to_iso_fast  # a batch's jobs share their creation and run times: cached
 

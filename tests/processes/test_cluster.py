@@ -33,7 +33,7 @@ from rsched.rdb.cluster import ClusterRedis, clock_routes, same_slot_groups
 from rsched.rdb.connect import BadRedisUrl, connect, connect_async, parse
 from rsched.rdb.setup import check_redis, cluster_replicas, replicas_short
 from rsched.rdb.slots import ROUTE_BY, SlotMap, key_of, sendable
-from rsched.service import reads
+from rsched.service.listings import op_list_jobs
 
 # --- pure: routing keys, slot maps, URLs, placement --------------------------------------------
 
@@ -363,7 +363,7 @@ def test_listing_jobs_walks_every_master_across_pages(url: str) -> None:
         seen: list[str] = []
         cursor: str | None = None
         while True:
-            page = c.run(reads.op_list_jobs(limit=7, cursor=cursor))
+            page = c.run(op_list_jobs(limit=7, cursor=cursor))
             seen += [j.id for j in page.items]
             cursor = page.next_cursor
             if cursor is None:

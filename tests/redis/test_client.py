@@ -24,7 +24,8 @@ from rsched.core.models import partition_of, run_fields, unpack_spec
 from rsched.core.spec import check_ints, check_names, prepare, usual_fast
 from rsched.rdb import keys, ops
 from rsched.rdb.ops import Scripts
-from rsched.service import reads, scheduling
+from rsched.service import scheduling
+from rsched.service.listings import op_list_jobs
 from rsched.service.patch import JobPatch
 
 
@@ -324,7 +325,7 @@ def test_a_queue_or_status_off_its_default_is_stored_and_read_back(
     assert client.get(bulk.id).queue == "bulk" and client.get(paused.id).status is JobStatus.PAUSED
     # The listing's filters read absent fields as their defaults, too.
     def listed(status: str | None = None, queue: str | None = None) -> set[str]:
-        return {j.id for j in client.run(reads.op_list_jobs(status=status, queue=queue)).items}
+        return {j.id for j in client.run(op_list_jobs(status=status, queue=queue)).items}
     assert listed(status="scheduled") == {bulk.id} and listed(status="paused") == {paused.id}
     assert listed(queue=defaults.QUEUE) == {paused.id} and listed(queue="bulk") == {bulk.id}
 

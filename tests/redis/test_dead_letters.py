@@ -23,7 +23,7 @@ from rsched.core.models import partition_of
 from rsched.rdb import keys
 from rsched.service import dead_letters as dlq
 from rsched.service.apikeys import op_create_key, op_list_keys
-from rsched.service.reads import op_dead_letter_page
+from rsched.service.listings import op_dead_letter_page
 
 PROBLEM = "application/problem+json"
 LATER = "2030-01-01T00:00:00Z"
