@@ -113,22 +113,22 @@ end
 
 -- Dispatch a one-off job's first occurrence, its own run: the run's fields go into the job hash
 -- (see run_fields in util), written with the job's own change in one HSET.
--- j: the job's status, next_ms, type, queue, spec as read; last: its last_run_id as read.
-local function dispatch_own(job_key, stream_key, job_id, run_id, j, last)
+-- jtype, spec: the job's as read; last: its last_run_id as read.
+local function dispatch_own(job_key, stream_key, job_id, run_id, jtype, queue, spec, last)
   -- startDeadlineSeconds: dead-lettered, never run late (spec_life costs one byte test here).
-  local life = spec_life(j[5])
+  local life = spec_life(spec)
   if life then
     if life[4] > 0 and now > tonumber(string.match(run_id, '@(%d+)$')) + life[4] then
       redis.call('HSET', job_key, J.next_ms, '0', J.last_run_id, run_id, J.own_run, run_id,
                  OWN.attempt, '0')
       dead_letter(job_key, job_key, run_names(true), dead_key, events_key, stats_key, maxlen, now,
-                  run_id, job_id, '0', 'missed start deadline', j[3])
+                  run_id, job_id, '0', 'missed start deadline', jtype)
       unindex[#unindex + 1] = job_id
       skipped = skipped + 1
       return
     end
   end
-  local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'x', j[5], 'o', '1')
+  local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype, 'x', spec, 'o', '1')
   used[stream_key] = true
   -- last_run_id absent is the own run (core.models.Job.from_hash): written only over a
   -- trigger's, one field fewer to insert and store.
@@ -140,7 +140,7 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, j, last)
     redis.call('HSET', job_key, J.next_ms, '0', J.own_run, run_id, OWN.attempt, '1',
                OWN.state, 'dispatched', OWN.dispatched_ms, now_s, OWN.stream_id, sid)
   end
-  dispatch_event(run_id, '1', j[3], j[4])
+  dispatch_event(run_id, '1', jtype, queue)
   unindex[#unindex + 1] = job_id
   dispatched = dispatched + 1
 end
@@ -148,16 +148,17 @@ for i = 1, no do
   -- A one-off job's first occurrence: one argument and one key, nothing computed in Python.
   local job_id = ARGV[9 + i]
   local job_key = KEYS[5 + nq + i]
-  local j = redis.call('HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron,
-                       J.own_run, J.last_run_id)
-  if j[3] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
-  j[4] = j[4] or DEFAULT_QUEUE
-  local next_ms = tonumber(j[2]) or 0
-  local qi = stream_at[j[4]] or 0
+  local status, stored_next, jtype, queue, spec, cron, own_run, last_run = unpack(redis.call(
+    'HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron, J.own_run,
+    J.last_run_id))
+  if jtype and not status then status = DEFAULT_STATUS end  -- not stored while it is (layout)
+  queue = queue or DEFAULT_QUEUE
+  local next_ms = tonumber(stored_next) or 0
+  local qi = stream_at[queue] or 0
   local stream_key = KEYS[qi]
-  if not j[1] or (j[6] and j[6] ~= '') or not stream_key or (j[7] and j[7] ~= '') then
+  if not status or (cron and cron ~= '') or not stream_key or (own_run and own_run ~= '') then
     out[#out + 1] = job_id  -- recurring, unknown queue, gone or run before: the dispatcher reads it
-  elseif j[1] ~= 'scheduled' then
+  elseif status ~= 'scheduled' then
     -- Paused, cancelled or finished: such a job has no place in the due set (the scripts that
     -- change its status remove it); a left-over entry would look due forever.
     unindex[#unindex + 1] = job_id
@@ -165,7 +166,8 @@ for i = 1, no do
   elseif next_ms == 0 or next_ms > now then
     skipped = skipped + 1
   else
-    dispatch_own(job_key, stream_key, job_id, job_id .. '@' .. j[2], j, j[8])
+    dispatch_own(job_key, stream_key, job_id, job_id .. '@' .. stored_next, jtype, queue, spec,
+                 last_run)
   end
 end
 local a = 10 + no
@@ -179,24 +181,25 @@ for i = 1, n do
   if kind ~= 'r' then
     -- Due by Redis's clock, and still the occurrence that was read (compare-and-set on status
     -- and next_ms): a second apply, a paused or rescheduled job all find nothing to do.
-    local j = redis.call('HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron,
-                         J.own_run, 'version', J.last_run_id)
-    if j[3] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
-    local version = j[8] or '1'  -- recorded with the run (field 'v'): the job version it ran with
-    local once = (not j[6] or j[6] == '')
-    j[4] = j[4] or DEFAULT_QUEUE
-    local qi = stream_at[j[4]] or 0
+    local status, stored_next, jtype, queue, spec, cron, own_run, version, last_run_id = unpack(
+      redis.call('HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron,
+                 J.own_run, 'version', J.last_run_id))
+    if jtype and not status then status = DEFAULT_STATUS end  -- not stored while it is (layout)
+    version = version or '1'  -- recorded with the run (field 'v'): the job version it ran with
+    local once = (not cron or cron == '')
+    queue = queue or DEFAULT_QUEUE
+    local qi = stream_at[queue] or 0
     local stream_key = KEYS[qi]
-    if j[1] and j[1] ~= 'scheduled' then
+    if status and status ~= 'scheduled' then
       -- Paused, cancelled or finished: such a job has no place in the due set (the scripts that
       -- change its status remove it); a left-over entry would look due forever.
       unindex[#unindex + 1] = job_id
       skipped = skipped + 1
-    elseif score > now + 0.5 or j[2] ~= expected or not stream_key then
+    elseif score > now + 0.5 or stored_next ~= expected or not stream_key then
       skipped = skipped + 1
-    elseif once and (not j[7] or j[7] == '') then
+    elseif once and (not own_run or own_run == '') then
       -- A one-off job's first occurrence, handed back above for an unknown queue.
-      dispatch_own(job_key, stream_key, job_id, run_id, j, j[9])
+      dispatch_own(job_key, stream_key, job_id, run_id, jtype, queue, spec, last_run_id)
     else
       local last_run = nil
       local gap = ''
@@ -204,7 +207,7 @@ for i = 1, n do
       if gap ~= '' then
         local count, first, last = string.match(gap, '^(%d+) (%d+) (%d+)')
         emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', job_id .. '@' .. first,
-             't', now_s, 's', first, 'ty', j[3], 'q', j[4],
+             't', now_s, 's', first, 'ty', jtype, 'q', queue,
              'err', 'catch-up: ' .. count .. ' occurrence(s) up to ' .. last ..
                     ' missed by more than the catch-up window')
         redis.call('HSET', job_key, 'gap', gap)
@@ -223,8 +226,8 @@ for i = 1, n do
         skipped = skipped + 1
       elseif held then
         if fire ~= 's' and (not held[2] or held[2] == '') then
-          redis.call('HSET', run_key, 'attempt', '0', 'state', 'buffered', 'queue', j[4],
-                     'type', j[3], 'ov', '1', 'v', version)
+          redis.call('HSET', run_key, 'attempt', '0', 'state', 'buffered', 'queue', queue,
+                     'type', jtype, 'ov', '1', 'v', version)
           redis.call('HSET', job_key, 'buffered', run_id)
           last_run = ''  -- it will run: it counts as a run started (maxRuns)
           if fire == 'c' then  -- ask the active run to stop; one waiting for a retry: at once
@@ -234,30 +237,30 @@ for i = 1, n do
         else
           local why = 'overlap: run ' .. held[1] .. ' of this job is still active'
           if fire ~= 's' then why = why .. ' and ' .. held[2] .. ' waits already' end
-          redis.call('HSET', run_key, 'attempt', '0', 'state', 'skipped', 'queue', j[4],
-                     'type', j[3], 'ended_ms', now_s, 'error', why, 'v', version)
+          redis.call('HSET', run_key, 'attempt', '0', 'state', 'skipped', 'queue', queue,
+                     'type', jtype, 'ended_ms', now_s, 'error', why, 'v', version)
           if run_ttl ~= '0' then redis.call('PEXPIRE', run_key, run_ttl) end
           emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now_s,
-               'ty', j[3], 'q', j[4], 'err', why)
+               'ty', jtype, 'q', queue, 'err', why)
           skipped = skipped + 1
         end
       elseif fire ~= '0' then
-        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[3], 'x', j[5])
+        local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype, 'x', spec)
         used[stream_key] = true
         -- No fence and no worker yet (read as 0 and none); id, job id and scheduled time are
         -- in the run id.
         redis.call('HSET', run_key, 'attempt', '1', 'state', 'dispatched', 'dispatched_ms', now_s,
-                   'stream_id', sid, 'queue', j[4], 'type', j[3], 'v', version)
+                   'stream_id', sid, 'queue', queue, 'type', jtype, 'v', version)
         if fire ~= '1' then
           redis.call('HSET', run_key, 'ov', '1')
           redis.call('HSET', job_key, 'active', run_id)
         end
-        dispatch_event(run_id, '1', j[3], j[4])
+        dispatch_event(run_id, '1', jtype, queue)
         dispatched = dispatched + 1
         last_run = run_id
       elseif gap == '' then
         emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now_s, 's', expected,
-             'ty', j[3], 'q', j[4], 'err', 'skipped')
+             'ty', jtype, 'q', queue, 'err', 'skipped')
         skipped = skipped + 1
       end
       if once then
@@ -265,7 +268,7 @@ for i = 1, n do
         unindex[#unindex + 1] = job_id
         redis.call('HSET', job_key, J.next_ms, '0', J.last_run_id, last_run)
       else
-        local life = last_run and spec_life(j[5])
+        local life = last_run and spec_life(spec)
         if life and life[3] > 0 then
           -- A run started (dispatched or buffered) counts; maxRuns' last one ends the schedule.
           if redis.call('HINCRBY', job_key, 'runs', 1) >= life[3] then next_ms = '0' end
@@ -285,12 +288,13 @@ for i = 1, n do
     end
   else
     local due = redis.call('ZSCORE', retry_key, run_id)
-    local j = redis.call('HMGET', job_key, J.status, J.type, J.spec, J.own_run, J.queue, OWN.state,
-                         OWN.attempt, 'cancel')
-    if j[2] and not j[1] then j[1] = DEFAULT_STATUS end  -- not stored while it is (layout)
-    local rkey, F = run_home(run_id, run_key, job_key, j[4])
+    local status, jtype, spec, own_run, job_queue, own_state, own_attempt, cancel = unpack(
+      redis.call('HMGET', job_key, J.status, J.type, J.spec, J.own_run, J.queue, OWN.state,
+                 OWN.attempt, 'cancel'))
+    if jtype and not status then status = DEFAULT_STATUS end  -- not stored while it is (layout)
+    local rkey, F = run_home(run_id, run_key, job_key, own_run)
     local own = F == OWN_RUN
-    local state, attempt_s, queue, ov = j[6], j[7], j[5] or DEFAULT_QUEUE, nil
+    local state, attempt_s, queue, ov = own_state, own_attempt, job_queue or DEFAULT_QUEUE, nil
     if not own then
       local r = redis.call('HMGET', run_key, 'state', 'attempt', 'queue', 'ov')
       state, attempt_s, queue, ov = r[1], r[2], r[3], r[4]
@@ -308,36 +312,36 @@ for i = 1, n do
       out[#out + 1] = run_id
     else
       redis.call('ZREM', retry_key, run_id)
-      if not j[1] or j[1] == 'cancelled' then
+      if not status or status == 'cancelled' then
         redis.call('HSET', rkey, F.state, 'abandoned', F.ended_ms, now, F.error, 'job cancelled')
         emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt_s,
-             't', now, 'ty', j[2] or '', 'q', queue, 'err', 'job cancelled before the retry ran')
+             't', now, 'ty', jtype or '', 'q', queue, 'err', 'job cancelled before the retry ran')
         if ov == '1' then release_active(job_key, retry_key, run_id, now) end
         skipped = skipped + 1
-      elseif j[8] == run_id and ov == '1' then  -- overlap cancelPrevious asked it to stop
+      elseif cancel == run_id and ov == '1' then  -- overlap cancelPrevious asked it to stop
         redis.call('HSET', rkey, F.state, 'cancelled', F.ended_ms, now, F.error, STOPPED)
         if run_ttl ~= '0' then redis.call('PEXPIRE', rkey, run_ttl) end
         emit(events_key, maxlen, 'e', 'cancelled', 'j', job_id, 'r', run_id, 'a', attempt_s,
-             't', now, 'ty', j[2] or '', 'q', queue, 'err', STOPPED)
+             't', now, 'ty', jtype or '', 'q', queue, 'err', STOPPED)
         release_active(job_key, retry_key, run_id, now)
         skipped = skipped + 1
       else
         local attempt = tonumber(attempt_s) + 1
         local sid
         if own then
-          sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[2], 'a', attempt, 'x', j[3],
+          sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype, 'a', attempt, 'x', spec,
                            'o', '1', 'd', due)
           redis.call('HSET', job_key, F.attempt, attempt, F.state, 'dispatched', F.worker, '',
                      F.dispatched_ms, now, F.stream_id, sid, J.last_run_id, run_id)
         else
-          sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', j[2], 'a', attempt, 'x', j[3],
+          sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype, 'a', attempt, 'x', spec,
                            'd', due)
           redis.call('HSET', run_key, F.attempt, attempt, F.state, 'dispatched', F.worker, '',
                      F.dispatched_ms, now, F.stream_id, sid)
           redis.call('HSET', job_key, J.last_run_id, run_id)
         end
         used[stream_key] = true
-        dispatch_event(run_id, string.format('%d', attempt), j[2], queue)
+        dispatch_event(run_id, string.format('%d', attempt), jtype, queue)
         dispatched = dispatched + 1
       end
     end
