@@ -108,6 +108,14 @@ class Slot:
             return now - self.started_at
         return min(touched_ago, now - self.started_at)
 
+    def hung(self, now: float, after_s: float) -> float | None:
+        """Its silence when that is past ``after_s`` (START_SILENCE_S at least before its first
+        sign of life: a start on a busy machine is slow, not hung), else None."""
+        silent = self.silent_s(now)
+        if not self.alive_file.exists():
+            after_s = max(after_s, defaults.START_SILENCE_S)
+        return silent if silent > after_s else None
+
     def ready(self) -> bool:
         try:
             return self.alive_file.read_bytes() == READY
@@ -157,7 +165,7 @@ class Supervisor:
         started = 0
         for slot in self.slots:
             if slot.proc is not None and slot.proc.poll() is None \
-                    and (silent := slot.silent_s(now)) > self.hung_after_s:
+                    and (silent := slot.hung(now, self.hung_after_s)) is not None:
                 log.error("worker process %d (pid %d) gave no sign of life for %.0f s: killing "
                           "it", slot.index, slot.proc.pid, silent)
                 slot.proc.kill()

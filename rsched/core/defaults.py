@@ -64,6 +64,7 @@ RESTART_MIN_S = 0.5  # a dead worker process is restarted after this...
 RESTART_MAX_S = 30.0  # ...doubling per quick death up to this, so a crash loop cannot spin
 RESTART_STABLE_S = 30.0  # a process that lived this long starts its backoff over
 HUNG_AFTER_S = 30.0  # a worker process that gave no sign of life this long is killed (restarted)
+START_SILENCE_S = 60.0  # ...but one not yet up gets at least this long for its first sign
 START_TRIES = 5  # worker processes dying before they ever started: the supervisor gives up
 ALIVE_EVERY_S = 1.0  # how often a supervised worker process shows it is alive
 # Job types and shared queues (docs/workers.md): a worker without a run's handler sets the run
