@@ -401,6 +401,10 @@ def test_every_daemon_logs_when_redis_comes_back_and_how_long_it_was_away(
         wait_for("the dispatcher to take every partition",
                  lambda: all(r.hget(keys.lease(p), "owner") for p in range(PARTITIONS)), procs)
         wait_for("the API", lambda: http.get("/jobs").status_code == 200, procs)
+        # Up, not still in their start-up wait (a slow start on a busy machine): an outage then
+        # is the start-up's retry, not one of a running daemon.
+        wait_for("each daemon to start", lambda: all(
+            " started" in text(p) for p in procs[:3]), procs, 60)
         server.stop()
         away = time.monotonic()
         wait_for("every daemon to notice", lambda: all(
