@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,11 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
-from support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, UI_TIMEOUT_MS
+from support.browser import ARTIFACTS, UI_TIMEOUT_MS, chromium
 from support.helpers import all_jobs
 from support.processes import Proc, wait_for
 from support.redis_server import RedisServer, free_port
-from support.services import missing_service
 
 from rsched import Client, JobSpec
 from rsched.core.settings import Settings
@@ -83,17 +81,8 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if shutil.which("chromium") is None and not os.path.exists(CHROMIUM):
-        missing_service("chromium not found: run `make chromium` "
-                        "(Debian: apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 @pytest.fixture

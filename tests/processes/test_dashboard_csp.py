@@ -4,8 +4,6 @@ security headers are there, and no page of another origin can frame them."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,9 +13,8 @@ from typing import Any
 
 import pytest
 from support.api_process import Api, running_api
-from support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, UI_TIMEOUT_MS
+from support.browser import ARTIFACTS, UI_TIMEOUT_MS, chromium
 from support.redis_server import RedisServer
-from support.services import missing_service
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -47,16 +44,8 @@ def api(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if shutil.which("chromium") is None and not os.path.exists(CHROMIUM):
-        missing_service("chromium not found: run `make chromium`")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 class Watched:

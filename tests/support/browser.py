@@ -3,7 +3,14 @@ take, and where screenshots of failures go."""
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from support.services import missing_service
 
 TESTS = Path(__file__).resolve().parents[1]
 ARTIFACTS = TESTS / "artifacts"
@@ -12,3 +19,19 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
 UI_TIMEOUT_MS = 20_000
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium under Playwright, closed after; a missing one fails under CI."""
+    if shutil.which("chromium") is None and not os.path.exists(CHROMIUM):
+        missing_service("chromium not found: run `make chromium` "
+                        "(Debian: apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
