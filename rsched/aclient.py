@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from rsched.client import ClientBase, resolve_settings
 from rsched.core import defaults
 from rsched.core.errors import RschedError
+from rsched.core.limits import Limit
 from rsched.core.models import Attempt, Job, Run
 from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
@@ -25,7 +26,7 @@ from rsched.rdb import ops
 from rsched.rdb.connect import connect_async
 from rsched.rdb.connections import fast_packing
 from rsched.rdb.ops import Op
-from rsched.service import jobs, scheduling
+from rsched.service import jobs, limits, scheduling
 from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.history import RunAttempt, RunsPage, op_history
 from rsched.service.inputs import backfill_range
@@ -146,6 +147,20 @@ class AsyncClient(ClientBase):
 
     async def replay(self, run_id: str) -> Run:
         return await self.run(jobs.op_replay(self, run_id))
+
+    async def set_limit(self, name: str, *, concurrency: int | None = None,
+                        rate: tuple[int, float] | None = None) -> Limit:
+        return await self.run(limits.op_set_limit(
+            self, limits.limit_from_args(name, concurrency, rate)))
+
+    async def get_limit(self, name: str) -> limits.LimitView:
+        return await self.run(limits.op_get_limit(self, name))
+
+    async def delete_limit(self, name: str) -> None:
+        await self.run(limits.op_delete_limit(self, name))
+
+    async def list_limits(self) -> list[Limit]:
+        return await self.run(limits.op_all_limits())
 
     async def close(self) -> None:
         if self._sender is not None:

@@ -27,7 +27,8 @@ ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cro
              "maxRuns": "--max-runs", "pauseAfterFailures": "--pause-after-failures",
              "startDeadlineSeconds": "--start-deadline", "timeoutSeconds": "--timeout",
              "jitterSeconds": "--jitter", "paused": "--paused",
-             "backoff.baseSeconds": "--backoff-base", "backoff.capSeconds": "--backoff-cap"}
+             "backoff.baseSeconds": "--backoff-base", "backoff.capSeconds": "--backoff-cap",
+             "limitKey": "--limit-key"}
 """`jobs add`'s flags by the API field each sets: its errors name the flag."""
 
 
@@ -72,6 +73,8 @@ def jobs() -> None:
 @click.option("--jitter", type=float, default=None,
               help="Seconds: each run starts up to this much later, at random.")
 @click.option("--paused", is_flag=True, default=None, help="Create the job paused.")
+@click.option("--limit-key", default=None,
+              help="The key whose limit its runs count against (rsched limits set).")
 @JSON_FLAG
 @click.pass_context
 def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str | None,
@@ -81,7 +84,7 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
              end_at: str | None, max_runs: int | None, pause_after_failures: int | None,
              start_deadline: float | None, timeout: float | None, backoff_base: float | None,
              backoff_cap: float | None, jitter: float | None, paused: bool | None,
-             as_json: bool) -> None:
+             limit_key: str | None, as_json: bool) -> None:
     """Schedule a job and print its id."""
     try:
         body = json.loads(payload) if payload is not None else None
@@ -98,7 +101,7 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
             "catchUpWindowSeconds": catch_up, "overlap": overlap, "startAt": start_at,
             "endAt": end_at, "maxRuns": max_runs, "pauseAfterFailures": pause_after_failures,
             "startDeadlineSeconds": start_deadline, "timeoutSeconds": timeout,
-            "jitterSeconds": jitter, "paused": paused,
+            "jitterSeconds": jitter, "paused": paused, "limitKey": limit_key,
             "backoff": {"baseSeconds": backoff_base, "capSeconds": backoff_cap},
         })
         job = c.schedule_many([spec])[0]

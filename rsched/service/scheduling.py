@@ -10,8 +10,9 @@ from typing import Any
 from rsched.core import defaults
 from rsched.core.codes import ControlCode, ScheduleCode
 from rsched.core.errors import Conflict, NotFound, NotReplicated, RschedError, VersionMismatch
-from rsched.core.ids import keyed_job_id, random_job_ids, random_partition
+from rsched.core.ids import keyed_job_id, partition_for_key, random_job_ids, random_partition
 from rsched.core.layout import JB, J
+from rsched.core.limits import check_key as check_limit_key
 from rsched.core.models import Job, JobStatus, partition_of, with_run_at
 from rsched.core.spec import (
     OWN_FIELDS,
@@ -36,7 +37,8 @@ from rsched.service.patch import JobPatch
 
 UPDATE_TRIES = 5  # re-reads when a dispatcher advances a job between an update's read and write
 
-_FIXED_FIELDS = frozenset({J.type, J.queue, J.status, J.next_ms})
+# The limit key stays too: it placed the job in its partition.
+_FIXED_FIELDS = frozenset({J.type, J.queue, J.status, J.next_ms, J.limit_key})
 
 _Layout = tuple[int, list[int], list[tuple[Any, int]]]  # partition, spec indexes, groups
 
@@ -144,21 +146,22 @@ def _calls(svc: Service, specs: Sequence[JobSpec],
            out: list[Any], created: list[bool], layout: list[_Layout]) -> Iterator[Call]:
     """Jobs prepared one script call at a time: the sync client sends each call as it comes, so
     Redis stores one chunk while the next is prepared.  ``runs``: (partition, spec indexes,
-    None: random ids, drawn as the call is built); a spec with an idempotency key is left out
-    of its run and goes, with the others, in the keyed calls at the end (no pass over the specs
-    before the first call).  Fills ``out`` with each spec's job (``created`` True) or error, and
-    ``layout`` with (partition, spec indexes, group sizes) of each call: the replies then only
-    correct the jobs not created."""
+    None: random ids, drawn as the call is built); a spec with an idempotency key or a limit
+    key is left out of its run and goes, with the others, in the placed calls at the end (no
+    pass over the specs before the first call).  Fills ``out`` with each spec's job
+    (``created`` True) or error, and ``layout`` with (partition, spec indexes, group sizes) of
+    each call: the replies then only correct the jobs not created."""
     max_payload = svc.settings.max_payload_bytes
-    keyed: list[int] = []  # filled while the runs are built, read once they are done
-    for p, items, job_ids in chain(runs, _keyed_calls(specs, keyed, P, out)):
+    placed: list[int] = []  # filled while the runs are built, read once they are done
+    for p, items, job_ids in chain(runs, _placed_calls(specs, placed, P, now, out)):
         chunk: list[int] = []
         preps: list[Prepared] = []
         drawn = random_job_ids(len(items), p, now) if job_ids is None else job_ids
         for i, job_id in zip(items, drawn, strict=True):
             spec = specs[i]
-            if job_ids is None and spec.idempotency_key is not None:
-                keyed.append(i)
+            if job_ids is None and (spec.idempotency_key is not None
+                                    or spec.limit_key is not None):
+                placed.append(i)
                 continue
             try:
                 prep = prepare(spec, job_id, now, max_payload)
@@ -177,23 +180,33 @@ def _calls(svc: Service, specs: Sequence[JobSpec],
             yield call
 
 
-def _keyed_calls(specs: Sequence[JobSpec], keyed: list[int], P: int, out: list[Any]
-                 ) -> Iterator[tuple[int, list[int], list[str]]]:
-    """(partition, spec indexes, ids) of the calls for the specs with an idempotency key: each
-    id, and so its partition, is derived from the key; a bad key is the spec's error."""
-    by_part: dict[int, list[int]] = defaultdict(list)
+def _placed_calls(specs: Sequence[JobSpec], placed: list[int], P: int, now: int,
+                  out: list[Any]) -> Iterator[tuple[int, list[int], list[str]]]:
+    """(partition, spec indexes, ids) of the calls for the specs with an idempotency key or a
+    limit key: an idempotency key's id is derived from it, in the partition of the job's limit
+    key if it has one, else of the idempotency key; a job with only a limit key gets a random
+    id in its key's partition.  A call holds keyed or random ids only.  A bad key is the
+    spec's error."""
+    by_part: dict[tuple[int, bool], list[int]] = defaultdict(list)
     key_ids: dict[int, str] = {}
-    for i in keyed:
+    for i in placed:
+        spec = specs[i]
+        idem = spec.idempotency_key
         try:
-            p, key_ids[i] = keyed_job_id(check_idempotency_key(specs[i].idempotency_key), P)
+            place = None if spec.limit_key is None else check_limit_key(spec.limit_key)
+            if idem is not None:
+                p, key_ids[i] = keyed_job_id(check_idempotency_key(idem), P, place)
+            elif place is not None:
+                p = partition_for_key(place, P)
         except RschedError as e:
             out[i] = e
             continue
-        by_part[p].append(i)
-    for p, items in by_part.items():
+        by_part[(p, idem is not None)].append(i)
+    for (p, keyed), items in by_part.items():
         for c in range(0, len(items), defaults.SCHEDULE_CHUNK):
             chunk = items[c : c + defaults.SCHEDULE_CHUNK]
-            yield p, chunk, [key_ids[i] for i in chunk]
+            yield p, chunk, ([key_ids[i] for i in chunk] if keyed
+                             else random_job_ids(len(chunk), p, now))
 
 
 def _as_bytes(v: Any) -> bytes:

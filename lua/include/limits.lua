@@ -1,0 +1,170 @@
+-- Per-key flow control (docs/limits.md).  A job with a limit key (job field 'lk') lives in its
+-- key's partition, so one script on one slot sees all of the key's state.  These keys are built
+-- here (lim_key, from the partition's prefix 'rsched:{pN-k}' that lim_prefix reads off a key the
+-- script was given) rather than passed in KEYS: which limit keys a call touches is known only
+-- once it has read the job hashes.  They all carry the partition's hash tag, so the script stays
+-- on one Cluster slot (tests/redis/test_scripts.py allows lim_key and lim_prefix, nothing else).
+--   <prefix>:limits          HASH  definition name -> 'concurrency rate period_ms' (0 = none,
+--                                  core.limits.Limit.packed); field '' -> the family names,
+--                                  '\n'-joined, longest first (core.limits.families_text)
+--   <prefix>:lim:<key>:run   SET   run ids holding one of the key's slots (kept for every
+--                                  keyed run, defined or not, so a new definition counts them)
+--   <prefix>:lim:<key>:wait  ZSET  run id -> scheduled ms: runs waiting for the key, in order
+--   <prefix>:lim:<key>:log   ZSET  '<run id> <ms>' -> start ms: the rate's sliding window
+--   <prefix>:limwait         SET   keys that have waiting runs (a definition's change looks
+--                                  at them: lua/limit.lua)
+--   <prefix>:retry           ZSET  the partition's retry set (expire.lua is not given it)
+-- rsched.rdb.keys names the same keys (limits, limit_running, limit_waiting, limit_log,
+-- limits_waiting, retry).
+-- A slot belongs to a run id: a reclaim's new fenced attempt keeps it, and only an ending
+-- accepted under the run's current fence (complete.lua, start.lua, expire.lua) frees it.
+-- A run that waits spends no attempt: its state is 'waiting' and it is in no queue stream; it
+-- is admitted (slot taken, start logged) in key order and then sent through the retry set,
+-- where claim.lua dispatches it as a run already holding its slot.
+
+local function lim_prefix(key) return string.match(key, '^(.-})') end
+
+-- The key of one kind of a limit key's state ('run', 'wait', 'log'), or with lkey nil one of
+-- the partition's ('limits', 'limwait', 'retry').
+local function lim_key(prefix, lkey, kind)
+  if lkey then return prefix .. ':lim:' .. lkey .. ':' .. kind end
+  return prefix .. ':' .. kind
+end
+
+-- The definition that applies to lkey: {name, conc, rate, period} or false (none), read once
+-- per key and call.
+local LIM_DEFS = {}
+local function lim_def(prefix, lkey)
+  local d = LIM_DEFS[lkey]
+  if d ~= nil then return d end
+  local limits_key = lim_key(prefix, nil, 'limits')
+  local v = redis.call('HMGET', limits_key, lkey, '')
+  local name, text = lkey, v[1]
+  if not text and v[2] then
+    for fam in string.gmatch(v[2], '[^\n]+') do
+      if string.sub(lkey, 1, #fam - 1) == string.sub(fam, 1, -2) then
+        name, text = fam, redis.call('HGET', limits_key, fam)
+        break
+      end
+    end
+  end
+  d = false
+  if text then
+    local c, r, p = string.match(text, '^(%d+) (%d+) (%d+)$')
+    d = {name = name, conc = tonumber(c), rate = tonumber(r), period = tonumber(p)}
+  end
+  LIM_DEFS[lkey] = d
+  return d
+end
+
+-- Whether one more run of lkey may start now; if not and the rate is what holds it, the ms at
+-- which the window lets the next one start.
+local function lim_room(prefix, lkey, d, now)
+  if not d then return true end
+  if d.conc > 0 then
+    local run_key = lim_key(prefix, lkey, 'run')
+    if redis.call('SCARD', run_key) >= d.conc then return false end
+  end
+  if d.rate > 0 then
+    local log_key = lim_key(prefix, lkey, 'log')
+    redis.call('ZREMRANGEBYSCORE', log_key, '-inf', now - d.period)
+    if redis.call('ZCARD', log_key) >= d.rate then
+      local first = redis.call('ZRANGE', log_key, 0, 0, 'WITHSCORES')
+      return false, tonumber(first[2]) + d.period
+    end
+  end
+  return true
+end
+
+local function lim_take(prefix, lkey, d, run_id, now)
+  local run_key = lim_key(prefix, lkey, 'run')
+  redis.call('SADD', run_key, run_id)
+  if d and d.rate > 0 then
+    local log_key = lim_key(prefix, lkey, 'log')
+    local at = string.format('%d', now)
+    redis.call('ZADD', log_key, at, run_id .. ' ' .. at)
+    redis.call('PEXPIRE', log_key, d.period)
+  end
+end
+
+-- Admit waiting runs of lkey in order while there is room: each takes its slot and is made due
+-- now in the retry set (claim.lua dispatches it).  A head held by the rate is made due when the
+-- window allows it (it stays in the waiting set too).  At most 1000 a call; every later ending
+-- admits more.  Returns how many were admitted.
+local function lim_promote(prefix, lkey, retry_key, now)
+  local wait_key = lim_key(prefix, lkey, 'wait')
+  local d = lim_def(prefix, lkey)
+  local moved = 0
+  while moved < 1000 do
+    local head = redis.call('ZRANGE', wait_key, 0, 0)[1]
+    if not head then
+      local limwait_key = lim_key(prefix, nil, 'limwait')
+      redis.call('SREM', limwait_key, lkey)
+      break
+    end
+    local ok, at = lim_room(prefix, lkey, d, now)
+    if not ok then
+      if at then redis.call('ZADD', retry_key, at, head) end
+      break
+    end
+    redis.call('ZREM', wait_key, head)
+    lim_take(prefix, lkey, d, head, now)
+    redis.call('ZADD', retry_key, now, head)
+    moved = moved + 1
+  end
+  return moved
+end
+
+-- Run run_id of lkey (scheduled at sched_ms) asks to start now: true if it holds a slot (taken
+-- here, or at its admission), else it waits in the key's set, the definition that holds it
+-- returned.  Runs start in the order of their scheduled times: with runs already waiting, this
+-- one queues among them.  The caller has taken run_id out of the retry set.
+local function lim_admit(prefix, lkey, run_id, sched_ms, retry_key, now)
+  local run_key = lim_key(prefix, lkey, 'run')
+  if redis.call('SISMEMBER', run_key, run_id) == 1 then return true end
+  local wait_key = lim_key(prefix, lkey, 'wait')
+  local d = lim_def(prefix, lkey)
+  if redis.call('EXISTS', wait_key) == 0 then
+    local ok, at = lim_room(prefix, lkey, d, now)
+    if ok then
+      lim_take(prefix, lkey, d, run_id, now)
+      return true
+    end
+    local limwait_key = lim_key(prefix, nil, 'limwait')
+    redis.call('ZADD', wait_key, sched_ms, run_id)
+    redis.call('SADD', limwait_key, lkey)
+    if at then redis.call('ZADD', retry_key, at, run_id) end
+    return false, d
+  end
+  redis.call('ZADD', wait_key, sched_ms, run_id)
+  lim_promote(prefix, lkey, retry_key, now)
+  if redis.call('SISMEMBER', run_key, run_id) == 1 then
+    redis.call('ZREM', retry_key, run_id)
+    return true
+  end
+  return false, d
+end
+
+-- Wake the dispatchers of this partition (channel keys.wake_channel(), 'rsched:wake', payload
+-- the partition number, as Client.op_wake sends): a run was made due now.
+local function lim_wake(prefix)
+  local store, partition = string.match(prefix, '^(.*):{p(%d+)')
+  redis.call('PUBLISH', store .. ':wake', partition)
+end
+
+-- Run run_id of lkey ends: its slot, if it holds one, is freed once, and the key's earliest
+-- waiting runs are admitted (the dispatchers woken).  Returns whether a slot was freed.
+local function lim_release(prefix, lkey, run_id, retry_key, now)
+  local run_key = lim_key(prefix, lkey, 'run')
+  if redis.call('SREM', run_key, run_id) == 0 then return false end
+  if lim_promote(prefix, lkey, retry_key, now) > 0 then lim_wake(prefix) end
+  return true
+end
+
+-- Run run_id of lkey ends without running (cancelled, abandoned, dead-lettered): out of the
+-- key's waiting set too, and its slot freed if it held one.
+local function lim_drop(prefix, lkey, run_id, retry_key, now)
+  local wait_key = lim_key(prefix, lkey, 'wait')
+  redis.call('ZREM', wait_key, run_id)
+  return lim_release(prefix, lkey, run_id, retry_key, now)
+end

@@ -1,0 +1,67 @@
+"""Limit definitions and per-key state in Redis (docs/limits.md): lua/limit.lua's call, one per
+partition, and the reads the service makes.  The global index ``keys.limits_index()`` is what
+listings read; each partition's copy is what the scripts read."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from rsched.core.limits import Limit
+from rsched.core.wire import as_text
+from rsched.rdb import keys
+from rsched.rdb.ops import Commands, Op, Scripts, cmd
+from rsched.rdb.scripts import Call
+
+
+def limit(p: int, name: str, packed: str) -> Call:
+    """lua/limit.lua on partition ``p``: store ``packed`` under ``name`` ('' deletes it)."""
+    return ("limit", [keys.limits(p), keys.retry(p), keys.limits_waiting(p)], [name, packed, 0])
+
+
+def op_write_limit(name: str, packed: str, partitions: int) -> Op[int]:
+    """Write (``packed`` '' deletes) a definition: the global index first, then every
+    partition's copy, each applied at once there.  Safe to repeat: a write cut short is
+    completed by the next.  Returns how many waiting runs it admitted."""
+    if packed:
+        index = cmd("hset", keys.limits_index(), name, packed)
+    else:
+        index = cmd("hdel", keys.limits_index(), name)
+    yield Commands([index], durable=True)
+    replies = yield Scripts([limit(p, name, packed) for p in range(partitions)], durable=True)
+    for r in replies:
+        if isinstance(r, Exception):
+            raise r
+    return sum(int(r) for r in replies)
+
+
+def op_limit(name: str) -> Op[Limit | None]:
+    """The definition stored under ``name`` (None: none)."""
+    (raw,) = yield Commands([cmd("hget", keys.limits_index(), name)])
+    return None if raw is None else Limit.unpacked(name, as_text(raw))
+
+
+def op_limits() -> Op[list[Limit]]:
+    """Every definition, by name."""
+    (raw,) = yield Commands([cmd("hgetall", keys.limits_index())])
+    return sorted((Limit.unpacked(as_text(k), as_text(v)) for k, v in raw.items()),
+                  key=lambda lim: lim.name)
+
+
+class KeyState(NamedTuple):
+    """One limit key's counts: runs holding a slot, runs waiting, starts in the rate window."""
+
+    in_flight: int
+    waiting: int
+    recent_starts: int
+
+
+def op_key_state(p: int, key: str, window_start_ms: int) -> Op[KeyState]:
+    """The counts of limit key ``key`` (in its partition ``p``); starts since
+    ``window_start_ms`` on Redis's clock."""
+    res: list[Any] = yield Commands([
+        cmd("scard", keys.limit_running(p, key)), cmd("zcard", keys.limit_waiting(p, key)),
+        cmd("zcount", keys.limit_log(p, key), f"({window_start_ms}", "+inf")])
+    return KeyState(int(res[0]), int(res[1]), int(res[2]))
+
+
+__all__ = ["KeyState", "limit", "op_key_state", "op_limit", "op_limits", "op_write_limit"]
