@@ -2,7 +2,8 @@
 16, and sync handlers (chaos_app's "sleep") that log each start and finish in order.
 
 The handlers' own log must never show more runs of one key at once than its limit, with and
-without a worker killed with -9 mid-run (its runs are reclaimed, the slot moving with them);
+without a worker and a dispatcher killed with -9 mid-run (the worker's runs are reclaimed, the
+slot moving with them);
 every run ends succeeded, the keys reach their limits (the slots are used), unkeyed jobs of the
 same queue run while the keys are saturated, and no slot is left in flight at the end.
 """
@@ -18,7 +19,7 @@ import pytest
 import redis
 from support import fleet as fleet_support
 from support.chaos_app import LOG
-from support.fleet import PARTITIONS, Fleet, run_state, schedule, started, wait_for
+from support.fleet import PARTITIONS, Fleet, events, run_state, schedule, started, wait_for
 
 from rsched import Client, JobSpec
 from rsched.core.ids import partition_for_key
@@ -58,6 +59,24 @@ def most_at_once(log: list[str], key_of: dict[str, str]) -> dict[str, int]:
     return dict(most)
 
 
+def admission_ms(evts: list[dict[str, str]], key_of: dict[str, str]) -> list[int]:
+    """For each run that waited (dispatched as its attempt 1 from the retry set, 'd'), the ms
+    from the latest end of a run of its key before it (the slot it got) to its dispatch,
+    sorted."""
+    ends: dict[str, list[int]] = defaultdict(list)
+    for e in evts:
+        if e["e"] == "succeeded" and e.get("j") in key_of:
+            ends[key_of[e["j"]]].append(int(e["t"]))
+    out = []
+    for e in evts:
+        if e["e"] == "dispatched" and e.get("j") in key_of and e.get("a", "1") == "1":
+            t = int(e["t"])
+            before = [x for x in ends[key_of[e["j"]]] if x <= t]
+            if before:
+                out.append(t - max(before))
+    return sorted(out)
+
+
 def left_in_flight(r: redis.Redis) -> dict[str, tuple[int, int]]:
     """Limit key -> (runs holding a slot, runs waiting), for keys with either."""
     out = {}
@@ -85,12 +104,14 @@ def run_fleet_with_limits(r: redis.Redis, fleet: Fleet, client: Client, kill: bo
     unkeyed = [j for j in jobs if not j.limit_key]
     t0 = time.monotonic()
     if kill:
-        # Mid-run: every key is saturated and w1 holds some of their runs.
+        # Mid-run: every key is saturated and w1 holds some of their runs; d1 goes too (its
+        # partitions' waiting runs are admitted by d2 once it takes them over).
         wait_for(lambda: r.llen(LOG) >= 12, 30, "runs to start", fleet)
         victim = workers["w1"]
         victim.send(signal.SIGKILL)
         victim.popen.wait(10)
         r.rpush(LOG, f"{KILLED} w1")
+        fleet.procs["d1"].send(signal.SIGKILL)
     # Unkeyed jobs do not wait behind the saturated keys (their own ~0.05 s runs, at once).
     wait_for(lambda: all(run_state(r, f"{j.id}@{j.next_ms}").get("state") == "succeeded"
                          for j in unkeyed), 30, "the unkeyed jobs to finish", fleet)
@@ -102,8 +123,19 @@ def run_fleet_with_limits(r: redis.Redis, fleet: Fleet, client: Client, kill: bo
     for key, limit in LIMITS.items():
         assert most[key] <= limit, (key, most)
         assert most[key] == limit, (key, most)  # the limit is used, not undercut
+    evts = events(r)
+    if kill:  # w1's runs were reclaimed, their slots with them
+        assert any(e["e"] == "reclaimed" and e.get("j") in key_of for e in evts)
+    waits = admission_ms(evts, key_of)
     # Nothing is left holding or waiting for a slot once everything has ended.
     wait_for(lambda: not left_in_flight(r), 10, "no slot left in flight", fleet)
+    print(f"limits fleet (kill={kill}): most at once {most}, unkeyed done in {unkeyed_s:.1f} s, "
+          f"freed slot to next dispatch p50 {waits[len(waits) // 2]} ms, max {waits[-1]} ms")
+    if kill:
+        return  # the killed worker's unkeyed runs wait for their reclaim too
+    # No polling: an ending wakes the dispatchers (a dispatcher asleep would take up to its
+    # 1 s idle sleep).  The bound is what a loaded test machine needs, not the 100 ms target.
+    assert waits and waits[len(waits) // 2] < 250, waits
     # Each key's 16 runs of 0.4 s take 3.2 s at 2 at once: the unkeyed ones, on the same queue
     # and workers, all finish before half of a saturated key's runs have started.
     unkeyed_ids = {j.id for j in unkeyed}
@@ -111,7 +143,6 @@ def run_fleet_with_limits(r: redis.Redis, fleet: Fleet, client: Client, kill: bo
                        if line.split()[0].rsplit("@", 1)[0] in unkeyed_ids)
     a_starts = [i for i, line in enumerate(log) if line.endswith(" start")
                 and key_of.get(line.split()[0].rsplit("@", 1)[0]) == "tenant-a"]
-    print(f"limits fleet (kill={kill}): most at once {most}, unkeyed done in {unkeyed_s:.1f} s")
     assert last_unkeyed < a_starts[PER_KEY // 2], (last_unkeyed, a_starts)
 
 
@@ -123,7 +154,7 @@ def test_no_key_ever_runs_more_than_its_limit_across_two_dispatchers_and_three_w
 
 
 @pytest.mark.timeout(240)
-def test_no_key_runs_more_than_its_limit_when_a_worker_is_killed_mid_run(
+def test_no_key_runs_more_than_its_limit_when_a_worker_and_a_dispatcher_are_killed_mid_run(
     r: redis.Redis, fleet: Fleet, client: Client
 ) -> None:
     run_fleet_with_limits(r, fleet, client, kill=True)
