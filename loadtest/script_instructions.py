@@ -10,8 +10,9 @@ figure is Redis's instructions for those calls alone, divided by the jobs or run
 A complete call with no runs gives the script's fixed cost per call (its setup), which small
 batches pay per run.  Run the scripts of another checkout with --code DIR (before/after pairs
 on the same inputs); --keep DIR keeps each callgrind dump there, named after its row, for
-`callgrind_annotate --inclusive=yes` (where a script's instructions go).  Prints a table, then
-a last line of JSON.
+`callgrind_annotate --inclusive=yes` (where a script's instructions go).  --limit-key gives
+every job a limit key under a concurrency limit it never reaches (the cost of the check alone):
+each its own key of one family, or one shared key.  Prints a table, then a last line of JSON.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ ap.add_argument("--port", type=int, default=7391)
 ap.add_argument("--text", default="null", help="each run's result as the worker sends it")
 ap.add_argument("--keep", type=Path, default=None,
                 help="keep the callgrind dumps in this folder, one per row")
+ap.add_argument("--limit-key", choices=("none", "distinct", "one"), default="none",
+                help="give every job a limit key under a concurrency limit it never reaches: "
+                     "its own (distinct: the family k-*) or one shared key (one); checkouts "
+                     "without limits take only none")
 A = ap.parse_args()
 sys.path.insert(0, str(A.code.resolve()))
 
@@ -131,8 +136,13 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
     client = Client(settings=s)
     now = int(time.time() * 1000)
     run_at = now + 3_600_000
-    jobs = client.schedule_many([JobSpec(type="noop", run_at=run_at, idempotency_key=k)
-                                 for k in ids_in_partition(JOBS)])
+    names = ids_in_partition(JOBS)
+    kw: list[dict[str, Any]] = [{} for _ in names]
+    if A.limit_key != "none":  # a limit no job reaches: the cost of the check, not of waiting
+        kw = [{"limit_key": k if A.limit_key == "distinct" else names[0]} for k in names]
+        client.set_limit("k-*" if A.limit_key == "distinct" else names[0], concurrency=10 * JOBS)
+    jobs = client.schedule_many([JobSpec(type="noop", run_at=run_at, idempotency_key=k, **x)
+                                 for k, x in zip(names, kw, strict=True)])
     assert not any(isinstance(j, Exception) for j in jobs), jobs[:2]
     client.close()
     stream = keys.stream(P, "default")
@@ -206,7 +216,7 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
 def print_results(res: dict[str, float]) -> None:
     for name, v in res.items():
         print(f"{name:36s} {v / 1000:8.1f}k")
-    print(json.dumps({"code": str(A.code), "text": A.text,
+    print(json.dumps({"code": str(A.code), "text": A.text, "limit_key": A.limit_key,
                       "instructions": {k: round(v) for k, v in res.items()}}))
 
 

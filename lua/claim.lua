@@ -143,7 +143,7 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, jtype, queue, s
     end
   end
   if lkey then
-    local ok, d = lim_admit(prefix, lkey, run_id, string.match(run_id, '@(%d+)$'), retry_key, now)
+    local ok, d = lim_admit(prefix, lkey, run_id, retry_key, now, true)
     if not ok then
       redis.call('HSET', job_key, J.next_ms, '0', J.own_run, run_id, OWN.attempt, '0',
                  OWN.state, 'waiting', OWN.waiting, d and d.name or '')
@@ -269,8 +269,7 @@ for i = 1, n do
                'ty', jtype, 'q', queue, 'err', why)
           skipped = skipped + 1
         end
-      elseif fire ~= '0' and lkey and not lim_admit(prefix, lkey, run_id,
-                                                    string.match(run_id, '@(%d+)$'), retry_key, now) then
+      elseif fire ~= '0' and lkey and not lim_admit(prefix, lkey, run_id, retry_key, now, true) then
         -- Held by its limit (include limits): the run waits, no attempt spent.
         local d = lim_def(prefix, lkey)
         redis.call('HSET', run_key, 'attempt', '0', 'state', 'waiting', 'waiting', d and d.name or '',
@@ -364,8 +363,7 @@ for i = 1, n do
         release_active(job_key, retry_key, run_id, now)
         if lkey then lim_drop(prefix, lkey, run_id, retry_key, now) end
         skipped = skipped + 1
-      elseif lkey and not lim_admit(prefix, lkey, run_id, string.match(run_id, '@(%d+)$'),
-                                    retry_key, now) then
+      elseif lkey and not lim_admit(prefix, lkey, run_id, retry_key, now, false) then
         -- Held by its limit (include limits): it waits, its attempt count unchanged.
         if state ~= 'waiting' then
           local d = lim_def(prefix, lkey)

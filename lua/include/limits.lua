@@ -5,8 +5,10 @@
 -- once it has read the job hashes.  They all carry the partition's hash tag, so the script stays
 -- on one Cluster slot (tests/redis/test_scripts.py allows lim_key and lim_prefix, nothing else).
 --   <prefix>:limits          HASH  definition name -> 'concurrency rate period_ms' (0 = none,
---                                  core.limits.Limit.packed); field '' -> the family names,
---                                  '\n'-joined, longest first (core.limits.families_text)
+--                                  core.limits.Limit.packed): every family, and the keys of
+--                                  this partition that have their own; field '' -> how many
+--                                  such keys, then every family as a '<name>\t<packed>' line,
+--                                  longest name first
 --   <prefix>:lim:<key>:run   SET   run ids holding one of the key's slots (kept for every
 --                                  keyed run, defined or not, so a new definition counts them)
 --   <prefix>:lim:<key>:wait  ZSET  run id -> scheduled ms: runs waiting for the key, in order
@@ -32,39 +34,50 @@ local function lim_key(prefix, lkey, kind)
 end
 
 -- The definition that applies to lkey: {name, conc, rate, period} or false (none), read once
--- per key and call.
-local LIM_DEFS = {}
+-- per key and call; the family list (field '') once per call.
+local LIM_DEFS, LIM_FAMS, LIM_EXACT = {}, nil, true
+local function lim_parse(name, text)
+  local c, r, p = string.match(text, '^(%d+) (%d+) (%d+)$')
+  return {name = name, conc = tonumber(c), rate = tonumber(r), period = tonumber(p)}
+end
 local function lim_def(prefix, lkey)
   local d = LIM_DEFS[lkey]
   if d ~= nil then return d end
   local limits_key = lim_key(prefix, nil, 'limits')
-  local v = redis.call('HMGET', limits_key, lkey, '')
-  local name, text = lkey, v[1]
-  if not text and v[2] then
-    for fam in string.gmatch(v[2], '[^\n]+') do
-      if string.sub(lkey, 1, #fam - 1) == string.sub(fam, 1, -2) then
-        name, text = fam, redis.call('HGET', limits_key, fam)
-        break
-      end
+  local text
+  if not LIM_FAMS then
+    local v = redis.call('HMGET', limits_key, lkey, '')
+    text, LIM_FAMS = v[1], {}
+    -- A first line '<n>' (the keys of this partition with a definition of their own), then
+    -- '<family name>\t<packed>' lines, longest name first (lua/limit.lua writes them).
+    local head, fams = string.match(v[2] or '0', '^(%d+)(.*)$')
+    LIM_EXACT = head ~= '0'
+    for name, packed in string.gmatch(fams, '([^\t\n]+)\t([^\n]+)') do
+      LIM_FAMS[#LIM_FAMS + 1] = {string.sub(name, 1, -2), lim_parse(name, packed)}
     end
+  elseif LIM_EXACT then
+    text = redis.call('HGET', limits_key, lkey)
   end
   d = false
   if text then
-    local c, r, p = string.match(text, '^(%d+) (%d+) (%d+)$')
-    d = {name = name, conc = tonumber(c), rate = tonumber(r), period = tonumber(p)}
+    d = lim_parse(lkey, text)
+  else
+    for _, fam in ipairs(LIM_FAMS) do
+      if string.find(lkey, fam[1], 1, true) == 1 then  -- a prefix of it (no substring made)
+        d = fam[2]
+        break
+      end
+    end
   end
   LIM_DEFS[lkey] = d
   return d
 end
 
--- Whether one more run of lkey may start now; if not and the rate is what holds it, the ms at
--- which the window lets the next one start.
-local function lim_room(prefix, lkey, d, now)
+-- Whether one more run of lkey (its slots in run_key) may start now; if not and the rate is
+-- what holds it, the ms at which the window lets the next one start.
+local function lim_room(prefix, lkey, run_key, d, now)
   if not d then return true end
-  if d.conc > 0 then
-    local run_key = lim_key(prefix, lkey, 'run')
-    if redis.call('SCARD', run_key) >= d.conc then return false end
-  end
+  if d.conc > 0 and redis.call('SCARD', run_key) >= d.conc then return false end
   if d.rate > 0 then
     local log_key = lim_key(prefix, lkey, 'log')
     redis.call('ZREMRANGEBYSCORE', log_key, '-inf', now - d.period)
@@ -76,8 +89,7 @@ local function lim_room(prefix, lkey, d, now)
   return true
 end
 
-local function lim_take(prefix, lkey, d, run_id, now)
-  local run_key = lim_key(prefix, lkey, 'run')
+local function lim_take(prefix, lkey, run_key, d, run_id, now)
   redis.call('SADD', run_key, run_id)
   if d and d.rate > 0 then
     local log_key = lim_key(prefix, lkey, 'log')
@@ -93,6 +105,7 @@ end
 -- admits more.  Returns how many were admitted.
 local function lim_promote(prefix, lkey, retry_key, now)
   local wait_key = lim_key(prefix, lkey, 'wait')
+  local run_key = lim_key(prefix, lkey, 'run')
   local d = lim_def(prefix, lkey)
   local moved = 0
   while moved < 1000 do
@@ -102,41 +115,53 @@ local function lim_promote(prefix, lkey, retry_key, now)
       redis.call('SREM', limwait_key, lkey)
       break
     end
-    local ok, at = lim_room(prefix, lkey, d, now)
+    local ok, at = lim_room(prefix, lkey, run_key, d, now)
     if not ok then
       if at then redis.call('ZADD', retry_key, at, head) end
       break
     end
     redis.call('ZREM', wait_key, head)
-    lim_take(prefix, lkey, d, head, now)
+    lim_take(prefix, lkey, run_key, d, head, now)
     redis.call('ZADD', retry_key, now, head)
     moved = moved + 1
   end
   return moved
 end
 
--- Run run_id of lkey (scheduled at sched_ms) asks to start now: true if it holds a slot (taken
--- here, or at its admission), else it waits in the key's set, the definition that holds it
--- returned.  Runs start in the order of their scheduled times: with runs already waiting, this
--- one queues among them.  The caller has taken run_id out of the retry set.
-local function lim_admit(prefix, lkey, run_id, sched_ms, retry_key, now)
+-- Run run_id of lkey (scheduled at the time its id ends with) asks to start now: true if it holds a slot (taken
+-- here, or at its admission: fresh is false for a run that may have been admitted before, one
+-- from the retry set), else it waits in the key's set, the definition that holds it returned.
+-- Runs start in the order of their scheduled times: with runs already waiting, this one queues
+-- among them.  Under a concurrency limit alone, room means nobody waits (every ending and every
+-- change admits waiters while there is room), so only a rate asks for the waiting set.  The
+-- caller has taken run_id out of the retry set.
+local function lim_admit(prefix, lkey, run_id, retry_key, now, fresh)
   local run_key = lim_key(prefix, lkey, 'run')
-  if redis.call('SISMEMBER', run_key, run_id) == 1 then return true end
-  local wait_key = lim_key(prefix, lkey, 'wait')
+  if not fresh and redis.call('SISMEMBER', run_key, run_id) == 1 then return true end
   local d = lim_def(prefix, lkey)
-  if redis.call('EXISTS', wait_key) == 0 then
-    local ok, at = lim_room(prefix, lkey, d, now)
+  if not d then  -- unlimited, but counted: a definition made later counts its runs
+    redis.call('SADD', run_key, run_id)
+    return true
+  end
+  local wait_key = lim_key(prefix, lkey, 'wait')
+  if d.rate == 0 or redis.call('EXISTS', wait_key) == 0 then
+    local ok, at = false, nil
+    if d.rate == 0 then  -- the usual case, written out: two commands
+      ok = redis.call('SCARD', run_key) < d.conc
+    else
+      ok, at = lim_room(prefix, lkey, run_key, d, now)
+    end
     if ok then
-      lim_take(prefix, lkey, d, run_id, now)
+      lim_take(prefix, lkey, run_key, d, run_id, now)
       return true
     end
     local limwait_key = lim_key(prefix, nil, 'limwait')
-    redis.call('ZADD', wait_key, sched_ms, run_id)
+    redis.call('ZADD', wait_key, string.match(run_id, '@(%d+)$'), run_id)
     redis.call('SADD', limwait_key, lkey)
     if at then redis.call('ZADD', retry_key, at, run_id) end
     return false, d
   end
-  redis.call('ZADD', wait_key, sched_ms, run_id)
+  redis.call('ZADD', wait_key, string.match(run_id, '@(%d+)$'), run_id)
   lim_promote(prefix, lkey, retry_key, now)
   if redis.call('SISMEMBER', run_key, run_id) == 1 then
     redis.call('ZREM', retry_key, run_id)
@@ -157,7 +182,10 @@ end
 local function lim_release(prefix, lkey, run_id, retry_key, now)
   local run_key = lim_key(prefix, lkey, 'run')
   if redis.call('SREM', run_key, run_id) == 0 then return false end
-  if lim_promote(prefix, lkey, retry_key, now) > 0 then lim_wake(prefix) end
+  local wait_key = lim_key(prefix, lkey, 'wait')
+  if redis.call('EXISTS', wait_key) == 1 and lim_promote(prefix, lkey, retry_key, now) > 0 then
+    lim_wake(prefix)
+  end
   return true
 end
 

@@ -143,11 +143,10 @@ def body_of(limit: Limit) -> dict[str, Any]:
     return {"name": limit.name, "concurrency": limit.concurrency, "rate": rate}
 
 
-def families_text(names: Iterable[str]) -> str:
-    """The partitions' family list (lua/include/limits.lua reads it): family names, longest
-    first, so the first whose prefix a key starts with is the longest; '\n'-joined."""
-    fams = sorted((n for n in names if n.endswith(FAMILY)), key=lambda n: (-len(n), n))
-    return "\n".join(fams)
+def families(names: Iterable[str]) -> list[str]:
+    """The family names among ``names``, longest first (then by name), the order lua/limit.lua
+    keeps them in: the first whose prefix a key starts with is the longest."""
+    return sorted((n for n in names if n.endswith(FAMILY)), key=lambda n: (-len(n), n))
 
 
 def resolve(key: str, names: Iterable[str]) -> str | None:
@@ -156,11 +155,8 @@ def resolve(key: str, names: Iterable[str]) -> str | None:
     names = set(names)
     if key in names:
         return key
-    for fam in families_text(names).split("\n"):
-        if fam and key.startswith(fam[:-1]):
-            return fam
-    return None
+    return next((fam for fam in families(names) if key.startswith(fam[:-1])), None)
 
 
-__all__ = ["FAMILY", "Limit", "body_of", "check_key", "check_name", "families_text", "limit_of",
+__all__ = ["FAMILY", "Limit", "body_of", "check_key", "check_name", "families", "limit_of",
            "period_ms_of", "rate_of_text", "resolve"]

@@ -1,12 +1,14 @@
 """Limit definitions and per-key state in Redis (docs/limits.md): lua/limit.lua's call, one per
-partition, and the reads the service makes.  The global index ``keys.limits_index()`` is what
-listings read; each partition's copy is what the scripts read."""
+partition written, and the reads the service makes.  The global index ``keys.limits_index()`` is
+what listings read; the partitions' copies (every family in every partition, a key's own
+definition in its key's partition) are what the scripts read."""
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from rsched.core.limits import Limit
+from rsched.core.ids import partition_for_key
+from rsched.core.limits import FAMILY, Limit
 from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.ops import Commands, Op, Scripts, cmd
@@ -19,15 +21,17 @@ def limit(p: int, name: str, packed: str) -> Call:
 
 
 def op_write_limit(name: str, packed: str, partitions: int) -> Op[int]:
-    """Write (``packed`` '' deletes) a definition: the global index first, then every
-    partition's copy, each applied at once there.  Safe to repeat: a write cut short is
-    completed by the next.  Returns how many waiting runs it admitted."""
+    """Write (``packed`` '' deletes) a definition: the global index first, then the copy of
+    every partition a family applies in (all), or of the one partition a key lives in, each
+    applied at once there.  Safe to repeat: a write cut short is completed by the next.
+    Returns how many waiting runs it admitted."""
     if packed:
         index = cmd("hset", keys.limits_index(), name, packed)
     else:
         index = cmd("hdel", keys.limits_index(), name)
     yield Commands([index], durable=True)
-    replies = yield Scripts([limit(p, name, packed) for p in range(partitions)], durable=True)
+    parts = range(partitions) if name.endswith(FAMILY) else [partition_for_key(name, partitions)]
+    replies = yield Scripts([limit(p, name, packed) for p in parts], durable=True)
     for r in replies:
         if isinstance(r, Exception):
             raise r

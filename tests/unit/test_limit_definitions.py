@@ -12,7 +12,7 @@ from rsched.core.limits import (
     Limit,
     body_of,
     check_key,
-    families_text,
+    families,
     limit_of,
     rate_of_text,
     resolve,
@@ -104,7 +104,7 @@ def test_a_key_takes_its_own_definition_else_the_longest_family_prefix(
 
 def test_a_key_with_no_definition_and_no_family_runs_unlimited() -> None:
     assert resolve("other", ["tenant-*", "api"]) is None
-    assert families_text(NAMES) == "tenant-vip-*\ntenant-*\n*"
+    assert families(NAMES) == ["tenant-vip-*", "tenant-*", "*"]
 
 
 @pytest.mark.parametrize(
