@@ -347,3 +347,39 @@ def test_rate_limited_puts_the_run_back_without_spending_an_attempt(
     run = client.get_run(rid)
     # max_attempts 1, yet it ran a second time: the deferral spent no attempt.
     assert (run.state, run.attempt) == (RunState.SUCCEEDED, 1)
+
+
+def test_a_start_deadline_expiry_and_a_handler_wait_dead_letter_free_their_slots(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    client.set_limit("late", concurrency=1)
+    client.set_limit("orphan", concurrency=1)
+    now = redis_now_ms(r)
+    clock.ms = now + 10  # every one due
+    (late,) = limited(client, "late", 1, now - 1000, start_deadline_ms=1500)
+    (after_late,) = limited(client, "late", 1, now)
+    (orphan,) = limited(client, "orphan", 1, now, "nobody-home")
+    (after_orphan,) = limited(client, "orphan", 1, now + 1)
+
+    async def scenario() -> None:
+        async with Rig(redis_url, limits_app(), clock=clock, worker_kw={
+                "handler_wait_s": 1.0, "visibility_ms": 1500, "heartbeat_ms": 500}) as rig:
+            assert (await rig.claim()).dispatched == 2  # late and orphan; the others wait
+            await asyncio.sleep(0.8)  # late is past runAt + 1.5 s when its worker asks
+            for _ in range(20):
+                await rig.fetch()
+                await rig.worker.handback.settle()
+                if client.get_run(late).state is RunState.DEAD:
+                    break
+            assert in_flight(r, "late") == {after_late}  # expire.lua freed it
+            await asyncio.sleep(1.8)  # the handler wait, and the set-aside entry idle again
+            for _ in range(40):
+                await rig.worker.reclaim_once()
+                if client.get_run(orphan).state is RunState.DEAD:
+                    break
+                await asyncio.sleep(0.1)
+            assert in_flight(r, "orphan") == {after_orphan}  # park.lua freed it
+
+    asyncio.run(scenario())
+    assert client.get_run(late).error == "missed start deadline"
+    assert (client.get_run(orphan).error or "").startswith("no live worker serves type")
