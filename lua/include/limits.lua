@@ -99,10 +99,13 @@ local function lim_take(prefix, lkey, run_key, d, run_id, now)
   end
 end
 
--- Admit waiting runs of lkey in order while there is room: each takes its slot and is made due
--- now in the retry set (claim.lua dispatches it).  A head held by the rate is made due when the
--- window allows it (it stays in the waiting set too).  At most 1000 a call; every later ending
--- admits more.  Returns how many were admitted.
+-- Admit waiting runs of lkey in order while there is room.  Without a rate, each takes its slot
+-- and is made due now in the retry set (claim.lua dispatches it holding the slot); at most 1000
+-- a call, every later ending admits more.  With a rate, a start is logged when its run is
+-- dispatched (the window counts dispatches on Redis's clock, not admissions a round earlier):
+-- only the head is made due, now if there is room, else when the window lets it start (a head
+-- held by the concurrency waits for an ending); the claim that dispatches it makes the next one
+-- due.  Returns how many runs it made due now (the caller wakes the dispatchers).
 local function lim_promote(prefix, lkey, retry_key, now)
   local wait_key = lim_key(prefix, lkey, 'wait')
   local run_key = lim_key(prefix, lkey, 'run')
@@ -120,21 +123,22 @@ local function lim_promote(prefix, lkey, retry_key, now)
       if at then redis.call('ZADD', retry_key, at, head) end
       break
     end
-    redis.call('ZREM', wait_key, head)
-    lim_take(prefix, lkey, run_key, d, head, now)
     redis.call('ZADD', retry_key, now, head)
     moved = moved + 1
+    if d and d.rate > 0 then break end
+    redis.call('ZREM', wait_key, head)
+    lim_take(prefix, lkey, run_key, d, head, now)
   end
   return moved
 end
 
--- Run run_id of lkey (scheduled at the time its id ends with) asks to start now: true if it holds a slot (taken
--- here, or at its admission: fresh is false for a run that may have been admitted before, one
--- from the retry set), else it waits in the key's set, the definition that holds it returned.
--- Runs start in the order of their scheduled times: with runs already waiting, this one queues
--- among them.  Under a concurrency limit alone, room means nobody waits (every ending and every
--- change admits waiters while there is room), so only a rate asks for the waiting set.  The
--- caller has taken run_id out of the retry set.
+-- Run run_id of lkey (scheduled at the time its id ends with) asks to start now: true if it
+-- holds a slot (taken here, or at its admission: fresh is false for a run that may have been
+-- admitted before, one from the retry set), else it waits in the key's set, the definition that
+-- holds it returned.  Runs start in the order of their scheduled times: with runs already
+-- waiting, this one queues among them.  Under a concurrency limit alone, room means nobody
+-- waits (every ending and every change admits waiters while there is room), so only a rate
+-- asks for the waiting set.  The caller has taken run_id out of the retry set.
 local function lim_admit(prefix, lkey, run_id, retry_key, now, fresh)
   local run_key = lim_key(prefix, lkey, 'run')
   if not fresh and redis.call('SISMEMBER', run_key, run_id) == 1 then return true end
@@ -144,28 +148,34 @@ local function lim_admit(prefix, lkey, run_id, retry_key, now, fresh)
     return true
   end
   local wait_key = lim_key(prefix, lkey, 'wait')
-  if d.rate == 0 or redis.call('EXISTS', wait_key) == 0 then
-    local ok, at = false, nil
-    if d.rate == 0 then  -- the usual case, written out: two commands
-      ok = redis.call('SCARD', run_key) < d.conc
-    else
-      ok, at = lim_room(prefix, lkey, run_key, d, now)
-    end
-    if ok then
-      lim_take(prefix, lkey, run_key, d, run_id, now)
-      return true
-    end
-    local limwait_key = lim_key(prefix, nil, 'limwait')
-    redis.call('ZADD', wait_key, string.match(run_id, '@(%d+)$'), run_id)
-    redis.call('SADD', limwait_key, lkey)
-    if at then redis.call('ZADD', retry_key, at, run_id) end
-    return false, d
+  local first = true  -- no run waits ahead of it
+  if d.rate > 0 then
+    local head = redis.call('ZRANGE', wait_key, 0, 0, 'WITHSCORES')
+    first = not head[1] or head[1] == run_id
+      or tonumber(string.match(run_id, '@(%d+)$')) < tonumber(head[2])
   end
-  redis.call('ZADD', wait_key, string.match(run_id, '@(%d+)$'), run_id)
-  lim_promote(prefix, lkey, retry_key, now)
-  if redis.call('SISMEMBER', run_key, run_id) == 1 then
-    redis.call('ZREM', retry_key, run_id)
+  local ok, at = false, nil
+  if not first then
+    ok = false
+  elseif d.rate == 0 then  -- the usual case, written out: two commands
+    ok = redis.call('SCARD', run_key) < d.conc
+  else
+    ok, at = lim_room(prefix, lkey, run_key, d, now)
+  end
+  if ok then
+    lim_take(prefix, lkey, run_key, d, run_id, now)
+    if d.rate > 0 and redis.call('ZREM', wait_key, run_id) == 1 then
+      lim_promote(prefix, lkey, retry_key, now)  -- the next one's turn
+    end
     return true
+  end
+  local limwait_key = lim_key(prefix, nil, 'limwait')
+  redis.call('ZADD', wait_key, string.match(run_id, '@(%d+)$'), run_id)
+  redis.call('SADD', limwait_key, lkey)
+  if at then
+    redis.call('ZADD', retry_key, at, run_id)  -- the head, held by the rate
+  elseif not first then
+    lim_promote(prefix, lkey, retry_key, now)  -- the head's turn, if there is room
   end
   return false, d
 end

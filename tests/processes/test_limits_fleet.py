@@ -19,7 +19,16 @@ import pytest
 import redis
 from support import fleet as fleet_support
 from support.chaos_app import LOG
-from support.fleet import PARTITIONS, Fleet, events, run_state, schedule, started, wait_for
+from support.fleet import (
+    PARTITIONS,
+    Fleet,
+    Proc,
+    events,
+    run_state,
+    schedule,
+    started,
+    wait_for,
+)
 
 from rsched import Client, JobSpec
 from rsched.core.ids import partition_for_key
@@ -59,6 +68,16 @@ def most_at_once(log: list[str], key_of: dict[str, str]) -> dict[str, int]:
     return dict(most)
 
 
+def running_keyed(r: redis.Redis, key_of: dict[str, str]) -> str | None:
+    """A worker (not the last one standing) that has a keyed run started and not finished."""
+    open_runs: dict[str, set[str]] = defaultdict(set)
+    for line in (x.decode() for x in cast(list[bytes], r.lrange(LOG, 0, -1))):
+        run_id, _, worker, what = line.split()
+        if run_id.rsplit("@", 1)[0] in key_of:
+            (open_runs[worker].add if what == "start" else open_runs[worker].discard)(run_id)
+    return next((w for w, runs in sorted(open_runs.items()) if runs), None)
+
+
 def admission_ms(evts: list[dict[str, str]], key_of: dict[str, str]) -> list[int]:
     """For each run that waited (dispatched as its attempt 1 from the retry set, 'd'), the ms
     from the latest end of a run of its key before it (the slot it got) to its dispatch,
@@ -88,12 +107,18 @@ def left_in_flight(r: redis.Redis) -> dict[str, tuple[int, int]]:
     return out
 
 
-def run_fleet_with_limits(r: redis.Redis, fleet: Fleet, client: Client, kill: bool) -> None:
+def start_fleet(r: redis.Redis, fleet: Fleet) -> dict[str, Proc]:
+    """Two dispatchers and three workers at concurrency 16, started; the workers by name."""
     names = ["d1", "d2", "w1", "w2", "w3"]
     fleet.dispatcher("d1")
     fleet.dispatcher("d2")
     workers = {w: fleet.worker(w, concurrency=16) for w in names[2:]}
     wait_for(lambda: started(r, names), 60, "processes to start", fleet)
+    return workers
+
+
+def run_fleet_with_limits(r: redis.Redis, fleet: Fleet, client: Client, kill: bool) -> None:
+    workers = start_fleet(r, fleet)
     client.set_limit("tenant-*", concurrency=2)
     client.set_limit("tenant-vip", concurrency=4)
     specs = [JobSpec("sleep", {"sleeps": [SLEEP_S]}, limit_key=key)
@@ -104,13 +129,13 @@ def run_fleet_with_limits(r: redis.Redis, fleet: Fleet, client: Client, kill: bo
     unkeyed = [j for j in jobs if not j.limit_key]
     t0 = time.monotonic()
     if kill:
-        # Mid-run: every key is saturated and w1 holds some of their runs; d1 goes too (its
-        # partitions' waiting runs are admitted by d2 once it takes them over).
-        wait_for(lambda: r.llen(LOG) >= 12, 30, "runs to start", fleet)
-        victim = workers["w1"]
+        # Mid-run: a worker running keyed runs is killed; d1 goes too (its partitions' waiting
+        # runs are admitted by d2 once it takes them over).
+        name = wait_for(lambda: running_keyed(r, key_of), 30, "keyed runs to start", fleet)
+        victim = workers[name]
         victim.send(signal.SIGKILL)
         victim.popen.wait(10)
-        r.rpush(LOG, f"{KILLED} w1")
+        r.rpush(LOG, f"{KILLED} {name}")
         fleet.procs["d1"].send(signal.SIGKILL)
     # Unkeyed jobs do not wait behind the saturated keys (their own ~0.05 s runs, at once).
     wait_for(lambda: all(run_state(r, f"{j.id}@{j.next_ms}").get("state") == "succeeded"
@@ -158,3 +183,31 @@ def test_no_key_runs_more_than_its_limit_when_a_worker_and_a_dispatcher_are_kill
     r: redis.Redis, fleet: Fleet, client: Client
 ) -> None:
     run_fleet_with_limits(r, fleet, client, kill=True)
+
+
+RATE, PERIOD_S, BACKLOG = 5, 1, 60
+
+
+@pytest.mark.timeout(240)
+def test_a_rate_limit_never_lets_more_start_in_any_window_and_keeps_up_with_its_rate(
+    r: redis.Redis, fleet: Fleet, client: Client
+) -> None:
+    """A sliding window on Redis's clock: at most 5 dispatches of the key in any 1 s (neither
+    fixed buckets nor a bucket that lets 10 through around an edge); with a backlog of 60,
+    at least 90% of the rate over 10 s."""
+    start_fleet(r, fleet)
+    client.set_limit("paid-api", rate=(RATE, PERIOD_S))
+    jobs = schedule(client, [JobSpec("sleep", {"sleeps": [0.02]}, limit_key="paid-api")
+                             for _ in range(BACKLOG)])
+    wait_for(lambda: all(run_state(r, f"{j.id}@{j.next_ms}").get("state") == "succeeded"
+                         for j in jobs), 60, "every run to succeed", fleet)
+    ids = {j.id for j in jobs}
+    at = sorted(int(e["t"]) for e in events(r) if e["e"] == "dispatched" and e.get("j") in ids)
+    assert len(at) == BACKLOG  # each dispatched once: waiting spent no attempt
+    window = PERIOD_S * 1000
+    most = max(sum(1 for t in at[i:] if t < s + window) for i, s in enumerate(at))
+    in_10s = sum(1 for t in at if t < at[0] + 10 * window)
+    print(f"rate fleet: most in any {window} ms: {most}; in the first 10 s: {in_10s} "
+          f"(rate {RATE * 10})")
+    assert most <= RATE, [t - at[0] for t in at]
+    assert in_10s >= 0.9 * RATE * 10, at
