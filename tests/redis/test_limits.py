@@ -15,6 +15,7 @@ from support.helpers import ManualClock, Rig, all_jobs, keys_in_partition, redis
 from support.worker import fast_reclaim, gated_app
 
 from rsched import App, Client, JobContext, JobSpec, RateLimited, RunState
+from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.core.ids import partition_for_key
 from rsched.core.wire import as_text
@@ -40,6 +41,17 @@ def limits_app() -> App:
             deferred.add(ctx.run_id)
             raise RateLimited(retry_after=5)
         return "ok"
+
+    @app.job("busy-sync")
+    def busy_sync(ctx: JobContext) -> str:
+        if ctx.run_id not in deferred:
+            deferred.add(ctx.run_id)
+            raise RateLimited(retry_after=5)
+        return "ok"
+
+    @app.job("always-429")
+    def always(ctx: JobContext) -> None:
+        raise RateLimited(retry_after=0)
 
     return app
 
@@ -321,11 +333,12 @@ def test_a_recurring_jobs_occurrence_waits_too_and_runs_as_its_attempt_1(
     assert client.get_run(blocker).state is RunState.SUCCEEDED
 
 
+@pytest.mark.parametrize("jtype", ["busy", "busy-sync"])
 def test_rate_limited_puts_the_run_back_without_spending_an_attempt(
-    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock, jtype: str
 ) -> None:
     client.set_limit("down", concurrency=1)
-    (rid,) = limited(client, "down", 1, clock() - 100, "busy", max_attempts=1)
+    (rid,) = limited(client, "down", 1, clock() - 100, jtype, max_attempts=1)
 
     async def scenario() -> None:
         async with Rig(redis_url, limits_app(), clock=clock) as rig:
@@ -383,3 +396,27 @@ def test_a_start_deadline_expiry_and_a_handler_wait_dead_letter_free_their_slots
     asyncio.run(scenario())
     assert client.get_run(late).error == "missed start deadline"
     assert (client.get_run(orphan).error or "").startswith("no live worker serves type")
+
+
+def test_a_handler_that_always_raises_rate_limited_ends_in_the_dead_letters(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """Each RateLimited spends no attempt, up to defaults.MAX_DEFERRALS a run; the next one is
+    a failed attempt, so maxAttempts (here 1) ends the run."""
+    job = client.schedule("always-429", run_at=clock() - 100, max_attempts=1)
+    rid = f"{job.id}@{job.next_ms}"
+
+    async def scenario() -> None:
+        async with Rig(redis_url, limits_app(), clock=clock) as rig:
+            for n in range(defaults.MAX_DEFERRALS + 1):
+                if n:  # the first went straight to its queue (schedule.lua)
+                    catch_up(r, clock)
+                    assert (await rig.claim()).dispatched == 1, n
+                await run_all(rig, 1)
+                if n < defaults.MAX_DEFERRALS:
+                    assert client.get_run(rid).state is RunState.RETRY_WAIT, n
+
+    asyncio.run(scenario())
+    run = client.get_run(rid)
+    assert (run.state, run.attempt) == (RunState.DEAD, 1)
+    assert f"deferred {defaults.MAX_DEFERRALS} times" in (run.error or "")
