@@ -9,7 +9,6 @@ import asyncio
 from collections import defaultdict
 
 import pytest
-import redis
 from support.helpers import keys_in_partition, run_engine
 from support.redis_server import RedisCluster
 
@@ -23,11 +22,8 @@ NO_WAIT: dict[str, object] = {"wait_replicas": 0}  # the test cluster has no rep
 
 @pytest.fixture()
 def url(cluster: RedisCluster) -> str:
-    for node in cluster.nodes:
-        with redis.Redis(port=node.port) as r:
-            r.flushall()
-            r.script_flush()
-    return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in cluster.nodes[:2])
+    cluster.flushall()
+    return cluster.cluster_url
 
 
 def test_each_key_of_a_family_is_limited_on_its_own_across_every_master(url: str) -> None:
