@@ -12,7 +12,9 @@ batches pay per run.  Run the scripts of another checkout with --code DIR (befor
 on the same inputs); --keep DIR keeps each callgrind dump there, named after its row, for
 `callgrind_annotate --inclusive=yes` (where a script's instructions go).  --limit-key gives
 every job a limit key under a concurrency limit it never reaches (the cost of the check alone):
-each its own key of one family, or one shared key.  Prints a table, then a last line of JSON.
+each its own key of one family, or one shared key.  --backlog N first parks N runs of another,
+saturated key in the partition (the jobs measured then share it with that backlog).  Prints a
+table, then a last line of JSON.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ ap.add_argument("--limit-key", choices=("none", "distinct", "one"), default="non
                 help="give every job a limit key under a concurrency limit it never reaches: "
                      "its own (distinct: the family k-*) or one shared key (one); checkouts "
                      "without limits take only none")
+ap.add_argument("--backlog", type=int, default=0,
+                help="first park this many runs of one saturated key in the partition (they "
+                     "wait for its limit), to see what such a backlog costs the other jobs")
 A = ap.parse_args()
 sys.path.insert(0, str(A.code.resolve()))
 
@@ -155,14 +160,17 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
     def ev(name: str, ks: list[Any], args: list[Any]) -> Any:
         return r.evalsha(scripts.load(name).sha, len(ks), *ks, *args)
 
-    due: list[bytes] = list(r.zrange(keys.due(P), 0, -1))  # type: ignore[arg-type]
     prefix = keys.job(P, "").encode()
 
-    def claim(once: list[bytes]) -> None:
+    def claim(once: list[bytes], dispatched: int | None = None) -> None:
         ks = [keys.lease(P), keys.due(P), keys.retry(P), keys.events(P), keys.stats(P), stream,
               *(prefix + m for m in once), keys.dead(P)]
         out = ev("claim", ks, ["d1", 7, t, 0, 1, 0, keys.GROUP, len(once), s.run_ttl_ms, *once])
-        assert int(out[0]) == len(once), out
+        assert int(out[0]) == (len(once) if dispatched is None else dispatched), out
+
+    if A.backlog:
+        park_backlog(r, s, now, claim)
+    due: list[bytes] = list(r.zrange(keys.due(P), 0, -1))  # type: ignore[arg-type]
 
     res: dict[str, float] = {}
     calls = [due[i:i + CLAIM_K] for i in range(0, CLAIM_CALLS * CLAIM_K, CLAIM_K)]
@@ -213,10 +221,29 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
     return res
 
 
+def park_backlog(r: redis.Redis, s: Settings, now: int,
+                 claim: Callable[[list[bytes], int], None]) -> None:
+    """A.backlog runs of one key of the partition, claimed while its one slot is held: each
+    waits in the key's waiting set (claim.lua), as a saturated key's backlog does."""
+    hot = next(f"hot-{i}" for i in range(10**6) if partition_for_key(f"hot-{i}", PARTITIONS) == P)
+    client = Client(settings=s)
+    client.set_limit(hot, concurrency=1)
+    r.sadd(keys.limit_running(P, hot), "held-elsewhere")
+    for c in range(0, A.backlog, 5000):
+        jobs = client.schedule_many([JobSpec(type="noop", run_at=now - 1000, limit_key=hot)
+                                     for _ in range(min(5000, A.backlog - c))])
+        assert not any(isinstance(j, Exception) for j in jobs), jobs[:2]
+        for k in range(0, len(jobs), 500):
+            claim([j.id.encode() for j in jobs[k:k + 500]], 0)  # type: ignore[union-attr]
+    client.close()
+    assert r.zcard(keys.limit_waiting(P, hot)) == A.backlog
+
+
 def print_results(res: dict[str, float]) -> None:
     for name, v in res.items():
         print(f"{name:36s} {v / 1000:8.1f}k")
     print(json.dumps({"code": str(A.code), "text": A.text, "limit_key": A.limit_key,
+                      "backlog": A.backlog,
                       "instructions": {k: round(v) for k, v in res.items()}}))
 
 
