@@ -215,7 +215,8 @@ SCHEMAS: dict[str, Any] = {
             "runId": {"type": "string"}, "attempt": {"type": "integer"},
             "status": {"type": "string", "description": "succeeded, failed, timed_out, "
                        "abandoned, cancelled (stopped by overlap cancelPrevious); dispatched, "
-                       "running or retry_wait while in flight; from the archive also skipped "
+                       "running, retry_wait or waiting (for its limit key: error says "
+                       "'waiting for limit <name>') while in flight; from the archive also skipped "
                        "(a missed occurrence, attempt 0) and dead"},
             "worker": _n("string"), "scheduledAt": NTIME, "startedAt": NTIME, "endedAt": NTIME,
             "durationMs": _n("integer"), "error": _n("string"), "result": {},

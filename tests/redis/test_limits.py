@@ -128,6 +128,8 @@ def test_a_concurrency_limit_parks_runs_over_it_and_each_end_admits_the_earliest
                     RunState.WAITING, 0, "acme")
             view = client.get_limit("acme")
             assert (view.in_flight, view.waiting) == (2, 3)
+            shown = client.runs(runs[2].partition("@")[0])[0]  # as the job's page shows it
+            assert (shown.status, shown.error) == ("waiting", "waiting for limit acme")
             await run_all(rig, 2)
             # Both slots went to the two earliest waiting runs, due now in the retry set.
             assert in_flight(r, "acme") == set(runs[2:4]) and waiting(r, "acme") == runs[4:]
