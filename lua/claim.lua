@@ -71,7 +71,8 @@ frees a slot (complete.lua, start.lua, expire.lua), a definition's change (limit
 and come back through the retry set holding their slot; one held by the rate comes back when
 the window allows.  include limits builds the keys of a limit key's state from the partition's
 prefix (read off KEYS[2]), the partition's limits hash among them, and may PUBLISH on the wake
-channel; 'limit_deferred' in the stats hash counts runs made to wait.
+channel; 'limit_deferred' in the stats hash counts runs made to wait, rsched:{pN}:limstats
+(built there too) per definition name.
 Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
   {-1} when the caller's lease or fence is stale; nothing was written
   earliest: the earliest due score left in the due or retry set ('' when both are empty)
@@ -149,6 +150,7 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, jtype, queue, s
                  OWN.state, 'waiting', OWN.waiting, d and d.name or '')
       if last then redis.call('HSET', job_key, J.last_run_id, run_id) end
       unindex[#unindex + 1] = job_id
+      lim_deferred(prefix, d)
       waiting = waiting + 1
       return
     end
@@ -274,6 +276,7 @@ for i = 1, n do
         local d = lim_def(prefix, lkey)
         redis.call('HSET', run_key, 'attempt', '0', 'state', 'waiting', 'waiting', d and d.name or '',
                    'queue', queue, 'type', jtype, 'v', version)
+        lim_deferred(prefix, d)
         if fire ~= '1' then
           redis.call('HSET', run_key, 'ov', '1')
           redis.call('HSET', job_key, 'active', run_id)
@@ -365,11 +368,12 @@ for i = 1, n do
         skipped = skipped + 1
       elseif lkey and not lim_admit(prefix, lkey, run_id, retry_key, now, false) then
         -- Held by its limit (include limits): it waits, its attempt count unchanged.
-        if state ~= 'waiting' then
+        if state ~= 'waiting' then  -- starts waiting (a waiting run's turn may not have come)
           local d = lim_def(prefix, lkey)
           redis.call('HSET', rkey, F.state, 'waiting', F.waiting, d and d.name or '')
+          lim_deferred(prefix, d)
+          waiting = waiting + 1
         end
-        waiting = waiting + 1
       else
         if state == 'waiting' then redis.call('HDEL', rkey, F.waiting) end
         local attempt = tonumber(attempt_s) + 1

@@ -15,6 +15,7 @@
 --   <prefix>:lim:<key>:log   ZSET  '<run id> <ms>' -> start ms: the rate's sliding window
 --   <prefix>:limwait         SET   keys that have waiting runs (a definition's change looks
 --                                  at them: lua/limit.lua)
+--   <prefix>:limstats        HASH  definition name -> runs that started waiting for it
 --   <prefix>:retry           ZSET  the partition's retry set (expire.lua is not given it)
 -- rsched.rdb.keys names the same keys (limits, limit_running, limit_waiting, limit_log,
 -- limits_waiting, retry).
@@ -178,6 +179,13 @@ local function lim_admit(prefix, lkey, run_id, retry_key, now, fresh)
     lim_promote(prefix, lkey, retry_key, now)  -- the head's turn, if there is room
   end
   return false, d
+end
+
+-- A run starts waiting for definition d (not again when it waits on): counted per definition
+-- name, never per key, for the metrics (rsched_limit_deferred).
+local function lim_deferred(prefix, d)
+  local limstats_key = lim_key(prefix, nil, 'limstats')
+  redis.call('HINCRBY', limstats_key, d and d.name or '', 1)
 end
 
 -- Wake the dispatchers of this partition (channel keys.wake_channel(), 'rsched:wake', payload

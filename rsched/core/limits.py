@@ -12,7 +12,7 @@ Python twin, for reads and tests).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,14 +149,24 @@ def families(names: Iterable[str]) -> list[str]:
     return sorted((n for n in names if n.endswith(FAMILY)), key=lambda n: (-len(n), n))
 
 
+def resolver(names: Iterable[str]) -> Callable[[str], str | None]:
+    """A function giving the name of the definition that applies to a key among ``names``: its
+    own, else the family with the longest prefix of it, else None (the key runs unlimited)."""
+    own = set(names)
+    fams = [(fam[:-1], fam) for fam in families(own)]
+
+    def resolve(key: str) -> str | None:
+        if key in own:
+            return key
+        return next((fam for prefix, fam in fams if key.startswith(prefix)), None)
+
+    return resolve
+
+
 def resolve(key: str, names: Iterable[str]) -> str | None:
-    """The name of the definition that applies to ``key`` among ``names``: its own, else the
-    family with the longest prefix of it, else None (the key runs unlimited)."""
-    names = set(names)
-    if key in names:
-        return key
-    return next((fam for fam in families(names) if key.startswith(fam[:-1])), None)
+    """The name of the definition that applies to ``key`` among ``names`` (see resolver)."""
+    return resolver(names)(key)
 
 
 __all__ = ["FAMILY", "Limit", "body_of", "check_key", "check_name", "families", "limit_of",
-           "period_ms_of", "rate_of_text", "resolve"]
+           "period_ms_of", "rate_of_text", "resolve", "resolver"]

@@ -360,6 +360,15 @@ def cluster_families(c: Cluster) -> Iterator[Metric]:
             fam.add_metric([str(pc.partition)], pc.stats.get(name, 0))
         yield fam
     yield from _queue_and_member_families(c)
+    waiting = GaugeMetricFamily("rsched_limit_waiting", "Runs waiting for a limit, by "
+                                "definition name (docs/limits.md)", labels=["limit"])
+    deferred = CounterMetricFamily("rsched_limit_deferred", "Runs that started waiting for a "
+                                   "limit, by definition name", labels=["limit"])
+    for lim in c.limits:
+        waiting.add_metric([lim.name], lim.waiting)
+        deferred.add_metric([lim.name], lim.deferred)
+    yield waiting
+    yield deferred
 
 
 def _queue_and_member_families(c: Cluster) -> Iterator[Metric]:

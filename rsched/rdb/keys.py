@@ -192,6 +192,11 @@ def limits_waiting(p: int) -> str:
     return _pk(p, "limwait")
 
 
+def limit_stats(p: int) -> str:
+    """HASH: limit definition name -> runs that started waiting for it (include limits)."""
+    return _pk(p, "limstats")
+
+
 def limit_running(p: int, key: str) -> str:
     """SET: run ids holding one of limit key ``key``'s slots (built in Lua too: include
     limits, whose names these must match)."""

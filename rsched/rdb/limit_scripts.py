@@ -68,4 +68,23 @@ def op_key_state(p: int, key: str, window_start_ms: int) -> Op[KeyState]:
     return KeyState(int(res[0]), int(res[1]), int(res[2]))
 
 
-__all__ = ["KeyState", "limit", "op_key_state", "op_limit", "op_limits", "op_write_limit"]
+def op_limit_counts(partitions: int) -> Op[tuple[dict[str, int], dict[str, int]]]:
+    """For the metrics: runs that started waiting, by definition name, summed over the
+    partitions; and runs waiting now, by limit key (only keys with waiting runs are read)."""
+    res = yield Commands([c for p in range(partitions)
+                          for c in (cmd("hgetall", keys.limit_stats(p)),
+                                    cmd("smembers", keys.limits_waiting(p)))])
+    deferred: dict[str, int] = {}
+    waiting_keys: list[tuple[int, str]] = []
+    for p in range(partitions):
+        for name, n in res[2 * p].items():
+            deferred[as_text(name)] = deferred.get(as_text(name), 0) + int(n)
+        waiting_keys += [(p, as_text(k)) for k in res[2 * p + 1]]
+    if not waiting_keys:
+        return deferred, {}
+    counts = yield Commands([cmd("zcard", keys.limit_waiting(p, k)) for p, k in waiting_keys])
+    return deferred, {k: int(n) for (_, k), n in zip(waiting_keys, counts, strict=True) if n}
+
+
+__all__ = ["KeyState", "limit", "op_key_state", "op_limit", "op_limit_counts", "op_limits",
+           "op_write_limit"]

@@ -11,6 +11,7 @@ import asyncio
 
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 from support.helpers import ManualClock, Rig, all_jobs, keys_in_partition, redis_now_ms
 from support.worker import fast_reclaim, gated_app
 
@@ -19,7 +20,9 @@ from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.core.ids import partition_for_key
 from rsched.core.wire import as_text
+from rsched.obs import metrics
 from rsched.rdb import keys
+from rsched.service.status import op_cluster
 
 
 def limits_app() -> App:
@@ -70,6 +73,14 @@ def catch_up(r: redis.Redis, clock: ManualClock) -> None:
     """The dispatcher's clock at least Redis's: runs a report admitted (due at Redis's time)
     are due for the next claim."""
     clock.ms = max(clock.ms, redis_now_ms(r) + 1)
+
+
+def limit_metrics(client: Client) -> dict[tuple[str, str], float]:
+    """(sample name, limit) -> value of the limit series /metrics shows."""
+    text = metrics.render(client.run(op_cluster(client))).decode()
+    return {(sample.name, sample.labels["limit"]): sample.value
+            for fam in text_string_to_metric_families(text) if fam.name.startswith("rsched_limit")
+            for sample in fam.samples}
 
 
 async def run_all(rig: Rig, n: int) -> None:
@@ -130,6 +141,8 @@ def test_a_concurrency_limit_parks_runs_over_it_and_each_end_admits_the_earliest
             assert (view.in_flight, view.waiting) == (2, 3)
             shown = client.runs(runs[2].partition("@")[0])[0]  # as the job's page shows it
             assert (shown.status, shown.error) == ("waiting", "waiting for limit acme")
+            assert limit_metrics(client) == {("rsched_limit_waiting", "acme"): 3,
+                                             ("rsched_limit_deferred_total", "acme"): 3}
             await run_all(rig, 2)
             # Both slots went to the two earliest waiting runs, due now in the retry set.
             assert in_flight(r, "acme") == set(runs[2:4]) and waiting(r, "acme") == runs[4:]
@@ -143,6 +156,8 @@ def test_a_concurrency_limit_parks_runs_over_it_and_each_end_admits_the_earliest
 
     asyncio.run(scenario())
     assert in_flight(r, "acme") == set() and waiting(r, "acme") == []
+    assert limit_metrics(client) == {("rsched_limit_waiting", "acme"): 0,
+                                     ("rsched_limit_deferred_total", "acme"): 3}
     for rid in runs:
         run = client.get_run(rid)
         assert (run.state, run.attempt, run.waiting_for) == (RunState.SUCCEEDED, 1, None)

@@ -204,8 +204,8 @@ def undeclared_keys(
 
 # The keys include limits builds (see its header): a partition's limits, waiting keys and retry
 # set, and a limit key's run, wait and log sets, all under a declared key's hash tag.
-LIMIT_BUILT = re.compile(rb"^(rsched:\{[^}]+\}):(?:limits|limwait|retry|lim:.+:(?:run|wait|log))$",
-                         re.S)
+LIMIT_BUILT = re.compile(
+    rb"^(rsched:\{[^}]+\}):(?:limits|limwait|limstats|retry|lim:.+:(?:run|wait|log))$", re.S)
 
 
 def built_by_limits(key: bytes, declared: set[bytes]) -> bool:
