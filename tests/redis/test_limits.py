@@ -12,10 +12,12 @@ import asyncio
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
-from support.helpers import ManualClock, Rig, all_jobs, keys_in_partition, redis_now_ms
+from support.helpers import ManualClock, Rig, all_jobs, keys_in_partition, redis_now_ms, xrange
 from support.worker import fast_reclaim, gated_app
 
 from rsched import App, Client, JobContext, JobSpec, RateLimited, RunState
+from rsched.archive.events import decode, expand
+from rsched.archive.history import fold
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.core.ids import partition_for_key
@@ -73,6 +75,13 @@ def catch_up(r: redis.Redis, clock: ManualClock) -> None:
     """The dispatcher's clock at least Redis's: runs a report admitted (due at Redis's time)
     are due for the next claim."""
     clock.ms = max(clock.ms, redis_now_ms(r) + 1)
+
+
+def history_of(r: redis.Redis, run_id: str) -> list[tuple[str, str | None]]:
+    """(status, error) of each attempt of the run as the archive folds its events."""
+    evs = [decode(p, sid, f) for p in range(16) for eid, entry in xrange(r, keys.events(p))
+           for sid, f in expand(eid, entry)]
+    return [(a.status, a.error) for a in fold(evs) if a.run_id == run_id]
 
 
 def limit_metrics(client: Client) -> dict[tuple[str, str], float]:
@@ -364,6 +373,7 @@ def test_rate_limited_puts_the_run_back_without_spending_an_attempt(
             run = client.get_run(rid)
             assert (run.state, run.attempt) == (RunState.RETRY_WAIT, 0)
             assert in_flight(r, "down") == set()  # its slot is free meanwhile
+            assert history_of(r, rid) == [("deferred", "rate limited: retry after 5 s")]
             p = partition_for_key("down", 16)
             due = r.zscore(keys.retry(p), rid)
             assert due is not None and due - redis_now_ms(r) > 4_000
@@ -377,6 +387,7 @@ def test_rate_limited_puts_the_run_back_without_spending_an_attempt(
     run = client.get_run(rid)
     # max_attempts 1, yet it ran a second time: the deferral spent no attempt.
     assert (run.state, run.attempt) == (RunState.SUCCEEDED, 1)
+    assert history_of(r, rid) == [("succeeded", None)]
 
 
 def test_a_start_deadline_expiry_and_a_handler_wait_dead_letter_free_their_slots(
