@@ -46,7 +46,7 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str = "",
 JOB_ID = _param("id", "path", {"type": "string"}, "Job id, e.g. 7-P7mwJFmG6o6nG_UFHP3")
 LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}, "Page size.")
 LIMIT_NAME = _param("name", "path", {"type": "string", "minLength": 1, "maxLength": 200,
-                                     "pattern": r"^[^*\x00-\x1f\x7f-\x9f]*\*?$"},
+                                     "pattern": r"^[^*/\x00-\x1f\x7f-\x9f]*\*?$"},
                     "A limit key, or a family: a prefix ending in '*'.")
 CURSOR = _param("cursor", "query", {"type": "string"}, "nextCursor of the previous page.")
 IF_MATCH = _param("If-Match", "header", {"type": "string", "pattern": "^[0-9]{1,18}$"},

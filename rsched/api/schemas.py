@@ -107,9 +107,10 @@ SCHEMAS: dict[str, Any] = {
                                        "asks it to stop and runs once it has (cancelPrevious)."},
             "jitterSeconds": _n("number", minimum=0, maximum=86400),
             "paused": _n("boolean", description="Create the job paused."),
-            "limitKey": _n("string", minLength=1, maxLength=200, pattern=r"^[^*]*$",
+            "limitKey": _n("string", minLength=1, maxLength=200,
+                           pattern=r"^[^*/\x00-\x1f\x7f-\x9f]*$",
                            description="The key whose limit (PUT /limits/{name}) its runs "
-                                       "count against; no control characters and no '*'. The "
+                                       "count against; no control characters, '/' or '*'. The "
                                        "job is placed in the key's partition. A key without "
                                        "a definition runs unlimited."),
             **LIFE_INPUT,

@@ -60,6 +60,8 @@ def _text(value: Any, field: str, stars: bool) -> str:
     if bad is not None:
         raise ValidationError(field, f"holds the control character U+{ord(bad.group()):04X} "
                                      f"at {bad.start()}")
+    if "/" in value:  # a name is one segment of the API's path (/limits/{name}); so is a key's
+        raise ValidationError(field, "may not hold '/' (it names an API path segment)")
     star = value.find(FAMILY)
     if star >= 0 and not (stars and star == len(value) - 1):
         raise ValidationError(field, "a '*' may only end a limit's name (a family)" if stars
@@ -68,12 +70,13 @@ def _text(value: Any, field: str, stars: bool) -> str:
 
 
 def check_name(name: Any) -> str:
-    """A limit's name: 1-200 characters, no control character, '*' only at its end."""
+    """A limit's name: 1-200 characters, no control character and no '/', '*' only at its
+    end."""
     return _text(name, "name", stars=True)
 
 
 def check_key(key: Any) -> str:
-    """A job's limit key: 1-200 characters, no control character and no '*'."""
+    """A job's limit key: 1-200 characters, no control character, no '/' and no '*'."""
     return _text(key, "limitKey", stars=False)
 
 

@@ -44,6 +44,7 @@ from rsched.core.limits import (
         ("a\x7fb", {"concurrency": 1}, "name"),
         ("a*b", {"concurrency": 1}, "name"),
         ("**", {"concurrency": 1}, "name"),
+        ("a/b", {"concurrency": 1}, "name"),
         (7, {"concurrency": 1}, "name"),
     ],
 )
@@ -74,7 +75,7 @@ def test_a_good_definition_is_kept_exactly(name: str, body: Any, expected: Limit
     assert limit_of(name, {k: v for k, v in back.items() if k != "name"}) == limit
 
 
-@pytest.mark.parametrize("key", ["", "a*", "*", "x" * 201, "a\tb", "\x85"])
+@pytest.mark.parametrize("key", ["", "a*", "*", "x" * 201, "a\tb", "\x85", "a/b"])
 def test_a_job_limit_key_is_refused_naming_limit_key(key: str) -> None:
     with pytest.raises(ValidationError) as caught:
         check_key(key)
