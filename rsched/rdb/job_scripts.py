@@ -140,5 +140,18 @@ def deleted(reply: Any) -> list[DeleteDeadCode]:
     return [DeleteDeadCode(int(c)) for c in reply]
 
 
-__all__ = ["BackfillReply", "ControlReply", "backfill", "cancel", "delete_dead", "deleted",
-           "pause", "replay", "resume", "trigger", "update"]
+def dead_page(p: int, after: tuple[float, str] | None, top: int | str | None, count: int
+              ) -> Call:
+    """lua/dead_page.lua: partition ``p``'s next ``count`` dead letters after the letter
+    ``after`` (dead ms, run id; None: from the newest, or from ``top`` ms when given)."""
+    score, rid = ("", "") if after is None else (repr(after[0]), after[1])
+    return ("dead_page", [keys.dead(p)], [score, rid, "" if top is None else top, count])
+
+
+def dead_letters(reply: Any) -> list[tuple[str, float]]:
+    """dead_page.lua's reply: (run id, dead ms) of each letter, newest first."""
+    return [(as_text(reply[i]), float(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+__all__ = ["BackfillReply", "ControlReply", "backfill", "cancel", "dead_letters", "dead_page",
+           "delete_dead", "deleted", "pause", "replay", "resume", "trigger", "update"]

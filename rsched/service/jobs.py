@@ -56,9 +56,21 @@ def op_get_run(run_id: str) -> Op[Run]:
     return run
 
 
-def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> Op[list[Attempt]]:
+AttemptKey = tuple[int, int, str]
+
+
+def attempt_key(a: Attempt) -> AttemptKey:
+    """Where a finished attempt sorts in a job's history, newest first: (ended ms, attempt,
+    run id), descending; the run id breaks ties, so no two attempts share a key."""
+    return (a.ended_ms or 0, a.attempt, a.run_id)
+
+
+def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0,
+            after: AttemptKey | None = None) -> Op[list[Attempt]]:
     """The job's in-flight run (first page only) then its finished attempts, newest first, as
-    Redis keeps them (a bounded list); ``offset`` counts finished attempts already seen."""
+    Redis keeps them (a bounded list); ``offset`` counts finished attempts already seen, or
+    ``after`` is the key (attempt_key) of the last one seen: those after it in the order."""
+    first = offset == 0 and after is None
     p = partition_of(job_id)
     jh = yield from op_job_hash(job_id)
     if not jh:
@@ -77,7 +89,7 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
             if not h:
                 continue
             run = Run.from_hash(h, rid)
-            if rid == job.last_run_id and offset == 0 and run.state.value in INFLIGHT_STATES:
+            if rid == job.last_run_id and first and run.state.value in INFLIGHT_STATES:
                 out.append(Attempt(run.id, run.attempt, run.state.value, run.worker,
                                    run.sched_ms, run.started_ms, None, None, run.error))
             if rid == own_run and run.state.value == "succeeded":
@@ -90,9 +102,11 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
         # A one-off job's own run keeps its attempts in the job hash (lua/include/util.lua);
         # other runs' attempts are in the history list.  Both newest first, merged.
         own += [Attempt.from_json(v) for k, v in jh.items() if k.startswith(b"h:")]
-        raws = yield from op_history(p, job_id, offset + want)
+        raws = yield from op_history(p, job_id, offset + want if after is None else None)
         done = own + [Attempt.from_json(raw) for raw in raws]
-        done.sort(key=lambda a: (a.ended_ms or 0, a.attempt), reverse=True)
+        done.sort(key=attempt_key, reverse=True)
+        if after is not None:
+            done = [a for a in done if attempt_key(a) < after]
         out += done[offset : offset + want]
     return (yield from _mark_dead(p, out[:limit]))
 
