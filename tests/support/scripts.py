@@ -19,6 +19,7 @@ from rsched.engine.dispatcher.claimer import Claimer
 from rsched.engine.worker.worker import Worker
 from rsched.rdb import keys, scripts
 from rsched.service.dead_letters import op_delete
+from rsched.service.listings import op_dead_letter_page
 from support.helpers import (
     PARTITIONS,
     ManualClock,
@@ -138,6 +139,9 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
 
         bad_run = f"{bad.id}@{bad.next_ms}"
         assert client.get_run(bad_run).state is RunState.DEAD
+        page = client.run(op_dead_letter_page(client, 1))  # dead_page, then after a cursor
+        assert [d.run.id for d in page.items] == [bad_run]
+        assert client.run(op_dead_letter_page(client, 1, page.next_cursor)).items == []
         client.replay(bad_run)
         assert client.run(op_delete(client, [bad_run], "test")) == [False]  # replayed: kept
         client.trigger(tick.id)
