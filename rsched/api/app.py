@@ -23,6 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from rsched.aclient import AsyncClient
 from rsched.api import routes
+from rsched.api.background import OperationRunner
 from rsched.api.browser import (
     HostPolicy,
     default_hosts,
@@ -68,6 +69,9 @@ API_ROUTES: list[tuple[str, str, Endpoint, str | None]] = [
     ("POST", "/dead-letters/purge", routes.purge_dead_letters, "admin"),
     ("POST", "/dead-letters/{runId}/replay", routes.replay_dead_letter, "admin"),
     ("DELETE", "/dead-letters/{runId}", routes.delete_dead_letter, "admin"),
+    ("GET", "/operations", routes.list_operations, "read"),
+    ("GET", "/operations/{operationId}", routes.get_operation, "read"),
+    ("POST", "/operations/{operationId}/cancel", routes.cancel_operation, "admin"),
     ("GET", "/schedules/preview", routes.preview, "read"),
     ("GET", "/status", routes.status, "read"),
     ("GET", "/stats/failures", routes.stats_failures, "read"),
@@ -224,11 +228,13 @@ def create_app(
             # Serve anyway: /readyz answers 503 until Redis is up (and safe).
             checker = asyncio.create_task(_check_redis_when_up(client, settings, stopping))
         sampler = asyncio.create_task(Sampler(client).run(stopping))
+        app.state.operations = OperationRunner(client)
+        runner = asyncio.create_task(app.state.operations.run(stopping))
         try:
             yield
         finally:
             stopping.set()
-            await asyncio.wait([sampler])
+            await asyncio.wait([sampler, runner])
             if checker is not None:
                 await asyncio.wait([checker])
             await client.close()

@@ -177,9 +177,29 @@ PATHS: dict[str, Any] = {
     },
     "/dead-letters/purge": {
         "post": _op("purgeDeadLetters", "dead letters", "Count (dryRun) or delete every dead "
-                    "letter the filter matches; no filter field matches all",
-                    {200: _json("PurgeResult", "How many match (dryRun) or were deleted.")},
+                    "letter the filter matches, in the background; no filter field matches all",
+                    {202: _json("Operation", "Started: follow it at its Location, "
+                                "/operations/{operationId}.")},
                     [], body="PurgeRequest", scope="admin"),
+    },
+    "/operations": {
+        "get": _op("listOperations", "background operations", "Background operations, newest first "
+                   "(kept 7 days after they end)",
+                   {200: _json("OperationPage", "A page of operations.")}, [422],
+                   params=[LIMIT, CURSOR]),
+    },
+    "/operations/{operationId}": {
+        "get": _op("getOperation", "background operations",
+                   "A background operation and its progress",
+                   {200: _json("Operation", "The operation.")}, [404],
+                   params=[_param("operationId", "path", {"type": "string"})]),
+    },
+    "/operations/{operationId}/cancel": {
+        "post": _op("cancelOperation", "background operations",
+                    "Stop a running operation at its next chunk; what it did stays done",
+                    {200: _json("Operation", "Cancelled.")}, [404, 409],
+                    params=[_param("operationId", "path", {"type": "string"})],
+                    scope="admin"),
     },
     "/dead-letters/{runId}": {
         "delete": _op("deleteDeadLetter", "dead letters", "Delete a dead letter for good "

@@ -31,7 +31,7 @@ from rsched.core import defaults
 from rsched.core.errors import NotFound, ValidationError
 from rsched.core.spec import MAX_TIME_MS, TYPE_PATTERN
 from rsched.core.times import to_ms
-from rsched.service import apikeys
+from rsched.service import apikeys, operations
 from rsched.service import dead_letters as dead_letter_ops
 from rsched.service.backfill import op_backfill
 from rsched.service.doctor import judge, op_redis_facts
@@ -58,6 +58,7 @@ from rsched.service.shapes import (
     job_json,
     key_json,
     last_run_json,
+    operation_json,
     run_json,
     runs_json,
     status_json,
@@ -332,8 +333,31 @@ async def purge_dead_letters(request: Request) -> Response:
         raise ValidationError("dryRun", "required: true to count the matches, false to delete")
     c = _client(request)
     flt = dead_letter_ops.filter_from_json(body)
-    count = await c.run(dead_letter_ops.op_purge(c, flt, dry, _actor(request)))
-    return JSON({"dryRun": dry, "count": count})
+    op = await c.run(operations.op_start_purge(c, flt, dry, _actor(request)))
+    request.app.state.operations.start(op.id)
+    return JSON(operation_json(op), status_code=202,
+                headers={"Location": f"/operations/{op.id}"})
+
+
+# --- background operations ---------------------------------------------------------------------
+
+
+async def list_operations(request: Request) -> Response:
+    limit = int_param(request, "limit", defaults.PAGE_LIMIT)
+    ops, cursor = await _client(request).run(
+        operations.op_list_operations(limit, request.query_params.get("cursor")))
+    return JSON({"operations": [operation_json(o) for o in ops], "nextCursor": cursor})
+
+
+async def get_operation(request: Request) -> Response:
+    op_id = operations.check_operation_id(request.path_params["operationId"])
+    return JSON(operation_json(await _client(request).run(operations.op_get_operation(op_id))))
+
+
+async def cancel_operation(request: Request) -> Response:
+    op_id = operations.check_operation_id(request.path_params["operationId"])
+    op = await _client(request).run(operations.op_cancel_operation(op_id, _actor(request)))
+    return JSON(operation_json(op))
 
 
 # --- schedules, status, health -----------------------------------------------------------------

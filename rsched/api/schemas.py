@@ -321,9 +321,34 @@ SCHEMAS: dict[str, Any] = {
             "dryRun": {"type": "boolean", "description": "true: only count the matches."},
         },
     },
-    "PurgeResult": {
-        "type": "object", "required": ["dryRun", "count"],
-        "properties": {"dryRun": {"type": "boolean"}, "count": {"type": "integer"}},
+    "Operation": {
+        "type": "object",
+        "required": ["id", "kind", "status", "dryRun", "filter", "createdAt", "updatedAt",
+                     "endedAt", "total", "scanned", "matched", "deleted", "who", "error",
+                     "cancelledBy"],
+        "description": "A background operation: a purge of dead letters or its dry run, worked "
+                       "through in chunks; resumed by another API process if its own stops.",
+        "properties": {
+            "id": {"type": "string"},
+            "kind": {"type": "string", "enum": ["purgeDeadLetters"]},
+            "status": {"type": "string",
+                       "enum": ["running", "succeeded", "failed", "cancelled"]},
+            "dryRun": {"type": "boolean"},
+            "filter": {"type": "object", "description": "The purge request's filter fields."},
+            "createdAt": TIME, "updatedAt": NTIME, "endedAt": NTIME,
+            "total": {"type": "integer", "description": "Dead letters within the age bound "
+                                                        "when it started."},
+            "scanned": {"type": "integer", "description": "Dead letters read so far."},
+            "matched": {"type": "integer", "description": "Of those, how many the filter "
+                                                          "matched (a dry run's count)."},
+            "deleted": {"type": "integer", "description": "How many were deleted."},
+            "who": {"type": "string"}, "error": _n("string"), "cancelledBy": _n("string"),
+        },
+    },
+    "OperationPage": {
+        "type": "object", "required": ["operations", "nextCursor"],
+        "properties": {"operations": {"type": "array", "items": ref("Operation")},
+                       "nextCursor": _n("string")},
     },
     "BackfillRequest": {
         "type": "object", "additionalProperties": False, "required": ["from", "to"],

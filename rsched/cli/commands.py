@@ -1,5 +1,6 @@
 """Operator commands of the `rsched` CLI: status, preview and doctor here; the groups jobs, dlq,
-keys and stats in rsched.cli.jobs, .dead_letters, .apikeys and .stats; COMMANDS lists them all.
+keys, stats and operations in rsched.cli.jobs, .dead_letters, .apikeys, .stats and
+.operations; COMMANDS lists them all.
 
 They talk to Redis through the same service layer as the HTTP API (rsched.service), and print
 the same JSON shapes with ``--json`` (rsched.service.shapes), tables otherwise; they never import
@@ -18,6 +19,7 @@ from rsched.cli.apikeys import keys
 from rsched.cli.context import client_of
 from rsched.cli.dead_letters import dlq
 from rsched.cli.jobs import jobs
+from rsched.cli.operations import operations
 from rsched.cli.stats import stats
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
@@ -122,4 +124,4 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
         sys.exit(1)
 
 
-COMMANDS: list[click.Command] = [status, preview, doctor, jobs, dlq, keys, stats]
+COMMANDS: list[click.Command] = [status, preview, doctor, jobs, dlq, keys, stats, operations]

@@ -105,6 +105,9 @@ DEV_ARCHIVE_FILE = "archive-url"  # ...and its archive, which the CLI and Client
 
 # --- the overview's history (rsched.service.samples) -----------------------------------------
 STATS_SAMPLE_MS = 60_000  # one sample of the cluster's counters per minute, by the API
+OPERATION_LEASE_MS = 10_000  # a runner renews it with every chunk of a background operation
+OPERATION_KEEP_MS = 7 * 86_400_000  # an ended operation stays readable this long
+OPERATION_POLL_S = 1.0  # how often an API process looks for operations to resume
 STATS_KEEP_MS = 2 * 3_600_000  # samples kept in Redis: the overview shows the last hour
 # Redis's hash-max-listpack-value that `rsched doctor` asks for (and `rsched dev` sets): a job
 # hash whose packed spec (payload included) is longer than it leaves the compact listpack

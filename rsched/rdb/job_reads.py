@@ -77,12 +77,13 @@ def op_dead_after(partitions: int, after: tuple[float, str] | None, top: int | s
     return [e for r in res for e in dead_letters(one([r]))]
 
 
-def op_dead_oldest(p: int, top: int | str, offset: int, count: int) -> Op[list[str]]:
-    """Run ids of partition ``p``'s dead letters dead by ``top`` (ms, or '+inf'), oldest
-    first, from ``offset``, at most ``count``."""
-    (found,) = yield Commands([cmd("zrangebyscore", keys.dead(p), "-inf", top,
-                                   start=offset, num=count)])
-    return [as_text(v) for v in found]
+def op_dead_oldest(p: int, after: tuple[float, str] | None, top: int | None, count: int
+                   ) -> Op[list[tuple[str, float]]]:
+    """Partition ``p``'s next ``count`` dead letters oldest first after the letter ``after``
+    (dead ms, run id; None: from the oldest), only those dead by ``top`` ms when given, as
+    (run id, score) (lua/dead_page.lua)."""
+    (res,) = yield Scripts([dead_page(p, after, top, count, newest_first=False)])
+    return dead_letters(one([res]))
 
 
 def op_scan_jobs(at: int, count: int, node: int | None = None) -> Op[tuple[int, list[str]]]:

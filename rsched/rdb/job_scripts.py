@@ -125,14 +125,16 @@ class BackfillReply(NamedTuple):
 
 
 def delete_dead(p: int, run_ids: Sequence[str], events_maxlen: int, who: str,
-                history_len: int) -> Call:
+                history_len: int, op_id: str = "", keep_ms: int = 0) -> Call:
     """lua/delete_dead.lua on dead letters of partition ``p``; ``who`` is recorded with each
-    deletion."""
-    ks = [keys.dead(p), keys.events(p)]
+    deletion; a purge passes its operation ``op_id``, under which the deletions are counted
+    (the count kept ``keep_ms``)."""
+    ks = [keys.dead(p), keys.events(p), keys.op_counts(p)]
     for rid in run_ids:
         job_id = job_of_run(rid)
         ks += [keys.run(p, rid), keys.job(p, job_id), keys.history(p, job_id)]
-    return ("delete_dead", ks, [_NOW, events_maxlen, who, history_len, len(run_ids), *run_ids])
+    return ("delete_dead", ks, [_NOW, events_maxlen, who, history_len, op_id, keep_ms,
+                                len(run_ids), *run_ids])
 
 
 def deleted(reply: Any) -> list[DeleteDeadCode]:
@@ -140,12 +142,14 @@ def deleted(reply: Any) -> list[DeleteDeadCode]:
     return [DeleteDeadCode(int(c)) for c in reply]
 
 
-def dead_page(p: int, after: tuple[float, str] | None, top: int | str | None, count: int
-              ) -> Call:
+def dead_page(p: int, after: tuple[float, str] | None, top: int | str | None, count: int,
+              newest_first: bool = True) -> Call:
     """lua/dead_page.lua: partition ``p``'s next ``count`` dead letters after the letter
-    ``after`` (dead ms, run id; None: from the newest, or from ``top`` ms when given)."""
+    ``after`` (dead ms, run id; None: from the first of the order), only those dead by ``top``
+    ms when given."""
     score, rid = ("", "") if after is None else (repr(after[0]), after[1])
-    return ("dead_page", [keys.dead(p)], [score, rid, "" if top is None else top, count])
+    return ("dead_page", [keys.dead(p)], [score, rid, "" if top is None else top, count,
+                                          "desc" if newest_first else "asc"])
 
 
 def dead_letters(reply: Any) -> list[tuple[str, float]]:

@@ -100,6 +100,23 @@ def api_keys() -> str:
     return f"{PREFIX}:apikeys"
 
 
+def operation(op_id: str) -> str:
+    """HASH: one background operation (a dead-letter purge): its request, lease and progress
+    (service.operations)."""
+    return f"{PREFIX}:operation:{op_id}"
+
+
+def operations() -> str:
+    """ZSET, every score 0: operation ids (ULIDs, so lexical order is creation order)."""
+    return f"{PREFIX}:operations"
+
+
+def operations_running() -> str:
+    """SET: ids of operations not ended yet, which an API process's runner resumes when their
+    lease has expired."""
+    return f"{PREFIX}:operations:running"
+
+
 # --- partition keys --------------------------------------------------------------------------
 
 
@@ -116,6 +133,12 @@ def retry(p: int) -> str:
 def dead(p: int) -> str:
     """ZSET: run id -> time (ms) it was dead-lettered."""
     return _pk(p, "dead")
+
+
+def op_counts(p: int) -> str:
+    """HASH: background operation id -> dead letters its purge deleted in this partition
+    (lua/delete_dead.lua)."""
+    return _pk(p, "opcounts")
 
 
 def lease(p: int) -> str:

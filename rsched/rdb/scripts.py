@@ -29,7 +29,7 @@ _INCLUDE = re.compile(r"^--!include (\w+)\s*$", re.M)
 NAMES = (
     "schedule", "lease", "claim", "start", "heartbeat", "complete",
     "pause", "resume", "cancel", "replay", "trigger", "update", "delete_dead", "expire", "park",
-    "backfill", "dead_page",
+    "backfill", "dead_page", "operation_step", "operation_cancel",
 )
 
 

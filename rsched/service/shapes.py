@@ -20,6 +20,7 @@ from rsched.service.backfill import Backfill
 from rsched.service.doctor import Finding
 from rsched.service.last_runs import LastRun
 from rsched.service.listings import DeadLetter, Page
+from rsched.service.operations import Operation
 
 iso = ms_to_iso_fast  # a batch's jobs share their creation and run times: cached
 
@@ -161,6 +162,15 @@ def backfill_json(b: Backfill) -> dict[str, Any]:
 
 def dead_letter_json(d: DeadLetter) -> dict[str, Any]:
     return dict(run_json(d.run), deadAt=iso(d.dead_ms))
+
+
+def operation_json(op: Operation) -> dict[str, Any]:
+    return {"id": op.id, "kind": op.kind, "status": op.status, "dryRun": op.dry_run,
+            "filter": op.filter, "createdAt": iso(op.created_ms),
+            "updatedAt": None if op.updated_ms is None else iso(op.updated_ms),
+            "endedAt": None if op.ended_ms is None else iso(op.ended_ms), "total": op.total,
+            "scanned": op.scanned, "matched": op.matched, "deleted": op.deleted, "who": op.who,
+            "error": op.error, "cancelledBy": op.cancelled_by}
 
 
 def key_json(k: ApiKey) -> dict[str, Any]:

@@ -18,8 +18,14 @@ from rsched.engine.dispatcher import LeaseKeeper
 from rsched.engine.dispatcher.claimer import Claimer
 from rsched.engine.worker.worker import Worker
 from rsched.rdb import keys, scripts
-from rsched.service.dead_letters import op_delete
+from rsched.service.dead_letters import DeadFilter, op_delete
 from rsched.service.listings import op_dead_letter_page
+from rsched.service.operations import (
+    op_cancel_operation,
+    op_get_operation,
+    op_run,
+    op_start_purge,
+)
 from support.helpers import (
     PARTITIONS,
     ManualClock,
@@ -142,6 +148,11 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         page = client.run(op_dead_letter_page(client, 1))  # dead_page, then after a cursor
         assert [d.run.id for d in page.items] == [bad_run]
         assert client.run(op_dead_letter_page(client, 1, page.next_cursor)).items == []
+        count = client.run(op_start_purge(client, DeadFilter(), True, "test"))  # dry run
+        client.run(op_run(client, count.id, "runner"))
+        assert client.run(op_get_operation(count.id)).matched == 1
+        purge = client.run(op_start_purge(client, DeadFilter(), False, "test"))
+        client.run(op_cancel_operation(purge.id, "test"))
         client.replay(bad_run)
         assert client.run(op_delete(client, [bad_run], "test")) == [False]  # replayed: kept
         client.trigger(tick.id)

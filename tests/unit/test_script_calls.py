@@ -127,7 +127,7 @@ def test_a_delete_dead_call_has_three_keys_and_one_value_per_run_in_its_headers_
     assert listed, "delete_dead.lua's header no longer lists the per-run keys"
     per_run = _PATTERN.findall(listed.group(1))
     other = f"{JOB}@{NOW}"
-    name, ks, args = job_scripts.delete_dead(P, [RUN, other], 77, "cli", 50)
+    name, ks, args = job_scripts.delete_dead(P, [RUN, other], 77, "cli", 50, "OP1", 9_000)
     fixed = _check_keys(name, list(ks), P)
     for k, rid in enumerate([RUN, other]):
         got = ks[len(fixed) + 3 * k : len(fixed) + 3 * k + 3]
@@ -135,7 +135,8 @@ def test_a_delete_dead_call_has_three_keys_and_one_value_per_run_in_its_headers_
                 for pat, key in zip(per_run, got, strict=True)] == [True] * 3
         assert got[0] == keys.run(P, rid)
     listed_args = _check_args(name, list(args), {
-        "now_ms": 0, "events_maxlen": 77, "who": "cli", "history length": 50, "n runs": 2})
+        "now_ms": 0, "events_maxlen": 77, "who": "cli", "history length": 50,
+        "operation id": "OP1", "keep_ms": 9_000, "n runs": 2})
     assert list(args[len(listed_args):]) == [RUN, other]
     assert job_scripts.deleted([1, 0]) == [DeleteDeadCode.DELETED, DeleteDeadCode.NOT_DEAD]
 
