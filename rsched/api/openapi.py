@@ -140,7 +140,8 @@ PATHS: dict[str, Any] = {
                     body="BatchRequest", scope="write"),
     },
     "/jobs/{id}": {
-        "get": _op("getJob", "jobs", "Get a job", {200: _json("Job", "The job.")}, [404],
+        "get": _op("getJob", "jobs", "Get a job, with its latest run as the list shows it",
+                   {200: _json("JobListed", "The job.")}, [404],
                    params=[JOB_ID]),
         "patch": _op("updateJob", "jobs", "Reschedule a job or change its payload, "
                      "maxAttempts, priority or lifecycle limits",

@@ -159,7 +159,11 @@ async def list_jobs(request: Request) -> Response:
 
 
 async def get_job(request: Request) -> Response:
-    return JSON(job_json(await _client(request).get(_job_id(request))))
+    """The job with its latest run and failure streak, as the jobs list shows each job."""
+    c = _client(request)
+    job = await c.get(_job_id(request))
+    (last,) = await c.run(op_last_runs([job]))
+    return JSON(dict(job_json(job), lastRun=last_run_json(last)))
 
 
 async def update_job(request: Request) -> Response:

@@ -18,6 +18,7 @@ from rsched.cli._output import JSON_FLAG, naming_flags, print_json, show, table
 from rsched.cli.apikeys import keys
 from rsched.cli.context import client_of
 from rsched.cli.dead_letters import dlq
+from rsched.cli.job_update import jobs_update
 from rsched.cli.jobs import jobs
 from rsched.cli.operations import operations
 from rsched.cli.stats import stats
@@ -124,4 +125,5 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
         sys.exit(1)
 
 
+jobs.add_command(jobs_update)
 COMMANDS: list[click.Command] = [status, preview, doctor, jobs, dlq, keys, stats, operations]

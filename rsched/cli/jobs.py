@@ -135,8 +135,11 @@ def _render_job(j: dict[str, Any]) -> str:
 @JSON_FLAG
 @click.pass_context
 def jobsshow(ctx: click.Context, job_id: str, as_json: bool) -> None:
-    """Show one job."""
-    show(job_json(client_of(ctx).get(job_id)), as_json, _render_job)
+    """Show one job, with its latest run and failure streak (as `jobs list` shows them)."""
+    c = client_of(ctx)
+    job = c.get(job_id)
+    (last,) = c.run(op_last_runs([job]))
+    show(dict(job_json(job), lastRun=last_run_json(last)), as_json, _render_job)
 
 
 @jobs.command("list")
