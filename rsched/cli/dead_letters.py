@@ -7,7 +7,15 @@ from typing import Any
 
 import click
 
-from rsched.cli._output import JSON_FLAG, more, print_json, summary, table
+from rsched.cli._output import (
+    JSON_FLAG,
+    PAGE_FLAGS,
+    more,
+    naming_flags,
+    print_json,
+    summary,
+    table,
+)
 from rsched.cli.context import client_of
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
@@ -68,7 +76,8 @@ def dlq_list(ctx: click.Context, job_type: str | None, queue: str | None,
     be short, with a cursor for more)."""
     flt = dead_filter(job_type, queue, error_contains, older_than)
     c = client_of(ctx)
-    page = c.run(op_dead_letter_page(c, limit, cursor, flt))
+    with naming_flags(PAGE_FLAGS):
+        page = c.run(op_dead_letter_page(c, limit, cursor, flt))
     items = [dead_letter_json(d) for d in page.items]
     if as_json:
         print_json({"deadLetters": items, "nextCursor": page.next_cursor})

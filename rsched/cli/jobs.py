@@ -7,7 +7,16 @@ from typing import Any
 
 import click
 
-from rsched.cli._output import JSON_FLAG, more, naming_flags, print_json, show, summary, table
+from rsched.cli._output import (
+    JSON_FLAG,
+    PAGE_FLAGS,
+    more,
+    naming_flags,
+    print_json,
+    show,
+    summary,
+    table,
+)
 from rsched.cli.context import client_of
 from rsched.core import defaults
 from rsched.core.errors import Conflict, ValidationError, VersionMismatch
@@ -157,7 +166,7 @@ def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queu
     """List jobs (SCAN-based: see rsched.service.listings for the cost), with each one's latest
     run and how many runs in a row failed."""
     c = client_of(ctx)
-    with naming_flags({f: f"--{f}" for f in ("status", "type", "queue", "limit", "cursor")}
+    with naming_flags({f: f"--{f}" for f in ("status", "type", "queue")} | PAGE_FLAGS
                       | {"lastRun": "--last-run"}):
         page = c.run(op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
                                         cursor=cursor, last_run=last_run))
@@ -194,7 +203,8 @@ def jobs_runs(ctx: click.Context, job_id: str, limit: int, cursor: str | None,
               as_json: bool) -> None:
     """A job's attempts, newest first (with RSCHED_ARCHIVE_URL: its whole archived history)."""
     c = client_of(ctx)
-    body = runs_json(c.run(c.runs_source.op_page(job_id, limit, cursor)))
+    with naming_flags(PAGE_FLAGS):
+        body = runs_json(c.run(c.runs_source.op_page(job_id, limit, cursor)))
     items = body["runs"]
     if as_json:
         print_json(body)

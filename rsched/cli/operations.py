@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from rsched.cli._output import JSON_FLAG, more, print_json, show, table
+from rsched.cli._output import JSON_FLAG, PAGE_FLAGS, more, naming_flags, print_json, show, table
 from rsched.cli.context import client_of
 from rsched.cli.dead_letters import CLI_ACTOR
 from rsched.core import defaults
@@ -41,7 +41,8 @@ def operations() -> None:
 @click.pass_context
 def operations_list(ctx: click.Context, limit: int, cursor: str | None, as_json: bool) -> None:
     """Operations, newest first (kept 7 days after they end)."""
-    found, nxt = client_of(ctx).run(ops.op_list_operations(limit, cursor))
+    with naming_flags(PAGE_FLAGS):
+        found, nxt = client_of(ctx).run(ops.op_list_operations(limit, cursor))
     items = [operation_json(o) for o in found]
     if as_json:
         print_json({"operations": items, "nextCursor": nxt})
