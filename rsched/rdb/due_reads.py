@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from rsched.core.layout import J
 from rsched.rdb import keys
 from rsched.rdb.cluster import clock_routes
+from rsched.rdb.shared_keys import time_ms
 
 _READS = 5  # sorted-set reads per partition in read_round (due, near, head; retries, head)
 
@@ -101,12 +102,6 @@ def pairs(reply: list[Any]) -> list[Any]:
     return [[m, float(s)] for m, s in zip(reply[::2], reply[1::2], strict=True)]
 
 
-def time_ms(t: Any) -> int:
-    """A TIME reply (seconds, microseconds; ints or bytes) in ms."""
-    sec, usec = t
-    return int(sec) * 1000 + int(usec) // 1000
-
-
 async def read_schedules(r: Any, due: Mapping[int, Sequence[tuple[str, float | None]]]
                          ) -> list[tuple[list[Any], float | None]]:
     """Per due job (partition by partition, in order): its JOB_FIELDS as read (raw; the first
@@ -132,4 +127,4 @@ async def drop_due(r: Any, entries: Sequence[tuple[int, str]]) -> None:
 
 
 __all__ = ["JOB_FIELDS", "DueRead", "RoundRead", "drop_due", "pairs", "read_round",
-           "read_schedules", "time_ms"]
+           "read_schedules"]

@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 
 from rsched.core.codes import LeaseCode
 from rsched.rdb import keys
-from rsched.rdb.due_reads import time_ms
 from rsched.rdb.scripts import Call
+from rsched.rdb.shared_keys import time_ms
 
 # lease.lua's modes (its ARGV[4]).
 ACQUIRE, RENEW, RELEASE = "acquire", "renew", "release"

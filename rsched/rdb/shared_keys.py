@@ -11,10 +11,16 @@ from rsched.rdb import keys
 from rsched.rdb.ops import Commands, Op, cmd
 
 
+def time_ms(reply: Any) -> int:
+    """A TIME reply (seconds, microseconds; ints or bytes) in ms."""
+    sec, usec = reply
+    return int(sec) * 1000 + int(usec) // 1000
+
+
 def op_redis_time() -> Op[int]:
     """Redis's clock (ms)."""
-    ((sec, usec),) = yield Commands([cmd("time")])
-    return int(sec) * 1000 + int(usec) // 1000
+    (reply,) = yield Commands([cmd("time")])
+    return time_ms(reply)
 
 
 def op_publish_wake(partitions: Iterable[int]) -> Op[None]:
@@ -78,4 +84,5 @@ def op_samples(since_ms: int, limit: int) -> Op[list[Any]]:
 
 
 __all__ = ["op_add_sample", "op_api_key", "op_api_keys", "op_delete_api_key",
-           "op_publish_wake", "op_put_api_key", "op_redis_time", "op_samples", "wake_messages"]
+           "op_publish_wake", "op_put_api_key", "op_redis_time", "op_samples", "time_ms",
+           "wake_messages"]
