@@ -14,6 +14,7 @@ from rsched.rdb.cluster import with_raw_replies
 from rsched.rdb.durable import wait_of
 from rsched.rdb.ops import Commands, Op, cmd
 from rsched.rdb.redis_api import ResponseError
+from rsched.rdb.shared_keys import time_ms
 
 # A raw stream entry: its id and its flat [field, value, ...] list (None: deleted from the
 # stream while pending).
@@ -73,7 +74,6 @@ def read_lag(r: Any, partitions: int) -> tuple[int, list[StreamLag]]:
         pipe.xlen(keys.events(p))
     pipe.time()
     res = pipe.execute(raise_on_error=False)
-    sec, usec = res[-1]
     out = []
     for p in range(partitions):
         info, pending, length = res[3 * p : 3 * p + 3]
@@ -82,7 +82,7 @@ def read_lag(r: Any, partitions: int) -> tuple[int, list[StreamLag]]:
         g = events_group(info)
         n = 0 if g is None or isinstance(pending, Exception) else int(pending["pending"])
         out.append(StreamLag(g, n, pending["min"] if n else None, int(length)))
-    return int(sec) * 1000 + int(usec) // 1000, out
+    return time_ms(res[-1]), out
 
 
 def first_ids(r: Any, starts: Sequence[tuple[int, str]]) -> dict[int, bytes]:
