@@ -161,7 +161,7 @@ def test_a_schedule_call_holds_its_header_keys_arguments_field_names_and_groups(
     assert list(ks[len(fixed) + 3:]) == [keys.stream(p, "q1")]
     listed = _check_args(name, list(args), {
         "now_ms": 0, "events_maxlen": 77, "consumer group": keys.GROUP, "due_ms": NOW, "n": 3,
-        "ns": len(SHARED_FIELDS), "no": len(OWN_FIELDS), "keyed": 0})
+        "ns": len(SHARED_FIELDS), "no": len(OWN_FIELDS), "keyed": 0, "dedup": 0})
     at = len(listed)
     assert list(args[at:at + len(SHARED_FIELDS) + len(OWN_FIELDS)]) == [*SHARED_FIELDS,
                                                                          *OWN_FIELDS]
