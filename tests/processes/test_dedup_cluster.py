@@ -21,11 +21,8 @@ KEYS = [f"tenant-{n}" for n in range(8)]
 
 @pytest.fixture()
 def url(cluster: RedisCluster) -> str:
-    for node in cluster.nodes:
-        with redis.Redis(port=node.port) as r:
-            r.flushall()
-            r.script_flush()
-    return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in cluster.nodes[:2])
+    cluster.flushall()
+    return cluster.cluster_url
 
 
 def _settings(url: str) -> Settings:
