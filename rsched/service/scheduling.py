@@ -247,14 +247,15 @@ def _keyed_calls(specs: Sequence[JobSpec] | dict[int, JobSpec], keyed: list[int]
     for i in keyed:
         spec = specs[i]
         try:
-            p = None
+            p, place = None, None
             if spec.dedup is not None:
                 d = check_dedup(spec)
                 checked[i] = replace(spec, dedup=d, run_at=now + d.ttl_ms
                                      if d.mode == "debounce" else spec.run_at)
-                p = dedup_partition(d.key, P)
+                p, place = dedup_partition(d.key, P), d.key
             if spec.idempotency_key is not None:
-                p, key_ids[i] = keyed_job_id(check_idempotency_key(spec.idempotency_key), P, p)
+                p, key_ids[i] = keyed_job_id(check_idempotency_key(spec.idempotency_key), P,
+                                             place)
         except RschedError as e:
             out[i] = e
             continue

@@ -94,7 +94,7 @@ def test_a_dedup_key_places_its_record_and_its_jobs_in_one_partition() -> None:
     p = dedup_partition("tenant-42", 16)
     assert p == partition_for_key("tenant-42", 16)
     assert keys.slot(keys.dedup(p, "tenant-42")) == keys.slot(keys.due(p))
-    q, job_id = keyed_job_id("idem-1", 16, p)  # beside an idempotency key: the dedup key's
+    q, job_id = keyed_job_id("idem-1", 16, "tenant-42")  # beside an idempotency key
     assert q == p == partition_of(job_id)
     assert keyed_job_id("idem-1", 16)[1].split("-", 1)[1] == job_id.split("-", 1)[1]
 
