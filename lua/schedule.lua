@@ -49,7 +49,7 @@ A job's dedup window: the KEYS index of its record, its mode (ttl, untilDone, de
   before; else a record naming a job that still holds the window answers that job: ttl, while
   its hash exists; untilDone, while it exists and is neither completed, dead nor cancelled;
   debounce, while it waits in the due set, and then the job takes this create's next_ms,
-  score and spec, and the record's ttl starts again.  Else the job is created and its record
+  score and spec, the record's ttl starts again and an 'updated' event says so.  Else the job is created and its record
   set to it with PX ttl_ms.  The record's job must be one the call names (the caller's guess
   or a job created earlier in the call: one slot, and a script touches only its KEYS); a
   record naming another answers code 4 and the caller calls again with it.
@@ -230,12 +230,14 @@ while i < n do
         else
           local held_key = KEYS[held_at]
           if holds(mode, held_key, held) then
-            if mode == 'debounce' then
-              local version = redis.call('HGET', held_key, 'version')
+            if mode == 'debounce' then  -- moved, as update.lua changes a job: 'updated'
+              local j = redis.call('HMGET', held_key, J.type, 'version')
               redis.call('HSET', held_key, J.next_ms, fields[NEXT_MS], J.spec, fields[NEXT_MS + 2],
-                         J.updated_ms, now_s, 'version', tonumber(version or '1') + 1)
+                         J.updated_ms, now_s, 'version', tonumber(j[2] or '1') + 1)
               redis.call('ZADD', due_key, own_score and score or fields[NEXT_MS], held)
               redis.call('PEXPIRE', rec_key, ttl)
+              batch_flush(scheduled)  -- after the job's 'scheduled', when this call made it
+              emit(events_key, maxlen, 'e', 'updated', 'j', held, 't', now_s, 'ty', j[1])
             end
             out[i + 2], about[#about + 1] = 3, held
             existing = true

@@ -183,6 +183,18 @@ def test_debounce_runs_the_job_once_its_ttl_after_the_last_create_with_that_ones
     assert again.id != jobs[0].id and not again.deduplicated
 
 
+def test_each_debounced_create_is_an_updated_event_after_the_jobs_scheduled_one(
+    client: Client, r: redis.Redis
+) -> None:
+    window = Dedup("burst", 60_000, "debounce")
+    jobs = all_jobs(client.schedule_many([JobSpec("t", n, dedup=window) for n in range(3)]))
+    later = client.schedule("t", 3, dedup=window)
+    job_id = jobs[0].id
+    events = [(f[b"e"], f[b"j"]) for _, f in r.xrange(keys.events(partition_of(job_id)))]
+    assert events == [(b"scheduled", job_id.encode())] + [(b"updated", job_id.encode())] * 3
+    assert later.id == job_id and client.get(job_id).version == 4
+
+
 def test_debounce_moves_only_a_job_still_waiting(client: Client) -> None:
     window = Dedup("d", 60_000, "debounce")
     first = client.schedule("t", 1, dedup=window)
