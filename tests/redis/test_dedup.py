@@ -13,7 +13,7 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 from support.cli import as_json, ok, run_main
-from support.helpers import all_jobs, problem_of, run_engine, settings
+from support.helpers import all_jobs, problem_of, run_engine, settings, xrange
 
 from rsched import App, AsyncClient, Client, Conflict, Dedup, JobContext, JobSpec, JobStatus
 from rsched.api.app import create_app
@@ -190,7 +190,7 @@ def test_each_debounced_create_is_an_updated_event_after_the_jobs_scheduled_one(
     jobs = all_jobs(client.schedule_many([JobSpec("t", n, dedup=window) for n in range(3)]))
     later = client.schedule("t", 3, dedup=window)
     job_id = jobs[0].id
-    events = [(f[b"e"], f[b"j"]) for _, f in r.xrange(keys.events(partition_of(job_id)))]
+    events = [(f[b"e"], f[b"j"]) for _, f in xrange(r, keys.events(partition_of(job_id)))]
     assert events == [(b"scheduled", job_id.encode())] + [(b"updated", job_id.encode())] * 3
     assert later.id == job_id and client.get(job_id).version == 4
 
