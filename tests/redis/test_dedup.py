@@ -20,7 +20,9 @@ from rsched.api.app import create_app
 from rsched.core import defaults
 from rsched.core.ids import dedup_partition
 from rsched.core.models import Job, partition_of
-from rsched.rdb import keys
+from rsched.rdb import keys, ops
+from rsched.rdb.ops import Scripts
+from rsched.service import scheduling
 
 LATER = "2030-01-01T00:00:00Z"
 WAIT_S = 10  # far beyond the short windows below: a loaded machine is slow, never early
@@ -63,6 +65,14 @@ def test_ttl_answers_the_first_job_whatever_the_body_then_a_new_one_once_the_win
                         and j)
     assert later.deduplicated is False and later.payload == 3
     assert client.get(first.id).payload == {"n": 1}  # the first job is left as it was
+
+
+def test_ttl_answers_the_first_job_even_once_it_has_ended(client: Client) -> None:
+    window = Dedup("once-a-minute", 60_000)
+    first = client.schedule("t", run_at=client.now_ms() + 60_000, dedup=window)
+    client.cancel(first.id)
+    again = client.schedule("t", dedup=window)
+    assert (again.id, again.status, again.deduplicated) == (first.id, JobStatus.CANCELLED, True)
 
 
 def test_the_api_answers_201_then_200_with_the_first_job_marked_deduplicated(
@@ -252,6 +262,31 @@ def test_an_idempotency_key_beside_a_dedup_window(client: Client) -> None:
     client.cancel(first.id)
     assert client.schedule("t", 2, idempotency_key="i2", dedup=window).id != first.id
     assert client.schedule("t", 2, idempotency_key="i2", dedup=window).deduplicated is False
+
+
+def test_a_record_that_keeps_naming_other_jobs_ends_in_a_409_naming_dedup_key(
+    client: Client, r: redis.Redis
+) -> None:
+    """Each call finds the record re-pointed (as by other creates in between): the client
+    calls again with the job named, DEDUP_TRIES times, then gives up and creates nothing."""
+    window = Dedup("contended", 60_000, "untilDone")
+    first = client.schedule("t", dedup=window)
+    p = partition_of(first.id)
+    record = keys.dedup(p, "contended")
+    op = scheduling.op_schedule_many(client, [JobSpec("t", dedup=window)])
+    calls = 0
+    work = next(op)
+    try:
+        while True:
+            if isinstance(work, Scripts):
+                calls += 1
+                r.set(record, f"{p}-rival{calls}")
+            work = op.send(ops.execute(client.r, work))
+    except StopIteration as done:
+        (answer,) = done.value
+    assert isinstance(answer, Conflict) and answer.field == "dedup.key"
+    assert calls == 1 + scheduling.DEDUP_TRIES
+    assert r.keys(keys.job(p, "*")) == [keys.job(p, first.id).encode()]
 
 
 # --- the other faces ------------------------------------------------------------------------
