@@ -49,8 +49,8 @@ A job's dedup window: the KEYS index of its record, its mode (ttl, untilDone, de
   before; else a record naming a job that still holds the window answers that job: ttl, while
   its hash exists; untilDone, while it exists and is neither completed, dead nor cancelled;
   debounce, while it waits in the due set, and then the job takes this create's next_ms,
-  score and spec, the record's ttl starts again and an 'updated' event says so.  Else the job is created and its record
-  set to it with PX ttl_ms.  The record's job must be one the call names (the caller's guess
+  score and spec, the record's ttl starts again and an 'updated' event says so.  Else the job
+  is created and its record set to it with PX ttl_ms.  The record's job must be one the call names (the caller's guess
   or a job created earlier in the call: one slot, and a script touches only its KEYS); a
   record naming another answers code 4 and the caller calls again with it.
 Stores per job (under the names of include layout, J): the shared fields not '' and not
@@ -218,12 +218,12 @@ while i < n do
     else
       existing = redis.call('HGET', job_key, J.body_hash)
     end
-    local held_at = nil  -- dedup: KEYS index of the job that answers for this one
     if dedup and not existing then
       local rec_key = KEYS[rec_at]
       local held = redis.call('GET', rec_key)
       if held then
-        held_at = made_at[held] or (held == guess and guess_at > 0 and guess_at) or nil
+        -- KEYS index of the job that answers for this one, if the call names it
+        local held_at = made_at[held] or (held == guess and guess_at > 0 and guess_at) or nil
         if not held_at then
           out[i + 2], about[#about + 1] = 4, held
           existing = true
