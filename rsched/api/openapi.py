@@ -126,8 +126,10 @@ def _control(verb: str, summary: str, note: bool = False) -> dict[str, Any]:
 PATHS: dict[str, Any] = {
     "/jobs": {
         "post": _op("createJob", "jobs", "Schedule a job",
-                    {201: _json("Job", "Created."),
-                     200: _json("Job", "The job created earlier with this idempotencyKey.")},
+                    {201: _json("JobCreated", "Created."),
+                     200: _json("JobCreated", "The job created earlier with this "
+                                "idempotencyKey, or within this dedup window "
+                                "(deduplicated true).")},
                     [409], params=[IDEMPOTENCY_KEY], body="JobCreate", scope="write"),
         "get": _op("listJobs", "jobs", "List jobs (filtered, cursor-paginated; SCAN-based)",
                    {200: _json("JobPage", "A page of jobs, in no particular order.")}, [422],

@@ -50,6 +50,7 @@ from rsched.service.preview import fire_times, job_fire_times
 from rsched.service.samples import op_samples
 from rsched.service.shapes import (
     backfill_json,
+    created_json,
     dead_letter_json,
     durations_json,
     failures_json,
@@ -102,7 +103,7 @@ async def create_job(request: Request) -> Response:
     spec = spec_from_json(await read_json(request, _limits(request).max_body_bytes))
     spec.idempotency_key = idempotency_key(request, spec.idempotency_key)
     job, created = await _client(request).schedule_spec(spec)
-    return JSON(job_json(job), 201 if created else 200, {"Location": f"/jobs/{job.id}"})
+    return JSON(created_json(job), 201 if created else 200, {"Location": f"/jobs/{job.id}"})
 
 
 async def create_batch(request: Request) -> Response:
@@ -130,7 +131,7 @@ async def create_batch(request: Request) -> Response:
         if isinstance(res, Exception):
             results[i] = _item_error(res, i)
         else:
-            results[i] = {"status": 201 if res[1] else 200, "job": job_json(res[0])}
+            results[i] = {"status": 201 if res[1] else 200, "job": created_json(res[0])}
     return JSON({"results": results})
 
 

@@ -108,6 +108,30 @@ SCHEMAS: dict[str, Any] = {
             "jitterSeconds": _n("number", minimum=0, maximum=86400),
             "paused": _n("boolean", description="Create the job paused."),
             **LIFE_INPUT,
+            "dedup": {
+                "type": ["object", "null"], "additionalProperties": False,
+                "required": ["key", "ttlSeconds"],
+                "description": "A dedup window (docs/dedup.md): creates with the same key "
+                               "answer one job (200, deduplicated true) instead of creating "
+                               "another. ttl: the first job, for ttlSeconds after it. "
+                               "untilDone: the job until it completes, is dead-lettered or "
+                               "cancelled, ttlSeconds at most. debounce: each create within "
+                               "ttlSeconds of the previous one moves the job to ttlSeconds "
+                               "after it, with its payload and settings (not with runAt, "
+                               "cron or paused). Beside an idempotencyKey, the job lives in "
+                               "the dedup key's partition, so the idempotency key is one per "
+                               "dedup key.",
+                "properties": {
+                    "key": {"type": "string", "minLength": 1, "maxLength": 200,
+                            "description": "Compared in Unicode NFC; control and "
+                                           "bidirectional formatting characters are refused."},
+                    "ttlSeconds": {"type": "number", "exclusiveMinimum": 0,
+                                   "maximum": 2592000},
+                    "mode": {"type": ["string", "null"],
+                             "enum": ["ttl", "untilDone", "debounce", None],
+                             "description": "Default ttl."},
+                },
+            },
         },
     },
     "JobPatch": {
@@ -192,9 +216,20 @@ SCHEMAS: dict[str, Any] = {
             "items": {"anyOf": [ref("JobCreate"), {}]},
         }},
     },
+    "JobCreated": {
+        "description": "A create's answer: the job, and whether a dedup window answered with "
+                       "this existing job rather than creating one.",
+        "allOf": [ref("Job"), {
+            "type": "object", "required": ["deduplicated"],
+            "properties": {"deduplicated": {
+                "type": "boolean",
+                "description": "True: the job another create made within this create's "
+                               "dedup window (status 200). An idempotent replay is false."}},
+        }],
+    },
     "BatchResult": {
         "type": "object", "required": ["status"],
-        "properties": {"status": {"type": "integer"}, "job": ref("Job"),
+        "properties": {"status": {"type": "integer"}, "job": ref("JobCreated"),
                        "error": ref("Problem")},
     },
     "BatchResponse": {

@@ -37,6 +37,7 @@ TIMEOUT_MS = 300_000  # a handler running longer is timed out
 PRIORITY = 0
 JITTER_MS = 0
 CATCH_UP_WINDOW_MS = 60_000  # occurrences missed by less than this all run (core.catchup)
+DEDUP_MODE = "ttl"  # a dedup window answers the first job for ttlSeconds (docs/dedup.md)
 OVERLAP = "allow"  # a recurring job's runs may overlap (README, "Overlap" says why)
 TZ = "UTC"
 

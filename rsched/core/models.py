@@ -233,6 +233,8 @@ class Job:
     fail_streak: int = 0  # consecutive dead-lettered occurrences (lua/include/life.lua)
     paused: Control | None = None  # the latest pause: who, when, note, reason
     resumed: Control | None = None  # the latest resume
+    deduplicated: bool = False  # never stored: a create's answer, True when a dedup window
+    # answered it with this existing job (docs/dedup.md)
 
     @property
     def remaining_runs(self) -> int | None:

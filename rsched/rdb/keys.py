@@ -14,9 +14,12 @@ partitions land one per 1/2^j of the slot range.  On a cluster sliced evenly ove
 
 from __future__ import annotations
 
+import hashlib
 from itertools import count
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+from rsched.core.ids import sorted64
 
 PREFIX = "rsched"
 SLOTS = REDIS_CLUSTER_HASH_SLOTS
@@ -176,6 +179,14 @@ def stream(p: int, queue: str) -> str:
 def job(p: int, job_id: str) -> str:
     """HASH: the job (see models.Job)."""
     return _pk(p, f"job:{job_id}")
+
+
+def dedup(p: int, dedup_key: str) -> str:
+    """STRING: the id of the job a dedup key answers with, expiring with its window
+    (lua/schedule.lua).  Named by 120 bits of the key's hash: a key's own text (200
+    characters, any but controls) could read as another key's pattern (``}:job:``)."""
+    digest = hashlib.blake2b(dedup_key.encode(), digest_size=15).digest()
+    return _pk(p, f"dedup:{sorted64(digest)}")
 
 
 def job_pattern() -> str:

@@ -75,6 +75,13 @@ def job_json(job: Job) -> dict[str, Any]:
     }
 
 
+def created_json(job: Job) -> dict[str, Any]:
+    """A create's answer: the job, and whether a dedup window answered with it."""
+    out = job_json(job)
+    out["deduplicated"] = job.deduplicated
+    return out
+
+
 def life_json(job: Job) -> dict[str, Any]:
     """The lifecycle fields (core.lifecycle) and who paused or resumed the job, when, why."""
     life, p, r = job.life, job.paused, job.resumed

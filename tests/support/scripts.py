@@ -11,7 +11,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from rsched import App, Client, JobContext, JobSpec, JobStatus, RunState
+from rsched import App, Client, Dedup, JobContext, JobSpec, JobStatus, RunState
 from rsched.client import JobPatch
 from rsched.core.settings import Settings
 from rsched.engine.dispatcher import LeaseKeeper
@@ -179,6 +179,23 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
     assert client.get_run(bad_run).state is RunState.DISPATCHED
     assert client.get(tick.id).status is JobStatus.CANCELLED
     assert int(client.r.hget(keys.stats(PB), "fenced") or 0) == 1
+    exercise_dedup(client)
+
+
+def exercise_dedup(client: Client) -> None:
+    """Schedule's dedup windows: each mode answered by a job of its own call and, in a second
+    call, by the job its record names (the call sent again with that job's key); untilDone
+    after its job ended, and with an idempotency key."""
+    for mode in ("ttl", "untilDone", "debounce"):
+        d = Dedup(f"scenario-{mode}", 60_000, mode)
+        first, again = all_jobs(client.schedule_many([JobSpec("ok", 1, dedup=d)] * 2))
+        later = client.schedule("ok", 2, dedup=d)
+        assert first.id == again.id == later.id and later.deduplicated
+    held = client.schedule("ok", dedup=Dedup("scenario-untilDone", 60_000, "untilDone"))
+    client.cancel(held.id)
+    fresh = client.schedule("ok", dedup=Dedup("scenario-untilDone", 60_000, "untilDone"),
+                            idempotency_key="scenario-dedup")
+    assert fresh.id != held.id and not fresh.deduplicated
 
 
 def scripts_run(commands: Iterable[MonitoredCommand]) -> set[str]:
