@@ -110,7 +110,7 @@ bench: test-venv redis
 # The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link, an unknown
 # anchor or a page left out of the nav fails.  `make test` runs it (a few seconds).
 docs: $(DOCS_STAMP)
-	$(VENV)/bin/mkdocs build --strict --quiet
+	$(VENV)/bin/mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
 
 docs-serve: $(DOCS_STAMP)
 	$(VENV)/bin/mkdocs serve

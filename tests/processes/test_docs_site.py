@@ -4,6 +4,8 @@ screenshots kept in tests/artifacts/docs-*.png."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -77,3 +79,33 @@ def test_mkdocs_serve_shows_the_page_in_chromium(site: str, browser: Any, path: 
         page.screenshot(path=str(ARTIFACTS / f"docs-{name}.png"))
     finally:
         page.close()
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ("orphan", "not included in the \"nav\""),
+    ("broken link", "not found among documentation files"),
+    ("broken anchor", "does not contain an anchor"),
+])
+def test_the_strict_build_fails_on_a_page_left_out_of_the_nav_a_broken_link_or_anchor(
+        tmp_path: Path, change: str, says: str) -> None:
+    """`make docs` builds with --strict, and this configuration makes each of these a warning,
+    so each fails the build (a copy of the site's sources, one fault added)."""
+    for name in ("docs", "lua"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    for name in ("mkdocs.yml", "CHANGELOG.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    index = tmp_path / "docs" / "index.md"
+    if change == "orphan":
+        (tmp_path / "docs" / "orphan.md").write_text("# Orphan\n")
+    elif change == "broken link":
+        index.write_text(index.read_text() + "\n[gone](gone.md)\n")
+    else:
+        index.write_text(index.read_text() + "\n[gone](concepts.md#no-such-heading)\n")
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "mkdocs"), "build", "--strict", "-d",
+         str(tmp_path / "site")], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        check=False, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert says in out
+    assert "Aborted with 1 warnings in strict mode" in out
