@@ -100,14 +100,18 @@ class AsyncClient(ClientBase):
         return await self.run(scheduling.op_schedule_created(self, specs))
 
     async def update(self, job_id: str, patch: JobPatch, *, if_match: int | None = None) -> Job:
+        """Reschedule a job or change its payload, maxAttempts, priority or lifecycle limits;
+        with ``if_match``, only while the job is at that version (else VersionMismatch)."""
         return await self.run(scheduling.op_update(self, job_id, patch, if_match))
 
     # --- reading -----------------------------------------------------------------------------
 
     async def get(self, job_id: str) -> Job:
+        """The job; NotFound when there is none."""
         return await self.run(jobs.op_get(job_id))
 
     async def get_run(self, run_id: str) -> Run:
+        """One run (an occurrence, ``<job id>@<scheduled ms>``); NotFound when there is none."""
         return await self.run(jobs.op_get_run(run_id))
 
     async def wait(self, run_id: str, timeout: float | None = None) -> Run:
@@ -134,16 +138,21 @@ class AsyncClient(ClientBase):
 
     async def runs(self, job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0
                    ) -> list[Attempt] | list[RunAttempt]:
+        """The job's attempts, newest first, skipping ``offset`` (archive-merged when
+        an archive is configured, as Client.runs)."""
         return await self.run(self.runs_source.op_attempts(job_id, limit, offset))
 
     async def history(self, job_id: str, limit: int = defaults.PAGE_LIMIT,
                       cursor: str | None = None) -> RunsPage:
+        """One page of the archive-merged history; pass next_cursor on."""
         return await self.run(op_history(self, job_id, limit, cursor))
 
     async def now_ms(self) -> int:
+        """Redis's clock, in epoch ms: the clock every due time is judged by."""
         return await self.run(self.op_now())
 
     async def partitions(self) -> int:
+        """The partition count stored in Redis at first start."""
         return await self.run(self.op_partitions())
 
     # --- control -----------------------------------------------------------------------------
@@ -154,6 +163,7 @@ class AsyncClient(ClientBase):
         return await self.run(jobs.op_pause(self, job_id, if_match, by, note))
 
     async def cancel(self, job_id: str, *, if_match: int | None = None) -> Job:
+        """Stop the job for good; a run in progress finishes, pending retries are abandoned."""
         return await self.run(jobs.op_cancel(self, job_id, if_match))
 
     async def resume(self, job_id: str, *, if_match: int | None = None,
@@ -162,16 +172,21 @@ class AsyncClient(ClientBase):
         return await self.run(jobs.op_resume(self, job_id, if_match, by, note))
 
     async def trigger(self, job_id: str) -> str:
+        """Run the job once now, outside its schedule; returns the new run id."""
         return await self.run(jobs.op_trigger(self, job_id))
 
     async def backfill(self, job_id: str, start: Any, end: Any, *,
                        dry_run: bool = False) -> Backfill:
+        """Run each occurrence of a recurring job's schedule in [start, end) once (see
+        Client.backfill); with ``dry_run``, write nothing and answer what each would become."""
         return await self.run(op_backfill(self, job_id, *backfill_range(start, end), dry_run))
 
     async def replay(self, run_id: str) -> Run:
+        """Send a dead letter back for a new round of attempts (attempts counted from zero)."""
         return await self.run(jobs.op_replay(self, run_id))
 
     async def close(self) -> None:
+        """Wait for queued schedule calls, then close the connections (and the archive's)."""
         if self._sender is not None:
             await asyncio.wait([self._sender], timeout=5)
         if self._archive is not None:

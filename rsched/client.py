@@ -84,6 +84,7 @@ class ClientBase(Service):
         return wait.replicas if wait is not None else 0
 
     def op_schedule_many(self, specs: Sequence[JobSpec]) -> Op[list[Job | RschedError]]:
+        """schedule_many as an Op, for callers that batch it with other work."""
         return scheduling.op_schedule_many(self, specs)
 
     def op_schedule_created(
@@ -93,6 +94,7 @@ class ClientBase(Service):
         return scheduling.op_schedule_created(self, specs)
 
     def op_read_runs(self, run_ids: Sequence[str]) -> Op[list[Run | None]]:
+        """The runs of ``run_ids`` (None for one that does not exist), as an Op."""
         return jobs.op_read_runs(run_ids)
 
 
@@ -129,9 +131,11 @@ class Client(ClientBase):
 
     @property
     def partitions(self) -> int:
+        """The partition count stored in Redis at first start."""
         return self.run(self.op_partitions())
 
     def now_ms(self) -> int:
+        """Redis's clock, in epoch ms: the clock every due time is judged by."""
         return self.run(self.op_now())
 
     def schedule(self, type: str, payload: Any = None, **options: Any) -> Job:
@@ -151,9 +155,11 @@ class Client(ClientBase):
         return self.run(scheduling.op_update(self, job_id, patch, if_match))
 
     def get(self, job_id: str) -> Job:
+        """The job; NotFound when there is none."""
         return self.run(jobs.op_get(job_id))
 
     def get_run(self, run_id: str) -> Run:
+        """One run (an occurrence, ``<job id>@<scheduled ms>``); NotFound when there is none."""
         return self.run(jobs.op_get_run(run_id))
 
     def wait(self, run_id: str, timeout: float | None = None) -> Run:
@@ -224,6 +230,7 @@ class Client(ClientBase):
         return self.run(jobs.op_replay(self, run_id))
 
     def close(self) -> None:
+        """Close the connections (and the archive's); a ``with`` block does it."""
         if self._archive is not None:
             self._archive.close()
         self.r.close()

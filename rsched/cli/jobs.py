@@ -87,7 +87,8 @@ def jobs() -> None:
 @click.option("--backoff-cap", type=float, default=None,
               help="Seconds: the longest wait between two attempts.")
 @click.option("--jitter", type=float, default=None,
-              help="Seconds: each run starts up to this much later, at random.")
+              help="Seconds: each occurrence of a cron job is due within plus or minus this of its "
+                   "time, by a fixed offset from the job id and the time.")
 @click.option("--paused", is_flag=True, default=None, help="Create the job paused.")
 @click.option("--dedup-key", default=None,
               help="Dedup window key: creates with this key within --dedup-ttl answer one job "
