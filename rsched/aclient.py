@@ -125,7 +125,7 @@ class AsyncClient(ClientBase):
         found = await self.get(job) if isinstance(job, str) else job
         run_id = run_events.first_run(found)
         run = await self.run(run_events.op_wait_run(
-            run_id, math.inf if timeout is None else timeout, expected=True))
+            run_id, math.inf if timeout is None else timeout))
         return run_events.result_of(run_events.check_ended(run, run_id, timeout))
 
     async def events(self, job_id: str, after: str | None = None

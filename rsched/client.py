@@ -172,8 +172,7 @@ class Client(ClientBase):
         """A one-off job's result: its run waited for (see wait); RunFailed when it ended
         without succeeding."""
         run_id = run_events.first_run(self.get(job) if isinstance(job, str) else job)
-        run = self.run(run_events.op_wait_run(run_id, math.inf if timeout is None else timeout,
-                                              expected=True))
+        run = self.run(run_events.op_wait_run(run_id, math.inf if timeout is None else timeout))
         return run_events.result_of(run_events.check_ended(run, run_id, timeout))
 
     def events(self, job_id: str, after: str | None = None) -> Iterator[dict[str, Any]]:

@@ -49,8 +49,14 @@ def op_read_runs(run_ids: Sequence[str]) -> Op[list[Run | None]]:
     return out
 
 
-def op_get_run(run_id: str) -> Op[Run]:
+def op_read_run(run_id: str) -> Op[Run | None]:
+    """The run, None when there is no such run (yet, or any more)."""
     (run,) = yield from op_read_runs([run_id])
+    return run
+
+
+def op_get_run(run_id: str) -> Op[Run]:
+    run = yield from op_read_run(run_id)
     if run is None:
         raise NotFound("run", run_id)
     return run
