@@ -1,6 +1,6 @@
 """The analyzer: what was acknowledged, what ran (the sink), what Redis says; one JSON report.
 
-Definitions (README "Fault checker" says the same):
+Definitions (docs/internals/fault-checker.md says the same):
 
 * lost: an acknowledged one-off job that never ran to success and is not dead-lettered.  Lost
   inside the AOF window: a lost job that Redis no longer knows, acknowledged after the
@@ -50,7 +50,7 @@ SLACK_MS = 1500
 
 # appendfsync everysec: while a background fsync runs, Redis postpones write()ing its AOF buffer
 # for up to 2 s of its second-granularity clock and still replies, so a kill -9 alone can undo
-# what it acknowledged in the last < 3 s (README "The AOF window, honestly").
+# what it acknowledged in the last < 3 s (docs/internals/fault-checker.md, "The AOF window").
 KILL_UNWRITTEN_MS = 3000
 
 

@@ -3,10 +3,17 @@
 from typing import TYPE_CHECKING, Any
 
 from rsched.client import Client
-from rsched.core.errors import Conflict, NotFound, RschedError, ScheduleError, ValidationError
+from rsched.core.errors import (
+    Conflict,
+    NotFound,
+    RschedError,
+    RunFailed,
+    ScheduleError,
+    ValidationError,
+)
 from rsched.core.handlers import App, JobContext, RateLimited
 from rsched.core.models import Attempt, Job, JobStatus, Run, RunState
-from rsched.core.spec import JobSpec
+from rsched.core.spec import Dedup, JobSpec
 
 if TYPE_CHECKING:
     from rsched.aclient import AsyncClient
@@ -14,9 +21,10 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "App", "AsyncClient", "Attempt", "Client", "Conflict", "Job", "JobContext", "JobSpec",
-    "JobStatus", "NotFound", "RateLimited", "Run", "RunState", "RschedError", "ScheduleError",
-    "ValidationError", "__version__",
+    "App", "AsyncClient", "Attempt", "Client", "Conflict", "Dedup", "Job", "JobContext",
+    "JobSpec", "JobStatus", "NotFound", "RateLimited", "Run", "RunFailed", "RunState",
+    "RschedError", "ScheduleError", "ValidationError",
+    "__version__",
 ]
 
 

@@ -7,8 +7,9 @@ plus one thin method per operation; rsched.aclient.AsyncClient is the asyncio on
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,12 +27,13 @@ from rsched.rdb.connections import fast_packing
 from rsched.rdb.durable import wait_of
 from rsched.rdb.ops import Op
 from rsched.rdb.setup import check_topology
-from rsched.service import jobs, limits, scheduling
+from rsched.service import jobs, limits, run_events, scheduling
 from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.context import Service
 from rsched.service.history import RunAttempt, RunsPage, history_of, op_history
 from rsched.service.inputs import backfill_range
 from rsched.service.patch import UNSET, JobPatch
+from rsched.service.shapes import event_json
 
 T = TypeVar("T")
 
@@ -83,6 +85,7 @@ class ClientBase(Service):
         return wait.replicas if wait is not None else 0
 
     def op_schedule_many(self, specs: Sequence[JobSpec]) -> Op[list[Job | RschedError]]:
+        """schedule_many as an Op, for callers that batch it with other work."""
         return scheduling.op_schedule_many(self, specs)
 
     def op_schedule_created(
@@ -92,6 +95,7 @@ class ClientBase(Service):
         return scheduling.op_schedule_created(self, specs)
 
     def op_read_runs(self, run_ids: Sequence[str]) -> Op[list[Run | None]]:
+        """The runs of ``run_ids`` (None for one that does not exist), as an Op."""
         return jobs.op_read_runs(run_ids)
 
 
@@ -128,9 +132,11 @@ class Client(ClientBase):
 
     @property
     def partitions(self) -> int:
+        """The partition count stored in Redis at first start."""
         return self.run(self.op_partitions())
 
     def now_ms(self) -> int:
+        """Redis's clock, in epoch ms: the clock every due time is judged by."""
         return self.run(self.op_now())
 
     def schedule(self, type: str, payload: Any = None, **options: Any) -> Job:
@@ -150,10 +156,33 @@ class Client(ClientBase):
         return self.run(scheduling.op_update(self, job_id, patch, if_match))
 
     def get(self, job_id: str) -> Job:
+        """The job; NotFound when there is none."""
         return self.run(jobs.op_get(job_id))
 
     def get_run(self, run_id: str) -> Run:
+        """One run (an occurrence, ``<job id>@<scheduled ms>``); NotFound when there is none."""
         return self.run(jobs.op_get_run(run_id))
+
+    def wait(self, run_id: str, timeout: float | None = None) -> Run:
+        """The run once it has ended (succeeded, dead, cancelled, skipped, abandoned), read as
+        its events come, not by polling; TimeoutError after ``timeout`` seconds (None: none)."""
+        run = self.run(run_events.op_wait_run(run_id, math.inf if timeout is None else timeout))
+        return run_events.check_ended(run, run_id, timeout)
+
+    def result(self, job: Job | str, timeout: float | None = None) -> Any:
+        """A one-off job's result: its run waited for (see wait); RunFailed when it ended
+        without succeeding."""
+        run_id = run_events.first_run(self.get(job) if isinstance(job, str) else job)
+        run = self.run(run_events.op_wait_run(run_id, math.inf if timeout is None else timeout))
+        return run_events.result_of(run_events.check_ended(run, run_id, timeout))
+
+    def events(self, job_id: str, after: str | None = None) -> Iterator[dict[str, Any]]:
+        """The job's events as they happen (GET /jobs/{id}/events's shape), for ever: from now,
+        or after the event id ``after``."""
+        for read in run_events.op_job_events(job_id, run_events.check_event_id(after)):
+            for event_id, row in self.run(read):
+                for ev in run_events.with_start(row):
+                    yield event_json(event_id if ev is row else None, ev)
 
     def runs(self, job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0
              ) -> list[Attempt] | list[RunAttempt]:
@@ -220,6 +249,7 @@ class Client(ClientBase):
         return self.run(limits.op_all_limits())
 
     def close(self) -> None:
+        """Close the connections (and the archive's); a ``with`` block does it."""
         if self._archive is not None:
             self._archive.close()
         self.r.close()

@@ -37,6 +37,11 @@ def _json(schema: str, description: str) -> dict[str, Any]:
             "content": {"application/json": {"schema": ref(schema)}}}
 
 
+def _events(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"text/event-stream": {"schema": {"type": "string"}}}}
+
+
 def _param(name: str, where: str, schema: dict[str, Any], description: str = "",
            required: bool = False) -> dict[str, Any]:
     return {"name": name, "in": where, "required": required or where == "path",
@@ -49,6 +54,8 @@ LIMIT_NAME = _param("name", "path", {"type": "string", "minLength": 1, "maxLengt
                                      "pattern": r"^[^*/\x00-\x1f\x7f-\x9f]*\*?$"},
                     "A limit key, or a family: a prefix ending in '*'.")
 CURSOR = _param("cursor", "query", {"type": "string"}, "nextCursor of the previous page.")
+LAST_EVENT_ID = _param("Last-Event-ID", "header", {"type": "string"},
+                       "The id of the last event received: the stream resumes after it.")
 IF_MATCH = _param("If-Match", "header", {"type": "string", "pattern": "^[0-9]{1,18}$"},
                   "Change the job only at this version (its `version`); else 412.")
 IDEMPOTENCY_KEY = _param("Idempotency-Key", "header", {"type": "string", "minLength": 1,
@@ -122,8 +129,10 @@ def _control(verb: str, summary: str, note: bool = False) -> dict[str, Any]:
 PATHS: dict[str, Any] = {
     "/jobs": {
         "post": _op("createJob", "jobs", "Schedule a job",
-                    {201: _json("Job", "Created."),
-                     200: _json("Job", "The job created earlier with this idempotencyKey.")},
+                    {201: _json("JobCreated", "Created."),
+                     200: _json("JobCreated", "The job created earlier with this "
+                                "idempotencyKey, or within this dedup window "
+                                "(deduplicated true).")},
                     [409], params=[IDEMPOTENCY_KEY], body="JobCreate", scope="write"),
         "get": _op("listJobs", "jobs", "List jobs (filtered, cursor-paginated; SCAN-based)",
                    {200: _json("JobPage", "A page of jobs, in no particular order.")}, [422],
@@ -143,7 +152,8 @@ PATHS: dict[str, Any] = {
                     body="BatchRequest", scope="write"),
     },
     "/jobs/{id}": {
-        "get": _op("getJob", "jobs", "Get a job", {200: _json("Job", "The job.")}, [404],
+        "get": _op("getJob", "jobs", "Get a job, with its latest run as the list shows it",
+                   {200: _json("JobListed", "The job.")}, [404],
                    params=[JOB_ID]),
         "patch": _op("updateJob", "jobs", "Reschedule a job or change its payload, "
                      "maxAttempts, priority or lifecycle limits",
@@ -172,6 +182,31 @@ PATHS: dict[str, Any] = {
                    {200: _json("RunPage", "A page of attempts.")}, [404, 422],
                    params=[JOB_ID, LIMIT, CURSOR]),
     },
+    "/jobs/{id}/events": {
+        "get": _op("jobEvents", "events", "The job's events as Server-Sent Events, from now or "
+                   "after Last-Event-ID (while the events stream still holds it)",
+                   {200: _events("Each frame: `id`, `event` (its name) and `data`, an Event.")},
+                   [404, 422], params=[JOB_ID, LAST_EVENT_ID]),
+    },
+    "/events": {
+        "get": _op("events", "events", "Every job's events (of a queue, of a job type) as "
+                   "Server-Sent Events, from now or after Last-Event-ID",
+                   {200: _events("Each frame: `id`, `event` (its name) and `data`, an Event.")},
+                   [422], params=[
+                       _param("queue", "query", {"type": "string", "pattern": QUEUE_PATTERN}),
+                       _param("type", "query", {"type": "string", "pattern": TYPE_PATTERN},
+                              "Job type."),
+                       LAST_EVENT_ID]),
+    },
+    "/runs/{runId}": {
+        "get": _op("getRun", "runs", "A run; with wait, once it has ended (succeeded, dead, "
+                   "cancelled, skipped, abandoned) or after that many seconds",
+                   {200: _json("Run", "The run.")}, [404, 422], params=[
+                       _param("runId", "path", {"type": "string"}),
+                       _param("wait", "query", {"type": "number", "minimum": 0,
+                                                "maximum": 60},
+                              "Seconds to wait for the run to end (no busy polling).")]),
+    },
     "/dead-letters": {
         "get": _op("listDeadLetters", "dead letters", "Dead-lettered runs, newest first",
                    {200: _json("DeadLetterPage", "A page of dead letters; with a filter, "
@@ -180,9 +215,29 @@ PATHS: dict[str, Any] = {
     },
     "/dead-letters/purge": {
         "post": _op("purgeDeadLetters", "dead letters", "Count (dryRun) or delete every dead "
-                    "letter the filter matches; no filter field matches all",
-                    {200: _json("PurgeResult", "How many match (dryRun) or were deleted.")},
+                    "letter the filter matches, in the background; no filter field matches all",
+                    {202: _json("Operation", "Started: follow it at its Location, "
+                                "/operations/{operationId}.")},
                     [], body="PurgeRequest", scope="admin"),
+    },
+    "/operations": {
+        "get": _op("listOperations", "background operations", "Background operations, newest first "
+                   "(kept 7 days after they end)",
+                   {200: _json("OperationPage", "A page of operations.")}, [422],
+                   params=[LIMIT, CURSOR]),
+    },
+    "/operations/{operationId}": {
+        "get": _op("getOperation", "background operations",
+                   "A background operation and its progress",
+                   {200: _json("Operation", "The operation.")}, [404],
+                   params=[_param("operationId", "path", {"type": "string"})]),
+    },
+    "/operations/{operationId}/cancel": {
+        "post": _op("cancelOperation", "background operations",
+                    "Stop a running operation at its next chunk; what it did stays done",
+                    {200: _json("Operation", "Cancelled.")}, [404, 409],
+                    params=[_param("operationId", "path", {"type": "string"})],
+                    scope="admin"),
     },
     "/dead-letters/{runId}": {
         "delete": _op("deleteDeadLetter", "dead letters", "Delete a dead letter for good "

@@ -32,7 +32,7 @@ from rsched.core.errors import NotFound, ValidationError
 from rsched.core.limits import limit_of
 from rsched.core.spec import MAX_TIME_MS, TYPE_PATTERN
 from rsched.core.times import to_ms
-from rsched.service import apikeys
+from rsched.service import apikeys, operations
 from rsched.service import dead_letters as dead_letter_ops
 from rsched.service import limits as limit_ops
 from rsched.service.backfill import op_backfill
@@ -52,6 +52,7 @@ from rsched.service.preview import fire_times, job_fire_times
 from rsched.service.samples import op_samples
 from rsched.service.shapes import (
     backfill_json,
+    created_json,
     dead_letter_json,
     durations_json,
     failures_json,
@@ -62,6 +63,7 @@ from rsched.service.shapes import (
     last_run_json,
     limit_json,
     limit_view_json,
+    operation_json,
     run_json,
     runs_json,
     status_json,
@@ -105,7 +107,7 @@ async def create_job(request: Request) -> Response:
     spec = spec_from_json(await read_json(request, _limits(request).max_body_bytes))
     spec.idempotency_key = idempotency_key(request, spec.idempotency_key)
     job, created = await _client(request).schedule_spec(spec)
-    return JSON(job_json(job), 201 if created else 200, {"Location": f"/jobs/{job.id}"})
+    return JSON(created_json(job), 201 if created else 200, {"Location": f"/jobs/{job.id}"})
 
 
 async def create_batch(request: Request) -> Response:
@@ -133,7 +135,7 @@ async def create_batch(request: Request) -> Response:
         if isinstance(res, Exception):
             results[i] = _item_error(res, i)
         else:
-            results[i] = {"status": 201 if res[1] else 200, "job": job_json(res[0])}
+            results[i] = {"status": 201 if res[1] else 200, "job": created_json(res[0])}
     return JSON({"results": results})
 
 
@@ -162,7 +164,11 @@ async def list_jobs(request: Request) -> Response:
 
 
 async def get_job(request: Request) -> Response:
-    return JSON(job_json(await _client(request).get(_job_id(request))))
+    """The job with its latest run and failure streak, as the jobs list shows each job."""
+    c = _client(request)
+    job = await c.get(_job_id(request))
+    (last,) = await c.run(op_last_runs([job]))
+    return JSON(dict(job_json(job), lastRun=last_run_json(last)))
 
 
 async def update_job(request: Request) -> Response:
@@ -336,8 +342,31 @@ async def purge_dead_letters(request: Request) -> Response:
         raise ValidationError("dryRun", "required: true to count the matches, false to delete")
     c = _client(request)
     flt = dead_letter_ops.filter_from_json(body)
-    count = await c.run(dead_letter_ops.op_purge(c, flt, dry, _actor(request)))
-    return JSON({"dryRun": dry, "count": count})
+    op = await c.run(operations.op_start_purge(c, flt, dry, _actor(request)))
+    request.app.state.operations.start(op.id)
+    return JSON(operation_json(op), status_code=202,
+                headers={"Location": f"/operations/{op.id}"})
+
+
+# --- background operations ---------------------------------------------------------------------
+
+
+async def list_operations(request: Request) -> Response:
+    limit = int_param(request, "limit", defaults.PAGE_LIMIT)
+    ops, cursor = await _client(request).run(
+        operations.op_list_operations(limit, request.query_params.get("cursor")))
+    return JSON({"operations": [operation_json(o) for o in ops], "nextCursor": cursor})
+
+
+async def get_operation(request: Request) -> Response:
+    op_id = operations.check_operation_id(request.path_params["operationId"])
+    return JSON(operation_json(await _client(request).run(operations.op_get_operation(op_id))))
+
+
+async def cancel_operation(request: Request) -> Response:
+    op_id = operations.check_operation_id(request.path_params["operationId"])
+    op = await _client(request).run(operations.op_cancel_operation(op_id, _actor(request)))
+    return JSON(operation_json(op))
 
 
 # --- schedules, status, health -----------------------------------------------------------------

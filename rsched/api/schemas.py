@@ -114,6 +114,30 @@ SCHEMAS: dict[str, Any] = {
                                        "job is placed in the key's partition. A key without "
                                        "a definition runs unlimited."),
             **LIFE_INPUT,
+            "dedup": {
+                "type": ["object", "null"], "additionalProperties": False,
+                "required": ["key", "ttlSeconds"],
+                "description": "A dedup window (docs/dedup.md): creates with the same key "
+                               "answer one job (200, deduplicated true) instead of creating "
+                               "another. ttl: the first job, for ttlSeconds after it. "
+                               "untilDone: the job until it completes, is dead-lettered or "
+                               "cancelled, ttlSeconds at most. debounce: each create within "
+                               "ttlSeconds of the previous one moves the job to ttlSeconds "
+                               "after it, with its payload and settings (not with runAt, "
+                               "cron or paused). Beside an idempotencyKey, the job lives in "
+                               "the dedup key's partition, so the idempotency key is one per "
+                               "dedup key.",
+                "properties": {
+                    "key": {"type": "string", "minLength": 1, "maxLength": 200,
+                            "description": "Compared in Unicode NFC; control and "
+                                           "bidirectional formatting characters are refused."},
+                    "ttlSeconds": {"type": "number", "exclusiveMinimum": 0,
+                                   "maximum": 2592000},
+                    "mode": {"type": ["string", "null"],
+                             "enum": ["ttl", "untilDone", "debounce", None],
+                             "description": "Default ttl."},
+                },
+            },
         },
     },
     "JobPatch": {
@@ -199,9 +223,20 @@ SCHEMAS: dict[str, Any] = {
             "items": {"anyOf": [ref("JobCreate"), {}]},
         }},
     },
+    "JobCreated": {
+        "description": "A create's answer: the job, and whether a dedup window answered with "
+                       "this existing job rather than creating one.",
+        "allOf": [ref("Job"), {
+            "type": "object", "required": ["deduplicated"],
+            "properties": {"deduplicated": {
+                "type": "boolean",
+                "description": "True: the job another create made within this create's "
+                               "dedup window (status 200). An idempotent replay is false."}},
+        }],
+    },
     "BatchResult": {
         "type": "object", "required": ["status"],
-        "properties": {"status": {"type": "integer"}, "job": ref("Job"),
+        "properties": {"status": {"type": "integer"}, "job": ref("JobCreated"),
                        "error": ref("Problem")},
     },
     "BatchResponse": {
@@ -368,9 +403,34 @@ SCHEMAS: dict[str, Any] = {
             "dryRun": {"type": "boolean", "description": "true: only count the matches."},
         },
     },
-    "PurgeResult": {
-        "type": "object", "required": ["dryRun", "count"],
-        "properties": {"dryRun": {"type": "boolean"}, "count": {"type": "integer"}},
+    "Operation": {
+        "type": "object",
+        "required": ["id", "kind", "status", "dryRun", "filter", "createdAt", "updatedAt",
+                     "endedAt", "total", "scanned", "matched", "deleted", "who", "error",
+                     "cancelledBy"],
+        "description": "A background operation: a purge of dead letters or its dry run, worked "
+                       "through in chunks; resumed by another API process if its own stops.",
+        "properties": {
+            "id": {"type": "string"},
+            "kind": {"type": "string", "enum": ["purgeDeadLetters"]},
+            "status": {"type": "string",
+                       "enum": ["running", "succeeded", "failed", "cancelled"]},
+            "dryRun": {"type": "boolean"},
+            "filter": {"type": "object", "description": "The purge request's filter fields."},
+            "createdAt": TIME, "updatedAt": NTIME, "endedAt": NTIME,
+            "total": {"type": "integer", "description": "Dead letters within the age bound "
+                                                        "when it started."},
+            "scanned": {"type": "integer", "description": "Dead letters read so far."},
+            "matched": {"type": "integer", "description": "Of those, how many the filter "
+                                                          "matched (a dry run's count)."},
+            "deleted": {"type": "integer", "description": "How many were deleted."},
+            "who": {"type": "string"}, "error": _n("string"), "cancelledBy": _n("string"),
+        },
+    },
+    "OperationPage": {
+        "type": "object", "required": ["operations", "nextCursor"],
+        "properties": {"operations": {"type": "array", "items": ref("Operation")},
+                       "nextCursor": _n("string")},
     },
     "BackfillRequest": {
         "type": "object", "additionalProperties": False, "required": ["from", "to"],

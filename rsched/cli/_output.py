@@ -14,6 +14,8 @@ from rsched.core.errors import Conflict, ValidationError
 from rsched.core.values import jsonable
 
 JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+PAGE_FLAGS = {"limit": "--limit", "cursor": "--cursor"}
+"""A paged read's flags by the field its errors name (see naming_flags)."""
 
 
 def print_json(value: Any) -> None:

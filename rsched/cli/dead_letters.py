@@ -7,15 +7,25 @@ from typing import Any
 
 import click
 
-from rsched.cli._output import JSON_FLAG, more, print_json, summary, table
+from rsched.cli._output import (
+    JSON_FLAG,
+    PAGE_FLAGS,
+    more,
+    naming_flags,
+    print_json,
+    summary,
+    table,
+)
 from rsched.cli.context import client_of
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
+from rsched.core.ids import process_id
 from rsched.service import dead_letters as dead_letter_ops
+from rsched.service import operations
 from rsched.service.listings import op_dead_letter_page
 from rsched.service.shapes import dead_letter_json
 
-CLI_ACTOR = "cli"  # who a deletion from the CLI is recorded as
+CLI_ACTOR = "cli"  # who a deletion or cancel from the CLI is recorded as
 _FLAGS = {"type": "--type", "queue": "--queue", "errorContains": "--error-contains",
           "olderThanSeconds": "--older-than"}
 
@@ -66,7 +76,8 @@ def dlq_list(ctx: click.Context, job_type: str | None, queue: str | None,
     be short, with a cursor for more)."""
     flt = dead_filter(job_type, queue, error_contains, older_than)
     c = client_of(ctx)
-    page = c.run(op_dead_letter_page(c, limit, cursor, flt))
+    with naming_flags(PAGE_FLAGS):
+        page = c.run(op_dead_letter_page(c, limit, cursor, flt))
     items = [dead_letter_json(d) for d in page.items]
     if as_json:
         print_json({"deadLetters": items, "nextCursor": page.next_cursor})
@@ -111,13 +122,25 @@ def dlq_delete(ctx: click.Context, run_ids: tuple[str, ...]) -> None:
 def dlq_purge(ctx: click.Context, job_type: str | None, queue: str | None,
               error_contains: str | None, older_than: float | None, dry_run: bool,
               as_json: bool) -> None:
-    """Delete every dead letter matching all filters given (no filter: every dead letter)."""
+    """Delete every dead letter matching all filters given (no filter: every dead letter).
+
+    Runs here, in the foreground, as a background operation would (`rsched operations show`
+    follows it); Ctrl-C cancels it, keeping what was deleted."""
     flt = dead_filter(job_type, queue, error_contains, older_than) or dead_letter_ops.DeadFilter()
     c = client_of(ctx)
-    count = c.run(dead_letter_ops.op_purge(c, flt, dry_run, CLI_ACTOR))
+    op = c.run(operations.op_start_purge(c, flt, dry_run, CLI_ACTOR))
+    try:
+        c.run(operations.op_run(c, op.id, process_id("cli")))
+    except KeyboardInterrupt:
+        c.run(operations.op_cancel_operation(op.id, CLI_ACTOR))
+        raise
+    op = c.run(operations.op_get_operation(op.id))
+    count = op.matched if dry_run else op.deleted
     if as_json:
-        print_json({"dryRun": dry_run, "count": count})
+        print_json({"dryRun": dry_run, "count": count, "operation": op.id})
     elif dry_run:
         click.echo(f"{count} dead letter{'' if count == 1 else 's'} would be deleted")
     else:
         click.echo(f"{count} dead letter{'' if count == 1 else 's'} deleted")
+    if op.status != "succeeded":
+        raise click.ClickException(f"operation {op.id} {op.status}: {op.error or 'stopped'}")

@@ -7,7 +7,16 @@ from typing import Any
 
 import click
 
-from rsched.cli._output import JSON_FLAG, more, naming_flags, print_json, show, summary, table
+from rsched.cli._output import (
+    JSON_FLAG,
+    PAGE_FLAGS,
+    more,
+    naming_flags,
+    print_json,
+    show,
+    summary,
+    table,
+)
 from rsched.cli.context import client_of
 from rsched.core import defaults
 from rsched.core.errors import Conflict, ValidationError, VersionMismatch
@@ -16,7 +25,13 @@ from rsched.core.views import WorkerStatus
 from rsched.service.inputs import spec_from_json
 from rsched.service.last_runs import LAST_RUN_FILTERS, op_last_runs
 from rsched.service.listings import op_list_jobs
-from rsched.service.shapes import backfill_json, job_json, last_run_json, runs_json
+from rsched.service.shapes import (
+    backfill_json,
+    created_json,
+    job_json,
+    last_run_json,
+    runs_json,
+)
 from rsched.service.status import op_workers
 
 ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cron": "--cron",
@@ -28,7 +43,8 @@ ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cro
              "startDeadlineSeconds": "--start-deadline", "timeoutSeconds": "--timeout",
              "jitterSeconds": "--jitter", "paused": "--paused",
              "backoff.baseSeconds": "--backoff-base", "backoff.capSeconds": "--backoff-cap",
-             "limitKey": "--limit-key"}
+             "dedup.key": "--dedup-key", "dedup.ttlSeconds": "--dedup-ttl",
+             "dedup.mode": "--dedup-mode", "limitKey": "--limit-key"}
 """`jobs add`'s flags by the API field each sets: its errors name the flag."""
 
 
@@ -71,8 +87,15 @@ def jobs() -> None:
 @click.option("--backoff-cap", type=float, default=None,
               help="Seconds: the longest wait between two attempts.")
 @click.option("--jitter", type=float, default=None,
-              help="Seconds: each run starts up to this much later, at random.")
+              help="Seconds: each occurrence of a cron job is due within plus or minus this of its "
+                   "time, by a fixed offset from the job id and the time.")
 @click.option("--paused", is_flag=True, default=None, help="Create the job paused.")
+@click.option("--dedup-key", default=None,
+              help="Dedup window key: creates with this key within --dedup-ttl answer one job "
+                   "(docs/dedup.md).")
+@click.option("--dedup-ttl", type=float, default=None, help="Seconds the dedup window lasts.")
+@click.option("--dedup-mode", default=None,
+              help="ttl (default), untilDone or debounce: how the dedup window holds.")
 @click.option("--limit-key", default=None,
               help="The key whose limit its runs count against (rsched limits set).")
 @JSON_FLAG
@@ -84,6 +107,7 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
              end_at: str | None, max_runs: int | None, pause_after_failures: int | None,
              start_deadline: float | None, timeout: float | None, backoff_base: float | None,
              backoff_cap: float | None, jitter: float | None, paused: bool | None,
+             dedup_key: str | None, dedup_ttl: float | None, dedup_mode: str | None,
              limit_key: str | None, as_json: bool) -> None:
     """Schedule a job and print its id."""
     try:
@@ -103,11 +127,14 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
             "startDeadlineSeconds": start_deadline, "timeoutSeconds": timeout,
             "jitterSeconds": jitter, "paused": paused, "limitKey": limit_key,
             "backoff": {"baseSeconds": backoff_base, "capSeconds": backoff_cap},
+            "dedup": None if dedup_key is None and dedup_ttl is None and dedup_mode is None
+            else {"key": dedup_key, "ttlSeconds": dedup_ttl, "mode": dedup_mode},
         })
         job = c.schedule_many([spec])[0]
         if isinstance(job, Exception):
             raise job
-    show(job_json(job), as_json, lambda j: j["id"])
+    show(created_json(job), as_json,
+         lambda j: f"{j['id']} (deduplicated)" if j["deduplicated"] else j["id"])
     workers = c.run(op_workers(c))
     if not any(w.serves(job.type, job.queue) for w in workers):
         click.echo(handler_warning(job.type, job.queue, workers), err=True)
@@ -138,8 +165,11 @@ def _render_job(j: dict[str, Any]) -> str:
 @JSON_FLAG
 @click.pass_context
 def jobsshow(ctx: click.Context, job_id: str, as_json: bool) -> None:
-    """Show one job."""
-    show(job_json(client_of(ctx).get(job_id)), as_json, _render_job)
+    """Show one job, with its latest run and failure streak (as `jobs list` shows them)."""
+    c = client_of(ctx)
+    job = c.get(job_id)
+    (last,) = c.run(op_last_runs([job]))
+    show(dict(job_json(job), lastRun=last_run_json(last)), as_json, _render_job)
 
 
 @jobs.command("list")
@@ -157,7 +187,7 @@ def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queu
     """List jobs (SCAN-based: see rsched.service.listings for the cost), with each one's latest
     run and how many runs in a row failed."""
     c = client_of(ctx)
-    with naming_flags({f: f"--{f}" for f in ("status", "type", "queue", "limit", "cursor")}
+    with naming_flags({f: f"--{f}" for f in ("status", "type", "queue")} | PAGE_FLAGS
                       | {"lastRun": "--last-run"}):
         page = c.run(op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
                                         cursor=cursor, last_run=last_run))
@@ -194,7 +224,8 @@ def jobs_runs(ctx: click.Context, job_id: str, limit: int, cursor: str | None,
               as_json: bool) -> None:
     """A job's attempts, newest first (with RSCHED_ARCHIVE_URL: its whole archived history)."""
     c = client_of(ctx)
-    body = runs_json(c.run(c.runs_source.op_page(job_id, limit, cursor)))
+    with naming_flags(PAGE_FLAGS):
+        body = runs_json(c.run(c.runs_source.op_page(job_id, limit, cursor)))
     items = body["runs"]
     if as_json:
         print_json(body)

@@ -10,7 +10,7 @@ import click
 
 from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store
-from rsched.cli._output import JSON_FLAG, more, print_json, show, table
+from rsched.cli._output import JSON_FLAG, PAGE_FLAGS, more, naming_flags, print_json, show, table
 from rsched.cli.context import client_of
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
@@ -62,7 +62,8 @@ def stats_failures(ctx: click.Context, job_type: str | None, start: str | None,
                    end: str | None, limit: int, cursor: str | None, as_json: bool) -> None:
     """Failed, timed-out and abandoned attempts in a time range, newest first."""
     lo, hi = _range(start, end)
-    body = failures_json(failures(_archive(ctx), job_type, lo, hi, limit, cursor))
+    with naming_flags(PAGE_FLAGS):
+        body = failures_json(failures(_archive(ctx), job_type, lo, hi, limit, cursor))
     if as_json:
         print_json(body)
         return

@@ -12,6 +12,8 @@ class ScheduleCode(IntEnum):
     CREATED = 0
     SAME = 1  # already exists with the same body (an idempotent replay)
     CONFLICT = 2  # exists with another body
+    DEDUPLICATED = 3  # answered by the job its dedup record names (its id follows the codes)
+    HELD_ELSEWHERE = 4  # its dedup record names a job the call did not: call again with it
 
 
 class ClaimCode(IntEnum):
@@ -103,3 +105,20 @@ class ExpireCode(IntEnum):
 
     DEAD_LETTERED = 1  # past the deadline: dead-lettered, not to be run
     RUN = 0  # in time (or not such a run): run it
+
+
+class OperationStep(IntEnum):
+    """operation_step.lua: a runner's hold on a background operation."""
+
+    HELD = 1  # the caller holds the lease (progress recorded)
+    OTHER = 0  # another runner holds an unexpired lease, or the caller's fence is stale
+    ENDED = -1  # cancelled, succeeded or failed: nothing more to do
+    GONE = -2  # no such operation (expired)
+
+
+class OperationCancel(IntEnum):
+    """operation_cancel.lua."""
+
+    CANCELLED = 1
+    ENDED = 0  # had ended already (its status is returned)
+    GONE = -2  # no such operation

@@ -28,6 +28,7 @@ class JobContext:
 
     @property
     def scheduled_at(self) -> datetime:
+        """The occurrence's nominal time (its run id's ms), as an aware UTC datetime."""
         return datetime.fromtimestamp(self.scheduled_ms / 1000, tz=UTC)
 
 
@@ -62,6 +63,8 @@ class App:
         self.handlers: dict[str, Registered] = {}
 
     def job(self, type: str) -> Callable[[Handler], Handler]:
+        """Decorator: register the function as the handler of job ``type`` (sync or async;
+        it gets a JobContext and may return a small JSON-serializable result)."""
         def register(fn: Handler) -> Handler:
             if type in self.handlers:
                 raise ValueError(f"a handler for job type {type!r} is already registered")

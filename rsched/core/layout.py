@@ -3,7 +3,7 @@ script from the generated `--!include layout` (rdb.scripts), as J.<name> and OWN
 
 Every job stores them, so they are one or two characters: a name takes its length plus two
 bytes of a job hash's listpack, and a million jobs' hashes fall a jemalloc size class or two
-(docs/performance-history.md).  Code says the long names; only Redis sees the short ones.  Job-hash
+(docs/performance.md).  Code says the long names; only Redis sees the short ones.  Job-hash
 fields not listed here (version, gap, runs, fails, active, buffered, cancel, ov, paused_* and
 resumed_*, h:<stream id>:<attempt>, nh: an own run set aside for want of a handler, lua/park.lua)
 are rare and keep their names.
@@ -98,7 +98,7 @@ _TABLES = {"J": J._asdict(), "OWN": OWN._asdict()}
 def literals(source: str) -> str:
     """A script's source with each J.<name> and OWN.<name> written as its stored name, quoted
     (``'s'``), so no script call builds the two tables at run time (a visible share of a
-    complete call: docs/performance-history.md).  A name not in the layout is an error."""
+    complete call: docs/performance.md).  A name not in the layout is an error."""
     def one(m: re.Match[str]) -> str:
         names = _TABLES[m.group(1)]
         if m.group(2) not in names:

@@ -26,6 +26,10 @@ from rsched.core.wire import as_text
 
 
 class JobStatus(str, enum.Enum):
+    """A job's state: scheduled (waiting for its next occurrence), paused, cancelled (final),
+    completed (a one-off job that succeeded, or a recurring one past its last occurrence) or
+    dead (a one-off job dead-lettered)."""
+
     SCHEDULED = "scheduled"
     PAUSED = "paused"
     CANCELLED = "cancelled"
@@ -139,7 +143,7 @@ packer = _Packer()
 # Settings stored as msgpack's nil (one byte) when they hold their default: 23 bytes fewer for a
 # job with the defaults, which keeps a small payload's spec under Redis's hash-max-listpack-value
 # (64 by default), so its job hash stays a listpack, half the memory per job
-# (docs/performance-history.md).
+# (docs/performance.md).
 SPEC_DEFAULTS = {"timeout_ms": defaults.TIMEOUT_MS, "backoff_base_ms": defaults.BACKOFF_BASE_MS,
                  "backoff_cap_ms": defaults.BACKOFF_CAP_MS, "tz": defaults.TZ,
                  "misfire": "run_once", "catch_up_ms": defaults.CATCH_UP_WINDOW_MS}
@@ -205,6 +209,9 @@ def unpack_spec(raw: Any) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class Job:
+    """A job as stored: its type, payload, schedule (``run_at_ms`` or ``cron`` in ``tz``), policies
+    and state; times are epoch ms.  What Client.schedule and Client.get return."""
+
     id: str
     type: str
     queue: str
@@ -235,6 +242,8 @@ class Job:
     paused: Control | None = None  # the latest pause: who, when, note, reason
     resumed: Control | None = None  # the latest resume
     limit_key: str | None = None  # its runs count against this key's limit (core.limits)
+    deduplicated: bool = False  # never stored: a create's answer, True when a dedup window
+    # answered it with this existing job (docs/dedup.md)
 
     @property
     def remaining_runs(self) -> int | None:
@@ -243,6 +252,7 @@ class Job:
 
     @property
     def partition(self) -> int:
+        """The partition the job lives in, read off its id."""
         return partition_of(self.id)
 
     @classmethod
@@ -419,6 +429,7 @@ class Attempt:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Attempt:
+        """An attempt from its JSON record in the history list."""
         d = json.loads(raw)
         res = d.get("result")
         return cls(

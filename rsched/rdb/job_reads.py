@@ -11,7 +11,8 @@ from rsched.core.layout import OWN, J
 from rsched.core.models import job_of_run, partition_of
 from rsched.core.wire import as_text
 from rsched.rdb import keys
-from rsched.rdb.ops import Commands, Op, cmd
+from rsched.rdb.job_scripts import dead_letters, dead_page
+from rsched.rdb.ops import Commands, Op, Scripts, cmd, one
 
 Hash = dict[bytes, bytes]
 
@@ -41,9 +42,11 @@ def op_run_hashes(run_ids: Sequence[str]) -> Op[list[tuple[Hash, Hash]]]:
     return [(hashes[2 * i], hashes[2 * i + 1]) for i in range(len(run_ids))]
 
 
-def op_history(p: int, job_id: str, count: int) -> Op[list[bytes]]:
-    """The newest ``count`` records of the job's history list (JSON, newest first)."""
-    (raws,) = yield Commands([cmd("lrange", keys.history(p, job_id), 0, count - 1)])
+def op_history(p: int, job_id: str, count: int | None) -> Op[list[bytes]]:
+    """The newest ``count`` records of the job's history list (JSON, newest first); None: all
+    of them (the list is bounded: Settings.history_len)."""
+    end = -1 if count is None else count - 1
+    (raws,) = yield Commands([cmd("lrange", keys.history(p, job_id), 0, end)])
     return raws  # type: ignore[no-any-return]
 
 
@@ -64,25 +67,23 @@ def op_dead_newest(partitions: int, limit: int) -> Op[list[tuple[str, float]]]:
     return [e for r in res for e in _entries(r)]
 
 
-def op_dead_pages(offsets: Sequence[int], limit: int, top: int | str | None = None
-                  ) -> Op[list[list[tuple[str, float]]]]:
-    """Per partition (``offsets[p]`` letters of it seen already), its next ``limit`` dead
-    letters, newest first, as (run id, score); with ``top``, only those dead by then (ms)."""
-    if top is not None:
-        reads = [cmd("zrevrangebyscore", keys.dead(p), top, "-inf", start=off, num=limit,
-                     withscores=True) for p, off in enumerate(offsets)]
-    else:
-        reads = [cmd("zrevrange", keys.dead(p), off, off + limit - 1, withscores=True)
-                 for p, off in enumerate(offsets)]
-    return [_entries(r) for r in (yield Commands(reads))]
+def op_dead_after(partitions: int, after: tuple[float, str] | None, top: int | str | None,
+                  count: int) -> Op[list[tuple[str, float]]]:
+    """Each partition's next ``count`` dead letters after the letter ``after`` (dead ms, run
+    id) in the newest-first order, all together, as (run id, score); without ``after``, from
+    the newest or, with ``top``, from those dead by then (ms).  A cursor of letters, not of
+    offsets: letters added or deleted meanwhile shift nothing (lua/dead_page.lua)."""
+    res = yield Scripts([dead_page(p, after, top, count) for p in range(partitions)])
+    return [e for r in res for e in dead_letters(one([r]))]
 
 
-def op_dead_oldest(p: int, top: int | str, offset: int, count: int) -> Op[list[str]]:
-    """Run ids of partition ``p``'s dead letters dead by ``top`` (ms, or '+inf'), oldest
-    first, from ``offset``, at most ``count``."""
-    (found,) = yield Commands([cmd("zrangebyscore", keys.dead(p), "-inf", top,
-                                   start=offset, num=count)])
-    return [as_text(v) for v in found]
+def op_dead_oldest(p: int, after: tuple[float, str] | None, top: int | None, count: int
+                   ) -> Op[list[tuple[str, float]]]:
+    """Partition ``p``'s next ``count`` dead letters oldest first after the letter ``after``
+    (dead ms, run id; None: from the oldest), only those dead by ``top`` ms when given, as
+    (run id, score) (lua/dead_page.lua)."""
+    (res,) = yield Scripts([dead_page(p, after, top, count, newest_first=False)])
+    return dead_letters(one([res]))
 
 
 def op_scan_jobs(at: int, count: int, node: int | None = None) -> Op[tuple[int, list[str]]]:
@@ -121,6 +122,6 @@ def op_run_states(runs: Sequence[tuple[int, str]]) -> Op[list[list[Any]]]:
                                 "state", "ended_ms", "started_ms") for p, rid in runs]))
 
 
-__all__ = ["Hash", "op_dead_newest", "op_dead_oldest", "op_dead_pages", "op_dead_scores",
+__all__ = ["Hash", "op_dead_newest", "op_dead_oldest", "op_dead_after", "op_dead_scores",
            "op_hashes", "op_history", "op_job_filter_fields", "op_job_hash", "op_latest_runs",
            "op_run_hashes", "op_run_states", "op_scan_jobs"]

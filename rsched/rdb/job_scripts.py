@@ -125,14 +125,16 @@ class BackfillReply(NamedTuple):
 
 
 def delete_dead(p: int, run_ids: Sequence[str], events_maxlen: int, who: str,
-                history_len: int) -> Call:
+                history_len: int, op_id: str = "", keep_ms: int = 0) -> Call:
     """lua/delete_dead.lua on dead letters of partition ``p``; ``who`` is recorded with each
-    deletion."""
-    ks = [keys.dead(p), keys.events(p)]
+    deletion; a purge passes its operation ``op_id``, under which the deletions are counted
+    (the count kept ``keep_ms``)."""
+    ks = [keys.dead(p), keys.events(p), keys.op_counts(p)]
     for rid in run_ids:
         job_id = job_of_run(rid)
         ks += [keys.run(p, rid), keys.job(p, job_id), keys.history(p, job_id)]
-    return ("delete_dead", ks, [_NOW, events_maxlen, who, history_len, len(run_ids), *run_ids])
+    return ("delete_dead", ks, [_NOW, events_maxlen, who, history_len, op_id, keep_ms,
+                                len(run_ids), *run_ids])
 
 
 def deleted(reply: Any) -> list[DeleteDeadCode]:
@@ -140,5 +142,20 @@ def deleted(reply: Any) -> list[DeleteDeadCode]:
     return [DeleteDeadCode(int(c)) for c in reply]
 
 
-__all__ = ["BackfillReply", "ControlReply", "backfill", "cancel", "delete_dead", "deleted",
-           "pause", "replay", "resume", "trigger", "update"]
+def dead_page(p: int, after: tuple[float, str] | None, top: int | str | None, count: int,
+              newest_first: bool = True) -> Call:
+    """lua/dead_page.lua: partition ``p``'s next ``count`` dead letters after the letter
+    ``after`` (dead ms, run id; None: from the first of the order), only those dead by ``top``
+    ms when given."""
+    score, rid = ("", "") if after is None else (repr(after[0]), after[1])
+    return ("dead_page", [keys.dead(p)], [score, rid, "" if top is None else top, count,
+                                          "desc" if newest_first else "asc"])
+
+
+def dead_letters(reply: Any) -> list[tuple[str, float]]:
+    """dead_page.lua's reply: (run id, dead ms) of each letter, newest first."""
+    return [(as_text(reply[i]), float(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+__all__ = ["BackfillReply", "ControlReply", "backfill", "cancel", "dead_letters", "dead_page",
+           "delete_dead", "deleted", "pause", "replay", "resume", "trigger", "update"]

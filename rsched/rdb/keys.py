@@ -14,9 +14,12 @@ partitions land one per 1/2^j of the slot range.  On a cluster sliced evenly ove
 
 from __future__ import annotations
 
+import hashlib
 from itertools import count
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+from rsched.core.ids import sorted64
 
 PREFIX = "rsched"
 SLOTS = REDIS_CLUSTER_HASH_SLOTS
@@ -106,6 +109,23 @@ def api_keys() -> str:
     return f"{PREFIX}:apikeys"
 
 
+def operation(op_id: str) -> str:
+    """HASH: one background operation (a dead-letter purge): its request, lease and progress
+    (service.operations)."""
+    return f"{PREFIX}:operation:{op_id}"
+
+
+def operations() -> str:
+    """ZSET, every score 0: operation ids (ULIDs, so lexical order is creation order)."""
+    return f"{PREFIX}:operations"
+
+
+def operations_running() -> str:
+    """SET: ids of operations not ended yet, which an API process's runner resumes when their
+    lease has expired."""
+    return f"{PREFIX}:operations:running"
+
+
 # --- partition keys --------------------------------------------------------------------------
 
 
@@ -122,6 +142,12 @@ def retry(p: int) -> str:
 def dead(p: int) -> str:
     """ZSET: run id -> time (ms) it was dead-lettered."""
     return _pk(p, "dead")
+
+
+def op_counts(p: int) -> str:
+    """HASH: background operation id -> dead letters its purge deleted in this partition
+    (lua/delete_dead.lua)."""
+    return _pk(p, "opcounts")
 
 
 def lease(p: int) -> str:
@@ -159,6 +185,14 @@ def stream(p: int, queue: str) -> str:
 def job(p: int, job_id: str) -> str:
     """HASH: the job (see models.Job)."""
     return _pk(p, f"job:{job_id}")
+
+
+def dedup(p: int, dedup_key: str) -> str:
+    """STRING: the id of the job a dedup key answers with, expiring with its window
+    (lua/schedule.lua).  Named by 120 bits of the key's hash: a key's own text (200
+    characters, any but controls) could read as another key's pattern (``}:job:``)."""
+    digest = hashlib.blake2b(dedup_key.encode(), digest_size=15).digest()
+    return _pk(p, f"dedup:{sorted64(digest)}")
 
 
 def job_pattern() -> str:

@@ -48,8 +48,9 @@ def cmd(method: str, *args: Any, **kwargs: Any) -> tuple[str, tuple[Any, ...], d
 
 @dataclass(frozen=True, slots=True)
 class Blocking:
-    """Call ``fn`` (an archive query) and send back its value; the asyncio driver runs it in a
-    thread so the event loop never waits on the database."""
+    """Call ``fn`` (an archive query, or CPU work that takes long, such as a backfill's
+    occurrence times) and send back its value; the asyncio driver runs it in a thread so the
+    event loop never waits on it."""
 
     fn: Callable[[], Any]
 

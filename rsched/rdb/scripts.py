@@ -29,7 +29,7 @@ _INCLUDE = re.compile(r"^--!include (\w+)\s*$", re.M)
 NAMES = (
     "schedule", "lease", "claim", "start", "heartbeat", "complete",
     "pause", "resume", "cancel", "replay", "trigger", "update", "delete_dead", "expire", "park",
-    "backfill", "limit",
+    "backfill", "dead_page", "operation_step", "operation_cancel", "limit",
 )
 
 
@@ -223,7 +223,7 @@ async def acall_many_then(r: Any, calls: Sequence[Call], more: Sequence[Sequence
     redis-py response callback: an XREADGROUP reply is [[stream, [[id, [field, value, ...]],
     ...]], ...] under RESP2, {stream: [...]} under RESP3).  Not through redis-py's pipeline,
     whose command stack, callbacks and retry closures are the worker's largest cost per round
-    trip (docs/performance-history.md, callgrind of loadtest/bench_phases.py).
+    trip (docs/performance.md: callgrind of loadtest/bench_phases.py).
     A connection error sends the calls again through acall_many's retrying pipeline (scripts are
     safe to apply twice) and the commands not at all (their replies: empty).  A call whose
     script Redis lacked is sent again after the load, alone: the commands are not repeated.
@@ -245,7 +245,7 @@ async def acall_many_then(r: Any, calls: Sequence[Call], more: Sequence[Sequence
 class Held:
     """Connections of one client's pool kept out of it between raw round trips (acommands_raw):
     redis-py 8's get_connection and release (a lock, observability records, a peek at the
-    socket) are a quarter of a raw round trip's CPU (docs/performance-history.md).  A kept
+    socket) are a quarter of a raw round trip's CPU (docs/performance.md).  A kept
     connection has every reply read (or is dropped), so it is as clean as the pool's check
     asks; at most ``keep`` are kept, the rest go back.  ``release`` gives them all back."""
 

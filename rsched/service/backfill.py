@@ -11,6 +11,7 @@ gone is refused rather than guessed at.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from rsched.core import defaults
@@ -21,7 +22,7 @@ from rsched.core.models import Overlap, partition_of
 from rsched.core.times import ms_to_iso
 from rsched.rdb import job_scripts
 from rsched.rdb.job_scripts import BackfillReply
-from rsched.rdb.ops import Op, Scripts
+from rsched.rdb.ops import Blocking, Op, Scripts
 from rsched.rdb.scripts import Call
 from rsched.service.context import Service, op_wake
 from rsched.service.jobs import op_get
@@ -99,7 +100,8 @@ def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
     life = job.life
     lo = max(from_ms, life.start_at_ms)
     hi = min(to_ms, life.end_at_ms + 1) if life.end_at_ms else to_ms
-    times = occurrences(job.cron, job.tz, lo, hi) if lo < hi else []
+    # Up to BACKFILL_MAX cron steps (about 0.2 s for 10,000): off the API's event loop.
+    times = (yield Blocking(partial(occurrences, job.cron, job.tz, lo, hi))) if lo < hi else []
     out = Backfill(job_id, from_ms, to_ms, dry_run, times)
     _check_records(svc, job.created_ms, times, now)
     chunks = [times[c : c + defaults.BACKFILL_CHUNK]

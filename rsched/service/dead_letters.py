@@ -4,8 +4,9 @@ Each deletion runs lua/delete_dead.lua, which records it in the run's history (w
 emits a 'dead_deleted' event, so an operator can tell later where a dead letter went.  A purge
 walks each partition's dead set in chunks of PURGE_CHUNK, oldest first, reading the runs only
 when the filter needs their fields: a dry run answers how many match, a real one deletes each
-chunk's matches with one script call per partition.  A letter dead-lettered during a purge may
-be missed (run it again); a letter replayed meanwhile is not deleted.
+chunk's matches with one script call per partition.  A purge runs in the background
+(service.operations).  A letter dead-lettered during a purge may be missed (run it again); a
+letter replayed meanwhile is not deleted.
 """
 
 from __future__ import annotations
@@ -16,15 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rsched.core import defaults
 from rsched.core.codes import DeleteDeadCode
 from rsched.core.errors import ValidationError
 from rsched.core.models import Run, job_of_run, partition_of
 from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
 from rsched.rdb import job_scripts
-from rsched.rdb.job_reads import op_dead_oldest
 from rsched.rdb.ops import Op, Scripts
 from rsched.service.context import Service
-from rsched.service.jobs import op_read_runs
 
 PURGE_CHUNK = 500  # dead letters read (and deleted) per round trip of a purge
 MAX_ERROR_FILTER = 1000  # characters of errorContains
@@ -80,9 +80,11 @@ def filter_from_json(body: dict[str, Any]) -> DeadFilter:
                       body.get("olderThanSeconds"))
 
 
-def op_delete(svc: Service, run_ids: Sequence[str], who: str) -> Op[list[bool]]:
+def op_delete(svc: Service, run_ids: Sequence[str], who: str, op_id: str = ""
+              ) -> Op[list[bool]]:
     """Delete these dead letters, one script call per partition in one round trip; per run id,
-    whether it was a dead letter (and is now deleted)."""
+    whether it was a dead letter (and is now deleted).  A purge passes its operation's id, which
+    counts the deletions in Redis (service.operations)."""
     by_part: dict[int, list[int]] = defaultdict(list)
     for i, rid in enumerate(run_ids):
         if "@" not in rid:
@@ -94,7 +96,7 @@ def op_delete(svc: Service, run_ids: Sequence[str], who: str) -> Op[list[bool]]:
             chunk = idx[at:at + PURGE_CHUNK]
             calls.append(job_scripts.delete_dead(
                 p, [run_ids[i] for i in chunk], svc.settings.events_maxlen, who,
-                svc.settings.history_len))
+                svc.settings.history_len, op_id, defaults.OPERATION_KEEP_MS))
             order.append(chunk)
     out = [False] * len(run_ids)
     if not calls:
@@ -108,32 +110,4 @@ def op_delete(svc: Service, run_ids: Sequence[str], who: str) -> Op[list[bool]]:
     return out
 
 
-def op_purge(svc: Service, flt: DeadFilter, dry_run: bool, who: str) -> Op[int]:
-    """How many dead letters match (dry run), or delete them and answer how many were."""
-    P = yield from svc.op_partitions()
-    top = flt.max_score((yield from svc.op_now()))
-    count = 0
-    for p in range(P):
-        offset = 0
-        while True:
-            ids = yield from op_dead_oldest(p, top, offset, PURGE_CHUNK)
-            if flt.reads_runs and ids:
-                runs = yield from op_read_runs(ids)
-                take = [rid for rid, run in zip(ids, runs, strict=True)
-                        if run is not None and flt.matches(run)]
-            else:
-                take = ids
-            if dry_run:
-                count += len(take)
-                offset += len(ids)
-            elif take:
-                count += sum((yield from op_delete(svc, take, who)))
-                offset += len(ids) - len(take)  # the deleted ones left the set
-            else:
-                offset += len(ids)
-            if len(ids) < PURGE_CHUNK:
-                break
-    return count
-
-
-__all__ = ["PURGE_CHUNK", "DeadFilter", "filter_from_json", "op_delete", "op_purge"]
+__all__ = ["PURGE_CHUNK", "DeadFilter", "filter_from_json", "op_delete"]

@@ -19,7 +19,7 @@ from rsched.core.models import Attempt
 from rsched.rdb.event_streams import op_recent
 from rsched.rdb.ops import Blocking, Op
 from rsched.service.context import Service
-from rsched.service.jobs import INFLIGHT_STATES, op_get, op_runs
+from rsched.service.jobs import INFLIGHT_STATES, attempt_key, op_get, op_runs
 from rsched.service.listings import Page, is_count
 
 
@@ -44,19 +44,29 @@ def op_history(svc: Service, job_id: str, limit: int = defaults.PAGE_LIMIT,
     return page
 
 
+_NEWEST = 2**63 - 1  # an ended ms above every attempt's
+
+
+def _is_attempt_key(v: object) -> bool:
+    return (isinstance(v, list) and len(v) == 3 and is_count(v[0]) and is_count(v[1])
+            and isinstance(v[2], str))
+
+
 def op_redis_runs_page(job_id: str, limit: int = defaults.PAGE_LIMIT,
                        cursor: str | None = None) -> Op[Page]:
     """A job's attempts from Redis, newest first: the in-flight one (first page), then finished
-    ones.  The cursor counts finished attempts already returned; the history list grows at its
-    head, so attempts finishing while a client pages may show up twice, never go missing."""
+    ones.  The cursor is the last finished attempt shown (jobs.attempt_key), so attempts that
+    finish while a client pages shift nothing: each attempt Redis keeps is listed once."""
     check_limit(limit)
-    offset = decode_cursor(cursor, is_count) or 0
-    got: list[Attempt] = yield from op_runs(job_id, limit + 1, offset)
+    last = decode_cursor(cursor, _is_attempt_key)
+    after = None if last is None else (last[0], last[1], last[2])
+    got: list[Attempt] = yield from op_runs(job_id, limit + 1, after=after)
     page = got[:limit]
     if len(got) <= limit:
         return Page(page, None)
-    finished = sum(1 for a in page if a.status not in INFLIGHT_STATES)
-    return Page(page, encode_cursor(offset + finished))
+    done = [a for a in page if a.status not in INFLIGHT_STATES]
+    # A page of the in-flight attempt alone: the next one starts at the newest finished.
+    return Page(page, encode_cursor(list(attempt_key(done[-1])) if done else [_NEWEST, 0, ""]))
 
 
 class RedisHistory:

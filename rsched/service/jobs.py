@@ -59,16 +59,34 @@ def op_read_runs(run_ids: Sequence[str]) -> Op[list[Run | None]]:
     return out
 
 
-def op_get_run(run_id: str) -> Op[Run]:
+def op_read_run(run_id: str) -> Op[Run | None]:
+    """The run, None when there is no such run (yet, or any more)."""
     (run,) = yield from op_read_runs([run_id])
+    return run
+
+
+def op_get_run(run_id: str) -> Op[Run]:
+    run = yield from op_read_run(run_id)
     if run is None:
         raise NotFound("run", run_id)
     return run
 
 
-def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> Op[list[Attempt]]:
+AttemptKey = tuple[int, int, str]
+
+
+def attempt_key(a: Attempt) -> AttemptKey:
+    """Where a finished attempt sorts in a job's history, newest first: (ended ms, attempt,
+    run id), descending; the run id breaks ties, so no two attempts share a key."""
+    return (a.ended_ms or 0, a.attempt, a.run_id)
+
+
+def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0,
+            after: AttemptKey | None = None) -> Op[list[Attempt]]:
     """The job's in-flight run (first page only) then its finished attempts, newest first, as
-    Redis keeps them (a bounded list); ``offset`` counts finished attempts already seen."""
+    Redis keeps them (a bounded list); ``offset`` counts finished attempts already seen, or
+    ``after`` is the key (attempt_key) of the last one seen: those after it in the order."""
+    first = offset == 0 and after is None
     p = partition_of(job_id)
     jh = yield from op_job_hash(job_id)
     if not jh:
@@ -87,7 +105,7 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
             if not h:
                 continue
             run = Run.from_hash(h, rid)
-            if rid == job.last_run_id and offset == 0 and run.state.value in INFLIGHT_STATES:
+            if rid == job.last_run_id and first and run.state.value in INFLIGHT_STATES:
                 why = run.error
                 if run.state is RunState.WAITING:
                     why = f"waiting for limit {run.waiting_for}"
@@ -103,9 +121,11 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0) -> O
         # A one-off job's own run keeps its attempts in the job hash (lua/include/util.lua);
         # other runs' attempts are in the history list.  Both newest first, merged.
         own += [Attempt.from_json(v) for k, v in jh.items() if k.startswith(b"h:")]
-        raws = yield from op_history(p, job_id, offset + want)
+        raws = yield from op_history(p, job_id, offset + want if after is None else None)
         done = own + [Attempt.from_json(raw) for raw in raws]
-        done.sort(key=lambda a: (a.ended_ms or 0, a.attempt), reverse=True)
+        done.sort(key=attempt_key, reverse=True)
+        if after is not None:
+            done = [a for a in done if attempt_key(a) < after]
         out += done[offset : offset + want]
     return (yield from _mark_dead(p, out[:limit]))
 

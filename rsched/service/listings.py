@@ -22,7 +22,7 @@ from rsched.core.layout import STATUS_DEFAULT
 from rsched.core.models import Job, JobStatus, Run
 from rsched.core.wire import as_text
 from rsched.rdb import keys
-from rsched.rdb.job_reads import op_dead_pages, op_hashes, op_job_filter_fields, op_scan_jobs
+from rsched.rdb.job_reads import op_dead_after, op_hashes, op_job_filter_fields, op_scan_jobs
 from rsched.rdb.ops import Masters, Op
 from rsched.service.context import Service
 from rsched.service.dead_letters import DeadFilter
@@ -123,27 +123,32 @@ class DeadLetter:
     dead_ms: int
 
 
+def _is_letter(v: Any) -> bool:
+    """A dead-letter cursor: the last letter shown, [dead ms, run id]."""
+    return (isinstance(v, list) and len(v) == 2 and type(v[0]) in (int, float)
+            and isinstance(v[1], str) and v[1] != "")
+
+
 def op_dead_letter_page(svc: Service, limit: int = defaults.PAGE_LIMIT,
                         cursor: str | None = None, flt: DeadFilter | None = None) -> Op[Page]:
-    """Dead letters across partitions, most recent first; the cursor holds per-partition offsets
-    (a letter dead-lettered while paging may show up twice; a replayed one may shift a page).
-    With a filter, a page holds the matches among the next ``limit`` letters: it may be short,
-    even empty, with a cursor for more."""
+    """Dead letters across partitions, most recent first (ties by run id, descending); the
+    cursor is the last letter shown, so a walk lists every letter that stays once, whatever
+    is dead-lettered or deleted meanwhile.  With a filter, a page holds the matches among the
+    next ``limit`` letters: it may be short, even empty, with a cursor for more."""
     check_limit(limit)
     P = yield from svc.op_partitions()
-    offsets = decode_cursor(cursor, lambda v: isinstance(v, list) and len(v) == P
-                            and all(is_count(x) for x in v)) or [0] * P
+    last = decode_cursor(cursor, _is_letter)
+    after = None if last is None else (float(last[0]), last[1])
     top = None
-    if flt is not None and flt.older_than_s is not None:
+    if after is None and flt is not None and flt.older_than_s is not None:
         top = flt.max_score((yield from svc.op_now()))
-    res = yield from op_dead_pages(offsets, limit, top)
-    entries = sorted(((score, rid, p) for p, r in enumerate(res) for rid, score in r),
-                     key=lambda e: (-e[0], e[1]))
+    entries = yield from op_dead_after(P, after, top, limit)
+    entries.sort(key=lambda e: (e[1], e[0]), reverse=True)
     taken = entries[:limit]
-    more = len(entries) > len(taken) or any(len(r) == limit for r in res)
-    runs = yield from op_read_runs([rid for _, rid, _ in taken])
-    for _, _, p in taken:
-        offsets[p] += 1
-    items = [DeadLetter(run, int(score)) for (score, _, _), run in zip(taken, runs, strict=True)
+    runs = yield from op_read_runs([rid for rid, _ in taken])
+    items = [DeadLetter(run, int(score)) for (_, score), run in zip(taken, runs, strict=True)
              if run is not None and (flt is None or flt.matches(run))]
-    return Page(items, encode_cursor(offsets) if more and taken else None)
+    if len(taken) < limit:
+        return Page(items, None)
+    rid, score = taken[-1]
+    return Page(items, encode_cursor([int(score) if score.is_integer() else score, rid]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rsched.archive.events import EventRow
 from rsched.archive.history import RunsPage
 from rsched.archive.stats import DurationStats, FailuresPage
 from rsched.core.catchup import Gap
@@ -15,6 +16,7 @@ from rsched.core.lifecycle import NO_LIFE
 from rsched.core.limits import Limit, body_of
 from rsched.core.models import Attempt, Job, JobStatus, Misfire, Overlap, Run
 from rsched.core.times import ms_to_iso, ms_to_iso_fast
+from rsched.core.values import jsonable, read_json
 from rsched.core.views import DispatcherStatus, PartitionStatus, Status, WorkerStatus
 from rsched.service.apikeys import ApiKey
 from rsched.service.backfill import Backfill
@@ -22,6 +24,7 @@ from rsched.service.doctor import Finding
 from rsched.service.last_runs import LastRun
 from rsched.service.limits import LimitView
 from rsched.service.listings import DeadLetter, Page
+from rsched.service.operations import Operation
 
 iso = ms_to_iso_fast  # a batch's jobs share their creation and run times: cached
 
@@ -72,6 +75,13 @@ def job_json(job: Job) -> dict[str, Any]:
         **(life_json(job) if job.life is not NO_LIFE or job.fail_streak or job.paused
            or job.resumed else _NO_LIFE_JSON),
     }
+
+
+def created_json(job: Job) -> dict[str, Any]:
+    """A create's answer: the job, and whether a dedup window answered with it."""
+    out = job_json(job)
+    out["deduplicated"] = job.deduplicated
+    return out
 
 
 def life_json(job: Job) -> dict[str, Any]:
@@ -147,6 +157,25 @@ def run_json(r: Run) -> dict[str, Any]:
     }
 
 
+def event_json(event_id: str | None, row: EventRow) -> dict[str, Any]:
+    """One event of the SSE streams (GET /jobs/{id}/events, /events): what the events stream
+    holds of it, the fields it does not carry left out."""
+    out: dict[str, Any] = {"id": event_id, "event": row.event, "jobId": row.job_id,
+                           "at": iso(row.ts_ms)}
+    for name, value in (("runId", row.run_id), ("attempt", row.attempt),
+                        ("worker", row.worker), ("durationMs", row.duration_ms),
+                        ("type", row.job_type), ("queue", row.queue), ("error", row.error)):
+        if value is not None:
+            out[name] = value
+    if row.sched_ms is not None and row.run_id is not None:
+        out["scheduledAt"] = iso(row.sched_ms)
+    if row.retry_at_ms is not None:
+        out["retryAt"] = iso(row.retry_at_ms)
+    if row.result is not None:
+        out["result"] = jsonable(read_json(row.result, f"run {row.run_id} result"))
+    return out
+
+
 def backfill_json(b: Backfill) -> dict[str, Any]:
     """A backfill's answer: the range's times, what became of each (a dry run: what would
     become of each now) and how many of each."""
@@ -175,6 +204,15 @@ def limit_view_json(view: LimitView) -> dict[str, Any]:
     if view.in_flight is not None:
         out["inFlight"], out["waiting"] = view.in_flight, view.waiting
     return out
+
+
+def operation_json(op: Operation) -> dict[str, Any]:
+    return {"id": op.id, "kind": op.kind, "status": op.status, "dryRun": op.dry_run,
+            "filter": op.filter, "createdAt": iso(op.created_ms),
+            "updatedAt": None if op.updated_ms is None else iso(op.updated_ms),
+            "endedAt": None if op.ended_ms is None else iso(op.ended_ms), "total": op.total,
+            "scanned": op.scanned, "matched": op.matched, "deleted": op.deleted, "who": op.who,
+            "error": op.error, "cancelledBy": op.cancelled_by}
 
 
 def key_json(k: ApiKey) -> dict[str, Any]:

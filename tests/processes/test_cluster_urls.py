@@ -32,8 +32,8 @@ NO_REPLICAS = "RSCHED_WAIT_REPLICAS=0"
 PLAIN_URL = "redis+cluster://"
 # One command of each family that talks to Redis (stats reads only the run-history archive).
 COMMANDS = [["status"], ["jobs", "add", "--type", "t", "--run-at", "2030-01-01T00:00:00Z"],
-            ["jobs", "list"], ["dlq", "list"], ["keys", "list"],
-            ["preview", "--job", "0-P84AAAAAAAAAAAAAAAAAA"]]
+            ["jobs", "list"], ["dlq", "list"], ["dlq", "purge", "--dry-run"], ["keys", "list"],
+            ["operations", "list"], ["preview", "--job", "0-P84AAAAAAAAAAAAAAAAAA"]]
 STARTED = re.compile(r"(dispatcher|worker|archiver) \S+ started|Application startup complete")
 
 

@@ -11,6 +11,7 @@ from importlib.metadata import version
 from typing import Any
 
 import click
+import pytest
 from click.testing import CliRunner
 from support.cli import as_json, ok, rsched, run_main
 from support.helpers import Rig
@@ -134,9 +135,11 @@ def test_an_idempotency_conflict_names_the_flag(redis_url: str) -> None:
 
 def test_jobs_list_shows_the_newest_first_like_the_dashboard(redis_url: str) -> None:
     made = []
-    for i in range(12):  # a millisecond apart: jobs made within one have no order
+    for i in range(12):
         made.append(ok(redis_url, "jobs", "add", "--type", f"t{i}").strip())
-        time.sleep(0.002)
+        # Each command stamps its ids by its own reading of Redis's clock, off by up to half a
+        # round trip, which a busy machine makes long: far enough apart to be told apart.
+        time.sleep(0.05)
     listed = [j["id"] for j in as_json(redis_url, "jobs", "list")["jobs"]]
     assert listed == made[::-1]
     lines = ok(redis_url, "jobs", "list").splitlines()[1:]
@@ -147,3 +150,12 @@ def test_a_table_cell_never_holds_a_traceback() -> None:
     trace = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: boom'
     out = table(["run", "error"], [["r1", trace], ["r2", "one line\n"]]).splitlines()
     assert out == ["RUN  ERROR", "r1   Traceback (most recent call last): ...", "r2   one line"]
+
+
+@pytest.mark.parametrize("command", [["jobs", "list"], ["jobs", "runs", "3-P84AAAAAAAAAAAAAAAAAA"],
+                                     ["dlq", "list"], ["operations", "list"]])
+def test_every_paged_command_names_its_limit_and_cursor_flags_in_errors(
+        redis_url: str, command: list[str]) -> None:
+    for args, flag in ((["--limit", "0"], "--limit"), (["--cursor", "zz"], "--cursor")):
+        bad = run_main(redis_url, *command, *args)
+        assert bad.returncode == 1 and bad.stderr.startswith(f"error: {flag}:"), (args, bad)

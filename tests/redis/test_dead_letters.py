@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from rsched.cli.main import cli
 from rsched.core import wire
 from rsched.core.models import partition_of
 from rsched.rdb import keys
-from rsched.service import dead_letters as dlq
+from rsched.service import operations
 from rsched.service.apikeys import op_create_key, op_list_keys
 from rsched.service.listings import op_dead_letter_page
 
@@ -122,6 +123,21 @@ def test_delete_removes_one_dead_letter_and_records_who_and_when_in_the_runs_his
     assert api.delete("/dead-letters/not-a-run").status_code == 404
 
 
+def _purged(api: TestClient, body: dict[str, Any]) -> dict[str, Any]:
+    """POST /dead-letters/purge, then its operation followed to its end: dryRun and count."""
+    res = api.post("/dead-letters/purge", json=body)
+    assert res.status_code == 202, res.text
+    op = res.json()
+    assert res.headers["location"] == f"/operations/{op['id']}"
+    deadline = time.monotonic() + 30
+    while op["status"] == "running":
+        assert time.monotonic() < deadline, op
+        time.sleep(0.02)
+        op = api.get(res.headers["location"]).json()
+    assert op["status"] == "succeeded", op
+    return {"dryRun": op["dryRun"], "count": op["matched"] if op["dryRun"] else op["deleted"]}
+
+
 def test_purge_counts_on_a_dry_run_then_deletes_exactly_what_the_filter_matches(
     admin: tuple[TestClient, dict[str, str], Client], redis_url: str
 ) -> None:
@@ -129,9 +145,7 @@ def test_purge_counts_on_a_dry_run_then_deletes_exactly_what_the_filter_matches(
     letters = _dead_letters(api, redis_url)
 
     def purge(**body: Any) -> Any:
-        res = api.post("/dead-letters/purge", json=body)
-        assert res.status_code == 200, res.text
-        return res.json()
+        return _purged(api, body)
 
     assert purge(dryRun=True) == {"dryRun": True, "count": 4}
     assert purge(dryRun=True, type="boom")["count"] == 3
@@ -163,11 +177,11 @@ def test_a_purge_walks_more_dead_letters_than_one_chunk(
     for _ in range(3):
         api.post("/jobs", json={"type": "kaput", "maxAttempts": 1})
     _run_due(redis_url, 7)
-    monkeypatch.setattr(dlq, "PURGE_CHUNK", 2)  # 8 letters over a few partitions: many chunks
-    body = {"dryRun": True, "errorContains": "disk"}
-    assert api.post("/dead-letters/purge", json=body).json()["count"] == 4
+    monkeypatch.setattr(operations, "PURGE_CHUNK", 2)  # 8 letters, a few partitions: many chunks
+    body: dict[str, Any] = {"dryRun": True, "errorContains": "disk"}
+    assert _purged(api, body)["count"] == 4
     body["dryRun"] = False
-    assert api.post("/dead-letters/purge", json=body).json()["count"] == 4
+    assert _purged(api, body)["count"] == 4
     assert {d["type"] for d in api.get("/dead-letters").json()["deadLetters"]} == {"boom"}
 
 
@@ -217,7 +231,10 @@ def test_rsched_dlq_delete_and_purge_with_dry_run(redis_url: str, r: redis.Redis
     dry = _cli(redis_url, "dlq", "purge", "--type", "boom", "--dry-run")
     assert dry.exit_code == 0 and dry.stdout == "2 dead letters would be deleted\n"
     as_json = _cli(redis_url, "dlq", "purge", "--error-contains", "disk", "--dry-run", "--json")
-    assert json.loads(as_json.stdout) == {"dryRun": True, "count": 1}
+    got = json.loads(as_json.stdout)
+    assert got == {"dryRun": True, "count": 1, "operation": got["operation"]}
+    shown = json.loads(_cli(redis_url, "operations", "show", got["operation"], "--json").stdout)
+    assert (shown["status"], shown["matched"], shown["who"]) == ("succeeded", 1, "cli")
     assert _cli(redis_url, "dlq", "purge", "--older-than", "3600").stdout == (
         "0 dead letters deleted\n")
     done = _cli(redis_url, "dlq", "purge", "--type", "boom")

@@ -109,6 +109,8 @@ def test_last_run_filters_failed_dead_and_succeeded(api: TestClient, redis_url: 
     assert set(_listed(api, lastRun="dead")) == {dead}
     assert set(_listed(api, lastRun="succeeded")) == {ok}
     assert never in _listed(api)
+    for job_id in (dead, retrying, ok, never):  # the single job says what the list says
+        assert api.get(f"/jobs/{job_id}").json() == listed[job_id]
     # The job's runs say which run is a dead letter (its newest attempt), not only "failed".
     runs = api.get(f"/jobs/{dead}/runs").json()["runs"]
     assert [(r["status"], r["deadLettered"]) for r in runs] == [("failed", True)]

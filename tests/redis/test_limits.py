@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.helpers import ManualClock, Rig, all_jobs, keys_in_partition, redis_now_ms, xrange
 from support.worker import fast_reclaim, gated_app
 
-from rsched import App, Client, JobContext, JobSpec, RateLimited, RunState
+from rsched import App, Client, Dedup, JobContext, JobSpec, RateLimited, RunState
 from rsched.archive.events import decode, expand
 from rsched.archive.history import fold
 from rsched.core import defaults
@@ -128,6 +128,11 @@ def test_a_job_with_a_limit_key_lives_in_its_keys_partition_and_shows_the_key(
     with pytest.raises(ValidationError) as caught:
         client.schedule("ok", limit_key="a*")
     assert caught.value.field == "limitKey"
+    # With a dedup window too, the limit key places the job; its window holds there.
+    (key,) = keys_in_partition(9, 1, "tenant-")
+    first = client.schedule("ok", limit_key=key, dedup=Dedup("dd", 60_000))
+    again = client.schedule("ok", limit_key=key, dedup=Dedup("dd", 60_000))
+    assert first.partition == 9 and (again.id, again.deduplicated) == (first.id, True)
 
 
 def test_a_concurrency_limit_parks_runs_over_it_and_each_end_admits_the_earliest(

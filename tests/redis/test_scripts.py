@@ -133,7 +133,8 @@ SCRIPT_CODES: dict[str, type[IntEnum]] = {
     "pause": codes.ControlCode, "resume": codes.ControlCode, "cancel": codes.ControlCode,
     "trigger": codes.ControlCode, "replay": codes.ControlCode, "update": codes.ControlCode,
     "delete_dead": codes.DeleteDeadCode, "expire": codes.ExpireCode,
-    "backfill": codes.BackfillCode,
+    "backfill": codes.BackfillCode, "operation_step": codes.OperationStep,
+    "operation_cancel": codes.OperationCancel,
 }
 
 

@@ -71,18 +71,23 @@ def send_all(s: socket.socket, data: bytes) -> bool:
 
 
 @contextmanager
-def running_api(redis_url: str, cwd: Path, *args: str,
-                env: dict[str, str] | None = None) -> Iterator[Api]:
-    """`rsched api --port P *args` on an emptied Redis, with an admin and a read key."""
-    with redis.Redis.from_url(redis_url) as r:
-        r.flushall()
-    admin_client = Client(settings=Settings.from_env(redis_url=redis_url))
-    _, admin = admin_client.run(op_create_key("http-admin", "admin"))
-    _, read = admin_client.run(op_create_key("http-reader", "read"))
-    admin_client.close()
+def running_api(redis_url: str, cwd: Path, *args: str, env: dict[str, str] | None = None,
+                again: Api | None = None) -> Iterator[Api]:
+    """`rsched api --port P *args` on an emptied Redis, with an admin and a read key; or, with
+    ``again``, another API on the Redis as it is, with that one's keys."""
+    if again is None:
+        with redis.Redis.from_url(redis_url) as r:
+            r.flushall()
+        admin_client = Client(settings=Settings.from_env(redis_url=redis_url))
+        _, admin = admin_client.run(op_create_key("http-admin", "admin"))
+        _, read = admin_client.run(op_create_key("http-reader", "read"))
+        admin_client.close()
+    else:
+        admin, read = again.admin, again.read
     port = free_port()
     full_env = dict(os.environ, RSCHED_REDIS_URL=redis_url, PYTHONUNBUFFERED="1", **(env or {}))
-    proc = Proc("api", ["api", "--port", str(port), *args], full_env, cwd)
+    proc = Proc("api" if again is None else f"api-{port}", ["api", "--port", str(port), *args],
+                full_env, cwd)
     api = Api(port, admin, read, proc)
     try:
         # A connection per check: a kept-alive one would count against --max-connections.

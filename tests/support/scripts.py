@@ -11,14 +11,21 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from rsched import App, Client, JobContext, JobSpec, JobStatus, RunState
+from rsched import App, Client, Dedup, JobContext, JobSpec, JobStatus, RunState
 from rsched.client import JobPatch
 from rsched.core.settings import Settings
 from rsched.engine.dispatcher import LeaseKeeper
 from rsched.engine.dispatcher.claimer import Claimer
 from rsched.engine.worker.worker import Worker
 from rsched.rdb import keys, scripts
-from rsched.service.dead_letters import op_delete
+from rsched.service.dead_letters import DeadFilter, op_delete
+from rsched.service.listings import op_dead_letter_page
+from rsched.service.operations import (
+    op_cancel_operation,
+    op_get_operation,
+    op_run,
+    op_start_purge,
+)
 from support.helpers import (
     PARTITIONS,
     ManualClock,
@@ -138,6 +145,14 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
 
         bad_run = f"{bad.id}@{bad.next_ms}"
         assert client.get_run(bad_run).state is RunState.DEAD
+        page = client.run(op_dead_letter_page(client, 1))  # dead_page, then after a cursor
+        assert [d.run.id for d in page.items] == [bad_run]
+        assert client.run(op_dead_letter_page(client, 1, page.next_cursor)).items == []
+        count = client.run(op_start_purge(client, DeadFilter(), True, "test"))  # dry run
+        client.run(op_run(client, count.id, "runner"))
+        assert client.run(op_get_operation(count.id)).matched == 1
+        purge = client.run(op_start_purge(client, DeadFilter(), False, "test"))
+        client.run(op_cancel_operation(purge.id, "test"))
         client.replay(bad_run)
         assert client.run(op_delete(client, [bad_run], "test")) == [False]  # replayed: kept
         client.trigger(tick.id)
@@ -180,6 +195,23 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
     assert client.get_run(bad_run).state is RunState.DISPATCHED
     assert client.get(tick.id).status is JobStatus.CANCELLED
     assert int(client.r.hget(keys.stats(PB), "fenced") or 0) == 1
+    exercise_dedup(client)
+
+
+def exercise_dedup(client: Client) -> None:
+    """Schedule's dedup windows: each mode answered by a job of its own call and, in a second
+    call, by the job its record names (the call sent again with that job's key); untilDone
+    after its job ended, and with an idempotency key."""
+    for mode in ("ttl", "untilDone", "debounce"):
+        d = Dedup(f"scenario-{mode}", 60_000, mode)
+        first, again = all_jobs(client.schedule_many([JobSpec("ok", 1, dedup=d)] * 2))
+        later = client.schedule("ok", 2, dedup=d)
+        assert first.id == again.id == later.id and later.deduplicated
+    held = client.schedule("ok", dedup=Dedup("scenario-untilDone", 60_000, "untilDone"))
+    client.cancel(held.id)
+    fresh = client.schedule("ok", dedup=Dedup("scenario-untilDone", 60_000, "untilDone"),
+                            idempotency_key="scenario-dedup")
+    assert fresh.id != held.id and not fresh.deduplicated
 
 
 def scripts_run(commands: Iterable[MonitoredCommand]) -> set[str]:

@@ -59,11 +59,21 @@ export function deadLetters(main, session) {
     more.hidden = !next;
   }
 
+  // A purge (or its dry run) is a background operation: followed here until it ends.
+  async function purge(dryRun) {
+    let op = await post("/dead-letters/purge", { ...filterBody(), dryRun });
+    while (op.status === "running") {
+      await new Promise((done) => setTimeout(done, 250));
+      op = await get(`/operations/${op.id}`);
+    }
+    if (op.status !== "succeeded") throw new Error(`the operation ${op.status}${op.error ? `: ${op.error}` : ""}`);
+    return dryRun ? op.matched : op.deleted;
+  }
+
   async function selectMatching() {
     if (matching !== null) { unselect(); render(); return; }
     try {
-      const res = await post("/dead-letters/purge", { ...filterBody(), dryRun: true });
-      matching = res.count;
+      matching = await purge(true);
       for (const d of letters) selected.add(d.runId);
       confirm = null;
       render();
@@ -77,8 +87,7 @@ export function deadLetters(main, session) {
     confirm = null;
     if (matching !== null) {
       try {
-        const res = await post("/dead-letters/purge", { ...filterBody(), dryRun: false });
-        toast(`Deleted ${plural(res.count, "dead letter")}`);
+        toast(`Deleted ${plural(await purge(false), "dead letter")}`);
       } catch (err) {
         toast(`Delete failed: ${err.message}`, "bad");
       }
