@@ -208,9 +208,12 @@ local function lim_release(prefix, lkey, run_id, retry_key, now)
 end
 
 -- Run run_id of lkey ends without running (cancelled, abandoned, dead-lettered): out of the
--- key's waiting set too, and its slot freed if it held one.
+-- key's waiting set too, and its slot freed if it held one.  A waiting run that leaves passes
+-- its turn on (under a rate, the head made due is the one that makes the next one due).
 local function lim_drop(prefix, lkey, run_id, retry_key, now)
   local wait_key = lim_key(prefix, lkey, 'wait')
-  redis.call('ZREM', wait_key, run_id)
-  return lim_release(prefix, lkey, run_id, retry_key, now)
+  local waited = redis.call('ZREM', wait_key, run_id) == 1
+  if lim_release(prefix, lkey, run_id, retry_key, now) then return true end
+  if waited and lim_promote(prefix, lkey, retry_key, now) > 0 then lim_wake(prefix) end
+  return false
 end

@@ -453,3 +453,25 @@ def test_a_handler_that_always_raises_rate_limited_ends_in_the_dead_letters(
     run = client.get_run(rid)
     assert (run.state, run.attempt) == (RunState.DEAD, 1)
     assert f"deferred {defaults.MAX_DEFERRALS} times" in (run.error or "")
+
+
+def test_a_cancelled_head_of_a_rate_limited_key_passes_its_turn_on(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    client.set_limit("slowapi", rate=(1, 10))  # 1 start in any 10 s
+    t0 = clock() - 100
+    a, b, c = limited(client, "slowapi", 3, t0)
+
+    async def scenario() -> None:
+        async with Rig(redis_url, limits_app(), clock=clock) as rig:
+            assert (await rig.claim()).dispatched == 1  # a; b (the head) and c wait
+            assert waiting(r, "slowapi") == [b, c]
+            client.cancel(b.partition("@")[0])
+            clock.advance(10_000)  # the window lets b start: it is abandoned instead
+            assert (await rig.claim()).dispatched == 0
+            assert (await rig.claim()).dispatched == 1  # c's turn, made due by b leaving
+
+    asyncio.run(scenario())
+    assert client.get_run(b).state is RunState.ABANDONED
+    assert client.get_run(c).state is RunState.DISPATCHED
+    assert waiting(r, "slowapi") == []
