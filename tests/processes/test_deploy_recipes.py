@@ -177,9 +177,9 @@ def started(r: Running, cwd: Path) -> bool:
 
 @pytest.fixture
 def running() -> Iterator[list[Running]]:
-    started: list[Running] = []
-    yield started
-    for r in started:
+    out: list[Running] = []
+    yield out
+    for r in out:
         r.proc.stop()
 
 

@@ -108,6 +108,21 @@ def test_the_image_installs_the_source_tree_with_the_postgres_extra_and_no_dev_t
     assert not any(re.search(r"apt-get|apk|pip|gcc|build-essential", r) for r in final.all("RUN"))
 
 
+def test_the_build_stage_copies_every_folder_the_package_is_built_from() -> None:
+    """pyproject.toml and each package's folder (rsched.lua is lua/), so the image's rsched is
+    the whole wheel."""
+    stages = dockerfile_stages()
+    [build] = [s for s in stages if any("pip install" in r for r in s.all("RUN"))]
+    copied = {src.rstrip("/") for copy in build.all("COPY") for src in copy.split()[:-1]}
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    folders = setuptools["package-dir"]
+    needed = {"pyproject.toml"} | {
+        next((f"{folders[p]}{n[len(p):]}" for p in folders if n == p or n.startswith(p + ".")),
+             n).replace(".", "/") for n in setuptools["packages"]}
+    assert sorted(f for f in needed if not any(f == c or f.startswith(c + "/")
+                                                 for c in copied)) == []
+
+
 def ignored(path: str, patterns: list[str]) -> bool:
     """Docker's rule: the last .dockerignore pattern that matches the path or a folder above it
     decides; a pattern starting with ! lets it through."""
@@ -266,14 +281,15 @@ def test_compose_builds_one_image_for_the_four_processes_each_with_a_healthcheck
     services = compose()["services"]
     processes = compose_processes()
     assert sorted(p.command for p in processes) == COMMANDS
-    assert {services[p.name]["image"] for p in processes} == {"rsched:0.1.0"}
+    image = f"rsched:{PYPROJECT['project']['version']}"  # tagged with the version it holds
+    assert {services[p.name]["image"] for p in processes} == {image}
     for p in processes:
         assert services[p.name]["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}
         assert (COMPOSE.parent / ".." / "deploy" / "Dockerfile").resolve() == DOCKERFILE
         assert p.checks, p.name
     images = {c["image"] for _, r in kubernetes_resources() if r["kind"] == "Deployment"
               for c in r["spec"]["template"]["spec"]["containers"]}
-    assert images == {"rsched:0.1.0"}
+    assert images == {image}
 
 
 def test_every_variable_the_recipes_set_is_one_rsched_reads() -> None:
