@@ -39,7 +39,9 @@ ARGV[10..9+ns+no]  the shared field names, then the own field names
 then groups until n jobs are read; a group: count, stream (index in KEYS of the group's queue
   stream, 0 = none: never straight to the queue, e.g. recurring), scored (0: its jobs are not
   indexed, e.g. created paused; 1: each is due at its next_ms, the first own value; 2: each
-  carries its due score), its ns shared values ('' = not stored, e.g. a one-off job's cron),
+  carries its due score; a group of jobs with a limit key, J.limit_key, names no stream: its
+  limit is applied by claim.lua), its ns shared values ('' = not stored, e.g. a one-off job's
+  cron),
   then count jobs, each: its dedup window (dedup calls only: see below), its body_hash (keyed
   calls only), its score (scored 2 only), its id (the key holds it, the hash does not), its no
   own values

@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from rsched.client import ClientBase, resolve_settings
 from rsched.core import defaults
 from rsched.core.errors import RschedError
+from rsched.core.limits import Limit
 from rsched.core.models import Attempt, Job, Run
 from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
@@ -26,7 +27,7 @@ from rsched.rdb import ops
 from rsched.rdb.connect import connect_async
 from rsched.rdb.connections import fast_packing
 from rsched.rdb.ops import Op
-from rsched.service import jobs, run_events, scheduling
+from rsched.service import jobs, limits, run_events, scheduling
 from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.history import RunAttempt, RunsPage, op_history
 from rsched.service.inputs import backfill_range
@@ -184,6 +185,24 @@ class AsyncClient(ClientBase):
     async def replay(self, run_id: str) -> Run:
         """Send a dead letter back for a new round of attempts (attempts counted from zero)."""
         return await self.run(jobs.op_replay(self, run_id))
+
+    async def set_limit(self, name: str, *, concurrency: int | None = None,
+                        rate: tuple[int, float] | None = None) -> Limit:
+        """Define (or replace) the limit ``name``; see Client.set_limit."""
+        return await self.run(limits.op_set_limit(
+            self, limits.limit_from_args(name, concurrency, rate)))
+
+    async def get_limit(self, name: str) -> limits.LimitView:
+        """The definition ``name``, and for a key's own its in-flight and waiting counts."""
+        return await self.run(limits.op_get_limit(self, name))
+
+    async def delete_limit(self, name: str) -> None:
+        """Delete a definition; its keys' waiting runs start (a key without one is unlimited)."""
+        await self.run(limits.op_delete_limit(self, name))
+
+    async def list_limits(self) -> list[Limit]:
+        """Every definition, by name."""
+        return await self.run(limits.op_all_limits())
 
     async def close(self) -> None:
         """Wait for queued schedule calls, then close the connections (and the archive's)."""

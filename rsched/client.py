@@ -17,6 +17,7 @@ from redis import Redis
 
 from rsched.core import defaults
 from rsched.core.errors import RschedError
+from rsched.core.limits import Limit
 from rsched.core.models import Attempt, Job, Run
 from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
@@ -26,7 +27,7 @@ from rsched.rdb.connections import fast_packing
 from rsched.rdb.durable import wait_of
 from rsched.rdb.ops import Op
 from rsched.rdb.setup import check_topology
-from rsched.service import jobs, run_events, scheduling
+from rsched.service import jobs, limits, run_events, scheduling
 from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.context import Service
 from rsched.service.history import RunAttempt, RunsPage, history_of, op_history
@@ -227,6 +228,25 @@ class Client(ClientBase):
     def replay(self, run_id: str) -> Run:
         """Send a dead letter back for a new round of attempts (attempts counted from zero)."""
         return self.run(jobs.op_replay(self, run_id))
+
+    def set_limit(self, name: str, *, concurrency: int | None = None,
+                  rate: tuple[int, float] | None = None) -> Limit:
+        """Define (or replace) the limit ``name`` (a key, or a family ending in '*'): at most
+        ``concurrency`` runs at once, at most ``rate`` = (limit, period seconds) starts in any
+        such window.  It applies at once, across every dispatcher and worker."""
+        return self.run(limits.op_set_limit(self, limits.limit_from_args(name, concurrency, rate)))
+
+    def get_limit(self, name: str) -> limits.LimitView:
+        """The definition ``name``, and for a key's own its in-flight and waiting counts."""
+        return self.run(limits.op_get_limit(self, name))
+
+    def delete_limit(self, name: str) -> None:
+        """Delete a definition; its keys' waiting runs start (a key without one is unlimited)."""
+        self.run(limits.op_delete_limit(self, name))
+
+    def list_limits(self) -> list[Limit]:
+        """Every definition, by name."""
+        return self.run(limits.op_all_limits())
 
     def close(self) -> None:
         """Close the connections (and the archive's); a ``with`` block does it."""

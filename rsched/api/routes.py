@@ -29,10 +29,12 @@ from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store, StoreUnavailable
 from rsched.core import defaults
 from rsched.core.errors import NotFound, ValidationError
+from rsched.core.limits import limit_of
 from rsched.core.spec import MAX_TIME_MS, TYPE_PATTERN
 from rsched.core.times import to_ms
 from rsched.service import apikeys, operations
 from rsched.service import dead_letters as dead_letter_ops
+from rsched.service import limits as limit_ops
 from rsched.service.backfill import op_backfill
 from rsched.service.doctor import judge, op_redis_facts
 from rsched.service.inputs import (
@@ -59,6 +61,8 @@ from rsched.service.shapes import (
     job_json,
     key_json,
     last_run_json,
+    limit_json,
+    limit_view_json,
     operation_json,
     run_json,
     runs_json,
@@ -416,6 +420,35 @@ async def readyz(request: Request) -> Response:
         body = problem_body(503, "; ".join(f"{f.check}: {f.message}" for f in failed))
         return Problem(dict(body, checks=checks), 503)
     return JSON({"status": "ready", "checks": checks})
+
+
+# --- limits ------------------------------------------------------------------------------------
+
+
+async def list_limits(request: Request) -> Response:
+    page = await _client(request).run(limit_ops.op_list_limits(
+        int_param(request, "limit", defaults.PAGE_LIMIT), request.query_params.get("cursor")))
+    return JSON({"limits": [limit_json(lim) for lim in page.items],
+                 "nextCursor": page.next_cursor})
+
+
+async def get_limit(request: Request) -> Response:
+    c = _client(request)
+    return JSON(limit_view_json(await c.run(limit_ops.op_get_limit(
+        c, request.path_params["name"]))))
+
+
+async def put_limit(request: Request) -> Response:
+    name = request.path_params["name"]
+    limit = limit_of(name, await read_json(request, _limits(request).max_body_bytes))
+    c = _client(request)
+    return JSON(limit_json(await c.run(limit_ops.op_set_limit(c, limit))))
+
+
+async def delete_limit(request: Request) -> Response:
+    c = _client(request)
+    await c.run(limit_ops.op_delete_limit(c, request.path_params["name"]))
+    return Response(status_code=204)
 
 
 # --- API keys ----------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cro
              "jitterSeconds": "--jitter", "paused": "--paused",
              "backoff.baseSeconds": "--backoff-base", "backoff.capSeconds": "--backoff-cap",
              "dedup.key": "--dedup-key", "dedup.ttlSeconds": "--dedup-ttl",
-             "dedup.mode": "--dedup-mode"}
+             "dedup.mode": "--dedup-mode", "limitKey": "--limit-key"}
 """`jobs add`'s flags by the API field each sets: its errors name the flag."""
 
 
@@ -96,6 +96,8 @@ def jobs() -> None:
 @click.option("--dedup-ttl", type=float, default=None, help="Seconds the dedup window lasts.")
 @click.option("--dedup-mode", default=None,
               help="ttl (default), untilDone or debounce: how the dedup window holds.")
+@click.option("--limit-key", default=None,
+              help="The key whose limit its runs count against (rsched limits set).")
 @JSON_FLAG
 @click.pass_context
 def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str | None,
@@ -106,7 +108,7 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
              start_deadline: float | None, timeout: float | None, backoff_base: float | None,
              backoff_cap: float | None, jitter: float | None, paused: bool | None,
              dedup_key: str | None, dedup_ttl: float | None, dedup_mode: str | None,
-             as_json: bool) -> None:
+             limit_key: str | None, as_json: bool) -> None:
     """Schedule a job and print its id."""
     try:
         body = json.loads(payload) if payload is not None else None
@@ -123,7 +125,7 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
             "catchUpWindowSeconds": catch_up, "overlap": overlap, "startAt": start_at,
             "endAt": end_at, "maxRuns": max_runs, "pauseAfterFailures": pause_after_failures,
             "startDeadlineSeconds": start_deadline, "timeoutSeconds": timeout,
-            "jitterSeconds": jitter, "paused": paused,
+            "jitterSeconds": jitter, "paused": paused, "limitKey": limit_key,
             "backoff": {"baseSeconds": backoff_base, "capSeconds": backoff_cap},
             "dedup": None if dedup_key is None and dedup_ttl is None and dedup_mode is None
             else {"key": dedup_key, "ttlSeconds": dedup_ttl, "mode": dedup_mode},

@@ -41,6 +41,11 @@ DEDUP_MODE = "ttl"  # a dedup window answers the first job for ttlSeconds (docs/
 OVERLAP = "allow"  # a recurring job's runs may overlap (docs/schedules.md says why)
 TZ = "UTC"
 
+# Flow control (core.limits, docs/limits.md).
+# A run whose handler raises RateLimited waits without spending an attempt this many times;
+# the next one counts as a failed attempt, so maxAttempts still ends a run that never gets in.
+MAX_DEFERRALS = 100
+
 # Dispatcher.
 LEASE_MS = 10_000  # partition lease: renewed every LEASE_MS / 3, so it outlives two missed rounds
 CLAIM_BATCH = 250  # jobs per claim script call: workers' reads and reports interleave

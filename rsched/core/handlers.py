@@ -32,6 +32,19 @@ class JobContext:
         return datetime.fromtimestamp(self.scheduled_ms / 1000, tz=UTC)
 
 
+class RateLimited(Exception):  # noqa: N818 - the name users raise, as a 429 reads
+    """Raised by a handler (sync or async) when a downstream says "too many requests": the run
+    waits ``retry_after`` seconds and runs again without spending an attempt (docs/limits.md:
+    at most defaults.MAX_DEFERRALS times a run, after which it counts as a failed attempt)."""
+
+    def __init__(self, retry_after: float = 1.0) -> None:
+        if isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)) or not (
+                0 <= retry_after <= 86_400):
+            raise ValueError("RateLimited(retry_after=...) takes 0 to 86400 seconds")
+        super().__init__(f"rate limited: retry after {retry_after:g} s")
+        self.retry_after = retry_after
+
+
 @dataclass(frozen=True, slots=True)
 class Registered:
     fn: Handler

@@ -85,8 +85,9 @@ def random_partition(partitions: int) -> int:
 def keyed_job_id(idempotency_key: str, partitions: int, place: str | None = None
                  ) -> tuple[int, str]:
     """(partition, id) derived from the idempotency key, so a repeat lands on the same job:
-    'k' and 120 bits of its hash (20 characters).  ``place`` (a job's dedup key) picks the
-    partition instead, so a key's jobs share one: an idempotency key is then one per dedup key."""
+    'k' and 120 bits of its hash (20 characters).  ``place`` (a job's limit key, else its dedup
+    key) picks the partition instead, so a key's jobs share one: an idempotency key is then one
+    per such key."""
     p = partition_for_key(idempotency_key if place is None else place, partitions)
     digest = hashlib.blake2b(idempotency_key.encode(), digest_size=15).digest()
     return p, f"{p}-k{sorted64(digest)}"

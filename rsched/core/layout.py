@@ -41,6 +41,7 @@ class JobFields(NamedTuple, Generic[S]):
     body_hash: S
     last_run_id: S
     own_run: S
+    limit_key: S  # absent: the job has none (core.limits; placed in its key's partition)
 
 
 class OwnRunFields(NamedTuple):
@@ -59,14 +60,15 @@ class OwnRunFields(NamedTuple):
     result: str
     error: str
     hb_ms: str
+    waiting: str  # the limit definition a waiting run waits for (lua/include/limits.lua)
 
 
 J: JobFields[str] = JobFields(type="t", queue="q", status="s", next_ms="n", spec="x", cron="k",
               max_attempts="m", created_ms="c", updated_ms="u", body_hash="b", last_run_id="l",
-              own_run="o")
+              own_run="o", limit_key="lk")
 OWN = OwnRunFields(state="rs", attempt="ra", fence="rf", worker="rw", stream_id="ri",
                    dispatched_ms="rd", started_ms="rt", ended_ms="re", duration_ms="rl",
-                   result="rr", error="rx", hb_ms="rh")
+                   result="rr", error="rx", hb_ms="rh", waiting="ry")
 assert len({*J, *OWN}) == len(J) + len(OWN)  # no two fields share a stored name
 
 STATUS_DEFAULT = "scheduled"

@@ -50,6 +50,7 @@ class RunState(str, enum.Enum):
     SKIPPED = "skipped"  # not run: the overlap policy (its error says why)
     BUFFERED = "buffered"  # overlap=bufferOne: waits for the job's active run to end
     CANCELLED = "cancelled"  # overlap=cancelPrevious stopped it for a later occurrence
+    WAITING = "waiting"  # held by its limit key's concurrency or rate (core.limits)
 
 
 class Overlap(str, enum.Enum):
@@ -240,6 +241,7 @@ class Job:
     fail_streak: int = 0  # consecutive dead-lettered occurrences (lua/include/life.lua)
     paused: Control | None = None  # the latest pause: who, when, note, reason
     resumed: Control | None = None  # the latest resume
+    limit_key: str | None = None  # its runs count against this key's limit (core.limits)
     deduplicated: bool = False  # never stored: a create's answer, True when a dedup window
     # answered it with this existing job (docs/dedup.md)
 
@@ -307,6 +309,7 @@ class Job:
             fail_streak=_i(g("fails")),
             paused=Control.of(h, "paused"),
             resumed=Control.of(h, "resumed"),
+            limit_key=_s(g(J.limit_key)) or None,
         )
 
 
@@ -363,6 +366,7 @@ class Run:
     error: str | None
     result: Any
     job_version: int | None = None  # the job's version at dispatch (None: a one-off's own run)
+    waiting_for: str | None = None  # state 'waiting': the limit definition that holds it
 
     @classmethod
     def from_hash(cls, h: Mapping[Any, Any], run_id: str) -> Run:
@@ -388,6 +392,7 @@ class Run:
             error=_s(g("error")) or None,
             result=read_json(res, f"run {run_id} result") if res else None,
             job_version=_i(g("v")) or None,
+            waiting_for=_s(g("waiting")) or None,
         )
 
 

@@ -17,6 +17,7 @@ from rsched.core.cron import parse_cron, validate_zone
 from rsched.core.errors import PayloadTooLarge, ValidationError
 from rsched.core.layout import J
 from rsched.core.lifecycle import NEVER_MS, NO_LIFE, Life, bounded, life_packed
+from rsched.core.limits import check_key as check_limit_key
 from rsched.core.models import (
     Job,
     JobStatus,
@@ -155,10 +156,11 @@ class JobSpec:
     max_runs: int | None = None  # recurring: the job completes after this many runs started
     pause_after_failures: int | None = None  # recurring: dead-lettered occurrences in a row
     start_deadline_ms: int | None = None  # one-off: not started by runAt + this: dead letter
+    limit_key: str | None = None  # its runs count against this key's limit (core.limits)
     dedup: Dedup | None = None  # a dedup window: placed in its key's partition (check_dedup)
 
 
-SHARED_FIELDS = (J.type, J.queue, J.status, J.max_attempts, J.cron)
+SHARED_FIELDS = (J.type, J.queue, J.status, J.max_attempts, J.cron, J.limit_key)
 """Job-hash fields that the jobs of a batch mostly share: lua/schedule.lua takes them once per
 group of jobs with the same values."""
 OWN_FIELDS = (J.next_ms, J.spec)
@@ -189,7 +191,8 @@ class Prepared(NamedTuple):
         job = self.job
         attempts = job.max_attempts
         return (job.type, job.queue, _STATUS_TEXT[job.status],
-                "" if attempts == _MAX_ATTEMPTS else attempts, job.cron or "")
+                "" if attempts == _MAX_ATTEMPTS else attempts, job.cron or "",
+                job.limit_key or "")
 
     def own(self) -> tuple[Any, ...]:
         """Job-hash values in OWN_FIELDS order."""
@@ -291,7 +294,7 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
             and spec.catch_up_window_ms is u.catch_up_window_ms and spec.misfire is u.misfire
             and spec.overlap is u.overlap and spec.start_at is None and spec.end_at is None
             and spec.max_runs is None and spec.pause_after_failures is None
-            and spec.start_deadline_ms is None
+            and spec.start_deadline_ms is None and spec.limit_key is None
             and (run_at is None or run_at.__class__ is int and run_at > 0)
             and spec.type.__class__ is str and spec.queue.__class__ is str
             and (spec.type, spec.queue) in _seen_names):
@@ -373,6 +376,9 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
         _int(catch_up, "catchUpWindowSeconds", 0, MAX_CATCH_UP_MS)
     if key is not None:
         key = check_idempotency_key(key)
+    limit_key = spec.limit_key
+    if limit_key is not None:
+        limit_key = check_limit_key(limit_key)
     # The spec blob holds every other setting, so it doubles as the canonical body to hash.
     # run_at_ms nil: a runAt is the job's first occurrence, which the job hash holds (models).
     blob = pack_spec(timeout, base, cap, priority, tz, misfire_text, jitter, key or "",
@@ -385,6 +391,8 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
                 f"{0 if d is not None and d.mode == 'debounce' else run_at_ms}\0")
         if d is not None:
             head += f"{d.key}\0{d.ttl_ms}\0{d.mode}\0"
+        if limit_key is not None:
+            head += f"{limit_key}\0"
         body_hash = hashlib.blake2b(head.encode() + blob, digest_size=16).hexdigest()
     if cron is not None:
         nominal = bounded(schedule.next_after, life)(now_ms)
@@ -400,6 +408,8 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
               None, overlap)
     if life is not NO_LIFE:  # not a keyword argument above, which every job would pay for
         job.life = life
+    if limit_key is not None:
+        job.limit_key = limit_key
     # tuple.__new__ is what Prepared(...) calls, without the Python-level __new__
     return _new_tuple(Prepared, (job, blob, body_hash, nominal, score))
 

@@ -98,6 +98,12 @@ def wake_channel() -> str:
     return f"{PREFIX}:wake"
 
 
+def limits_index() -> str:
+    """HASH: limit name -> packed definition (core.limits.Limit.packed): what GET /limits lists.
+    Every partition holds a copy (``limits``), which is what the scripts read."""
+    return f"{PREFIX}:limits"
+
+
 def api_keys() -> str:
     """HASH: sha256(secret) -> msgpack API key record."""
     return f"{PREFIX}:apikeys"
@@ -207,6 +213,38 @@ def run(p: int, run_id: str) -> str:
 def history(p: int, job_id: str) -> str:
     """LIST: JSON records of the job's most recent finished attempts, newest first, bounded."""
     return _pk(p, f"hist:{job_id}")
+
+
+def limits(p: int) -> str:
+    """HASH: limit name -> packed definition, every definition in every partition (lua/limit.lua
+    writes it; lua/include/limits.lua reads it); field '' holds the family names."""
+    return _pk(p, "limits")
+
+
+def limits_waiting(p: int) -> str:
+    """SET: limit keys of the partition that have waiting runs."""
+    return _pk(p, "limwait")
+
+
+def limit_stats(p: int) -> str:
+    """HASH: limit definition name -> runs that started waiting for it (include limits)."""
+    return _pk(p, "limstats")
+
+
+def limit_running(p: int, key: str) -> str:
+    """SET: run ids holding one of limit key ``key``'s slots (built in Lua too: include
+    limits, whose names these must match)."""
+    return _pk(p, f"lim:{key}:run")
+
+
+def limit_waiting(p: int, key: str) -> str:
+    """ZSET: run id -> scheduled ms, runs waiting for limit key ``key`` (include limits)."""
+    return _pk(p, f"lim:{key}:wait")
+
+
+def limit_log(p: int, key: str) -> str:
+    """ZSET: '<run id> <ms>' -> start ms, the rate window of limit key ``key``."""
+    return _pk(p, f"lim:{key}:log")
 
 
 GROUP = "workers"

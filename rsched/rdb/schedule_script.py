@@ -18,6 +18,7 @@ from rsched.rdb.scripts import Call
 
 _STATUS_AT = SHARED_FIELDS.index(J.status)
 _CRON_AT = SHARED_FIELDS.index(J.cron)
+_LIMIT_AT = SHARED_FIELDS.index(J.limit_key)
 assert OWN_FIELDS == (J.next_ms, J.spec)  # the order `call` writes them in
 assert SHARED_FIELDS[:2] == (J.type, J.queue)  # what `call` reports group sizes by
 
@@ -62,8 +63,10 @@ def call(p: int, preps: list[Prepared], now: int, events_maxlen: int,
     texts: dict[int, str] = {}
     for shared, members in groups.items():
         args.append(len(members))
-        # One-off jobs that are due go straight to their queue stream (see lua/schedule.lua).
-        if shared[_CRON_AT] == "" and shared[_STATUS_AT] == JobStatus.SCHEDULED.value:
+        # One-off jobs that are due go straight to their queue stream (see lua/schedule.lua),
+        # but for those with a limit key: claim.lua admits them.
+        if (shared[_CRON_AT] == "" and shared[_STATUS_AT] == JobStatus.SCHEDULED.value
+                and shared[_LIMIT_AT] == ""):
             queue = shared[1]
             args.append(streams.setdefault(queue, 4 + len(preps) + len(streams) + 1))
         else:

@@ -29,7 +29,7 @@ _INCLUDE = re.compile(r"^--!include (\w+)\s*$", re.M)
 NAMES = (
     "schedule", "lease", "claim", "start", "heartbeat", "complete",
     "pause", "resume", "cancel", "replay", "trigger", "update", "delete_dead", "expire", "park",
-    "backfill", "dead_page", "operation_step", "operation_cancel",
+    "backfill", "dead_page", "operation_step", "operation_cancel", "limit",
 )
 
 
@@ -52,7 +52,8 @@ def _defaults_lua() -> str:
     """The `--!include defaults` of a script: defaults the scripts read, from core.defaults (so
     each is defined once).  Job-hash fields holding one are not stored."""
     return ("-- Defaults of job-hash fields left out when they hold them (rsched.core.defaults).\n"
-            f"local DEFAULT_MAX_ATTEMPTS = {int(defaults.MAX_ATTEMPTS)}\n")
+            f"local DEFAULT_MAX_ATTEMPTS = {int(defaults.MAX_ATTEMPTS)}\n"
+            f"local MAX_DEFERRALS = {int(defaults.MAX_DEFERRALS)}\n")
 
 
 @cache

@@ -21,7 +21,7 @@ from rsched.service.patch import UNSET, JobPatch
 JOB_FIELDS = ("type", "payload", "runAt", "cron", "timeZone", "queue", "maxAttempts",
               "idempotencyKey", "priority", "timeoutSeconds", "backoff", "misfire",
               "jitterSeconds", "paused", "catchUpWindowSeconds", "overlap", "startAt", "endAt",
-              "maxRuns", "pauseAfterFailures", "startDeadlineSeconds", "dedup")
+              "maxRuns", "pauseAfterFailures", "startDeadlineSeconds", "dedup", "limitKey")
 LIFE_FIELDS = ("startAt", "endAt", "maxRuns", "pauseAfterFailures", "startDeadlineSeconds")
 PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority", "misfire",
                 "catchUpWindowSeconds", "overlap", *LIFE_FIELDS)
@@ -133,6 +133,7 @@ _JOB_INPUT: dict[str, tuple[str, Any]] = {
     "overlap": ("overlap", _string), "startAt": ("start_at", _time), "endAt": ("end_at", _time),
     "maxRuns": ("max_runs", _integer), "pauseAfterFailures": ("pause_after_failures", _integer),
     "startDeadlineSeconds": ("start_deadline_ms", _seconds_ms), "dedup": ("dedup", _dedup),
+    "limitKey": ("limit_key", _string),
 }
 assert set(_JOB_INPUT) | {"backoff"} == set(JOB_FIELDS)
 

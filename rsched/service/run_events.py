@@ -38,7 +38,8 @@ READ_COUNT = 500  # entries per read
 # Events of a run: their names in the stream (archive and SSE alike).
 RUN_EVENTS = frozenset({"dispatched", "started", "progress", "retry_scheduled", "succeeded",
                         "failed", "timed_out", "dead_lettered", "cancelled", "skipped",
-                        "abandoned", "reclaimed", "replayed", "triggered", "dead_deleted"})
+                        "abandoned", "reclaimed", "replayed", "triggered", "dead_deleted",
+                        "deferred"})  # deferred: the handler raised RateLimited (docs/limits.md)
 
 
 def ended(run: Run) -> bool:

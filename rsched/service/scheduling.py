@@ -11,8 +11,15 @@ from typing import Any
 from rsched.core import defaults
 from rsched.core.codes import ControlCode, ScheduleCode
 from rsched.core.errors import Conflict, NotFound, NotReplicated, RschedError, VersionMismatch
-from rsched.core.ids import dedup_partition, keyed_job_id, random_job_ids, random_partition
+from rsched.core.ids import (
+    dedup_partition,
+    keyed_job_id,
+    partition_for_key,
+    random_job_ids,
+    random_partition,
+)
 from rsched.core.layout import JB, J
+from rsched.core.limits import check_key as check_limit_key
 from rsched.core.models import Job, JobStatus, partition_of, with_run_at
 from rsched.core.spec import (
     OWN_FIELDS,
@@ -39,7 +46,8 @@ from rsched.service.patch import JobPatch
 UPDATE_TRIES = 5  # re-reads when a dispatcher advances a job between an update's read and write
 DEDUP_TRIES = 5  # calls again when a dedup record names a job the last call did not
 
-_FIXED_FIELDS = frozenset({J.type, J.queue, J.status, J.next_ms})
+# The limit key stays too: it placed the job in its partition.
+_FIXED_FIELDS = frozenset({J.type, J.queue, J.status, J.next_ms, J.limit_key})
 
 _Layout = tuple[int, list[int], list[tuple[Any, int]]]  # partition, spec indexes, groups
 _Run = tuple[int, Sequence[int], list[str] | None, bool]  # partition, spec indexes, ids
@@ -192,9 +200,10 @@ def _calls(svc: Service, specs: Sequence[JobSpec] | dict[int, JobSpec],
            guesses: dict[int, str] | None = None) -> Iterator[Call]:
     """Jobs prepared one script call at a time: the sync client sends each call as it comes, so
     Redis stores one chunk while the next is prepared.  ``runs``: (partition, spec indexes,
-    None: random ids, drawn as the call is built); a spec with an idempotency key is left out
-    of its run and goes, with the others, in the keyed calls at the end (no pass over the specs
-    before the first call); so is a spec with a dedup window, checked into ``checked``.  Fills
+    None: random ids, drawn as the call is built); a spec with an idempotency key or a limit
+    key is left out of its run and goes, with the others, in the keyed calls at the end (no
+    pass over the specs before the first call); so is a spec with a dedup window, checked into
+    ``checked``.  Fills
     ``out`` with each spec's job (``created`` True) or error, and ``layout`` with (partition,
     spec indexes, group sizes) of each call: the replies then only correct the jobs not
     created.  ``guesses``: spec index -> the job its dedup record named in the last call."""
@@ -209,7 +218,8 @@ def _calls(svc: Service, specs: Sequence[JobSpec] | dict[int, JobSpec],
         for i, job_id in zip(items, drawn, strict=True):
             spec = specs[i]
             if job_ids is None:
-                if spec.idempotency_key is not None or spec.dedup is not None:
+                if (spec.idempotency_key is not None or spec.dedup is not None
+                        or spec.limit_key is not None):
                     keyed.append(i)
                     continue
             elif windowed:
@@ -237,9 +247,11 @@ def _calls(svc: Service, specs: Sequence[JobSpec] | dict[int, JobSpec],
 
 def _keyed_calls(specs: Sequence[JobSpec] | dict[int, JobSpec], keyed: list[int], P: int,
                  now: int, out: list[Any], checked: dict[int, JobSpec]) -> Iterator[_Run]:
-    """The calls for the specs with an idempotency key or a dedup window: a dedup key decides
-    the partition (its record and its jobs share a slot), else the idempotency key does, which
-    also gives the id; the others' ids are random.  Keyed and random ids, and jobs with and
+    """The calls for the specs with an idempotency key, a dedup window or a limit key: a limit
+    key decides the partition (its checks are one script on its slot), else a dedup key does
+    (its record and its jobs share a slot), else the idempotency key does, which also gives the
+    id; the others' ids are random.  With a limit key a dedup key's record, like an idempotency
+    key, is then one per limit key's partition.  Keyed and random ids, and jobs with and
     without a window, go in calls apart.  A bad key or window is the spec's error; a checked
     window goes in ``checked`` (a debounced job is due ttl from now)."""
     by_call: dict[tuple[int, bool, bool], list[int]] = defaultdict(list)
@@ -253,6 +265,9 @@ def _keyed_calls(specs: Sequence[JobSpec] | dict[int, JobSpec], keyed: list[int]
                 checked[i] = replace(spec, dedup=d, run_at=now + d.ttl_ms
                                      if d.mode == "debounce" else spec.run_at)
                 p, place = dedup_partition(d.key, P), d.key
+            if spec.limit_key is not None:
+                place = check_limit_key(spec.limit_key)
+                p = partition_for_key(place, P)
             if spec.idempotency_key is not None:
                 p, key_ids[i] = keyed_job_id(check_idempotency_key(spec.idempotency_key), P,
                                              place)
