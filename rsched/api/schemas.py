@@ -329,6 +329,10 @@ SCHEMAS: dict[str, Any] = {
             "waitingFor": _n("string", description="Status waiting: the limit definition "
                                                    "that holds the run (waiting for limit "
                                                    "<name>); no attempt is spent meanwhile."),
+            "progress": {"type": ["object", "null"],
+                         "description": "What the handler last reported (ctx.progress): "
+                                        "value (0-100 or a JSON object), message, at.",
+                         "properties": {"value": {}, "message": _n("string"), "at": NTIME}},
         },
     },
     "LimitBody": {

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import inspect
+import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 Handler = Callable[["JobContext"], Any]
+MAX_PROGRESS_MESSAGE = 500  # characters of a progress message
+MAX_PROGRESS_BYTES = 4096  # JSON of one progress report (value, message, time)
 
 
 @dataclass(slots=True)
@@ -25,6 +29,34 @@ class JobContext:
     cancelled: bool = False
     """True once the run was asked to stop (overlap cancelPrevious: a later occurrence replaces
     it).  A sync handler should check it and return; an async one is cancelled instead."""
+    reporter: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+    """Where progress goes (the worker sets it; None: progress is dropped)."""
+
+    def progress(self, value: Any, message: str | None = None) -> None:
+        """Report how far the run is: a number from 0 to 100, or any small JSON object, and an
+        optional message of up to 500 characters.  The latest one is kept with the run (GET
+        /runs/{id}) and sent as a 'progress' event; the worker sends it with the run's next
+        heartbeat or within 250 ms, whichever comes first, so calling it in a tight loop adds
+        no Redis call per call.  Raises ValueError for anything else."""
+        if isinstance(value, bool) or not (
+                isinstance(value, (int, float)) and 0 <= value <= 100
+                or isinstance(value, (dict, list))):
+            raise ValueError("progress takes a number from 0 to 100 or a JSON object or list")
+        if message is not None and (not isinstance(message, str)
+                                    or len(message) > MAX_PROGRESS_MESSAGE):
+            raise ValueError(f"a progress message is a string of at most "
+                             f"{MAX_PROGRESS_MESSAGE} characters")
+        try:
+            text = json.dumps({"value": value, "message": message,
+                               "at": int(time.time() * 1000)},
+                              separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"progress is no JSON: {e}") from None
+        if len(text) > MAX_PROGRESS_BYTES:
+            raise ValueError(f"progress is {len(text):,} bytes of JSON, over the limit of "
+                             f"{MAX_PROGRESS_BYTES:,}")
+        if self.reporter is not None:
+            self.reporter(text)
 
     @property
     def scheduled_at(self) -> datetime:

@@ -61,6 +61,7 @@ class OwnRunFields(NamedTuple):
     error: str
     hb_ms: str
     waiting: str  # the limit definition a waiting run waits for (lua/include/limits.lua)
+    progress: str  # JSON {value, message, at} a handler reported last (lua/heartbeat.lua)
 
 
 J: JobFields[str] = JobFields(type="t", queue="q", status="s", next_ms="n", spec="x", cron="k",
@@ -68,7 +69,7 @@ J: JobFields[str] = JobFields(type="t", queue="q", status="s", next_ms="n", spec
               own_run="o", limit_key="lk")
 OWN = OwnRunFields(state="rs", attempt="ra", fence="rf", worker="rw", stream_id="ri",
                    dispatched_ms="rd", started_ms="rt", ended_ms="re", duration_ms="rl",
-                   result="rr", error="rx", hb_ms="rh", waiting="ry")
+                   result="rr", error="rx", hb_ms="rh", waiting="ry", progress="rp")
 assert len({*J, *OWN}) == len(J) + len(OWN)  # no two fields share a stored name
 
 STATUS_DEFAULT = "scheduled"

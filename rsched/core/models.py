@@ -367,6 +367,7 @@ class Run:
     result: Any
     job_version: int | None = None  # the job's version at dispatch (None: a one-off's own run)
     waiting_for: str | None = None  # state 'waiting': the limit definition that holds it
+    progress: Any = None  # the handler's last ctx.progress: {"value", "message", "at"} (ms)
 
     @classmethod
     def from_hash(cls, h: Mapping[Any, Any], run_id: str) -> Run:
@@ -393,6 +394,7 @@ class Run:
             result=read_json(res, f"run {run_id} result") if res else None,
             job_version=_i(g("v")) or None,
             waiting_for=_s(g("waiting")) or None,
+            progress=read_json(pg, f"run {run_id} progress") if (pg := g("progress")) else None,
         )
 
 

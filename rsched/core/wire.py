@@ -54,6 +54,7 @@ EV_RETRY_AT = b"at"  # retry_scheduled: when the retry is due, ms
 EV_STARTED = b"st"  # an outcome that also records its run's start: the start ms
 EV_COUNT = b"n"  # a batched entry (batch_flush): how many events it holds
 EV_BY = b"by"  # dead_deleted: who deleted the dead letter (no column: kept in the extra JSON)
+EV_PROGRESS = b"pg"  # progress: the handler's report, JSON (no column: kept in the extra JSON)
 EV_FIELDS = (EV_EVENT, EV_JOB, EV_RUN, EV_ATTEMPT, EV_TIME, EV_WORKER, EV_DURATION, EV_TYPE,
              EV_QUEUE, EV_SCHED, EV_ERROR, EV_RESULT, EV_FENCE, EV_RETRY_AT, EV_STARTED)
 """Event fields with an archive column (EV_COUNT is the batch's, not an event's)."""

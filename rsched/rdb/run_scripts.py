@@ -126,16 +126,17 @@ def started(reply: Any) -> list[tuple[int, int]]:
     return [(int(reply[i]), int(reply[i + 1])) for i in range(0, len(reply) - 1, 2)]
 
 
-def heartbeat(worker_id: str, events_maxlen: int, by_part: Mapping[int, Sequence[HeldRun]]
-              ) -> list[Call]:
-    """heartbeat.lua's calls, one per partition of ``by_part`` (started runs: their fence)."""
+def heartbeat(worker_id: str, events_maxlen: int,
+              by_part: Mapping[int, Sequence[tuple[HeldRun, str]]]) -> list[Call]:
+    """heartbeat.lua's calls, one per partition of ``by_part``: started runs (their fence),
+    each with its new progress ('' for none)."""
     calls: list[Call] = []
     for p, runs in by_part.items():
         ks: list[str] = [keys.events(p), keys.stats(p)]
         args: list[Any] = [worker_id, 0, keys.GROUP, len(runs), events_maxlen]
-        for fl in runs:
+        for fl, progress in runs:
             ks += [fl.run_key, fl.job_key, fl.stream]
-            args += [fl.run_id, fl.fence, fl.entry_id]
+            args += [fl.run_id, fl.fence, fl.entry_id, progress]
         calls.append(("heartbeat", ks, args))
     return calls
 

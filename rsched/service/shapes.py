@@ -6,11 +6,13 @@ Times go out as ISO-8601 in UTC with ``Z``; durations in seconds, except ``*Ms``
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rsched.archive.events import EventRow
 from rsched.archive.history import RunsPage
 from rsched.archive.stats import DurationStats, FailuresPage
+from rsched.core import wire
 from rsched.core.catchup import Gap
 from rsched.core.lifecycle import NO_LIFE
 from rsched.core.limits import Limit, body_of
@@ -154,7 +156,17 @@ def run_json(r: Run) -> dict[str, Any]:
         "startedAt": iso(r.started_ms), "endedAt": iso(r.ended_ms),
         "durationMs": r.duration_ms, "error": r.error, "result": r.result,
         "jobVersion": r.job_version, "waitingFor": r.waiting_for,
+        "progress": _progress_json(r.progress),
     }
+
+
+def _progress_json(p: Any) -> dict[str, Any] | None:
+    """A run's last progress as the API shows it: value, message and the time (ISO)."""
+    if not isinstance(p, dict) or "value" not in p:
+        return None
+    at = p.get("at")
+    return {"value": p["value"], "message": p.get("message"),
+            "at": iso(at) if isinstance(at, int) else None}
 
 
 def event_json(event_id: str | None, row: EventRow) -> dict[str, Any]:
@@ -173,6 +185,10 @@ def event_json(event_id: str | None, row: EventRow) -> dict[str, Any]:
         out["retryAt"] = iso(row.retry_at_ms)
     if row.result is not None:
         out["result"] = jsonable(read_json(row.result, f"run {row.run_id} result"))
+    if row.event == "progress" and row.extra:  # 'pg' has no archive column: in extra
+        pg = json.loads(row.extra).get(wire.EV_PROGRESS.decode())
+        out["progress"] = _progress_json(read_json(pg, f"run {row.run_id} progress")
+                                         if pg else None)
     return out
 
 

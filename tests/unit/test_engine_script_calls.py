@@ -128,12 +128,12 @@ def test_a_start_call_has_four_keys_and_four_values_a_run_in_starts_header_order
 
 def test_a_heartbeat_call_and_its_codes() -> None:
     fl = held(JOBS[0], own=False, fence=6)
-    [(name, ks, args)] = run_scripts.heartbeat("w1", 77, {P: [fl]})
+    [(name, ks, args)] = run_scripts.heartbeat("w1", 77, {P: [(fl, '{"value":5}')]})
     fixed = check_keys(name, list(ks), P)
     assert match(keys_after(name, "then per run 3 keys:"), list(ks[len(fixed):]), P)
     listed = check_args(name, list(args), {"worker id": "w1", "now_ms": 0, "group": keys.GROUP,
                                            "n": 1, "events_maxlen": 77})
-    assert list(args[len(listed):]) == [fl.run_id, 6, "5-0"]
+    assert list(args[len(listed):]) == [fl.run_id, 6, "5-0", '{"value":5}']
     assert run_scripts.heartbeat_codes([1, b"2", -1, 0]) == [
         HeartbeatCode.OURS, HeartbeatCode.STOP, HeartbeatCode.FENCED, HeartbeatCode.GONE]
 

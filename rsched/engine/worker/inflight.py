@@ -56,6 +56,8 @@ class Inflight:
     ctx: JobContext | None = None  # the handler's context, once its handler runs
     finished: bool = False  # its handler returned; the report records the start if need be
     defer_ms: int = 0  # the handler raised RateLimited: how long the run waits (no attempt)
+    progress: str = ""  # the handler's latest progress (JSON), sent with the next heartbeat
+    progress_new: bool = False  # not sent yet
 
 
 def inflight(p: int, stream: str, queue: str, eid: str, rid: str, f: dict[bytes, bytes],

@@ -14,6 +14,7 @@ from rsched.rdb.setup import Outage, is_unavailable
 log = logging.getLogger("rsched.worker")
 
 FLUSHES_IN_FLIGHT = 4
+PROGRESS_EVERY_S = 0.25  # handlers' progress goes to Redis at most this often
 IDLE_AFTER_FAILED_FLUSH_S = 0.2  # nothing got through (Redis away): don't spin
 
 
@@ -43,6 +44,37 @@ class Every:
                 await asyncio.wait_for(stop.wait(), self.every_s)
             except TimeoutError:
                 pass
+
+
+class ProgressSender:
+    """Sends the progress handlers report between heartbeats (ctx.progress): woken by the first
+    report after a send, at most once every PROGRESS_EVERY_S, a heartbeat call for the runs
+    with new progress alone.  A handler reporting in a tight loop costs no more."""
+
+    def __init__(self, send: Callable[[], Awaitable[Any]], wake: asyncio.Event,
+                 pending: Callable[[], bool]) -> None:
+        self.send = send
+        self.wake = wake
+        self.pending = pending  # progress not sent yet (its run's start not recorded yet)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        last = 0.0
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(self.wake.wait(), 1.0)
+            except TimeoutError:
+                continue
+            await asyncio.sleep(max(0.0, last + PROGRESS_EVERY_S - loop.time()))
+            self.wake.clear()
+            last = loop.time()
+            try:
+                await self.send()
+            except Exception as e:  # noqa: BLE001 - the next heartbeat carries it
+                if not is_unavailable(e):
+                    log.warning("progress not sent: %s", e)
+            if self.pending():
+                self.wake.set()  # try again in PROGRESS_EVERY_S
 
 
 class Flusher:

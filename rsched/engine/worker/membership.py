@@ -46,22 +46,30 @@ class Membership:
         """Create the consumer group of every stream (an existing one is fine)."""
         await worker_streams.join_groups(self.link.r, list(self.link.streams))
 
-    async def heartbeat_once(self) -> int:
-        """Refresh every in-flight run's entry; returns how many runs were found lost.
+    async def heartbeat_once(self, progress_only: bool = False) -> int:
+        """Refresh every in-flight run's entry, with the progress its handler reported since
+        the last beat; returns how many runs were found lost.  ``progress_only``: only the runs
+        with new progress (ProgressSender, between beats).
 
         Runs whose start is not recorded yet get it first, whatever their age."""
-        await self.reporter.start_once(min_age_ms=0)
-        by_part: dict[int, list[Inflight]] = defaultdict(list)
+        if not progress_only:
+            await self.reporter.start_once(min_age_ms=0)
+        by_part: dict[int, list[tuple[Inflight, str]]] = defaultdict(list)
         for fl in list(self.runs.by_id.values()):
-            if fl.phase is STARTED:
-                by_part[fl.partition].append(fl)
+            if fl.phase is STARTED and (fl.progress_new or not progress_only):
+                by_part[fl.partition].append((fl, fl.progress if fl.progress_new else ""))
+                fl.progress_new = False
+        if progress_only and not by_part:
+            return 0
         calls = run_scripts.heartbeat(self.link.id, self.settings.events_maxlen, by_part)
         lost = 0
         results = await self.link.call_many(self.link.r, calls)
         for items, res in zip(by_part.values(), results, strict=True):
             if isinstance(res, Exception):
+                for fl, progress in items:  # not sent: with the next beat, unless newer came
+                    fl.progress_new = fl.progress_new or progress != ""
                 continue
-            for fl, code in zip(items, run_scripts.heartbeat_codes(res), strict=False):
+            for (fl, _), code in zip(items, run_scripts.heartbeat_codes(res), strict=False):
                 if code == HeartbeatCode.FENCED and fl.phase is STARTED:
                     self.reporter.refused(fl, "heartbeat")
                 if code == HeartbeatCode.STOP:
@@ -71,7 +79,8 @@ class Membership:
                                  extra={"job_id": fl.job_id, "run_id": fl.run_id})
                 elif code != HeartbeatCode.OURS and fl.run_id in self.runs:
                     lost += 1
-        await self._register()
+        if not progress_only:
+            await self._register()
         return lost
 
     async def _register(self) -> None:

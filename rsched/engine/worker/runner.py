@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -112,6 +113,7 @@ class Runner:
         self.reporter = reporter
         self.metrics = metrics
         self.slot = slot  # set when a run leaves its slot
+        self.progress_wake: asyncio.Event | None = None  # set when a run reports progress
         self.pool = ThreadPoolExecutor(threads or concurrency, thread_name_prefix="rsched-job")
         self.tasks: set[asyncio.Task[None]] = set()
         self.deadlines = Deadlines(runs)
@@ -195,7 +197,8 @@ class Runner:
                     )
                 payload = spec.payload
                 ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, fl.sched_ms,
-                                 unpack_payload(payload) if payload else None, self.worker_id)
+                                 unpack_payload(payload) if payload else None, self.worker_id,
+                                 reporter=self._progress_of(fl, loop))
                 fl.ctx = ctx
                 if fl.stop:  # asked to stop before its handler started: it never starts
                     raise asyncio.CancelledError
@@ -283,6 +286,18 @@ class Runner:
             except asyncio.CancelledError:
                 fl.timed_out = False  # shutdown while held: not reported, as above
             raise
+
+    def _progress_of(self, fl: Inflight, loop: asyncio.AbstractEventLoop
+                     ) -> Callable[[str], None]:
+        """A run's progress reporter: keeps the latest report with the run and wakes the
+        worker's ProgressSender once per batch of reports (from a sync handler's thread too)."""
+        def report(text: str) -> None:
+            fl.progress = text
+            if not fl.progress_new:
+                fl.progress_new = True
+                if self.progress_wake is not None:
+                    loop.call_soon_threadsafe(self.progress_wake.set)
+        return report
 
     async def drain(self, grace_s: float) -> None:
         """Let running jobs finish within the grace period; the rest are left to be reclaimed."""

@@ -33,7 +33,7 @@ from rsched.engine.worker._link import Link
 from rsched.engine.worker.handback import Handback
 from rsched.engine.worker.inflight import Outcome, Runs
 from rsched.engine.worker.intake import Intake
-from rsched.engine.worker.loops import FLUSHES_IN_FLIGHT, Every, Flusher
+from rsched.engine.worker.loops import FLUSHES_IN_FLIGHT, Every, Flusher, ProgressSender
 from rsched.engine.worker.membership import Membership
 from rsched.engine.worker.read_along import ReadAlong
 from rsched.engine.worker.reporter import Reporter
@@ -202,6 +202,10 @@ class Worker:
                  ",".join(self.queues), self.concurrency)
         self.started.set()
         flusher = asyncio.create_task(self.flusher.run(stop))
+        self.runner.progress_wake = asyncio.Event()
+        progress = ProgressSender(
+            lambda: self.membership.heartbeat_once(progress_only=True), self.runner.progress_wake,
+            lambda: any(fl.progress_new for fl in self.runs.by_id.values()))
         # Heartbeats outlive `stop`: runs finishing within the grace period must stay ours.
         # Like heartbeats, starts (and timeouts) go on while running jobs drain.
         hb_stop = asyncio.Event()
@@ -210,6 +214,7 @@ class Worker:
                                       self.outage).run(hb_stop)),
             asyncio.create_task(Every(self.start_once,
                                       max(self.start_after_ms / 2000, 0.005)).run(hb_stop)),
+            asyncio.create_task(progress.run(hb_stop)),
         ]
         fetching = [
             asyncio.create_task(Every(self.reclaim_once,
