@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from rsched.archive._streams import Batch, EventStreams
 from rsched.archive.config import ArchiverConfig, Backoff
 from rsched.archive.events import parse_sid
+from rsched.archive.job_index import op_job_changes, touched_jobs
 from rsched.archive.lag import Lag, archive_lag
 from rsched.archive.store import DAY_MS, Store, StoreUnavailable, redact
 from rsched.archive.stores import open_store
 from rsched.core.ids import process_id
 from rsched.core.settings import Settings
 from rsched.rdb.connect import connect
+from rsched.rdb.ops import run
 from rsched.rdb.redis_api import Redis, RedisError
 from rsched.rdb.setup import (
     UNAVAILABLE,
@@ -97,12 +99,22 @@ class Archiver:
             entries = [e for e in entries if parse_sid(e[1])[0] >= cutoff]
             batch.skipped_old = len(batch.entries) - len(entries)
         batch.prepared = self.store.prepare(entries)
+        batch.touched = touched_jobs(entries)
         batch.entries = []
 
+    def read_jobs(self, batch: Batch) -> None:
+        """Read the current state of the jobs the batch names (the job index's rows): after
+        the batch's events were written, before it is committed (see job_index)."""
+        if batch.jobs is None and batch.touched:
+            batch.jobs = run(self.r, op_job_changes(batch.touched))
+            self.totals["jobs_read"] += len(batch.touched)
+
     def commit(self, batch: Batch) -> int:
-        """Write a prepared batch to the store (no acknowledgement); returns rows inserted."""
+        """Write a prepared batch and its jobs' rows to the store (no acknowledgement);
+        returns rows inserted."""
         assert batch.prepared is not None
-        inserted = self.store.commit(batch.prepared)
+        self.read_jobs(batch)
+        inserted = self.store.commit(batch.prepared, batch.jobs)
         batch.written = True
         self.totals["inserted"] += inserted
         self.totals["duplicates"] += batch.prepared.rows - inserted
@@ -123,6 +135,7 @@ class Archiver:
             return BatchResult()
         inserted = 0
         if not batch.written:
+            self.read_jobs(batch)  # here, not in the writer thread: one thread uses Redis
             outcome: list[int | BaseException] = []
             writer = threading.Thread(target=self._commit, args=(batch, outcome), daemon=True)
             writer.start()

@@ -14,7 +14,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rsched.archive.events import COLUMNS, Entry, decode_flat
+from rsched.archive.job_index import JOB_COLUMNS, JobChanges
 from rsched.archive.store import (
+    JOBS_CONFLICT,
     SCHEMA_MIGRATIONS,
     Prepared,
     Store,
@@ -26,6 +28,9 @@ BUSY_TIMEOUT_S = 30.0
 DELETE_CHUNK = 20_000  # rows per retention transaction: writers wait at most one chunk
 _INSERT = (f"INSERT INTO events ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
            "ON CONFLICT DO NOTHING")
+_UPSERT_JOBS = (f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(JOB_COLUMNS))}) {JOBS_CONFLICT}")
+_DELETE_JOBS = "DELETE FROM jobs WHERE job_id = ? AND (sid_ms, sid_seq) < (?, ?)"
 
 
 def statements(script: str) -> Iterator[str]:
@@ -92,7 +97,7 @@ class SqliteStore(Store):
     def prepare(self, entries: Sequence[Entry]) -> Prepared:
         return Prepared(len(entries), [decode_flat(part, sid, flat) for part, sid, flat in entries])
 
-    def commit(self, prepared: Prepared) -> int:
+    def commit(self, prepared: Prepared, jobs: JobChanges | None = None) -> int:
         if not prepared.rows:
             return 0
         rows = prepared.payload
@@ -102,7 +107,11 @@ class SqliteStore(Store):
                 with _transaction(conn):
                     before = conn.total_changes
                     conn.executemany(_INSERT, rows)
-                    return conn.total_changes - before
+                    inserted = conn.total_changes - before
+                    if jobs is not None:
+                        conn.executemany(_UPSERT_JOBS, jobs.rows)
+                        conn.executemany(_DELETE_JOBS, jobs.gone)
+                    return inserted
             except sqlite3.Error as e:
                 self._reset()
                 raise StoreUnavailable(f"sqlite {self.path}: {e}") from e

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from rsched.archive.events import COLUMNS, FAILURES, Entry, EventRow
+from rsched.archive.job_index import JOB_COLUMNS, JobChanges
 from rsched.core.errors import RschedError, ValidationError
 
 ENV_URL = "RSCHED_ARCHIVE_URL"
@@ -94,6 +95,42 @@ _FAILURES = ", ".join(f"'{e}'" for e in FAILURES)
 _QUANTILE_CASE = "min(CASE WHEN rn * 1000000 >= {q} * n THEN duration_ms END)"
 
 
+_JOB_COLS = ", ".join(JOB_COLUMNS)
+_JOB_SET = ", ".join(f"{c} = excluded.{c}" for c in JOB_COLUMNS[1:] if c != "idem_key")
+JOBS_CONFLICT = (f"ON CONFLICT (job_id) DO UPDATE SET {_JOB_SET}, "
+                 "idem_key = coalesce(excluded.idem_key, jobs.idem_key) "
+                 "WHERE (jobs.sid_ms, jobs.sid_seq) < (excluded.sid_ms, excluded.sid_seq)")
+"""A job row replaces the stored one only for a later event of the job (both dialects)."""
+
+SORTS = {"nextRun": ("next_ms", False), "created": ("created_ms", True),
+         "lastRun": ("last_run_ms", True)}
+"""A listing's sort -> (column, descending): soonest next run first, newest first, latest
+run first; each with job_id (in the same direction) breaking ties."""
+_PREFIX_COLUMNS = ("job_id", "job_type", "idem_key")
+_MAX_CHAR = 0x10FFFF
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """What a listing asks the job index for: rows equal on every field given; ``last_run``
+    any of these latest-run statuses; ``prefix`` a prefix of the job id, type or
+    idempotency key."""
+
+    job_type: str | None = None
+    queue: str | None = None
+    status: str | None = None
+    last_run: tuple[str, ...] | None = None
+    prefix: str | None = None
+
+
+def _prefix_range(column: str, prefix: str) -> tuple[str, list[Any]]:
+    """``column`` starts with ``prefix``, as a range of an index (text compared by code
+    point: the Postgres columns are COLLATE "C", SQLite's BINARY is too)."""
+    if prefix[-1] == chr(_MAX_CHAR):
+        return f"{column} >= ? AND substr({column}, 1, ?) = ?", [prefix, len(prefix), prefix]
+    return f"{column} >= ? AND {column} < ?", [prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)]
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A batch encoded for one store: ``rows`` events in the store's own ``payload``."""
@@ -144,13 +181,13 @@ class Store(ABC):
         while the store commits the current one)."""
 
     @abstractmethod
-    def commit(self, prepared: Prepared) -> int:
-        """Insert the rows in one transaction, skipping ids already present; returns the number
-        of rows inserted."""
+    def commit(self, prepared: Prepared, jobs: JobChanges | None = None) -> int:
+        """Insert the rows in one transaction, skipping ids already present, with the batch's
+        changes to the job index; returns the number of rows inserted."""
 
-    def write(self, entries: Sequence[Entry]) -> int:
+    def write(self, entries: Sequence[Entry], jobs: JobChanges | None = None) -> int:
         """prepare + commit."""
-        return self.commit(self.prepare(entries))
+        return self.commit(self.prepare(entries), jobs)
 
     @abstractmethod
     def drop_before(self, cutoff_ms: int) -> int:
@@ -224,6 +261,38 @@ class Store(ABC):
         )
         return self._fetch(sql, params)
 
+    def job_keys(self, query: JobQuery, sort: str, after: tuple[int, str] | None, limit: int
+                 ) -> list[tuple[int, str]]:
+        """The next ``limit`` (sort key, job id) of the job index matching ``query`` after
+        ``after`` in the order of ``sort`` (a SORTS key).  Each branch (a latest-run status,
+        a prefix column) reads one range of one index; branches merge here."""
+        column, desc = SORTS[sort]
+        where: list[str] = []
+        params: list[Any] = []
+        for name in ("job_type", "queue", "status"):
+            value = getattr(query, name)
+            if value is not None:
+                where.append(f"{name} = ?")
+                params.append(value)
+        if after is not None:
+            where.append(f"({column}, job_id) {'<' if desc else '>'} (?, ?)")
+            params += list(after)
+        branches: list[tuple[list[str], list[Any]]] = [([], [])]
+        if query.last_run is not None:
+            branches = [(["last_run_status = ?"], [s]) for s in query.last_run]
+        if query.prefix:
+            ranges = [_prefix_range(c, query.prefix) for c in _PREFIX_COLUMNS]
+            branches = [(w + [r], p + rp) for w, p in branches for r, rp in ranges]
+        order = "DESC" if desc else "ASC"
+        found: set[tuple[int, str]] = set()
+        for more_where, more_params in branches:
+            conds = " AND ".join(where + more_where) or "1 = 1"
+            rows = self._fetch(f"SELECT {column}, job_id FROM jobs WHERE {conds} "
+                               f"ORDER BY {column} {order}, job_id {order} LIMIT ?",
+                               [*params, *more_params, limit])
+            found.update((int(k), str(j)) for k, j in rows)
+        return sorted(found, reverse=desc)[:limit]
+
     def __enter__(self) -> Store:
         return self
 
@@ -231,5 +300,6 @@ class Store(ABC):
         self.close()
 
 
-__all__ = ["DAY_MS", "DEFAULT_URL", "ENV_URL", "Migration", "Prepared", "Store", "StoreUnavailable",
+__all__ = ["DAY_MS", "DEFAULT_URL", "ENV_URL", "JOBS_CONFLICT", "JobQuery", "Migration", "SORTS",
+           "Prepared", "Store", "StoreUnavailable",
            "archive_url", "migrations", "redact", "sqlite_path"]

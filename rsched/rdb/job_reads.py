@@ -114,6 +114,29 @@ def op_latest_runs(jobs: Sequence[tuple[int, str]], history: int
     return [(got[2 * i], got[2 * i + 1]) for i in range(len(jobs))]
 
 
+_INDEX_FIELDS = (J.type, J.queue, J.status, J.next_ms, J.created_ms, J.updated_ms, J.last_run_id,
+                 J.own_run, OWN.state, OWN.ended_ms, OWN.started_ms)
+
+
+def op_index_reads(jobs: Sequence[tuple[int, str, bool]], history: int
+                   ) -> Op[list[tuple[Hash, list[bytes]]]]:
+    """Per (partition, job id, with spec): what the archive's job index keeps of the job hash,
+    as a hash of the fields present ({}: no such job), with the packed spec when asked (for the
+    idempotency key), and the job's newest ``history`` history records; one round trip."""
+    reads = []
+    for p, job_id, spec in jobs:
+        names = (*_INDEX_FIELDS, J.spec) if spec else _INDEX_FIELDS
+        reads += [cmd("hmget", keys.job(p, job_id), *names),
+                  cmd("lrange", keys.history(p, job_id), 0, history - 1)]
+    got = (yield Commands(reads)) if reads else []
+    out = []
+    for i, (_, _, spec) in enumerate(jobs):
+        names = (*_INDEX_FIELDS, J.spec) if spec else _INDEX_FIELDS
+        out.append(({n.encode(): v for n, v in zip(names, got[2 * i], strict=True)
+                     if v is not None}, got[2 * i + 1]))
+    return out
+
+
 def op_run_states(runs: Sequence[tuple[int, str]]) -> Op[list[list[Any]]]:
     """Per (partition, run id): the run hash's state, ended_ms and started_ms."""
     if not runs:
@@ -123,5 +146,6 @@ def op_run_states(runs: Sequence[tuple[int, str]]) -> Op[list[list[Any]]]:
 
 
 __all__ = ["Hash", "op_dead_newest", "op_dead_oldest", "op_dead_after", "op_dead_scores",
-           "op_hashes", "op_history", "op_job_filter_fields", "op_job_hash", "op_latest_runs",
+           "op_hashes", "op_history", "op_index_reads", "op_job_filter_fields", "op_job_hash",
+           "op_latest_runs",
            "op_run_hashes", "op_run_states", "op_scan_jobs"]
