@@ -89,6 +89,7 @@ class Archiver:
         stay pending in Redis until acknowledged."""
         batch = self.streams.read()
         self._prepare(batch)
+        self.read_jobs(batch)  # while the previous batch commits (run_once)
         self._queue.append(batch)
         return batch
 
@@ -135,7 +136,7 @@ class Archiver:
             return BatchResult()
         inserted = 0
         if not batch.written:
-            self.read_jobs(batch)  # here, not in the writer thread: one thread uses Redis
+            self.read_jobs(batch)  # a claimed batch's; not in the writer: one thread uses Redis
             outcome: list[int | BaseException] = []
             writer = threading.Thread(target=self._commit, args=(batch, outcome), daemon=True)
             writer.start()

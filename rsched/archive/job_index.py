@@ -20,19 +20,19 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from rsched.archive.events import Entry, job_of_event_run
-from rsched.core.last_run import LastRun, fold, plain_run
+from rsched.core.last_run import fold, plain_run
 from rsched.core.layout import JB, OWN
-from rsched.core.models import Job
-from rsched.core.wire import EV_EVENT, EV_JOB, EV_RUN, parse_sid
-from rsched.rdb.job_reads import op_index_reads, op_run_states
+from rsched.core.models import Listed, listed
+from rsched.core.wire import EV_EVENT, EV_JOB, EV_RUN, EV_TIME, parse_sid
+from rsched.rdb.job_reads import op_histories, op_index_reads, op_run_states
 from rsched.rdb.ops import Op
 
 NO_NEXT_MS = 2**63 - 1
 """``next_ms`` of a job with no next run: it sorts after every other job by next run."""
 INDEX_HISTORY = 2
-"""History records read per job: the latest run's state once its own hash has expired."""
-# The own run's state, ended_ms and started_ms, as core.last_run.fold reads them.
-_OWN_STATE = (OWN.state.encode(), OWN.ended_ms.encode(), OWN.started_ms.encode())
+"""History records read for a job whose latest run's hash has expired: its state is there."""
+# The own run's id, state, ended_ms and started_ms, as core.last_run.fold reads them.
+_OWN = (JB.own_run, OWN.state.encode(), OWN.ended_ms.encode(), OWN.started_ms.encode())
 _SETS_KEY = frozenset({b"scheduled", b"updated"})  # events after which the spec is read
 
 
@@ -58,13 +58,25 @@ JOB_COLUMNS = JobRow._fields
 
 
 class Touched(NamedTuple):
-    """A job a batch names: its partition, the id of its latest event in the batch, and
-    whether an event may have set its idempotency key (its spec is read then)."""
+    """A job a batch names: its partition, the id of its latest event in the batch, whether an
+    event may have set its idempotency key (its spec is read then), and its latest run event
+    when that one says the run's state (run id, then the run hash's state, ended_ms and
+    started_ms as fold reads them)."""
 
     part: int
     sid_ms: int
     sid_seq: int
     spec: bool
+    run: tuple[str, list[Any]] | None = None
+
+
+# Run events after which the run's hash holds a state known from the event alone (the scripts
+# write both in one call), with the event's time as its ended_ms or started_ms.  When a job's
+# latest run event in a batch is one of these and names the job's latest run, its run hash is
+# not read: a later change of the run is a later event, applied with a later batch.
+_RUN_STATE = {b"dispatched": ("dispatched", None), b"started": ("running", 2),
+              b"succeeded": ("succeeded", 1), b"retry_scheduled": ("retry_wait", 1),
+              b"dead_lettered": ("dead", 1)}
 
 
 class JobChanges(NamedTuple):
@@ -81,55 +93,79 @@ def touched_jobs(entries: Sequence[Entry]) -> dict[str, Touched]:
     for part, sid, flat in entries:
         it = iter(flat)
         f: dict[bytes, bytes] = dict(zip(it, it, strict=False))
-        raw = f.get(EV_JOB)
+        raw, run = f.get(EV_JOB), f.get(EV_RUN)
         try:
-            job_id = raw.decode() if raw else job_of_event_run(
-                f[EV_RUN].decode() if EV_RUN in f else None)
+            run_id = run.decode() if run else None
+            job_id = raw.decode() if raw else job_of_event_run(run_id)
         except UnicodeDecodeError:
             continue  # no job of ours has such an id
         if not job_id:
             continue
         ms, seq = parse_sid(sid)
-        spec = f.get(EV_EVENT) in _SETS_KEY
+        event = f.get(EV_EVENT)
+        spec = event in _SETS_KEY
         prev = out.get(job_id)
+        said = prev.run if prev is not None else None
+        if run_id:
+            known = _RUN_STATE.get(event or b"")
+            said = None
+            if known is not None:
+                state, at = known
+                fields: list[Any] = [state, None, None]
+                if at is not None:
+                    fields[at] = f.get(EV_TIME)
+                said = (run_id, fields)
         if prev is not None:
             spec = spec or prev.spec
-            if (ms, seq) < (prev.sid_ms, prev.sid_seq):
-                ms, seq = prev.sid_ms, prev.sid_seq
-        out[job_id] = Touched(part, ms, seq, spec)
+            if (ms, seq) < (prev.sid_ms, prev.sid_seq):  # entries come in order: never, but
+                ms, seq, said = prev.sid_ms, prev.sid_seq, prev.run  # keep the latest
+        out[job_id] = Touched(part, ms, seq, spec, said)
     return out
 
 
-def row_of(job: Job, last: LastRun, part: int, sid: tuple[int, int]) -> JobRow:
-    return JobRow(job.id, part, job.type, job.queue, job.status.value,
-                  job.next_ms or NO_NEXT_MS, job.created_ms, job.updated_ms, last.status,
-                  last.at_ms or 0, job.idempotency_key, *sid)
-
-
 def op_job_changes(touched: dict[str, Touched]) -> Op[JobChanges]:
-    """Read the touched jobs' current state from Redis and turn it into rows."""
+    """Read the touched jobs' current state from Redis and turn it into rows: their hashes,
+    then the state of each one's latest run where that has a hash of its own, then (rarely)
+    the history of those whose latest run's hash has expired."""
     names = list(touched)
-    got = yield from op_index_reads(
-        [(touched[j].part, j, touched[j].spec) for j in names], INDEX_HISTORY)
-    found: list[tuple[Job, Touched, dict[bytes, Any], list[bytes]]] = []
+    got = yield from op_index_reads([(touched[j].part, j, touched[j].spec) for j in names])
+    found: list[tuple[str, Listed, Touched, list[Any]]] = []
     gone = []
-    for job_id, (h, hist) in zip(names, got, strict=True):
+    for job_id, h in zip(names, got, strict=True):
         t = touched[job_id]
         if JB.type not in h:
             gone.append((job_id, t.sid_ms, t.sid_seq))
         else:
-            found.append((Job.from_hash(h, job_id), t, h, hist))
-    plain = [i for i, (job, _, h, _) in enumerate(found) if plain_run(job, h.get(JB.own_run))]
-    states = yield from op_run_states([(found[i][1].part, found[i][0].last_run_id or "")
+            found.append((job_id, listed(h, job_id), t, [h.get(k) for k in _OWN]))
+    latest: dict[int, list[Any]] = {}
+    plain = []
+    for i, (_, job, t, own) in enumerate(found):
+        rid = plain_run(job.last_run_id, own[0])
+        if rid is None:
+            continue
+        if t.run is not None and t.run[0] == rid:
+            latest[i] = t.run[1]
+        else:
+            plain.append(i)
+    states = yield from op_run_states([(found[i][2].part, found[i][1].last_run_id or "")
                                        for i in plain])
-    latest = dict(zip(plain, states, strict=True))
+    latest.update(zip(plain, states, strict=True))
+    # A latest run with no state left (its hash expired): its newest history record tells.
+    expired = [i for i, (_, job, _, own) in enumerate(found) if job.last_run_id
+               and (latest[i][0] if i in latest else own[1]) is None]
+    records = yield from op_histories([(found[i][2].part, found[i][0]) for i in expired],
+                                      INDEX_HISTORY)
+    hist = dict(zip(expired, records, strict=True))
     rows = []
-    for i, (job, t, h, hist) in enumerate(found):
-        own = [h.get(JB.own_run), *(h.get(k) for k in _OWN_STATE)]
-        last = fold(job, own, latest.get(i), [json.loads(x) for x in hist], INDEX_HISTORY)
-        rows.append(row_of(job, last, t.part, (t.sid_ms, t.sid_seq)))
+    for i, (job_id, job, t, own) in enumerate(found):
+        last = fold(job.last_run_id, own, latest.get(i),
+                    [json.loads(x) for x in hist.get(i, ())], INDEX_HISTORY)
+        rows.append(JobRow(job_id, t.part, job.type, job.queue, job.status,
+                           job.next_ms or NO_NEXT_MS, job.created_ms, job.updated_ms,
+                           last.status, last.at_ms or 0, job.idempotency_key,
+                           t.sid_ms, t.sid_seq))
     return JobChanges(rows, gone)
 
 
 __all__ = ["INDEX_HISTORY", "JOB_COLUMNS", "JobChanges", "JobRow", "NO_NEXT_MS", "Touched",
-           "op_job_changes", "row_of", "touched_jobs"]
+           "op_job_changes", "touched_jobs"]

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsched.core.errors import ValidationError
-from rsched.core.models import Job
 from rsched.core.wire import as_text
 
 LAST_RUN_FILTERS = ("failed", "dead", "succeeded")
@@ -56,12 +55,12 @@ def check_filter(value: str | None) -> str | None:
     return value
 
 
-def fold(job: Job, own: list[Any], plain: list[Any] | None, hist: list[dict[str, Any]],
-         scanned: int) -> LastRun:
-    """The job's latest run from its own run's fields (id, state, ended_ms, started_ms), its
-    latest plain run's hash (state, ended_ms, started_ms; None when the own run is the latest)
-    and its newest history records (decoded, newest first; ``scanned`` of them were asked for).
-    """
+def fold(rid: str | None, own: list[Any], plain: list[Any] | None,
+         hist: list[dict[str, Any]], scanned: int) -> LastRun:
+    """A job's latest run ``rid`` (its last_run_id) from its own run's fields (id, state,
+    ended_ms, started_ms), its latest plain run's hash (state, ended_ms, started_ms; None when
+    the own run is the latest) and its newest history records (decoded, newest first;
+    ``scanned`` of them were asked for)."""
     # Each run's newest state: (ended ms, status); history records are newest first.
     runs: dict[str, tuple[int, str]] = {}
     for rec in hist:
@@ -69,7 +68,6 @@ def fold(job: Job, own: list[Any], plain: list[Any] | None, hist: list[dict[str,
     own_id, own_state = _s(own[0]), _s(own[1])
     if own_id and own_state:
         runs[own_id] = (_i(own[2]) or _i(own[3]) or 0, own_state)
-    rid = job.last_run_id
     status, at = None, None
     if rid:
         fields = own[1:] if rid == own_id else plain or [None, None, None]
@@ -93,10 +91,9 @@ def fold(job: Job, own: list[Any], plain: list[Any] | None, hist: list[dict[str,
     return LastRun(rid if status else None, status, at, streak, capped)
 
 
-def plain_run(job: Job, own_run_id: Any) -> str | None:
-    """The job's latest run when its hash is a run hash of its own (not the own run's fields
-    in the job hash): the run whose state must be read as well."""
-    rid = job.last_run_id
+def plain_run(rid: str | None, own_run_id: Any) -> str | None:
+    """A job's latest run ``rid`` when its hash is a run hash of its own (not the own run's
+    fields in the job hash): the run whose state must be read as well."""
     return rid if rid and rid != _s(own_run_id) else None
 
 

@@ -25,11 +25,12 @@ def op_last_runs(jobs: Sequence[Job]) -> Op[list[LastRun]]:
     got = yield from op_latest_runs([(j.partition, j.id) for j in jobs], STREAK_SCAN)
     own = [fields for fields, _ in got]
     hist = [[json.loads(raw) for raw in raws] for _, raws in got]
-    plain = [i for i, j in enumerate(jobs) if plain_run(j, own[i][0])]
+    plain = [i for i, j in enumerate(jobs) if plain_run(j.last_run_id, own[i][0])]
     runs = yield from op_run_states([(jobs[i].partition, jobs[i].last_run_id or "")
                                      for i in plain])
     latest = dict(zip(plain, runs, strict=True))
-    return [fold(j, own[i], latest.get(i), hist[i], STREAK_SCAN) for i, j in enumerate(jobs)]
+    return [fold(j.last_run_id, own[i], latest.get(i), hist[i], STREAK_SCAN)
+            for i, j in enumerate(jobs)]
 
 
 __all__ = ["LAST_RUN_FILTERS", "STREAK_SCAN", "LastRun", "check_filter", "op_last_runs"]
