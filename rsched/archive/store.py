@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from rsched.archive.events import COLUMNS, FAILURES, Entry, EventRow
@@ -107,6 +107,19 @@ SORTS = {"nextRun": ("next_ms", False), "created": ("created_ms", True),
 """A listing's sort -> (column, descending): soonest next run first, newest first, latest
 run first; each with job_id (in the same direction) breaking ties."""
 _PREFIX_COLUMNS = ("job_id", "job_type", "idem_key")
+# The index (migrations/0005_jobs) whose first column each filter and prefix reads.
+_FILTER_INDEX = {"job_type": "jobs_type", "queue": "jobs_queue", "status": "jobs_status"}
+_PREFIX_INDEX = {"job_id": "", "job_type": "jobs_type", "idem_key": "jobs_idem"}
+SORT_INDEX = {"nextRun": "jobs_next", "created": "jobs_created", "lastRun": "jobs_last"}
+
+
+class Term(NamedTuple):
+    """One condition of a listing: the index that reads it ('' the primary key), its SQL
+    (``?`` placeholders) and parameters."""
+
+    via: str
+    sql: str
+    params: list[Any]
 _MAX_CHAR = 0x10FFFF
 
 
@@ -265,33 +278,40 @@ class Store(ABC):
                  ) -> list[tuple[int, str]]:
         """The next ``limit`` (sort key, job id) of the job index matching ``query`` after
         ``after`` in the order of ``sort`` (a SORTS key).  Each branch (a latest-run status,
-        a prefix column) reads one range of one index; branches merge here."""
+        a prefix column) is one query; branches merge here."""
         column, desc = SORTS[sort]
-        where: list[str] = []
-        params: list[Any] = []
-        for name in ("job_type", "queue", "status"):
-            value = getattr(query, name)
-            if value is not None:
-                where.append(f"{name} = ?")
-                params.append(value)
-        if after is not None:
-            where.append(f"({column}, job_id) {'<' if desc else '>'} (?, ?)")
-            params += list(after)
-        branches: list[tuple[list[str], list[Any]]] = [([], [])]
+        terms: list[Term] = [Term(_FILTER_INDEX[name], f"{name} = ?", [getattr(query, name)])
+                             for name in ("job_type", "queue", "status")
+                             if getattr(query, name) is not None]
+        branches: list[list[Term]] = [[]]
         if query.last_run is not None:
-            branches = [(["last_run_status = ?"], [s]) for s in query.last_run]
+            branches = [[Term("jobs_lastrun", "last_run_status = ?", [s])]
+                        for s in query.last_run]
         if query.prefix:
-            ranges = [_prefix_range(c, query.prefix) for c in _PREFIX_COLUMNS]
-            branches = [(w + [r], p + rp) for w, p in branches for r, rp in ranges]
+            ranges = [Term(_PREFIX_INDEX[c], *_prefix_range(c, query.prefix))
+                      for c in _PREFIX_COLUMNS]
+            branches = [b + [r] for b in branches for r in ranges]
+        keyset: list[str] = []
+        key_params: list[Any] = []
+        if after is not None:
+            keyset.append(f"({column}, job_id) {'<' if desc else '>'} (?, ?)")
+            key_params += list(after)
         order = "DESC" if desc else "ASC"
         found: set[tuple[int, str]] = set()
-        for more_where, more_params in branches:
-            conds = " AND ".join(where + more_where) or "1 = 1"
-            rows = self._fetch(f"SELECT {column}, job_id FROM jobs WHERE {conds} "
+        for branch in branches:
+            filters = terms + branch
+            hint = self._index_hint(sort, filters) if filters else ""
+            conds = " AND ".join([t.sql for t in filters] + keyset) or "1 = 1"
+            rows = self._fetch(f"SELECT {column}, job_id FROM jobs {hint} WHERE {conds} "
                                f"ORDER BY {column} {order}, job_id {order} LIMIT ?",
-                               [*params, *more_params, limit])
+                               [*(p for t in filters for p in t.params), *key_params, limit])
             found.update((int(k), str(j)) for k, j in rows)
         return sorted(found, reverse=desc)[:limit]
+
+    def _index_hint(self, sort: str, filters: list[Term]) -> str:
+        """What follows ``FROM jobs`` to steer a filtered listing's plan ('' by default: the
+        planner picks from its statistics)."""
+        return ""
 
     def __enter__(self) -> Store:
         return self
@@ -301,5 +321,5 @@ class Store(ABC):
 
 
 __all__ = ["DAY_MS", "DEFAULT_URL", "ENV_URL", "JOBS_CONFLICT", "JobQuery", "Migration", "SORTS",
-           "Prepared", "Store", "StoreUnavailable",
+           "Prepared", "SORT_INDEX", "Store", "StoreUnavailable", "Term",
            "archive_url", "migrations", "redact", "sqlite_path"]
