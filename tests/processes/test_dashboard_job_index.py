@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support.browser import ARTIFACTS, UI_TIMEOUT_MS, chromium
+from support.browser import ARTIFACTS, checked_page, chromium
 from support.processes import Proc, wait_for
 from support.redis_server import RedisServer, free_port
 
@@ -71,12 +71,7 @@ def test_search_and_sort_show_the_index_in_the_apis_order(
             return len(page["jobs"]) == 30
 
         wait_for("the archiver indexed every job", indexed_all, procs)
-        with chromium() as browser:
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-            page = context.new_page()
-            page.set_default_timeout(UI_TIMEOUT_MS)
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
+        with chromium() as browser, checked_page(browser) as page:
             page.goto(f"{base}/ui/#/jobs")
             page.wait_for_selector("[data-test=index-notice] >> text=from the job index")
             want = [j["id"] for j in api.get("/jobs", params={"sort": "created", "limit": 100})
@@ -96,8 +91,6 @@ def test_search_and_sort_show_the_index_in_the_apis_order(
             assert "q=invoice-1" in page.url and "sort=nextRun" in page.url
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "jobs-index-search.png"), full_page=True)
-            context.close()
-            assert errors == [], f"JavaScript errors on the page: {errors}"
     finally:
         api.close()
         for p in procs:
@@ -111,9 +104,7 @@ def test_without_an_archive_the_jobs_page_says_it_scans(
     base, procs = _stack(url, tmp_path, None)
     try:
         wait_for("api ready", lambda: httpx.get(f"{base}/readyz").status_code == 200, procs)
-        with chromium() as browser:
-            page = browser.new_page()
-            page.set_default_timeout(UI_TIMEOUT_MS)
+        with chromium() as browser, checked_page(browser) as page:
             page.goto(f"{base}/ui/#/jobs?type=report")
             page.wait_for_selector("[data-test=index-notice] >> text=No run-history archive")
             assert sorted(_rows(page)) == sorted(ids[i] for i in range(0, 30, 3))
