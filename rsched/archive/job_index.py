@@ -24,8 +24,15 @@ from rsched.core.last_run import fold, plain_run
 from rsched.core.layout import JB, OWN
 from rsched.core.models import Listed, listed
 from rsched.core.wire import EV_EVENT, EV_JOB, EV_RUN, EV_TIME, parse_sid
-from rsched.rdb.job_reads import op_histories, op_index_reads, op_run_states
-from rsched.rdb.ops import Op
+from rsched.rdb import keys
+from rsched.rdb.job_reads import (
+    op_histories,
+    op_index_reads,
+    op_jobs_exist,
+    op_run_states,
+    op_scan_jobs,
+)
+from rsched.rdb.ops import Masters, Op
 
 NO_NEXT_MS = 2**63 - 1
 """``next_ms`` of a job with no next run: it sorts after every other job by next run."""
@@ -167,5 +174,54 @@ def op_job_changes(touched: dict[str, Touched]) -> Op[JobChanges]:
     return JobChanges(rows, gone)
 
 
-__all__ = ["INDEX_HISTORY", "JOB_COLUMNS", "JobChanges", "JobRow", "NO_NEXT_MS", "Touched",
-           "op_job_changes", "touched_jobs"]
+SCAN_COUNT = 1000  # job keys a scan step asks SCAN for
+SWEEP_ROWS = 2000  # rows a sweep step checks
+
+
+class IndexScan:
+    """Fills the index with the jobs no applied event named: a deployment whose jobs predate
+    its archive (or this index), or whose events were trimmed before an archiver read them.
+    One SCAN step over the job keys at a time (each master of a cluster in turn); each job
+    found is read as a batch's jobs are and inserted only where the index has no row (at
+    stream id 0-0, so any event of the job replaces it).  ``done`` once every master is read.
+    """
+
+    def __init__(self) -> None:
+        self.node = 0
+        self.at = 0
+        self.done = False
+
+    def op_step(self) -> Op[list[JobRow]]:
+        masters = yield Masters()
+        self.at, names = yield from op_scan_jobs(self.at, SCAN_COUNT,
+                                                 self.node if masters > 1 else None)
+        if self.at == 0:
+            self.node += 1
+            self.done = self.node >= masters
+        touched = {}
+        for name in names:
+            job_id = keys.job_id_of(name)
+            head, _, _ = job_id.partition("-")
+            if head.isdigit():
+                touched[job_id] = Touched(int(head), 0, 0, True)
+        return (yield from op_job_changes(touched)).rows
+
+
+class IndexSweep:
+    """Deletes the rows of jobs Redis no longer holds though no event said so (a finished
+    job's hash expires after its retention): one step checks the next SWEEP_ROWS rows by job
+    id, round and round.  A row is deleted only as it was read, so a job created again
+    meanwhile (its event applied) keeps its row."""
+
+    def __init__(self) -> None:
+        self.after = ""
+
+    def op_step(self, rows: list[tuple[str, int, int, int]]) -> Op[list[tuple[str, int, int]]]:
+        """Of ``rows`` (store.job_ids_after), those whose job is gone."""
+        self.after = rows[-1][0] if len(rows) == SWEEP_ROWS else ""
+        there = yield from op_jobs_exist([(p, j) for j, p, _, _ in rows])
+        return [(j, ms, seq) for (j, _, ms, seq), ok in zip(rows, there, strict=True) if not ok]
+
+
+__all__ = ["INDEX_HISTORY", "IndexScan", "IndexSweep", "JOB_COLUMNS", "JobChanges", "JobRow",
+           "NO_NEXT_MS", "SCAN_COUNT", "SWEEP_ROWS", "Touched", "op_job_changes", "touched_jobs"]

@@ -208,6 +208,20 @@ class PostgresStore(Store):
                 self._reset()
                 raise StoreUnavailable(f"postgres {redact(self.url)}: {e}".strip()) from e
 
+    def _write(self, statement: str, rows: Sequence[Sequence[Any]]) -> int:
+        """One executemany in one transaction; rows changed."""
+        with self._lock:
+            self.connect()
+            conn = self._conn
+            assert conn is not None
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.executemany(statement.replace("?", "%s"), rows)
+                    return max(cur.rowcount, 0)
+            except psycopg.Error as e:
+                self._reset()
+                raise StoreUnavailable(f"postgres {redact(self.url)}: {e}".strip()) from e
+
     # --- read path ---------------------------------------------------------------------------
 
     def _fetch(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

@@ -105,21 +105,7 @@ class SqliteStore(Store):
     def commit(self, prepared: Prepared, jobs: JobChanges | None = None) -> int:
         if not prepared.rows:
             return 0
-        rows = prepared.payload
-        with self._lock:
-            conn = self._conn_or_raise()
-            try:
-                with _transaction(conn):
-                    before = conn.total_changes
-                    conn.executemany(_INSERT, rows)
-                    inserted = conn.total_changes - before
-                    if jobs is not None:
-                        conn.executemany(_UPSERT_JOBS, jobs.rows)
-                        conn.executemany(_DELETE_JOBS, jobs.gone)
-                    return inserted
-            except sqlite3.Error as e:
-                self._reset()
-                raise StoreUnavailable(f"sqlite {self.path}: {e}") from e
+        return self._write(_INSERT, prepared.payload, jobs)
 
     def drop_before(self, cutoff_ms: int) -> int:
         """Delete events appended before ``cutoff_ms`` in chunks; returns rows deleted."""
@@ -138,6 +124,25 @@ class SqliteStore(Store):
             total += n
             if n < DELETE_CHUNK:
                 return total
+
+    def _write(self, statement: str, rows: Sequence[Sequence[Any]],
+               jobs: JobChanges | None = None) -> int:
+        """One executemany in one transaction, with a batch's job-index changes; returns the
+        rows ``statement`` changed."""
+        with self._lock:
+            conn = self._conn_or_raise()
+            try:
+                with _transaction(conn):
+                    before = conn.total_changes
+                    conn.executemany(statement, rows)
+                    changed = conn.total_changes - before
+                    if jobs is not None:
+                        conn.executemany(_UPSERT_JOBS, jobs.rows)
+                        conn.executemany(_DELETE_JOBS, jobs.gone)
+                    return changed
+            except sqlite3.Error as e:
+                self._reset()
+                raise StoreUnavailable(f"sqlite {self.path}: {e}") from e
 
     def _index_hint(self, sort: str, filters: list[Term]) -> str:
         """SQLite's statistics (without STAT4) know a column's average rows per value, not that

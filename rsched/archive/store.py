@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from rsched.archive.events import COLUMNS, FAILURES, Entry, EventRow
-from rsched.archive.job_index import JOB_COLUMNS, JobChanges
+from rsched.archive.job_index import JOB_COLUMNS, JobChanges, JobRow
 from rsched.core.errors import RschedError, ValidationError
 
 ENV_URL = "RSCHED_ARCHIVE_URL"
@@ -101,6 +101,11 @@ JOBS_CONFLICT = (f"ON CONFLICT (job_id) DO UPDATE SET {_JOB_SET}, "
                  "idem_key = coalesce(excluded.idem_key, jobs.idem_key) "
                  "WHERE (jobs.sid_ms, jobs.sid_seq) < (excluded.sid_ms, excluded.sid_seq)")
 """A job row replaces the stored one only for a later event of the job (both dialects)."""
+SET_MARK = ("INSERT INTO job_index_meta (name, value) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+INSERT_JOBS = (f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({', '.join('?' * len(JOB_COLUMNS))}) "
+               "ON CONFLICT (job_id) DO NOTHING")
+DROP_JOB = "DELETE FROM jobs WHERE job_id = ? AND sid_ms = ? AND sid_seq = ?"
 
 SORTS = {"nextRun": ("next_ms", False), "created": ("created_ms", True),
          "lastRun": ("last_run_ms", True)}
@@ -308,6 +313,35 @@ class Store(ABC):
             found.update((int(k), str(j)) for k, j in rows)
         return sorted(found, reverse=desc)[:limit]
 
+    # --- the job index's housekeeping (job_index.IndexScan, job_index.IndexSweep) -------------
+
+    @abstractmethod
+    def _write(self, statement: str, rows: Sequence[Sequence[Any]]) -> int:
+        """One statement (``?`` placeholders) for each of ``rows``, in one transaction;
+        returns rows changed."""
+
+    def add_jobs(self, rows: Sequence[JobRow]) -> int:
+        """Insert rows for jobs the index has none of (a row there stays); returns inserted."""
+        return self._write(INSERT_JOBS, rows) if rows else 0
+
+    def drop_jobs(self, rows: Sequence[tuple[str, int, int]]) -> int:
+        """Delete the rows (job id, sid_ms, sid_seq) still as read (no later event applied)."""
+        return self._write(DROP_JOB, rows) if rows else 0
+
+    def job_ids_after(self, job_id: str, n: int) -> list[tuple[str, int, int, int]]:
+        """The next ``n`` rows by job id after ``job_id``: (job id, part, sid_ms, sid_seq)."""
+        return [(str(j), int(p), int(ms), int(seq)) for j, p, ms, seq in self._fetch(
+            "SELECT job_id, part, sid_ms, sid_seq FROM jobs WHERE job_id > ? ORDER BY job_id "
+            "LIMIT ?", [job_id, n])]
+
+    def job_index_mark(self, name: str) -> int | None:
+        rows = self._fetch("SELECT value FROM job_index_meta WHERE name = ?", [name])
+        return int(rows[0][0]) if rows else None
+
+    def set_job_index_mark(self, name: str, value: int) -> None:
+        """Keep ``value`` under ``name`` in job_index_meta."""
+        self._write(SET_MARK, [(name, value)])
+
     def _index_hint(self, sort: str, filters: list[Term]) -> str:
         """What follows ``FROM jobs`` to steer a filtered listing's plan ('' by default: the
         planner picks from its statistics)."""
@@ -320,6 +354,7 @@ class Store(ABC):
         self.close()
 
 
-__all__ = ["DAY_MS", "DEFAULT_URL", "ENV_URL", "JOBS_CONFLICT", "JobQuery", "Migration", "SORTS",
-           "Prepared", "SORT_INDEX", "Store", "StoreUnavailable", "Term",
+__all__ = ["DAY_MS", "DEFAULT_URL", "DROP_JOB", "ENV_URL", "INSERT_JOBS", "JOBS_CONFLICT",
+           "JobQuery", "Migration", "Prepared", "SET_MARK", "SORTS", "SORT_INDEX", "Store",
+           "StoreUnavailable", "Term",
            "archive_url", "migrations", "redact", "sqlite_path"]

@@ -95,6 +95,14 @@ def op_scan_jobs(at: int, count: int, node: int | None = None) -> Op[tuple[int, 
     return int(at), sorted({as_text(n) for n in found})
 
 
+def op_jobs_exist(jobs: Sequence[tuple[int, str]]) -> Op[list[bool]]:
+    """Per (partition, job id): whether its hash exists."""
+    if not jobs:
+        return []
+    got = yield Commands([cmd("exists", keys.job(p, job_id)) for p, job_id in jobs])
+    return [bool(n) for n in got]
+
+
 def op_job_filter_fields(names: Sequence[str]) -> Op[list[list[bytes | None]]]:
     """Each job key's status, type and queue (None: the field is not stored)."""
     return (yield Commands([cmd("hmget", n, J.status, J.type, J.queue)  # type: ignore[no-any-return]
@@ -151,4 +159,5 @@ def op_run_states(runs: Sequence[tuple[int, str]]) -> Op[list[list[Any]]]:
 
 __all__ = ["Hash", "op_dead_newest", "op_dead_oldest", "op_dead_after", "op_dead_scores",
            "op_hashes", "op_histories", "op_history", "op_index_reads", "op_job_filter_fields",
-           "op_job_hash", "op_latest_runs", "op_run_hashes", "op_run_states", "op_scan_jobs"]
+           "op_job_hash", "op_jobs_exist", "op_latest_runs", "op_run_hashes", "op_run_states",
+           "op_scan_jobs"]

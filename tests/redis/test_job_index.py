@@ -275,3 +275,31 @@ def test_without_an_archive_listings_scan_and_say_so(
     plain = CliRunner().invoke(cli, ["--redis-url", redis_url, "jobs", "list"],
                                catch_exceptions=False)
     assert "no run-history archive" not in plain.stderr  # an unfiltered list is no fallback
+
+
+def test_jobs_no_event_named_are_scanned_in_and_gone_ones_swept_out(
+    indexed: Client, r: redis.Redis, store: Store  # noqa: F811
+) -> None:
+    ids = [indexed.schedule("common", run_at=LATER_MS + i).id for i in range(30)]
+    for p in range(indexed.partitions):  # events trimmed before any archiver read them
+        r.delete(keys.events(p))
+    a = Archiver(r, store, indexed.partitions, ArchiverConfig())
+    a.setup()
+    assert store.fetchall("SELECT count(*) FROM jobs") == [(0,)]
+    for _ in range(100):
+        a.index_once()
+        if store.job_index_mark("scanned_ms") is not None:
+            break
+    assert sorted(j for (j,) in store.fetchall("SELECT job_id FROM jobs")) == sorted(ids)
+    assert [j.id for p in walk(indexed, JobFilter(type="common"), "nextRun", 7) for j in p] == ids
+    indexed.pause(ids[3])  # an event replaces a scanned row
+    while a.run_once().read:
+        pass
+    assert [j.id for p in walk(indexed, JobFilter(status="paused"), None, 7) for j in p] == [ids[3]]
+    for job_id in ids[:5]:  # expired: no event says so
+        r.delete(keys.job(partition_of(job_id), job_id))
+    a.index_once()
+    assert sorted(j for (j,) in store.fetchall("SELECT job_id FROM jobs")) == sorted(ids[5:])
+    again = Archiver(r, store, indexed.partitions, ArchiverConfig())
+    again.index_once()  # the scan ran once for this archive: a new archiver sweeps
+    assert again.totals["index_scanned"] == 0

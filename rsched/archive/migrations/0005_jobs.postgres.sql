@@ -38,3 +38,10 @@ CREATE INDEX jobs_queue ON jobs (queue, created_ms, job_id);
 CREATE INDEX jobs_status ON jobs (status, created_ms, job_id);
 CREATE INDEX jobs_lastrun ON jobs (last_run_status, created_ms, job_id);
 CREATE INDEX jobs_idem ON jobs (idem_key) WHERE idem_key IS NOT NULL;
+
+-- What the archiver's housekeeping of the index knows: 'scanned_ms', when a scan of every job
+-- key in Redis last filled in the jobs no event had named (job_index.IndexScan).
+CREATE TABLE job_index_meta (
+    name  text   NOT NULL PRIMARY KEY,
+    value bigint NOT NULL
+);
