@@ -3,7 +3,14 @@
 from typing import TYPE_CHECKING, Any
 
 from rsched.client import Client
-from rsched.core.errors import Conflict, NotFound, RschedError, ScheduleError, ValidationError
+from rsched.core.errors import (
+    Conflict,
+    NotFound,
+    RschedError,
+    RunFailed,
+    ScheduleError,
+    ValidationError,
+)
 from rsched.core.handlers import App, JobContext
 from rsched.core.models import Attempt, Job, JobStatus, Run, RunState
 from rsched.core.spec import JobSpec
@@ -15,7 +22,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App", "AsyncClient", "Attempt", "Client", "Conflict", "Job", "JobContext", "JobSpec",
-    "JobStatus", "NotFound", "Run", "RunState", "RschedError", "ScheduleError", "ValidationError",
+    "JobStatus", "NotFound", "Run", "RunFailed", "RunState", "RschedError", "ScheduleError",
+    "ValidationError",
     "__version__",
 ]
 

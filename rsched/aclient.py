@@ -10,7 +10,8 @@ waits for nobody.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import math
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
@@ -25,11 +26,12 @@ from rsched.rdb import ops
 from rsched.rdb.connect import connect_async
 from rsched.rdb.connections import fast_packing
 from rsched.rdb.ops import Op
-from rsched.service import jobs, scheduling
+from rsched.service import jobs, run_events, scheduling
 from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.history import RunAttempt, RunsPage, op_history
 from rsched.service.inputs import backfill_range
 from rsched.service.patch import JobPatch
+from rsched.service.shapes import event_json
 
 T = TypeVar("T")
 
@@ -107,6 +109,28 @@ class AsyncClient(ClientBase):
 
     async def get_run(self, run_id: str) -> Run:
         return await self.run(jobs.op_get_run(run_id))
+
+    async def wait(self, run_id: str, timeout: float | None = None) -> Run:
+        """Client.wait, awaited."""
+        run = await self.run(run_events.op_wait_run(run_id,
+                                                    math.inf if timeout is None else timeout))
+        return run_events.check_ended(run, run_id, timeout)
+
+    async def result(self, job: Job | str, timeout: float | None = None) -> Any:
+        """Client.result, awaited."""
+        found = await self.get(job) if isinstance(job, str) else job
+        run_id = run_events.first_run(found)
+        run = await self.run(run_events.op_wait_run(
+            run_id, math.inf if timeout is None else timeout, expected=True))
+        return run_events.result_of(run_events.check_ended(run, run_id, timeout))
+
+    async def events(self, job_id: str, after: str | None = None
+                     ) -> AsyncIterator[dict[str, Any]]:
+        """Client.events, as an async iterator."""
+        for read in run_events.op_job_events(job_id, run_events.check_event_id(after)):
+            for event_id, row in await self.run(read):
+                for ev in run_events.with_start(row):
+                    yield event_json(event_id if ev is row else None, ev)
 
     async def runs(self, job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0
                    ) -> list[Attempt] | list[RunAttempt]:

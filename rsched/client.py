@@ -7,8 +7,9 @@ plus one thin method per operation; rsched.aclient.AsyncClient is the asyncio on
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,12 +26,13 @@ from rsched.rdb.connections import fast_packing
 from rsched.rdb.durable import wait_of
 from rsched.rdb.ops import Op
 from rsched.rdb.setup import check_topology
-from rsched.service import jobs, scheduling
+from rsched.service import jobs, run_events, scheduling
 from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.context import Service
 from rsched.service.history import RunAttempt, RunsPage, history_of, op_history
 from rsched.service.inputs import backfill_range
 from rsched.service.patch import UNSET, JobPatch
+from rsched.service.shapes import event_json
 
 T = TypeVar("T")
 
@@ -153,6 +155,28 @@ class Client(ClientBase):
 
     def get_run(self, run_id: str) -> Run:
         return self.run(jobs.op_get_run(run_id))
+
+    def wait(self, run_id: str, timeout: float | None = None) -> Run:
+        """The run once it has ended (succeeded, dead, cancelled, skipped, abandoned), read as
+        its events come, not by polling; TimeoutError after ``timeout`` seconds (None: none)."""
+        run = self.run(run_events.op_wait_run(run_id, math.inf if timeout is None else timeout))
+        return run_events.check_ended(run, run_id, timeout)
+
+    def result(self, job: Job | str, timeout: float | None = None) -> Any:
+        """A one-off job's result: its run waited for (see wait); RunFailed when it ended
+        without succeeding."""
+        run_id = run_events.first_run(self.get(job) if isinstance(job, str) else job)
+        run = self.run(run_events.op_wait_run(run_id, math.inf if timeout is None else timeout,
+                                              expected=True))
+        return run_events.result_of(run_events.check_ended(run, run_id, timeout))
+
+    def events(self, job_id: str, after: str | None = None) -> Iterator[dict[str, Any]]:
+        """The job's events as they happen (GET /jobs/{id}/events's shape), for ever: from now,
+        or after the event id ``after``."""
+        for read in run_events.op_job_events(job_id, run_events.check_event_id(after)):
+            for event_id, row in self.run(read):
+                for ev in run_events.with_start(row):
+                    yield event_json(event_id if ev is row else None, ev)
 
     def runs(self, job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0
              ) -> list[Attempt] | list[RunAttempt]:

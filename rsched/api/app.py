@@ -22,7 +22,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from rsched.aclient import AsyncClient
-from rsched.api import routes
+from rsched.api import follow, routes
 from rsched.api.background import OperationRunner
 from rsched.api.browser import (
     HostPolicy,
@@ -34,6 +34,7 @@ from rsched.api.browser import (
     with_security_headers,
 )
 from rsched.api.docs import DOCS_HTML
+from rsched.api.event_hub import EventHub
 from rsched.api.guard import Endpoint, KeyCache, protect
 from rsched.api.openapi import document
 from rsched.api.problems import JSON, problem
@@ -65,6 +66,9 @@ API_ROUTES: list[tuple[str, str, Endpoint, str | None]] = [
     ("POST", "/jobs/{id}/trigger", routes.trigger_job, "write"),
     ("POST", "/jobs/{id}/backfill", routes.backfill_job, "write"),
     ("GET", "/jobs/{id}/runs", routes.job_runs, "read"),
+    ("GET", "/jobs/{id}/events", follow.job_events, "read"),
+    ("GET", "/events", follow.events, "read"),
+    ("GET", "/runs/{runId}", follow.get_run, "read"),
     ("GET", "/dead-letters", routes.dead_letters, "read"),
     ("POST", "/dead-letters/purge", routes.purge_dead_letters, "admin"),
     ("POST", "/dead-letters/{runId}/replay", routes.replay_dead_letter, "admin"),
@@ -228,6 +232,7 @@ def create_app(
             # Serve anyway: /readyz answers 503 until Redis is up (and safe).
             checker = asyncio.create_task(_check_redis_when_up(client, settings, stopping))
         sampler = asyncio.create_task(Sampler(client).run(stopping))
+        app.state.events = EventHub(client)
         app.state.operations = OperationRunner(client)
         runner = asyncio.create_task(app.state.operations.run(stopping))
         try:
@@ -235,6 +240,7 @@ def create_app(
         finally:
             stopping.set()
             await asyncio.wait([sampler, runner])
+            await app.state.events.close()
             if checker is not None:
                 await asyncio.wait([checker])
             await client.close()

@@ -38,6 +38,11 @@ def _json(schema: str, description: str) -> dict[str, Any]:
             "content": {"application/json": {"schema": ref(schema)}}}
 
 
+def _events(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"text/event-stream": {"schema": {"type": "string"}}}}
+
+
 def _param(name: str, where: str, schema: dict[str, Any], description: str = "",
            required: bool = False) -> dict[str, Any]:
     return {"name": name, "in": where, "required": required or where == "path",
@@ -47,6 +52,8 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str = "",
 JOB_ID = _param("id", "path", {"type": "string"}, "Job id, e.g. 7-P7mwJFmG6o6nG_UFHP3")
 LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}, "Page size.")
 CURSOR = _param("cursor", "query", {"type": "string"}, "nextCursor of the previous page.")
+LAST_EVENT_ID = _param("Last-Event-ID", "header", {"type": "string"},
+                       "The id of the last event received: the stream resumes after it.")
 IF_MATCH = _param("If-Match", "header", {"type": "string", "pattern": "^[0-9]{1,18}$"},
                   "Change the job only at this version (its `version`); else 412.")
 IDEMPOTENCY_KEY = _param("Idempotency-Key", "header", {"type": "string", "minLength": 1,
@@ -181,6 +188,31 @@ PATHS: dict[str, Any] = {
         "get": _op("listRuns", "jobs", "Attempts of a job, newest first",
                    {200: _json("RunPage", "A page of attempts.")}, [404, 422],
                    params=[JOB_ID, LIMIT, CURSOR]),
+    },
+    "/jobs/{id}/events": {
+        "get": _op("jobEvents", "events", "The job's events as Server-Sent Events, from now or "
+                   "after Last-Event-ID (while the events stream still holds it)",
+                   {200: _events("Each frame: `id`, `event` (its name) and `data`, an Event.")},
+                   [404, 422], params=[JOB_ID, LAST_EVENT_ID]),
+    },
+    "/events": {
+        "get": _op("events", "events", "Every job's events (of a queue, of a job type) as "
+                   "Server-Sent Events, from now or after Last-Event-ID",
+                   {200: _events("Each frame: `id`, `event` (its name) and `data`, an Event.")},
+                   [422], params=[
+                       _param("queue", "query", {"type": "string", "pattern": QUEUE_PATTERN}),
+                       _param("type", "query", {"type": "string", "pattern": TYPE_PATTERN},
+                              "Job type."),
+                       LAST_EVENT_ID]),
+    },
+    "/runs/{runId}": {
+        "get": _op("getRun", "runs", "A run; with wait, once it has ended (succeeded, dead, "
+                   "cancelled, skipped, abandoned) or after that many seconds",
+                   {200: _json("Run", "The run.")}, [404, 422], params=[
+                       _param("runId", "path", {"type": "string"}),
+                       _param("wait", "query", {"type": "number", "minimum": 0,
+                                                "maximum": 60},
+                              "Seconds to wait for the run to end (no busy polling).")]),
     },
     "/dead-letters": {
         "get": _op("listDeadLetters", "dead letters", "Dead-lettered runs, newest first",

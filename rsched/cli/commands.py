@@ -1,6 +1,6 @@
 """Operator commands of the `rsched` CLI: status, preview and doctor here; the groups jobs, dlq,
-keys, stats and operations in rsched.cli.jobs, .dead_letters, .apikeys, .stats and
-.operations; COMMANDS lists them all.
+keys, stats, operations and runs in rsched.cli.jobs (with .job_update and .runs's watch),
+.dead_letters, .apikeys, .stats, .operations and .runs; COMMANDS lists them all.
 
 They talk to Redis through the same service layer as the HTTP API (rsched.service), and print
 the same JSON shapes with ``--json`` (rsched.service.shapes), tables otherwise; they never import
@@ -21,6 +21,7 @@ from rsched.cli.dead_letters import dlq
 from rsched.cli.job_update import jobs_update
 from rsched.cli.jobs import jobs
 from rsched.cli.operations import operations
+from rsched.cli.runs import jobs_watch, runs
 from rsched.cli.stats import stats
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
@@ -126,4 +127,5 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
 
 
 jobs.add_command(jobs_update)
-COMMANDS: list[click.Command] = [status, preview, doctor, jobs, dlq, keys, stats, operations]
+jobs.add_command(jobs_watch)
+COMMANDS: list[click.Command] = [status, preview, doctor, jobs, dlq, keys, stats, operations, runs]

@@ -29,6 +29,16 @@ class NotFound(RschedError, LookupError):
         self.ident = ident
 
 
+class RunFailed(RschedError):
+    """A run waited for ended without succeeding (dead-lettered, cancelled, skipped, ...)."""
+
+    def __init__(self, run_id: str, status: str, error: str | None) -> None:
+        super().__init__(f"run {run_id} ended {status}" + (f": {error}" if error else ""))
+        self.run_id = run_id
+        self.status = status
+        self.error = error
+
+
 class Conflict(RschedError):
     """The request contradicts the stored state (idempotency key reuse, cancelled job, ...)."""
 

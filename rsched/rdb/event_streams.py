@@ -14,6 +14,7 @@ from rsched.rdb.cluster import with_raw_replies
 from rsched.rdb.durable import wait_of
 from rsched.rdb.ops import Commands, Op, cmd
 from rsched.rdb.redis_api import ResponseError
+from rsched.rdb.shared_keys import time_ms
 
 # A raw stream entry: its id and its flat [field, value, ...] list (None: deleted from the
 # stream while pending).
@@ -71,7 +72,6 @@ def op_read_lag(partitions: int) -> Op[tuple[int, list[StreamLag]]]:
         reads += [cmd("xinfo_groups", keys.events(p)),
                   cmd("xpending", keys.events(p), keys.EVENTS_GROUP), cmd("xlen", keys.events(p))]
     res = yield Commands([*reads, cmd("time")], raise_on_error=False)
-    sec, usec = res[-1]
     out = []
     for p in range(partitions):
         info, pending, length = res[3 * p : 3 * p + 3]
@@ -80,7 +80,7 @@ def op_read_lag(partitions: int) -> Op[tuple[int, list[StreamLag]]]:
         g = events_group(info)
         n = 0 if g is None or isinstance(pending, Exception) else int(pending["pending"])
         out.append(StreamLag(g, n, pending["min"] if n else None, int(length)))
-    return int(sec) * 1000 + int(usec) // 1000, out
+    return time_ms(res[-1]), out
 
 
 def op_first_ids(starts: Sequence[tuple[int, str]]) -> Op[dict[int, bytes]]:
@@ -228,5 +228,43 @@ async def arecent(r: Any, key: str, top: str, count: int) -> list[Any]:
     return await r.xrevrange(key, max=top, min="-", count=count)  # type: ignore[no-any-return]
 
 
-__all__ = ["Claimed", "Consumer", "RawEntry", "StreamLag", "arecent", "events_group",
-           "op_first_ids", "op_read_lag", "op_recent", "recent", "trim_point"]
+# --- following the streams live (waiting for a run's end, the SSE event streams) ----------------
+
+StreamEntry = tuple[bytes, dict[bytes, bytes]]
+"""An events-stream entry as XREAD and XRANGE return it: its id and its fields."""
+
+
+def op_tops(partitions: Sequence[int]) -> Op[dict[int, str]]:
+    """Each partition's newest events-stream entry id ('0-0' for an empty stream): where a
+    reader that must miss nothing from now on starts."""
+    got = yield Commands([cmd("xrevrange", keys.events(p), max="+", min="-", count=1)
+                          for p in partitions])
+    return {p: as_text(r[0][0]) if r else "0-0" for p, r in zip(partitions, got, strict=True)}
+
+
+def _entries(reply: Any) -> list[StreamEntry]:
+    return [(sid if isinstance(sid, bytes) else str(sid).encode(), fields or {})
+            for sid, fields in reply or ()]
+
+
+def op_follow(p: int, after: str, block_ms: int, count: int) -> Op[list[StreamEntry]]:
+    """Partition ``p``'s events-stream entries after ``after``, waiting up to ``block_ms`` for
+    the first (XREAD BLOCK: an empty list when none came)."""
+    (reply,) = yield Commands([cmd("xread", {keys.events(p): after}, count=count,
+                                   block=block_ms)])
+    if not reply:
+        return []
+    if isinstance(reply, dict):  # RESP3
+        return _entries(next(iter(reply.values()))[0] if reply else [])
+    return _entries(reply[0][1])
+
+
+def op_entries_from(p: int, start: str, count: int) -> Op[list[StreamEntry]]:
+    """Partition ``p``'s events-stream entries from ``start`` on (inclusive), oldest first."""
+    (reply,) = yield Commands([cmd("xrange", keys.events(p), min=start, max="+", count=count)])
+    return _entries(reply)
+
+
+__all__ = ["Claimed", "Consumer", "RawEntry", "StreamEntry", "StreamLag", "arecent",
+           "events_group", "op_entries_from", "op_first_ids", "op_follow", "op_read_lag",
+           "op_recent", "op_tops", "recent", "trim_point"]

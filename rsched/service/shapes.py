@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from rsched.archive.events import EventRow
 from rsched.archive.history import RunsPage
 from rsched.archive.stats import DurationStats, FailuresPage
 from rsched.core.catchup import Gap
 from rsched.core.lifecycle import NO_LIFE
 from rsched.core.models import Attempt, Job, JobStatus, Misfire, Overlap, Run
 from rsched.core.times import ms_to_iso, ms_to_iso_fast
+from rsched.core.values import jsonable, read_json
 from rsched.core.views import DispatcherStatus, PartitionStatus, Status, WorkerStatus
 from rsched.service.apikeys import ApiKey
 from rsched.service.backfill import Backfill
@@ -145,6 +147,25 @@ def run_json(r: Run) -> dict[str, Any]:
         "durationMs": r.duration_ms, "error": r.error, "result": r.result,
         "jobVersion": r.job_version,
     }
+
+
+def event_json(event_id: str | None, row: EventRow) -> dict[str, Any]:
+    """One event of the SSE streams (GET /jobs/{id}/events, /events): what the events stream
+    holds of it, the fields it does not carry left out."""
+    out: dict[str, Any] = {"id": event_id, "event": row.event, "jobId": row.job_id,
+                           "at": iso(row.ts_ms)}
+    for name, value in (("runId", row.run_id), ("attempt", row.attempt),
+                        ("worker", row.worker), ("durationMs", row.duration_ms),
+                        ("type", row.job_type), ("queue", row.queue), ("error", row.error)):
+        if value is not None:
+            out[name] = value
+    if row.sched_ms is not None and row.run_id is not None:
+        out["scheduledAt"] = iso(row.sched_ms)
+    if row.retry_at_ms is not None:
+        out["retryAt"] = iso(row.retry_at_ms)
+    if row.result is not None:
+        out["result"] = jsonable(read_json(row.result, f"run {row.run_id} result"))
+    return out
 
 
 def backfill_json(b: Backfill) -> dict[str, Any]:

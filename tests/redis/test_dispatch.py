@@ -36,9 +36,10 @@ from rsched.core.cron import parse_cron
 from rsched.core.errors import UnsafeRedis
 from rsched.core.spec import jitter_offset_ms, ms_to_iso
 from rsched.engine.dispatcher import Dispatcher, LeaseKeeper
-from rsched.engine.dispatcher.claimer import Claimer, _pairs, retry_item
+from rsched.engine.dispatcher.claimer import Claimer, retry_item
 from rsched.engine.worker.worker import Worker
 from rsched.rdb import keys, scripts
+from rsched.rdb.due_reads import pairs
 from rsched.service.shapes import job_json
 
 LEASE_MS = 10_000
@@ -629,7 +630,7 @@ def test_raw_due_reads_give_the_pairs_redis_py_gives_on_either_protocol(
     rp = redis.Redis.from_url(redis_url, protocol=protocol)
     raw = rp.execute_command("ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", 0, 10, "WITHSCORES")
     plain = rp.zrangebyscore("z", "-inf", "+inf", start=0, num=10, withscores=True)
-    assert [tuple(p) for p in _pairs(raw)] == [tuple(p) for p in plain] and _pairs([]) == []
+    assert [tuple(p) for p in pairs(raw)] == [tuple(p) for p in plain] and pairs([]) == []
     rp.close()
 
 

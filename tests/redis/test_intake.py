@@ -15,8 +15,8 @@ from support.helpers import keys_in_partition, settings
 from rsched import App, Client, JobContext, JobSpec
 from rsched.core import defaults
 from rsched.engine.worker import Worker
-from rsched.engine.worker.intake import _raw_entries
 from rsched.rdb import keys, scripts
+from rsched.rdb.worker_streams import raw_entries
 
 A, B = 2, 9  # two partitions of the 16
 T = TypeVar("T")
@@ -146,15 +146,15 @@ def test_a_stream_that_became_busy_is_read_within_focus_s_while_another_stays_bu
 def with_full_table(redis_url: str, then: Callable[[Worker], Awaitable[T]]) -> T:
     """``then(w)`` on a worker at concurrency 4 reading partition A's stream only, after two
     reads of 4 runs whose handlers are done: 8 outcomes wait for their report, no slot is free,
-    and the fetch loop would wait (what `Worker.run` lets a report read for: `reporter.tail`,
-    `intake.parked`)."""
+    and the fetch loop would wait (what `Worker.run` lets a report read for: `read_along`, opened
+    with the intake as its reader)."""
 
     async def scenario() -> T:
         w = Worker(noop_app(), settings(redis_url), concurrency=4)
         try:
             await w.setup()
             w.link.streams = {keys.stream(A, defaults.QUEUE): (A, defaults.QUEUE)}
-            w.reporter.tail = w.intake
+            w.read_along.open(w.intake)
             for _ in range(2):
                 assert await w.fetch_once(block_ms=20) == 4
                 await w.wait_handlers(5)
@@ -172,11 +172,10 @@ def test_a_report_takes_the_next_read_along_while_the_fetch_loop_waits_for_slots
     due_jobs(client, A, 12, "a")
 
     async def then(w: Worker) -> tuple[int, int]:
-        w.intake.parked = asyncio.Event()
-        assert await w.flush_once() == 8
-        taken = len(w.runs)  # read in the report's round trip, no fetch_once
-        await w.wait_handlers(5)
-        w.intake.parked = None
+        with w.read_along.waiting(asyncio.Event()):
+            assert await w.flush_once() == 8
+            taken = len(w.runs)  # read in the report's round trip, no fetch_once
+            await w.wait_handlers(5)
         await w.flush_once()
         return taken, int(r.hget(keys.stats(A), "succeeded") or 0)
 
@@ -194,7 +193,7 @@ def test_a_report_without_a_read_goes_raw_too_not_through_redis_pys_pipeline(
 
         await w.link.r.script_load(scripts.load("complete").source)  # no NOSCRIPT retry
         monkeypatch.setattr(w.link.r, "pipeline", no_pipeline)
-        assert w.intake.parked is None  # the fetch loop is not waiting: nothing to read along
+        assert w.read_along.plan(8) is None  # the fetch loop is not waiting: no read along
         assert await w.flush_once() == 8
         return len(w.runs)
 
@@ -209,9 +208,9 @@ def test_once_the_worker_stops_a_report_takes_no_new_runs(
 
     async def then(w: Worker) -> int:
         stop = asyncio.Event()
-        w.intake.parked = stop
         stop.set()  # draining: what is left stays in the stream for other workers
-        assert await w.flush_once() == 8
+        with w.read_along.waiting(stop):
+            assert await w.flush_once() == 8
         return len(w.runs)
 
     assert with_full_table(redis_url, then) == 0
@@ -226,5 +225,5 @@ def test_once_the_worker_stops_a_report_takes_no_new_runs(
 def test_a_raw_read_reply_gives_the_entries_redis_py_would_less_the_deleted_ones(
     resp: object,
 ) -> None:
-    assert _raw_entries(resp) == [("s1", "1-0", {b"r": b"a@1", b"t": b"noop"})]
-    assert _raw_entries(None) == []  # nothing new
+    assert raw_entries(resp) == [("s1", "1-0", {b"r": b"a@1", b"t": b"noop"})]
+    assert raw_entries(None) == []  # nothing new

@@ -1,11 +1,12 @@
 """The layering rules, checked from the AST of every module under rsched/.
 
-core is pure; rdb is the only layer that sends commands (service and archive may not even import
-redis); service holds the operations every face uses, and may read the archive; engine and
-archive stand on core, rdb and obs; obs on core only; faces (api, cli) never import each other,
-but for the one process runner below; and no function hides an import of an rsched module (a
-hidden import is a cycle), but for the deferred imports listed below, each one there for a
-process's start-up time.
+core is pure; rdb is the only layer that sends commands (service, archive and engine may not
+even import redis); service holds the operations every face uses, and may read the archive;
+engine and archive stand on core, rdb and obs; obs on core only; faces (api, cli) never import
+each other, but for the one process runner below; and no function hides an import of an rsched
+module (a hidden import is a cycle), but for the deferred imports listed below, each one there
+for a process's start-up time.  Nor do service, archive and engine build a Redis command
+themselves (NO_COMMANDS).
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ RULES: dict[str, tuple[set[str], set[str]]] = {
     # the archive is read for the faces, so service (not client or the faces) may import it.
     "service": ({"core", "rdb", "service", "archive"}, {"msgpack"}),
     "client": ({"core", "rdb", "service", "client"}, {"redis", "msgpack"}),
-    # service and archive reach Redis through rdb alone (redis-py's exception and client types
-    # too: rdb.redis_api); engine is next, and keeps redis until its commands move to rdb.
-    "engine": ({"core", "rdb", "obs", "engine"}, {"redis", "uvloop", "msgpack"}),
+    # service, archive and engine reach Redis through rdb alone (redis-py's exception and
+    # client types too: rdb.redis_api).
+    "engine": ({"core", "rdb", "obs", "engine"}, {"uvloop", "msgpack"}),
     "archive": ({"core", "rdb", "obs", "archive"}, {"psycopg"}),
     "obs": ({"core", "obs"}, {"prometheus_client"}),
 }
@@ -109,11 +110,12 @@ def _violations(layer: str) -> list[str]:
     return bad
 
 
-# What service and archive may not do themselves: build Redis commands (rdb.ops's Commands and
-# cmd, a pipeline or a raw command on a client) or call a script by hand.  rdb builds every
-# command and script call; service and archive send what rdb functions build (a Scripts step of
-# calls from rdb.job_scripts, an rdb Op) and get parsed values back.
-NO_COMMANDS = {"service", "archive"}
+# What service, archive and engine may not do themselves: build Redis commands (rdb.ops's
+# Commands and cmd, a pipeline or a raw command on a client) or call a script by hand.  rdb
+# builds every command and script call; the layers above send what rdb functions build (a
+# Scripts step of calls from rdb.job_scripts, an rdb Op, the engine's batches of calls from
+# rdb.claim_script, rdb.leases and rdb.run_scripts) and get parsed values back.
+NO_COMMANDS = {"archive", "engine", "service"}
 _COMMAND_NAMES = {"Commands", "cmd", "fill_pipeline"}
 _CLIENT_CALLS = {"pipeline", "execute_command", "evalsha", "script_load"}
 
@@ -130,8 +132,7 @@ def _commands_built(path: Path) -> Iterator[tuple[int, str]]:
 
 
 @pytest.mark.parametrize("layer", sorted(NO_COMMANDS))
-def test_service_and_archive_build_no_redis_command_themselves(layer: str) -> None:
-    """Engine is next: its loops still build their pipelines and script arguments."""
+def test_layers_above_rdb_build_no_redis_command_themselves(layer: str) -> None:
     assert [f"{path.relative_to(PKG.parent)}:{line} {what}" for module, path in _modules()
             if _layer(module) == layer for line, what in _commands_built(path)] == []
 

@@ -4,11 +4,10 @@ carries the value its label names, and the replies parse into core.codes values.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support.headers import check_args, check_keys, keys_after, match
 
 from rsched.core.codes import BackfillCode, BackfillRun, ControlCode, DeleteDeadCode
 from rsched.core.ids import random_job_ids
@@ -20,51 +19,10 @@ from rsched.rdb.job_scripts import BackfillReply, ControlReply
 from rsched.rdb.schedule_script import ScheduleReply
 from rsched.rdb.scripts import Call
 
-LUA = Path(__file__).resolve().parents[2] / "lua"
 NOW = 1_700_000_000_000
 JOB = random_job_ids(1, 5, NOW)[0]
 P = partition_of(JOB)
 RUN = f"{JOB}@{NOW - 60_000}"
-
-
-def _header(name: str) -> str:
-    return (LUA / f"{name}.lua").read_text().split("]]", 1)[0]
-
-
-def _key_pattern(pattern: str, p: int) -> re.Pattern[str]:
-    """A header's key pattern (rsched:{pN}:job:<id>) as a regex for partition ``p``'s keys."""
-    parts = re.split(r"(\{pN\}|<[^>]+>)", pattern)
-    return re.compile("".join(re.escape(keys.tag(p)) if x == "{pN}" else
-                              ".+" if x.startswith("<") else re.escape(x) for x in parts))
-
-
-_PATTERN = re.compile(r"rsched:(?:[^\s<,]|<[^>]+>)+")
-
-
-def _listed(header: str, what: str) -> dict[int, str]:
-    """KEYS[i] or ARGV[i] (fixed i only) of a header -> what follows it on its line."""
-    return {int(i): text.strip() for i, text in
-            re.findall(rf"{what}\[(\d+)\]\s+(.+?)(?=\s+(?:KEYS|ARGV)\[|\n|$)", header)}
-
-
-def _check_keys(name: str, built: list[str], p: int) -> dict[int, str]:
-    listed = _listed(_header(name), "KEYS")
-    assert listed, f"{name}.lua's header lists no KEYS"
-    for i, text in listed.items():
-        pattern = _PATTERN.match(text)
-        assert pattern, f"{name}.lua's KEYS[{i}] names no key pattern"
-        assert _key_pattern(pattern.group(), p).fullmatch(built[i - 1]), (name, i, built)
-    return listed
-
-
-def _check_args(name: str, args: list[Any], expected: dict[str, Any]) -> dict[int, str]:
-    """Each expected label (the start of an ARGV's description in the header) at its index."""
-    listed = _listed(_header(name), "ARGV")
-    for label, value in expected.items():
-        at = [i for i, text in listed.items() if re.match(re.escape(label) + r"(?!\w)", text)]
-        assert len(at) == 1, f"{name}.lua's header has no single ARGV labelled {label!r}"
-        assert args[at[0] - 1] == value, (name, label, args)
-    return listed
 
 
 CONTROL_CASES: list[tuple[Call, dict[str, Any]]] = [
@@ -91,9 +49,9 @@ CONTROL_CASES: list[tuple[Call, dict[str, Any]]] = [
 def test_a_control_call_holds_its_keys_and_arguments_where_its_header_lists_them(
         call: Call, expected: dict[str, Any]) -> None:
     name, ks, args = call
-    listed_keys = _check_keys(name, list(ks), P)
+    listed_keys = check_keys(name, list(ks), P)
     assert len(ks) == len(listed_keys)
-    listed_args = _check_args(name, list(args), expected)
+    listed_args = check_args(name, list(args), expected)
     pairs = list(args[len(listed_args):])
     assert pairs == ([J.spec, b"x"] if name == "update" else [])
 
@@ -106,9 +64,9 @@ def test_a_control_reply_reads_as_its_code_and_status() -> None:
 def test_a_backfill_call_lists_a_run_key_per_occurrence_after_its_header_keys() -> None:
     times = [NOW - 120_000, NOW - 60_000]
     name, ks, args = job_scripts.backfill(JOB, 77, 3_600_000, Overlap.SKIP, times, "=")
-    fixed = _check_keys(name, list(ks), P)
+    fixed = check_keys(name, list(ks), P)
     assert list(ks[len(fixed):]) == [keys.run(P, f"{JOB}@{t}") for t in times]
-    listed = _check_args(name, list(args), {
+    listed = check_args(name, list(args), {
         "job id": JOB, "now_ms": 0, "events_maxlen": 77, "run_ttl_ms": 3_600_000,
         "overlap": "s", "dry": "=", "n": 2})
     assert list(args[len(listed):]) == times
@@ -122,19 +80,15 @@ def test_a_backfill_reply_reads_as_codes_per_occurrence_and_a_dry_runs_state() -
 
 
 def test_a_delete_dead_call_has_three_keys_and_one_value_per_run_in_its_headers_order() -> None:
-    header = _header("delete_dead")
-    listed = re.search(r"then per run 3 keys: (.*?)\nARGV", header, re.S)
-    assert listed, "delete_dead.lua's header no longer lists the per-run keys"
-    per_run = _PATTERN.findall(listed.group(1))
+    per_run = keys_after("delete_dead", "then per run 3 keys:")
     other = f"{JOB}@{NOW}"
     name, ks, args = job_scripts.delete_dead(P, [RUN, other], 77, "cli", 50, "OP1", 9_000)
-    fixed = _check_keys(name, list(ks), P)
+    fixed = check_keys(name, list(ks), P)
     for k, rid in enumerate([RUN, other]):
         got = ks[len(fixed) + 3 * k : len(fixed) + 3 * k + 3]
-        assert [_key_pattern(pat, P).fullmatch(key) is not None
-                for pat, key in zip(per_run, got, strict=True)] == [True] * 3
+        assert match(per_run, list(got), P)
         assert got[0] == keys.run(P, rid)
-    listed_args = _check_args(name, list(args), {
+    listed_args = check_args(name, list(args), {
         "now_ms": 0, "events_maxlen": 77, "who": "cli", "history length": 50,
         "operation id": "OP1", "keep_ms": 9_000, "n runs": 2})
     assert list(args[len(listed_args):]) == [RUN, other]
@@ -151,10 +105,10 @@ def test_a_schedule_call_holds_its_header_keys_arguments_field_names_and_groups(
     preps = [prepare(s, i, NOW, 1 << 20) for s, i in zip(specs, ids, strict=True)]
     (name, ks, args), order, sizes = schedule_script.call(p, preps, NOW, 77)
     assert name == "schedule"
-    fixed = _check_keys(name, list(ks), p)
+    fixed = check_keys(name, list(ks), p)
     assert list(ks[len(fixed):len(fixed) + 3]) == [keys.job(p, ids[k]) for k in order or [0, 1, 2]]
     assert list(ks[len(fixed) + 3:]) == [keys.stream(p, "q1")]
-    listed = _check_args(name, list(args), {
+    listed = check_args(name, list(args), {
         "now_ms": 0, "events_maxlen": 77, "consumer group": keys.GROUP, "due_ms": NOW, "n": 3,
         "ns": len(SHARED_FIELDS), "no": len(OWN_FIELDS), "keyed": 0})
     at = len(listed)

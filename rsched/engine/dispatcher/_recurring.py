@@ -14,16 +14,14 @@ from rsched.core import defaults
 from rsched.core.catchup import plan_catch_up
 from rsched.core.cron import parse_cron
 from rsched.core.ids import run_id as make_run_id
-from rsched.core.layout import J
 from rsched.core.lifecycle import NEVER_MS, bounded, life_of
 from rsched.core.models import gap_text, unpack_spec
 from rsched.core.spec import due_score, jitter_offset_ms
 from rsched.core.wire import CLAIM_JOB, ClaimItem
-from rsched.rdb import keys
+from rsched.rdb.due_reads import drop_due, read_schedules
 
 log = logging.getLogger("rsched.dispatcher")
 
-JOB_FIELDS = (J.type, J.next_ms, J.queue, J.cron, J.spec)  # J.type: in every job hash
 CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra claim call)
 
 # The claim item's fire value for an occurrence that runs, by the job's stored overlap policy
@@ -40,25 +38,19 @@ class RecurringJobs:
 
     async def items(self, r: Any, cands: Due, clocks: dict[int, int],
                     queues: dict[int, list[str]]) -> dict[int, list[ClaimItem]]:
-        """Read the candidates' schedules (one pipeline) and build their claim items, each
-        partition's by its own node's clock (``clocks``, ms); drops the index entries of jobs
-        whose hash is gone.  ``queues`` learns the jobs' queues."""
-        pipe = r.pipeline(transaction=False)
-        for p, due in cands.items():
-            for job_id, score in due:
-                pipe.hmget(keys.job(p, job_id), JOB_FIELDS)
-                if score is None:  # read without its score: its due-set entry's, now
-                    pipe.zscore(keys.due(p), job_id)
-        fields = iter(await pipe.execute())
-        stale: list[tuple[str, str]] = []  # index entries whose hash is gone
+        """Read the candidates' schedules (one pipeline: rdb.due_reads.read_schedules) and
+        build their claim items, each partition's by its own node's clock (``clocks``, ms);
+        drops the index entries of jobs whose hash is gone.  ``queues`` learns the jobs'
+        queues."""
+        read = iter(await read_schedules(r, cands))
+        stale: list[tuple[int, str]] = []  # index entries whose hash is gone
         items_by_part: dict[int, list[ClaimItem]] = {}
         for p, due in cands.items():
             items = []
-            for job_id, read in due:
-                f = next(fields)
-                score = next(fields) if read is None else read
+            for job_id, _ in due:
+                f, score = next(read)
                 if f[0] is None:  # job hash gone (deleted out of band): drop its index entry
-                    stale.append((keys.due(p), job_id))
+                    stale.append((p, job_id))
                     continue
                 if score is None:  # no longer in the due set (claimed or removed meanwhile)
                     continue
@@ -67,16 +59,14 @@ class RecurringJobs:
                 items_by_part[p] = items
         if stale:
             # Without this a stale head would look due forever and the loop would never sleep.
-            pipe = r.pipeline(transaction=False)
-            for key, member in stale:
-                pipe.zrem(key, member)
-            await pipe.execute()
+            await drop_due(r, stale)
             log.warning("dropped %d index entries whose job or run hash is gone", len(stale))
         return items_by_part
 
     def item(self, p: int, job_id: str, score: float, f: list[Any], now: int,
              queues: dict[int, list[str]]) -> ClaimItem:
-        """The claim item of a due job read as JOB_FIELDS ``f``; notes whether it recurs."""
+        """The claim item of a due job read as rdb.due_reads.JOB_FIELDS ``f``; notes whether
+        it recurs."""
         next_ms, queue, cron = (v.decode() if v is not None else "" for v in f[1:4])
         queue = queue or defaults.QUEUE  # not stored at its default (core.layout)
         if queue not in queues.setdefault(p, []):

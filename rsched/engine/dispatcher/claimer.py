@@ -20,19 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsched.core import defaults
-from rsched.core.codes import ClaimCode
 from rsched.core.models import job_of_run
-from rsched.core.wire import CLAIM_RETRY, ClaimItem, as_text
+from rsched.core.wire import CLAIM_RETRY, ClaimItem
 from rsched.engine._calls import CallMany
 from rsched.engine.dispatcher._recurring import Due as _Due
 from rsched.engine.dispatcher._recurring import RecurringJobs
-from rsched.rdb import keys, scripts
-from rsched.rdb.cluster import clock_routes
+from rsched.rdb import claim_script, scripts
+from rsched.rdb.claim_script import ClaimReply
+from rsched.rdb.due_reads import DueRead, read_round
 
 log = logging.getLogger("rsched.dispatcher")
 
 _Read = dict[int, list[bytes]]  # per partition: due one-off jobs' ids as read
-_READS = 5  # due-set reads per partition in _read_due (due, near, head; retries, head)
 
 CLAIMS_IN_FLIGHT = 2  # claim scripts queued in Redis at once
 FULL_READ_S = 0.1  # skip_idle rounds still read every partition this often (see run_once)
@@ -131,52 +130,30 @@ class Claimer:
         return [p for p in sorted(owned) if known.get(p, horizon) <= horizon]
 
     async def _read_due(self, parts: list[int], horizon: int
-                        ) -> tuple[int, dict[int, int], list[int], list[Any]]:
+                        ) -> tuple[int, dict[int, int], list[int], list[DueRead]]:
         """The round's clocks, then per partition its due and retry entries up to the horizon,
-        each set's head, and its queues until known (one pipeline).
+        each set's head, and its queues until known (one pipeline: rdb.due_reads.read_round).
 
         Each partition is judged by the TIME of the node that holds it (on a cluster one TIME
-        per master, in that master's part of the pipeline; rdb.cluster.clock_routes): which
-        entries are due, and a cron job's catch-up, are decided by the same clock its claim
-        script reads.  Due-set entries up to the clock estimate come without their scores (the
-        estimate lags TIME by up to a round trip, and claim.lua checks each one-off job's
-        next_ms by its node's clock anyway), those from there to the horizon with them, kept
-        when TIME says they are due.  Returns (the first clock, the clock per partition, parts,
-        replies after the TIMEs).  A partition whose reads failed (its cluster master is down)
-        is left out of this round rather than failing it: partitions on healthy masters go
-        on.  Without TIME the clock is the local one plus the last offset seen."""
-        routes, clock_of = clock_routes(self.r, [keys.due(p) for p in parts])
-        pipe = self.r.pipeline(transaction=False)
-        for key in routes:
-            if key is None:
-                pipe.time()
-            else:
-                pipe.execute_command("TIME", route_by=key)
+        per master): which entries are due, and a cron job's catch-up, are decided by the same
+        clock its claim script reads.  Due-set entries up to the clock estimate come without
+        their scores (the estimate lags TIME by up to a round trip, and claim.lua checks each
+        one-off job's next_ms by its node's clock anyway), those from there to the horizon with
+        them, kept when TIME says they are due.  Returns (the first clock, the clock per
+        partition, parts, their reads).  A partition whose reads failed (its cluster master is
+        down) is left out of this round rather than failing it: partitions on healthy masters
+        go on.  Without TIME the clock is the local one plus the last offset seen."""
         local = int(time.time() * 1000)
         injected = self.clock() if self.clock else None
-        for p in parts:
-            # Due by the partition's clock as estimated (its node's last TIME offset, which lags
-            # its TIME by up to a round trip): members only, since Redis formats each score it
-            # sends with printf, a cost the claim can skip.  Then, with scores, what lies
-            # between that estimate and the horizon: _candidates takes what the TIME read here
-            # says is due (usually nothing).  See _pairs for the raw replies.
-            bound = (injected if injected is not None
-                     else local + self._offsets.get(p, self._offset_ms)) + 0.5
-            due_key = keys.due(p)
-            pipe.execute_command("ZRANGEBYSCORE", due_key, "-inf", bound, "LIMIT", 0, self.batch)
-            pipe.execute_command("ZRANGEBYSCORE", due_key, f"({bound}", horizon, "LIMIT", 0,
-                                 self.batch, "WITHSCORES")
-            pipe.execute_command("ZRANGE", due_key, 0, 0, "WITHSCORES")
-            retry_key = keys.retry(p)
-            pipe.execute_command("ZRANGEBYSCORE", retry_key, "-inf", horizon, "LIMIT", 0,
-                                 self.batch, "WITHSCORES")
-            pipe.execute_command("ZRANGE", retry_key, 0, 0, "WITHSCORES")
-            if p not in self._queues:
-                pipe.smembers(keys.queues(p))
-        res = await pipe.execute(raise_on_error=False)
-        times, res = res[:len(routes)], res[len(routes):]
+        # Due by the partition's clock as estimated (its node's last TIME offset, which lags
+        # its TIME by up to a round trip); what lies between that estimate and the horizon
+        # comes with scores, and _candidates takes what the TIME read here says is due.
+        bounds = [(injected if injected is not None
+                   else local + self._offsets.get(p, self._offset_ms)) + 0.5 for p in parts]
+        times, clock_of, reads = await read_round(
+            self.r, parts, bounds, horizon, self.batch, self._queues)
         local = int(time.time() * 1000)
-        nows = [None if isinstance(t, Exception) else _time_ms(t) for t in times]
+        nows = [None if isinstance(t, Exception) else t for t in times]
         known = [n for n in nows if n is not None]
         if known:
             self._offset_ms = known[0] - local
@@ -188,30 +165,19 @@ class Claimer:
         for i, p in enumerate(parts):
             if nows[clock_of[i]] is not None:
                 self._offsets[p] = clocks[p] - local
-        if any(isinstance(x, Exception) for x in res):
-            parts, res = self._readable(parts, res)
-            if not parts and not known:
-                raise next(t for t in times if isinstance(t, Exception))  # Redis is away
-        return (known[0] if known and not self.clock else fallback), clocks, parts, res
-
-    def _readable(self, parts: list[int], res: list[Any]) -> tuple[list[int], list[Any]]:
-        """The partitions whose reads all succeeded, and their slices of `_read_due`'s reply."""
         ok_parts: list[int] = []
-        ok_res: list[Any] = []
-        i = 0
-        for p in parts:
-            n = _READS if p in self._queues else _READS + 1
-            chunk = res[i:i + n]
-            i += n
-            if any(isinstance(x, Exception) for x in chunk):
-                log.warning("partition %d unreadable this round: %s", p,
-                            next(x for x in chunk if isinstance(x, Exception)))
-                continue
-            ok_parts.append(p)
-            ok_res += chunk
-        return ok_parts, ok_res
+        ok_reads: list[DueRead] = []
+        for p, read in zip(parts, reads, strict=True):
+            if isinstance(read, Exception):
+                log.warning("partition %d unreadable this round: %s", p, read)
+            else:
+                ok_parts.append(p)
+                ok_reads.append(read)
+        if not ok_parts and parts and not known:
+            raise next(t for t in times if isinstance(t, Exception))  # Redis is away
+        return (known[0] if known and not self.clock else fallback), clocks, ok_parts, ok_reads
 
-    def _candidates(self, parts: list[int], res: list[Any], clocks: dict[int, int],
+    def _candidates(self, parts: list[int], reads: list[DueRead], clocks: dict[int, int],
                     out: ClaimResult) -> tuple[dict[int, list[ClaimItem]], _Read, _Due]:
         """What _read_due read, sorted by how it is claimed: retries and one-off jobs as read,
         recurring jobs once their next time is computed.  Notes each partition's head; each
@@ -221,22 +187,16 @@ class Claimer:
         plain: dict[int, list[ClaimItem]] = {}  # claimable as read: retries
         once: _Read = {}  # claimable as read: one-off jobs' ids, as the bytes read
         recurring: _Due = {}  # need their next time first
-        i = 0
-        for p in parts:
+        for p, (due, near, due_head, ret, ret_head, queues) in zip(parts, reads, strict=True):
             now = clocks[p]
             # A due score is the due ms minus priority/2048: due once it is <= now + 0.5.
             cutoff = now + 0.5
-            due, near, due_head, ret, ret_head = res[i : i + _READS]
-            near, due_head, ret, ret_head = map(_pairs, (near, due_head, ret, ret_head))
-            i += _READS
-            if p not in self._queues:
+            if queues:
                 # None yet (a dispatcher started before any job): not kept, read again next
                 # round, or the first jobs would all be handed back and claimed the recurring
                 # way (2 more round trips and a read per job: the first round of a 20,000-job
                 # burst took 500 ms instead of 60-100).
-                if res[i]:
-                    self._queues[p] = sorted(q.decode() for q in res[i])
-                i += 1
+                self._queues[p] = queues
             if len(due) >= self.batch or len(near) >= self.batch or len(ret) >= self.batch:
                 out.full = True
             # The partition's earliest entry as read; a claim replaces it with what its script
@@ -319,14 +279,14 @@ class Claimer:
                 log.error("claim on partition %d failed: %s", p, res)
                 self._next.pop(p, None)  # read it again next round
                 continue
-            if int(res[0]) == ClaimCode.STALE_LEASE:
+            reply = ClaimReply.of(res)
+            if reply.stale:
                 lost.append(p)
                 continue
-            out.dispatched += int(res[0])
-            out.skipped += int(res[1])
-            out.left[p] = float(res[2]) if res[2] not in (b"", "") else float("inf")
-            if len(res) > 3:
-                handed = {as_text(x) for x in res[3:]}
+            out.dispatched += reply.dispatched
+            out.skipped += reply.skipped
+            out.left[p] = reply.left
+            if handed := reply.handed:
                 for m in once.get(p, []):
                     if (job_id := m.decode()) in handed:
                         needs.setdefault(p, []).append((job_id, None))
@@ -355,42 +315,10 @@ class Claimer:
     def _claim_call(self, p: int, fence: int, now: int, items: list[ClaimItem],
                     once: Sequence[bytes] = ()) -> scripts.Call:
         """The claim script call of one partition; ``once``: one-off jobs' ids as read."""
-        queues = self._queues.get(p) or []
-        ks: list[Any] = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p),
-                         keys.stats(p)]
-        ks += [keys.stream(p, q) for q in queues]
-        args: list[Any] = [self.owner, fence, now, self.events_maxlen, len(queues), len(items),
-                           keys.GROUP, len(once), self.run_ttl_ms]
-        # One-off jobs: a key and their id each (see lua/claim.lua), the id kept as the bytes
-        # read: no decoding, no call per job.
-        prefix = keys.job(p, "").encode()
-        ks += [prefix + m for m in once]
-        args += once
-        for it in items:
-            ks += [keys.job(p, it.job_id), keys.run(p, it.run_id)]
-            args += it
-        ks.append(keys.dead(p))  # last: lua/claim.lua's KEYS[#KEYS]
-        return ("claim", ks, args)
+        return claim_script.call(p, self.owner, fence, now, self.events_maxlen, self.run_ttl_ms,
+                                 self._queues.get(p) or [], items, once)
 
 
 def retry_item(run_id: str, due_ms: float) -> ClaimItem:
     """The claim item of a due retry."""
     return ClaimItem(CLAIM_RETRY, job_of_run(run_id), run_id, due_ms, 0, 0, 0, 1)
-
-
-def _pairs(reply: list[Any]) -> list[Any]:
-    """A raw ``ZRANGE ... WITHSCORES`` reply as [member, score] pairs.  RESP3 sends them so,
-    with float scores; RESP2 (a URL's ``protocol=2``) flat, scores as text.  redis-py's own
-    callback turns every RESP3 score back into text and parses it again: the dispatcher's
-    largest cost per job in a burst (make bench).  tests/redis/test_dispatch.py compares both."""
-    if not reply or isinstance(reply[0], list):
-        return reply
-    return [[m, float(s)] for m, s in zip(reply[::2], reply[1::2], strict=True)]
-
-
-def _time_ms(t: Any) -> int:
-    """A TIME reply (seconds, microseconds; ints or bytes) in ms."""
-    sec, usec = t
-    return int(sec) * 1000 + int(usec) // 1000
-
-

@@ -8,8 +8,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis.asyncio import Redis
-
 from rsched.core import defaults
 from rsched.core.ids import process_id
 from rsched.core.settings import Settings
@@ -18,8 +16,9 @@ from rsched.engine._calls import CallMany
 from rsched.engine.dispatcher.claimer import FULL_READ_S, Claimer, ClaimResult
 from rsched.engine.dispatcher.leases import LeaseKeeper
 from rsched.obs import metrics
-from rsched.rdb import keys, scripts
+from rsched.rdb import scripts
 from rsched.rdb.connect import connect_async
+from rsched.rdb.redis_api import AsyncRedis
 from rsched.rdb.setup import (
     Outage,
     acheck_redis,
@@ -27,6 +26,7 @@ from rsched.rdb.setup import (
     is_unavailable,
     wait_for_redis,
 )
+from rsched.rdb.shared_keys import wake_messages
 
 log = logging.getLogger("rsched.dispatcher")
 
@@ -51,7 +51,7 @@ class Dispatcher:
         self.clock = clock
         self.full_read_s = full_read_s  # see Claimer.full_read_s
         self.call_many = call_many  # how the lease and claim scripts are sent
-        self.r: Redis = connect_async(settings.redis_url, wait=settings.wait_replicas,
+        self.r: AsyncRedis = connect_async(settings.redis_url, wait=settings.wait_replicas,
                                        wait_timeout_ms=settings.wait_timeout_ms)
         self._wake = asyncio.Event()
         self.leases: LeaseKeeper | None = None
@@ -86,18 +86,10 @@ class Dispatcher:
         """Wake the loop when a client schedules a job earlier than anything we knew of."""
         while True:
             try:
-                ps = self.r.pubsub(ignore_subscribe_messages=True)
-                await ps.subscribe(keys.wake_channel())
-                async for msg in ps.listen():
-                    if msg and msg.get("type") == "message":
-                        if self.claimer is not None:
-                            # The message names the partition (Client.op_wake).
-                            data = msg.get("data")
-                            try:
-                                self.claimer.forget(int(data))
-                            except (TypeError, ValueError):
-                                self.claimer.forget()
-                        self._wake.set()
+                async for partition in wake_messages(self.r):
+                    if self.claimer is not None:
+                        self.claimer.forget(partition)
+                    self._wake.set()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - keep listening through Redis restarts

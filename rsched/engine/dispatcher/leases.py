@@ -11,7 +11,7 @@ from rsched.core import defaults
 from rsched.core.codes import LeaseCode
 from rsched.engine._calls import CallMany
 from rsched.obs import metrics
-from rsched.rdb import keys, scripts
+from rsched.rdb import leases, scripts
 from rsched.rdb.setup import is_unavailable
 
 log = logging.getLogger("rsched.dispatcher")
@@ -95,36 +95,25 @@ class LeaseKeeper:
         return 2 * self.renew_every_ms
 
     async def _now(self) -> int:
-        if self.clock:
-            return self.clock()
-        sec, usec = await self.r.time()
-        return int(sec) * 1000 + int(usec) // 1000
+        return self.clock() if self.clock else await leases.redis_time_ms(self.r)
 
     async def read(self, now: int) -> tuple[list[str], list[LeaseView]] | None:
         """The live members and every partition's lease; None when part of it could not be
         read (a cluster master is down): the round then only renews what it holds, since a
         plan from a partial picture could take what a live member holds."""
-        pipe = self.r.pipeline(transaction=False)
-        pipe.zremrangebyscore(keys.dispatchers(), "-inf", now)
-        pipe.zrange(keys.dispatchers(), 0, -1)
-        for p in range(self.partitions):
-            pipe.hmget(keys.lease(p), "owner", "expires_ms", "offer")
-        res = await pipe.execute(raise_on_error=False)
-        failed = [x for x in res if isinstance(x, Exception)]
-        if failed:
-            if len(failed) == len(res):
-                raise failed[0]  # nothing answered: Redis is away
-            log.warning("leases: %d of %d reads failed (%s); renewing only", len(failed),
-                        len(res), failed[0])
+        seen = await leases.read_leases(self.r, self.partitions, now)
+        if seen.failed:
+            if len(seen.failed) == seen.sent:
+                raise seen.failed[0]  # nothing answered: Redis is away
+            log.warning("leases: %d of %d reads failed (%s); renewing only", len(seen.failed),
+                        seen.sent, seen.failed[0])
             return None
         views = []
-        for owner, expires, offer in res[2:]:
-            expires_ms = int(expires or 0)
+        for owner, expires_ms, offer in seen.leases:
             held = bool(owner) and expires_ms > now
-            views.append(LeaseView(owner.decode() if held else "",
-                                   offer.decode() if held and offer else "",
+            views.append(LeaseView(owner if held else "", offer if held else "",
                                    0 if held else expires_ms))
-        return [m.decode() for m in res[1]], views
+        return seen.members, views
 
     async def run_once(self) -> dict[int, int]:
         """One round: plan, renew (offering the excess), take what the plan gives, register.
@@ -140,16 +129,16 @@ class LeaseKeeper:
         plan_ps: list[tuple[int, str]] = []
         for p in sorted(self.owned):
             to = plan.keep.get(p, "")
-            calls.append(self._call(p, "renew", self.owned[p], now_arg, to))
+            calls.append(self._call(p, leases.RENEW, self.owned[p], now_arg, to))
             plan_ps.append((p, to))
         for p in plan.take:
-            calls.append(self._call(p, "acquire", 0, now_arg))
+            calls.append(self._call(p, leases.ACQUIRE, 0, now_arg))
             plan_ps.append((p, ""))
         for (p, to), res in zip(plan_ps, await self.call_many(self.r, calls), strict=True):
             if isinstance(res, Exception):
                 log.warning("lease on partition %d failed: %s", p, res)
                 continue
-            code, fence = int(res[0]), int(res[1])
+            code, fence = leases.LeaseReply.of(res)
             if code != LeaseCode.HELD:
                 if p in self.owned:
                     self.lost(p, quiet=True)
@@ -162,7 +151,7 @@ class LeaseKeeper:
                 log.info("partition %d offered to %s", p, to)
             self.offered[p] = to
         try:
-            await self.r.zadd(keys.dispatchers(), {self.owner: now + self.member_ttl_ms})
+            await leases.register(self.r, self.owner, now + self.member_ttl_ms)
         except Exception as e:
             if not is_unavailable(e):
                 raise
@@ -171,8 +160,7 @@ class LeaseKeeper:
         return dict(self.owned)
 
     def _call(self, p: int, mode: str, fence: int, now: int, offer_to: str = "") -> scripts.Call:
-        return ("lease", [keys.lease(p), keys.stats(p)],
-                [self.owner, self.lease_ms, now, mode, fence, offer_to])
+        return leases.call(p, self.owner, self.lease_ms, now, mode, fence, offer_to)
 
     def lost(self, p: int, *, quiet: bool = False) -> None:
         """Our fence is stale (claim or renewal refused): stop using the partition at once."""
@@ -189,8 +177,8 @@ class LeaseKeeper:
 
     async def release_all(self) -> None:
         now_arg = (await self._now()) if self.clock else 0
-        calls = [self._call(p, "release", f, now_arg) for p, f in self.owned.items()]
+        calls = [self._call(p, leases.RELEASE, f, now_arg) for p, f in self.owned.items()]
         await self.call_many(self.r, calls)
-        await self.r.zrem(keys.dispatchers(), self.owner)
+        await leases.deregister(self.r, self.owner)
         self.owned.clear()
         self.offered.clear()

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from redis.asyncio import Redis
-
 from rsched.engine._calls import CallMany
 from rsched.rdb import scripts
+from rsched.rdb.redis_api import AsyncRedis
 
 
 @dataclass(slots=True)
@@ -15,7 +14,7 @@ class Link:
     """The worker's Redis client, consumer name and streams, shared by its parts: one object,
     so replacing the client or the streams (setup, a cluster test) reaches every part."""
 
-    r: Redis
+    r: AsyncRedis
     id: str  # consumer name in every group, and the worker's id in the registry
     streams: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (partition, queue)
     call_many: CallMany = scripts.acall_many  # how every part sends its script calls

@@ -11,21 +11,20 @@ for: the intake only looks its type up in a set.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 from rsched.core.codes import ParkCode
 from rsched.core.settings import Settings
 from rsched.core.views import dead_after_ms, worker_record
 from rsched.core.wire import ENTRY_RUN, as_text
 from rsched.engine.worker._link import Link
-from rsched.engine.worker.inflight import Entry, Inflight, inflight
+from rsched.engine.worker.inflight import Inflight, inflight
 from rsched.obs.metrics import RunMetrics
-from rsched.rdb import keys, scripts
+from rsched.rdb import run_scripts, worker_registry, worker_streams
+from rsched.rdb.worker_streams import Entry
 
 log = logging.getLogger("rsched.worker")
 
@@ -86,36 +85,27 @@ class Handback:
             p, queue = self.link.streams[s]
             by_part[p].append(inflight(p, s, queue, eid, as_text(f[ENTRY_RUN]), f, 0, 0.0))
         await self._read_registry()
-        maxlen = self.settings.events_maxlen
-        calls: list[scripts.Call] = []
-        for p, fls in by_part.items():
-            ks: list[str] = [keys.events(p), keys.stats(p), keys.dead(p), keys.retry(p)]
-            args: list[Any] = [self.link.id, 0, maxlen, keys.GROUP, len(fls),
-                               self.wait_ms, self.visibility_ms, keys.PARKED_CONSUMER]
-            for fl in fls:
-                ks += [fl.run_key, fl.job_key, fl.stream]
-                args += [fl.run_id, fl.entry_id, fl.type, self._served(fl.queue, fl.type)]
-            calls.append(("park", ks, args))
+        calls = run_scripts.park(
+            self.link.id, self.settings.events_maxlen, self.wait_ms, self.visibility_ms,
+            {p: [(fl, self._served(fl.queue, fl.type)) for fl in fls]
+             for p, fls in by_part.items()})
         results = await self.link.call_many(self.link.r, calls)
         parked: dict[QueueType, int] = defaultdict(int)
         for (p, fls), res in zip(by_part.items(), results, strict=True):
             if isinstance(res, Exception):
                 log.error("setting runs aside on partition %d failed: %s", p, res)
                 continue
-            for fl, code in zip(fls, res, strict=True):
-                if int(code) == ParkCode.PARKED:
+            for fl, code in zip(fls, run_scripts.park_codes(res), strict=True):
+                if code == ParkCode.PARKED:
                     parked[(fl.queue, fl.type)] += 1
-                elif int(code) == ParkCode.DEAD_LETTERED:
+                elif code == ParkCode.DEAD_LETTERED:
                     self.metrics.count("dead_lettered", fl.type, fl.queue)
                     log.warning("run %s dead-lettered: no live worker serves type %r on queue "
                                 "%r for %g s (the handler wait)", fl.run_id, fl.type, fl.queue,
                                 self.wait_ms / 1000,
                                 extra={"job_id": fl.job_id, "run_id": fl.run_id})
         if parked:
-            pipe = self.link.r.pipeline(transaction=False)
-            for (queue, jtype), n in parked.items():
-                pipe.hincrby(keys.parked(), json.dumps([queue, jtype]), n)
-            await pipe.execute()
+            await worker_registry.add_parked(self.link.r, parked)
             self._say(parked)
         return sum(parked.values())
 
@@ -145,7 +135,7 @@ class Handback:
         mono = time.monotonic()
         if mono - self._registry_at < REGISTRY_TTL_S:
             return
-        raw = await self.link.r.hgetall(keys.workers())
+        raw = await worker_registry.records(self.link.r)
         self._registry_at = mono
         now = int(time.time() * 1000)
         live: set[QueueType] = set()
@@ -178,17 +168,13 @@ class Handback:
         entries (their stream, id and fields) for the intake to start; nothing unless the
         counts in keys.parked() moved since we last found everything."""
         r = self.link.r
-        for raw, count in (await r.hgetall(keys.parked())).items():
-            name, n = as_text(raw), int(count)
+        for name, n in (await worker_registry.parked_counts(r)).items():
             if self._counts.get(name) == n:
                 continue
             self._counts[name] = n
-            try:
-                queue, jtype = json.loads(name)
-            except (ValueError, TypeError):
-                continue
-            if queue in self.queues and jtype in self.types:
-                self._look.add((queue, jtype))
+            qt = worker_registry.parked_of(name)
+            if qt is not None and qt[0] in self.queues and qt[1] in self.types:
+                self._look.add(qt)
         found: list[Entry] = []
         if not self._look:
             return found
@@ -200,22 +186,9 @@ class Handback:
                 break
             want = free - len(found)
             streams = [s for s, (_, q) in self.link.streams.items() if q == queue]
-            pipe = r.pipeline(transaction=False)
-            for s in streams:
-                pipe.xpending_range(s, keys.GROUP, "-", "+", want,
-                                    consumername=keys.parked_consumer(jtype))
-            ids = [(s, as_text(e["message_id"])) for s, pending in
-                   zip(streams, await pipe.execute(raise_on_error=False), strict=True)
-                   if isinstance(pending, list) for e in pending][:want]
+            ids = await worker_streams.set_aside(r, streams, jtype, want)
             if len(ids) < want:
                 self._look.discard((queue, jtype))  # all of them found
-            if not ids:
-                continue
-            pipe = r.pipeline(transaction=False)
-            for s, eid in ids:
-                pipe.xrange(s, eid, eid)
-            for (s, eid), got in zip(ids, await pipe.execute(raise_on_error=False),
-                                     strict=True):
-                if isinstance(got, list) and got and got[0][1]:
-                    found.append((s, eid, got[0][1]))
+            if ids:
+                found += await worker_streams.entries_by_id(r, ids)
         return found

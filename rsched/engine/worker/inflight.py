@@ -12,9 +12,6 @@ from rsched.core.handlers import JobContext
 from rsched.core.wire import ENTRY_OWN, ENTRY_TYPE
 from rsched.rdb import keys
 
-Entry = tuple[str, str, dict[bytes, bytes]]
-"""A stream entry as read: (stream, entry id, fields)."""
-
 
 class Phase(Enum):
     """Where a run's start stands.  A run is taken before its start is recorded (see the

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import defaultdict
@@ -11,43 +10,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from rsched.core import defaults
 from rsched.core.wire import ENTRY_ATTEMPT, ENTRY_DUE, ENTRY_RUN, ENTRY_TYPE, as_text
 from rsched.engine.worker._link import Link
 from rsched.engine.worker.handback import Handback
-from rsched.engine.worker.inflight import STARTED, Entry, Inflight, Runs, inflight
+from rsched.engine.worker.inflight import STARTED, Inflight, Runs, inflight
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
 from rsched.obs.metrics import RunMetrics
-from rsched.rdb import keys, scripts
+from rsched.rdb import worker_streams
+from rsched.rdb.redis_api import RedisConnectionError, RedisTimeoutError
+from rsched.rdb.worker_streams import Entry, raw_entries
 
 log = logging.getLogger("rsched.worker")
-
-
-def _entries(resp: Any) -> list[Entry]:
-    """XREADGROUP's reply as entries; each stream's name decoded once, not once per entry."""
-    out: list[Entry] = []
-    for s, items in resp or ():
-        name = as_text(s)
-        out += [(name, eid.decode(), f) for eid, f in items if f]  # bytes, as _launch reads
-    return out
-
-
-def _raw_entries(resp: Any) -> list[Entry]:
-    """A raw XREADGROUP reply (no redis-py callback) as entries: [[stream, [[id, [field, value,
-    ...]], ...]], ...] (RESP2) or {stream: [...]} (RESP3); an entry deleted since it was
-    delivered has no fields."""
-    out: list[Entry] = []
-    for s, items in resp.items() if isinstance(resp, dict) else resp or ():
-        name = as_text(s)
-        for eid, kv in items:
-            if kv:
-                it = iter(kv)
-                out.append((name, eid.decode(), dict(zip(it, it, strict=True))))
-    return out
 
 
 class ReadPlan(NamedTuple):
@@ -78,8 +53,6 @@ class Intake:
     _busy: list[str] = field(default_factory=list)  # streams the last full read found entries in
     _turn: int = 0  # where the next focused read starts among them
     _full_at: float = 0.0  # monotonic time of the last read of every stream
-    parked: asyncio.Event | None = None  # the fetch loop's stop while it waits for free slots
-    _tail: bool = False  # a read goes with a report now
 
     async def fetch_once(self, block_ms: int = 1000, streams: Sequence[str] | None = None) -> int:
         """Read new entries from every stream, or from ``streams`` (a cluster's one XREADGROUP
@@ -98,24 +71,11 @@ class Intake:
         return self._launch(await self._take(plan, block_ms))
 
     async def _take(self, plan: ReadPlan, block_ms: int | None = None) -> list[Entry]:
-        """A planned read's entries: its reply raw on one pooled connection, as a report's read
-        (cheaper than redis-py's XREADGROUP and its response callback), or through redis-py on a
-        cluster or after a connection error (its client retries)."""
-        if scripts.pooled(self.link.r):
-            try:
-                resps = await scripts.acommands_raw(
-                    self.link.r, self.read_commands(plan, block_ms), self.link.held)
-            except (RedisConnectionError, RedisTimeoutError):
-                pass
-            else:
-                for resp in resps:
-                    if isinstance(resp, Exception):
-                        raise resp  # NOGROUP: the fetch loop joins the groups again
-                return self._took(plan, resps, raw=True)
-        resps = [await self._read(plan.streams, plan.n, block_ms)]
-        if plan.probe:
-            resps.append(await self._read(list(plan.probe), 1))
-        return self._took(plan, resps)
+        """A planned read's entries (rdb.worker_streams.read_new: raw on one pooled
+        connection, as a report's read, or through redis-py)."""
+        return self._took(plan, await worker_streams.read_new(
+            self.link.r, self.link.id, plan.streams, plan.n, block_ms, plan.probe,
+            self.link.held))
 
     def _plan(self, names: list[str], free: int, full: bool = False) -> ReadPlan:
         """The next read for ``free`` slots.  COUNT applies per stream: a read of every stream
@@ -154,19 +114,13 @@ class Intake:
         return ReadPlan([busy[(self._turn + j) % len(busy)] for j in range(k)], free // k, True,
                         probe)
 
-    def _read(self, streams: list[str], n: int, block_ms: int | None = None) -> Any:
-        """XREADGROUP through redis-py."""
-        return self.link.r.xreadgroup(
-            keys.GROUP, self.link.id, dict.fromkeys(streams, ">"), count=n, block=block_ms)
-
-    def _took(self, plan: ReadPlan, resps: list[Any], raw: bool = False) -> list[Entry]:
-        """A planned read's entries, its probe's after them (replies ``raw``: without
-        redis-py's callback); notes which streams are busy: after a full read those it found
-        entries in; after a focused one those still known busy, less those it came back short
-        from (drained), and those the probe found entries in."""
-        parse = _raw_entries if raw else _entries
-        entries = parse(resps[0])
-        probed = parse(resps[1]) if len(resps) > 1 else []
+    def _took(self, plan: ReadPlan, reads: list[list[Entry]]) -> list[Entry]:
+        """A planned read's entries, its probe's after them (``reads``: the entries of each
+        read); notes which streams are busy: after a full read those it found entries in;
+        after a focused one those still known busy, less those it came back short from
+        (drained), and those the probe found entries in."""
+        entries = reads[0]
+        probed = reads[1] if len(reads) > 1 else []
         if not plan.focused:
             got = {s for s, _, _ in entries}
             self._busy = [s for s in plan.streams if s in got]
@@ -182,40 +136,27 @@ class Intake:
                 s for s in plan.probe if s in found]
         return entries + probed
 
-    # --- reads that go with a report (Reporter.flush_once) -----------------------------------
+    # --- reads that go with a report (the Reader of read_along.ReadAlong) ------------------
 
     def plan_with_report(self, freed: int) -> ReadPlan | None:
-        """While the fetch loop waits for free slots, the read a report freeing ``freed`` slots
-        takes along in its round trip (non-blocking; nothing: the fetch loop reads as before).
-        A round trip saved is a tenth of a run's worker CPU at concurrency 16 (bench_phases).  One
-        such read at a time, so two reports cannot both fill the slots."""
-        if self.parked is None or self.parked.is_set() or self._tail:
-            return None
+        """The read a report freeing ``freed`` slots takes along while the fetch loop waits
+        (None: no slot free even then)."""
         free = self.runs.free(freed)
         if free <= 0:
             return None
-        self._tail = True
         return self._plan(list(self.link.streams), free)
 
-    def read_commands(self, plan: ReadPlan, block_ms: int | None = None
-                      ) -> list[tuple[Any, ...]]:
-        """The planned XREADGROUP (and its probe's) as commands (None: non-blocking), replies
-        raw."""
-        block = () if block_ms is None else ("BLOCK", block_ms)
-        cmds = [("XREADGROUP", "GROUP", keys.GROUP, self.link.id, "COUNT", plan.n, *block,
-                 "STREAMS", *plan.streams, *[">"] * len(plan.streams))]
-        if plan.probe:
-            cmds.append(("XREADGROUP", "GROUP", keys.GROUP, self.link.id, "COUNT", 1,
-                         "STREAMS", *plan.probe, *[">"] * len(plan.probe)))
-        return cmds
+    def read_commands(self, plan: ReadPlan) -> list[tuple[Any, ...]]:
+        """The planned XREADGROUP (and its probe's), non-blocking, as raw commands."""
+        return worker_streams.read_commands(self.link.id, plan.streams, plan.n, None,
+                                            plan.probe)
 
     def took_with_report(self, plan: ReadPlan, resps: list[Any] | None) -> int:
         """Start what the report's reads got (None or an error: nothing, the fetch loop
         reads)."""
-        self._tail = False
         if not resps or any(isinstance(resp, Exception) for resp in resps):
             return 0
-        return self._launch(self._took(plan, resps, raw=True))
+        return self._launch(self._took(plan, [raw_entries(resp) for resp in resps]))
 
     def _launch(self, entries: list[Entry]) -> int:
         """Run fresh entries at once; their start is recorded later (see the reporter).  Those
@@ -252,17 +193,12 @@ class Intake:
         free = self.runs.free()
         if free <= 0:
             return 0
-        names = list(self.link.streams)
-        pipe = self.link.r.pipeline(transaction=False)
-        for s in names:
-            pipe.xautoclaim(s, keys.GROUP, self.link.id, self.visibility_ms,
-                            start_id=self._cursors.get(s, "0-0"), count=free)
         entries: list[Entry] = []
-        for s, res in zip(names, await pipe.execute(raise_on_error=False), strict=False):
-            if isinstance(res, Exception):
-                continue
-            self._cursors[s] = as_text(res[0])
-            entries += [(s, as_text(eid), f) for eid, f in res[1] if f]
+        for s, cursor, got in await worker_streams.reclaim(
+                self.link.r, self.link.id, list(self.link.streams), self._cursors,
+                self.visibility_ms, free):
+            self._cursors[s] = cursor
+            entries += got
         entries = [e for e in entries if as_text(e[2][ENTRY_RUN]) not in self.runs]
         foreign = [e for e in entries if e[2][ENTRY_TYPE] not in self.served]
         if foreign:

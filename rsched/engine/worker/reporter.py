@@ -17,8 +17,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from functools import cache
-from typing import Any, Protocol
+from typing import Any
 
 from rsched.core.codes import CompleteCode, ExpireCode, StartFence
 from rsched.core.settings import Settings
@@ -32,8 +31,10 @@ from rsched.engine.worker.inflight import (
     Outcome,
     Runs,
 )
+from rsched.engine.worker.read_along import ReadAlong
 from rsched.obs.metrics import RunMetrics
-from rsched.rdb import keys, scripts
+from rsched.rdb import run_scripts, scripts
+from rsched.rdb.run_scripts import ADOPTED, FRESH, RECLAIMED
 from rsched.rdb.setup import UNAVAILABLE
 
 log = logging.getLogger("rsched.worker")
@@ -43,25 +44,11 @@ log = logging.getLogger("rsched.worker")
 _SUCCEEDED, _DUPLICATE = int(CompleteCode.SUCCEEDED), int(CompleteCode.DUPLICATE)
 
 
-@cache
-def _call_keys(p: int) -> tuple[str, ...]:
-    """complete.lua's partition keys, built once per partition."""
-    return keys.events(p), keys.stats(p), keys.retry(p), keys.dead(p)
-
-
-class Tail(Protocol):
-    """The intake's side of a read sent with a report (Intake.plan_with_report)."""
-
-    def plan_with_report(self, freed: int) -> Any: ...
-    def read_commands(self, plan: Any) -> list[tuple[Any, ...]]: ...
-    def took_with_report(self, plan: Any, resps: list[Any] | None) -> int: ...
-
-
 class Reporter:
     """Starts and outcomes of this worker's runs, batched per partition."""
 
     def __init__(self, link: Link, settings: Settings, runs: Runs, metrics: RunMetrics,
-                 slot: asyncio.Event, start_after_ms: int) -> None:
+                 slot: asyncio.Event, start_after_ms: int, read_along: ReadAlong) -> None:
         self.link = link
         self.settings = settings
         self.runs = runs
@@ -70,7 +57,7 @@ class Reporter:
         self.start_after_ms = start_after_ms
         self.done: list[Outcome] = []  # outcomes waiting for their report
         self.wake = asyncio.Event()  # set when there may be something to report
-        self.tail: Tail | None = None  # the intake, when reads may go with reports
+        self.read_along = read_along  # the fetch loop's read a report may carry
         self.reported = asyncio.Event()  # set after each report
         self.settled = asyncio.Event()  # set when every run in flight has finished (Flusher)
 
@@ -95,7 +82,11 @@ class Reporter:
         by_part: dict[int, list[Inflight]] = defaultdict(list)
         for fl in fls:
             by_part[fl.partition].append(fl)
-        calls = self._start_calls(by_part, 2 if adopted else int(reclaimed))
+        mode = ADOPTED if adopted else RECLAIMED if reclaimed else FRESH
+        calls = run_scripts.start(self.link.id, self.settings, by_part, mode,
+                                  time.perf_counter())
+        for fl in fls:
+            fl.phase = STARTING
         reclaimed = reclaimed or adopted
         try:
             results = await self.link.call_many(self.link.r, calls)
@@ -106,40 +97,19 @@ class Reporter:
             if isinstance(res, Exception):
                 log.error("start on partition %d failed: %s", p, res)
                 continue
-            for i, fl in enumerate(items):
-                self._took_start(fl, int(res[2 * i]), int(res[2 * i + 1]), reclaimed)
+            for fl, (fence, attempt) in zip(items, run_scripts.started(res), strict=True):
+                self._took_start(fl, fence, attempt, reclaimed)
         if self.done:
             self.wake.set()  # outcomes held back while their start was under way
-
-    def _start_calls(self, by_part: dict[int, list[Inflight]], mode: int
-                     ) -> list[scripts.Call]:
-        """start.lua's calls (its header has the layout; ``mode``: its 'reclaimed' value);
-        marks each run STARTING."""
-        s, now = self.settings, time.perf_counter()
-        calls: list[scripts.Call] = []
-        for p, items in by_part.items():
-            ks = [keys.events(p), keys.stats(p), keys.dead(p), keys.retry(p)]
-            args: list[Any] = [self.link.id, 0, s.events_maxlen, keys.GROUP, len(items),
-                               s.history_len, keys.PARKED_CONSUMER]
-            for fl in items:
-                ks += [fl.run_key, fl.job_key, fl.stream, keys.history(p, fl.job_id)]
-                args += [fl.run_id, fl.entry_id, int((now - fl.t0) * 1000), mode]
-                fl.phase = STARTING
-            calls.append(("start", ks, args))
-        return calls
 
     async def expire(self, fl: Inflight) -> bool:
         """Whether lua/expire.lua dead-lettered ``fl`` for its missed start deadline (Redis's
         clock decides); then it must not run."""
-        p = fl.partition
-        s = self.settings
-        res = await self.link.call_many(self.link.r, [(
-            "expire", [fl.run_key, fl.job_key, fl.stream, keys.dead(p), keys.events(p),
-                       keys.stats(p)],
-            [fl.run_id, fl.entry_id, 0, s.events_maxlen, keys.GROUP])])
+        res = await self.link.call_many(
+            self.link.r, [run_scripts.expire(fl, self.settings.events_maxlen)])
         if isinstance(res[0], Exception):
             raise res[0]
-        return int(res[0]) == ExpireCode.DEAD_LETTERED
+        return run_scripts.expired(res[0]) == ExpireCode.DEAD_LETTERED
 
     def _took_start(self, fl: Inflight, fence: int, attempt: int, reclaimed: bool) -> None:
         """One run's start result: a token, or not ours to run (never asked again)."""
@@ -189,29 +159,29 @@ class Reporter:
         batch = self._take_batch()
         if not batch:
             return 0
-        calls, parts = self._complete_calls(batch)
-        # A read goes along only through the stock sender (an injected one sees scripts alone).
-        # With the intake as tail (one pooled Redis), a report without a read goes the same raw
-        # way, at a fraction of redis-py's pipeline's CPU (bench_phases; at concurrency 100 every
-        # report goes alone).
-        tail = self.tail if self.link.call_many is scripts.acall_many else None
-        plan = tail.plan_with_report(len(batch)) if tail is not None else None
+        calls, parts = run_scripts.complete(self.link.id, self.settings, batch,
+                                            time.perf_counter())
+        # While the read-along is open (one pooled Redis, the stock sender) a report goes raw,
+        # at a fraction of redis-py's pipeline's CPU (bench_phases), and may carry the fetch
+        # loop's read.
+        along = self.read_along
+        raw = along.is_open
+        read_cmds = along.plan(len(batch)) if raw else None
         read: list[Any] | None = None
         try:
-            if tail is None:
+            if not raw:
                 results = await self.link.call_many(self.link.r, calls)
             else:
                 results, more = await scripts.acall_many_then(
-                    self.link.r, calls, [] if plan is None else tail.read_commands(plan),
-                    self.link.held)
+                    self.link.r, calls, read_cmds or [], self.link.held)
                 read = more or None
         except UNAVAILABLE as e:
             log.warning("cannot report %d outcomes (%s); will retry", len(batch), e)
             self.done = batch + self.done
             return 0
         finally:
-            if tail is not None and plan is not None and read is None:
-                tail.took_with_report(plan, None)
+            if read_cmds is not None and read is None:
+                along.took(None)
         retry_later: list[Outcome] = []
         for (p, items), res in zip(parts.items(), results, strict=False):
             if isinstance(res, Exception):
@@ -220,52 +190,11 @@ class Reporter:
             else:
                 self._reported(items, res)
         self.done = retry_later + self.done
-        if tail is not None and read is not None:  # after the report: its runs left the table
-            tail.took_with_report(plan, read)
+        if read is not None:  # after the report: its runs left the table
+            along.took(read)
         self.slot.set()
         self.reported.set()
         return len(batch) - len(retry_later)
-
-    def _complete_calls(self, batch: list[Outcome]
-                        ) -> tuple[list[scripts.Call], dict[int, list[Outcome]]]:
-        """complete.lua's calls, one per partition (its header has the layout), and each call's
-        outcomes in the order of its replies.  A run not STARTED goes with fence 0, and the
-        script records its start with its outcome.  Runs are grouped by stream and by kind, so
-        the stream key goes once per group and a one-off job's own run needs only its job key
-        (its run and history live there), and a group whose runs all succeeded leaves out
-        their outcome and retry delay: 7 arguments a run instead of 12."""
-        by_part: dict[int, dict[tuple[str, bool], list[Outcome]]] = defaultdict(
-            lambda: defaultdict(list))
-        for o in batch:
-            fl = o.fl
-            by_part[fl.partition][(fl.stream, fl.run_key == fl.job_key)].append(o)
-        s, now = self.settings, time.perf_counter()
-        calls: list[scripts.Call] = []
-        parts: dict[int, list[Outcome]] = {}
-        for p, groups in by_part.items():
-            ks = list(_call_keys(p))
-            args: list[Any] = [self.link.id, 0, s.events_maxlen, keys.GROUP, len(groups),
-                               s.history_len, s.run_ttl_ms, s.finished_ttl_ms]
-            run_ks: list[str] = []
-            run_args: list[Any] = []
-            parts[p] = ordered = []
-            for (stream, own), items in groups.items():
-                ks.append(stream)
-                ok = all(o.status == "succeeded" for o in items)
-                args += [len(items), ("1" if own else "0") + ("s" if ok else "")]
-                for o in items:
-                    fl = o.fl
-                    if own:
-                        run_ks.append(fl.job_key)
-                    else:
-                        run_ks += [fl.run_key, fl.job_key, keys.history(p, fl.job_id)]
-                    run_args += [fl.run_id, fl.fence, o.duration_ms, o.text, fl.entry_id,
-                                 int((now - fl.t0) * 1000)]
-                    if not ok:
-                        run_args += [o.status, o.delay_ms]
-                ordered += items
-            calls.append(("complete", ks + run_ks, args + run_args))
-        return calls, parts
 
     def _reported(self, items: list[Outcome], res: list[Any]) -> None:
         """One partition's complete results: count them, forget the runs (per job: inline)."""

@@ -22,8 +22,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import ResponseError
-
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
 from rsched.core.handlers import App
@@ -37,12 +35,14 @@ from rsched.engine.worker.inflight import Outcome, Runs
 from rsched.engine.worker.intake import Intake
 from rsched.engine.worker.loops import FLUSHES_IN_FLIGHT, Every, Flusher
 from rsched.engine.worker.membership import Membership
+from rsched.engine.worker.read_along import ReadAlong
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
 from rsched.obs.metrics import RunMetrics
 from rsched.rdb import keys, scripts
 from rsched.rdb.cluster import same_slot_groups
 from rsched.rdb.connect import connect_async
+from rsched.rdb.redis_api import ResponseError
 from rsched.rdb.setup import (
     Outage,
     acheck_redis,
@@ -76,7 +76,7 @@ class Worker:
         flush_ms: float = defaults.FLUSH_MS,
         start_after_ms: int = defaults.START_AFTER_MS,
         handler_wait_s: float = defaults.HANDLER_WAIT_S,
-        call_many: CallMany = scripts.acall_many,
+        call_many: CallMany | None = None,
     ) -> None:
         if heartbeat_ms * 2 > visibility_ms:
             raise ValidationError(
@@ -110,13 +110,18 @@ class Worker:
         # One kept connection per raw round trip it may have at once: reports and a read.
         r = connect_async(settings.redis_url, wait=settings.wait_replicas,
                           wait_timeout_ms=settings.wait_timeout_ms)
-        self.link = Link(r, self.id, call_many=call_many, held=scripts.Held(FLUSHES_IN_FLIGHT + 1))
+        self.link = Link(r, self.id, call_many=call_many or scripts.acall_many,
+                         held=scripts.Held(FLUSHES_IN_FLIGHT + 1))
+        # A read may go with a report only through the stock script sender (``call_many``
+        # None): an injected one sees script calls alone.
+        self._stock_sender = call_many is None
+        self.read_along = ReadAlong()
         self.runs = Runs(concurrency)
         self.metrics = RunMetrics(inflight=self.runs.__len__)
         self._slot = asyncio.Event()  # set when a run may have left its slot
         self._few = min(defaults.FOCUS_COUNT, concurrency // 2)  # see _fetch_loop
         self.reporter = Reporter(self.link, settings, self.runs, self.metrics, self._slot,
-                                 start_after_ms)
+                                 start_after_ms, self.read_along)
         self.runner = Runner(app, self.id, self.runs, self.reporter, self.metrics, self._slot,
                              concurrency, threads)
         self.handback = Handback(self.link, settings, self.metrics, self.queues,
@@ -213,13 +218,13 @@ class Worker:
             asyncio.create_task(self._adopt_loop(stop)),
         ]
         groups = same_slot_groups(self.link.r, self.link.streams)
-        # One fetch loop (one Redis): reads may go with reports (Intake.plan_with_report).
-        one = groups == [None] and scripts.pooled(self.link.r)
-        self.reporter.tail = self.intake if one else None
+        # One fetch loop (one pooled Redis): reads may go with reports (read_along).
+        if groups == [None] and scripts.pooled(self.link.r) and self._stock_sender:
+            self.read_along.open(self.intake)
         try:
             await asyncio.gather(*(self._fetch_loop(stop, group) for group in groups))
         finally:
-            self.reporter.tail = None
+            self.read_along.close()
             for t in fetching:
                 t.cancel()
             await self.handback.settle()
@@ -251,17 +256,15 @@ class Worker:
             # 16: loadtest/bench_phases.py).  Below concurrency 4 a slot never waits for that.
             few = free > 0  # then the report is what to wait for, not each handler's return
             if free <= 0 or (free < self._few and self.reporter.done
-                             and self.reporter.tail is self.intake):
+                             and self.read_along.is_open):
                 wake = self.reporter.reported if few else self._slot
                 wake.clear()
-                self.intake.parked = stop  # meanwhile a report may read for this loop
-                try:  # a timeout scope, not wait_for: 3.11's wraps the wait in a task each time
-                    async with asyncio.timeout(defaults.FOCUS_S if few else 0.5):
-                        await wake.wait()
-                except TimeoutError:
-                    pass
-                finally:
-                    self.intake.parked = None
+                with self.read_along.waiting(stop):  # meanwhile a report may read for us
+                    try:  # a timeout scope, not wait_for: 3.11's wraps the wait in a task
+                        async with asyncio.timeout(defaults.FOCUS_S if few else 0.5):
+                            await wake.wait()
+                    except TimeoutError:
+                        pass
                 continue
             try:
                 await self.fetch_once(block_ms=500, streams=streams)
