@@ -18,18 +18,13 @@ from rsched.archive.job_index import JOB_COLUMNS, JobChanges
 from rsched.archive.store import (
     JOBS_CONFLICT,
     SCHEMA_MIGRATIONS,
-    SORT_INDEX,
     Prepared,
     Store,
     StoreUnavailable,
-    Term,
     pending_migrations,
 )
 
 BUSY_TIMEOUT_S = 30.0
-PLAN_ROWS = 20_000
-"""A filtered listing sorted otherwise than by creation sorts its filter's matches when fewer
-than this match, else walks the sort's index skipping the rest (Store._index_hint)."""
 DELETE_CHUNK = 20_000  # rows per retention transaction: writers wait at most one chunk
 _INSERT = (f"INSERT INTO events ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
            "ON CONFLICT DO NOTHING")
@@ -144,23 +139,12 @@ class SqliteStore(Store):
                 self._reset()
                 raise StoreUnavailable(f"sqlite {self.path}: {e}") from e
 
-    def _index_hint(self, sort: str, filters: list[Term]) -> str:
-        """SQLite's statistics (without STAT4) know a column's average rows per value, not that
-        one type is rare and another holds half the jobs, and its plan for a filter sorted by
-        next or last run then walked a sort index through a million rows for a rare type, or
-        sorted half the table for a common one.  So count each filter's matches up to
-        PLAN_ROWS (index entries only): sort the fewest's matches when they are fewer, else
-        walk the sort's index; a page then reads at most about PLAN_ROWS entries, or
-        limit x rows / PLAN_ROWS.  By creation, a filter's own index is in order already."""
-        if sort == "created" or any(t.via == "" for t in filters):
-            return ""  # (a job-id prefix: its primary-key range is small or the planner's)
-        counts = []
-        for t in filters:
-            (n,) = self._fetch(f"SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY {t.via} "
-                               f"WHERE {t.sql} LIMIT {PLAN_ROWS})", t.params)[0]
-            counts.append((int(n), t.via))
-        fewest, index = min(counts)
-        return f"INDEXED BY {index if fewest < PLAN_ROWS else SORT_INDEX[sort]}"
+    def _page_sql(self, column: str, order: str, conds: str, via: str | None) -> str:
+        """SQLite reads the index the plan names (INDEXED BY): without STAT4 its statistics
+        know a column's average rows per value, and its own plan for a rare type sorted by next
+        run walked the sort's index through the whole table."""
+        return (f"SELECT {column}, job_id FROM jobs {f'INDEXED BY {via}' if via else ''} "
+                f"WHERE {conds} ORDER BY {column} {order}, job_id {order} LIMIT ?")
 
     def _fetch(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:

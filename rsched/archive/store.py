@@ -116,6 +116,8 @@ _PREFIX_COLUMNS = ("job_id", "job_type", "idem_key")
 _FILTER_INDEX = {"job_type": "jobs_type", "queue": "jobs_queue", "status": "jobs_status"}
 _PREFIX_INDEX = {"job_id": "", "job_type": "jobs_type", "idem_key": "jobs_idem"}
 SORT_INDEX = {"nextRun": "jobs_next", "created": "jobs_created", "lastRun": "jobs_last"}
+PLAN_ROWS = 20_000
+"""A filter sorted by next or last run sorts its matches when fewer match (Store._plan)."""
 
 
 class Term(NamedTuple):
@@ -305,13 +307,41 @@ class Store(ABC):
         found: set[tuple[int, str]] = set()
         for branch in branches:
             filters = terms + branch
-            hint = self._index_hint(sort, filters) if filters else ""
+            via = self._plan(sort, filters)
             conds = " AND ".join([t.sql for t in filters] + keyset) or "1 = 1"
-            rows = self._fetch(f"SELECT {column}, job_id FROM jobs {hint} WHERE {conds} "
-                               f"ORDER BY {column} {order}, job_id {order} LIMIT ?",
+            rows = self._fetch(self._page_sql(column, order, conds, via),
                                [*(p for t in filters for p in t.params), *key_params, limit])
             found.update((int(k), str(j)) for k, j in rows)
         return sorted(found, reverse=desc)[:limit]
+
+    def _plan(self, sort: str, filters: list[Term]) -> str | None:
+        """The index a filtered page sorted by next or last run reads: its filter's (the one
+        with the fewest matches), whose matches are then sorted, when fewer than PLAN_ROWS
+        match; else the sort's, skipping the rows that do not match.  Each filter's matches
+        are counted up to PLAN_ROWS, from its index alone.  Neither store's statistics tell a
+        rare value from a common one well enough to choose every time (Postgres's estimate
+        moved with the cursor at 10M rows: a page now and then walked millions of rows).  None:
+        the query as it is (by creation, a filter's index is in order already; a job-id prefix
+        is a range of the primary key)."""
+        if not filters or sort == "created" or any(t.via == "" for t in filters):
+            return None
+        counts = []
+        for t in filters:
+            (n,) = self._fetch(f"SELECT count(*) FROM (SELECT 1 FROM jobs WHERE {t.sql} "
+                               f"LIMIT {PLAN_ROWS}) c", t.params)[0]
+            counts.append((int(n), t.via))
+        fewest, via = min(counts)
+        return via if fewest < PLAN_ROWS else SORT_INDEX[sort]
+
+    def _page_sql(self, column: str, order: str, conds: str, via: str | None) -> str:
+        """A page's query (parameters: the conditions', then the limit) reading ``via``: a
+        filter's index as a subquery the planner keeps (OFFSET 0) and sorts, or the sort's
+        index the planner walks by itself."""
+        if via is None or via in SORT_INDEX.values():
+            return (f"SELECT {column}, job_id FROM jobs WHERE {conds} "
+                    f"ORDER BY {column} {order}, job_id {order} LIMIT ?")
+        return (f"SELECT {column}, job_id FROM (SELECT {column}, job_id FROM jobs WHERE {conds} "
+                f"OFFSET 0) m ORDER BY {column} {order}, job_id {order} LIMIT ?")
 
     # --- the job index's housekeeping (job_index.IndexScan, job_index.IndexSweep) -------------
 
@@ -342,11 +372,6 @@ class Store(ABC):
         """Keep ``value`` under ``name`` in job_index_meta."""
         self._write(SET_MARK, [(name, value)])
 
-    def _index_hint(self, sort: str, filters: list[Term]) -> str:
-        """What follows ``FROM jobs`` to steer a filtered listing's plan ('' by default: the
-        planner picks from its statistics)."""
-        return ""
-
     def __enter__(self) -> Store:
         return self
 
@@ -355,6 +380,6 @@ class Store(ABC):
 
 
 __all__ = ["DAY_MS", "DEFAULT_URL", "DROP_JOB", "ENV_URL", "INSERT_JOBS", "JOBS_CONFLICT",
-           "JobQuery", "Migration", "Prepared", "SET_MARK", "SORTS", "SORT_INDEX", "Store",
-           "StoreUnavailable", "Term",
+           "JobQuery", "Migration", "PLAN_ROWS", "Prepared", "SET_MARK", "SORTS", "SORT_INDEX",
+           "Store", "StoreUnavailable", "Term",
            "archive_url", "migrations", "redact", "sqlite_path"]

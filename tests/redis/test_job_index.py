@@ -20,6 +20,7 @@ from support.helpers import Rig, settings
 from rsched import App, JobContext
 from rsched.api.app import create_app
 from rsched.archive import Archiver, ArchiverConfig, Store
+from rsched.archive import store as store_module
 from rsched.archive.job_index import NO_NEXT_MS
 from rsched.cli.main import cli
 from rsched.client import Client
@@ -127,19 +128,24 @@ FILTERS = [JobFilter(), JobFilter(type="rare"), JobFilter(queue="default"),
 
 
 def test_every_filter_and_sort_walks_each_matching_job_once_in_order(
-    indexed: Client, r: redis.Redis, redis_url: str, store: Store  # noqa: F811
+    indexed: Client, r: redis.Redis, redis_url: str, store: Store,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ids = _make_jobs(indexed, r, redis_url)
     archive_all(r, store, indexed.partitions)
     now = current(indexed, ids)
     assert {lr.status for _, lr in now.values()} >= {"succeeded", "dead", None}
-    for flt in FILTERS:
-        for sort in ("nextRun", "created", "lastRun"):
-            want = sorted((sort_key(sort, j, lr) for j, lr in now.values()
-                           if flt.matches(j, lr)), reverse=sort != "nextRun")
-            for limit in (1, 4, 50):
-                got = [j.id for page in walk(indexed, flt, sort, limit) for j in page]
-                assert got == [job_id for _, job_id in want], (flt, sort, limit)
+    # Both plans of a filter sorted by next or last run: its matches sorted (few match), and
+    # the sort's index walked (many match: more than PLAN_ROWS).
+    for plan_rows in (20_000, 2):
+        monkeypatch.setattr(store_module, "PLAN_ROWS", plan_rows)
+        for flt in FILTERS:
+            for sort in ("nextRun", "created", "lastRun"):
+                want = sorted((sort_key(sort, j, lr) for j, lr in now.values()
+                               if flt.matches(j, lr)), reverse=sort != "nextRun")
+                for limit in (1, 4, 50):
+                    got = [j.id for page in walk(indexed, flt, sort, limit) for j in page]
+                    assert got == [job_id for _, job_id in want], (flt, sort, limit, plan_rows)
     # The default sort is creation, newest first (the job id breaking ties); a search also
     # matches idempotency keys.
     found = [j for page in walk(indexed, JobFilter(q="order-01"), None, 2) for j in page]

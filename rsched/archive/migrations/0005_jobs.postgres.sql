@@ -23,20 +23,20 @@ CREATE TABLE jobs (
     sid_seq         bigint NOT NULL
 );
 
--- Listings: one index per sort (next run, creation, last run), and one per filter, in
--- creation order.  A page of a filter reads its filter's index (sorting its matches when
--- sorted otherwise: cheap while they are few) or walks a sort's index skipping rows that do
--- not match (cheap when many do): the planner picks by the table's statistics.  Each index
--- is one more write per changed row, which the archiver pays for every job it reads.  Prefix
--- search (?q=) reads ranges of job_id (the primary key), job_type (its index's first column)
--- and idem_key.
+-- Listings: one index per sort (next run, creation, last run), and one per filter in creation
+-- order that also holds the other two sort keys.  A page of a filter sorted by next or last run
+-- reads its filter's index alone and sorts the matches while they are few, or walks the sort's
+-- index skipping rows that do not match when they are many (Store._plan counts them).  Each
+-- index is one more write per changed row, which the archiver pays for every job it reads.
+-- Prefix search (?q=) reads ranges of job_id (the primary key), job_type (its index's first
+-- column) and idem_key.
 CREATE INDEX jobs_next ON jobs (next_ms, job_id);
 CREATE INDEX jobs_created ON jobs (created_ms, job_id);
 CREATE INDEX jobs_last ON jobs (last_run_ms, job_id);
-CREATE INDEX jobs_type ON jobs (job_type, created_ms, job_id);
-CREATE INDEX jobs_queue ON jobs (queue, created_ms, job_id);
-CREATE INDEX jobs_status ON jobs (status, created_ms, job_id);
-CREATE INDEX jobs_lastrun ON jobs (last_run_status, created_ms, job_id);
+CREATE INDEX jobs_type ON jobs (job_type, created_ms, job_id) INCLUDE (next_ms, last_run_ms);
+CREATE INDEX jobs_queue ON jobs (queue, created_ms, job_id) INCLUDE (next_ms, last_run_ms);
+CREATE INDEX jobs_status ON jobs (status, created_ms, job_id) INCLUDE (next_ms, last_run_ms);
+CREATE INDEX jobs_lastrun ON jobs (last_run_status, created_ms, job_id) INCLUDE (next_ms, last_run_ms);
 CREATE INDEX jobs_idem ON jobs (idem_key) WHERE idem_key IS NOT NULL;
 
 -- What the archiver's housekeeping of the index knows: 'scanned_ms', when a scan of every job
