@@ -139,10 +139,12 @@ class SqliteStore(Store):
                 self._reset()
                 raise StoreUnavailable(f"sqlite {self.path}: {e}") from e
 
-    def _page_sql(self, column: str, order: str, conds: str, via: str | None) -> str:
+    def _page_sql(self, column: str, order: str, filters: list[str], keyset: list[str],
+                  via: str | None) -> str:
         """SQLite reads the index the plan names (INDEXED BY): without STAT4 its statistics
         know a column's average rows per value, and its own plan for a rare type sorted by next
         run walked the sort's index through the whole table."""
+        conds = " AND ".join(filters + keyset) or "1 = 1"
         return (f"SELECT {column}, job_id FROM jobs {f'INDEXED BY {via}' if via else ''} "
                 f"WHERE {conds} ORDER BY {column} {order}, job_id {order} LIMIT ?")
 

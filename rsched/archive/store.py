@@ -308,9 +308,8 @@ class Store(ABC):
         for branch in branches:
             filters = terms + branch
             via = self._plan(sort, filters)
-            conds = " AND ".join([t.sql for t in filters] + keyset) or "1 = 1"
-            rows = self._fetch(self._page_sql(column, order, conds, via),
-                               [*(p for t in filters for p in t.params), *key_params, limit])
+            sql = self._page_sql(column, order, [t.sql for t in filters], keyset, via)
+            rows = self._fetch(sql, [*(p for t in filters for p in t.params), *key_params, limit])
             found.update((int(k), str(j)) for k, j in rows)
         return sorted(found, reverse=desc)[:limit]
 
@@ -333,15 +332,20 @@ class Store(ABC):
         fewest, via = min(counts)
         return via if fewest < PLAN_ROWS else SORT_INDEX[sort]
 
-    def _page_sql(self, column: str, order: str, conds: str, via: str | None) -> str:
-        """A page's query (parameters: the conditions', then the limit) reading ``via``: a
-        filter's index as a subquery the planner keeps (OFFSET 0) and sorts, or the sort's
-        index the planner walks by itself."""
+    def _page_sql(self, column: str, order: str, filters: list[str], keyset: list[str],
+                  via: str | None) -> str:
+        """A page's query (parameters: the filters', the keyset's, then the limit) reading
+        ``via``: a filter's matches as a subquery the planner keeps apart (OFFSET 0), then
+        sorted, or the sort's index, which the planner walks by itself."""
         if via is None or via in SORT_INDEX.values():
+            conds = " AND ".join(filters + keyset) or "1 = 1"
             return (f"SELECT {column}, job_id FROM jobs WHERE {conds} "
                     f"ORDER BY {column} {order}, job_id {order} LIMIT ?")
-        return (f"SELECT {column}, job_id FROM (SELECT {column}, job_id FROM jobs WHERE {conds} "
-                f"OFFSET 0) m ORDER BY {column} {order}, job_id {order} LIMIT ?")
+        # The keyset outside: inside, it let Postgres walk the sort's index again.
+        after = " AND ".join(keyset) or "1 = 1"
+        return (f"SELECT {column}, job_id FROM (SELECT {column}, job_id FROM jobs "
+                f"WHERE {' AND '.join(filters)} OFFSET 0) m WHERE {after} "
+                f"ORDER BY {column} {order}, job_id {order} LIMIT ?")
 
     # --- the job index's housekeeping (job_index.IndexScan, job_index.IndexSweep) -------------
 
