@@ -122,11 +122,15 @@ PLAN_ROWS = 20_000
 
 class Term(NamedTuple):
     """One condition of a listing: the index that reads it ('' the primary key), its SQL
-    (``?`` placeholders) and parameters."""
+    (``?`` placeholders) and parameters; ``equal`` for one value (its index then holds its
+    matches in creation order), False for a prefix's range."""
 
     via: str
     sql: str
     params: list[Any]
+    equal: bool = True
+
+
 _MAX_CHAR = 0x10FFFF
 
 
@@ -295,7 +299,7 @@ class Store(ABC):
             branches = [[Term("jobs_lastrun", "last_run_status = ?", [s])]
                         for s in query.last_run]
         if query.prefix:
-            ranges = [Term(_PREFIX_INDEX[c], *_prefix_range(c, query.prefix))
+            ranges = [Term(_PREFIX_INDEX[c], *_prefix_range(c, query.prefix), equal=False)
                       for c in _PREFIX_COLUMNS]
             branches = [b + [r] for b in branches for r in ranges]
         keyset: list[str] = []
@@ -314,15 +318,17 @@ class Store(ABC):
         return sorted(found, reverse=desc)[:limit]
 
     def _plan(self, sort: str, filters: list[Term]) -> str | None:
-        """The index a filtered page sorted by next or last run reads: its filter's (the one
-        with the fewest matches), whose matches are then sorted, when fewer than PLAN_ROWS
-        match; else the sort's, skipping the rows that do not match.  Each filter's matches
+        """The index a filtered page reads when its order is not its filter index's own (sorted
+        by next or last run, or a prefix by creation): its filter's (the one with the fewest
+        matches), whose matches are then sorted, when fewer than PLAN_ROWS match; else the
+        sort's, skipping the rows that do not match.  Each filter's matches
         are counted up to PLAN_ROWS, from its index alone.  Neither store's statistics tell a
         rare value from a common one well enough to choose every time (Postgres's estimate
         moved with the cursor at 10M rows: a page now and then walked millions of rows).  None:
-        the query as it is (by creation, a filter's index is in order already; a job-id prefix
-        is a range of the primary key)."""
-        if not filters or sort == "created" or any(t.via == "" for t in filters):
+        the query as it is (by creation, an equal filter's index is in order already; a job-id
+        prefix is a range of the primary key)."""
+        if (not filters or any(t.via == "" for t in filters)
+                or (sort == "created" and any(t.equal for t in filters))):
             return None
         counts = []
         for t in filters:
