@@ -17,6 +17,7 @@ from rsched.archive.events import COLUMNS, Entry, decode_flat
 from rsched.archive.job_index import JOB_COLUMNS, JobChanges
 from rsched.archive.store import (
     JOBS_CONFLICT,
+    PRIMARY_KEY,
     SCHEMA_MIGRATIONS,
     Prepared,
     Store,
@@ -145,6 +146,8 @@ class SqliteStore(Store):
         know a column's average rows per value, and its own plan for a rare type sorted by next
         run walked the sort's index through the whole table."""
         conds = " AND ".join(filters + keyset) or "1 = 1"
+        if via == PRIMARY_KEY:
+            via = "sqlite_autoindex_jobs_1"  # job_id TEXT PRIMARY KEY's
         return (f"SELECT {column}, job_id FROM jobs {f'INDEXED BY {via}' if via else ''} "
                 f"WHERE {conds} ORDER BY {column} {order}, job_id {order} LIMIT ?")
 

@@ -114,14 +114,15 @@ run first; each with job_id (in the same direction) breaking ties."""
 _PREFIX_COLUMNS = ("job_id", "job_type", "idem_key")
 # The index (migrations/0005_jobs) whose first column each filter and prefix reads.
 _FILTER_INDEX = {"job_type": "jobs_type", "queue": "jobs_queue", "status": "jobs_status"}
-_PREFIX_INDEX = {"job_id": "", "job_type": "jobs_type", "idem_key": "jobs_idem"}
+PRIMARY_KEY = "jobs_pkey"  # Postgres's name; SQLite's is its own (SqliteStore)
+_PREFIX_INDEX = {"job_id": PRIMARY_KEY, "job_type": "jobs_type", "idem_key": "jobs_idem"}
 SORT_INDEX = {"nextRun": "jobs_next", "created": "jobs_created", "lastRun": "jobs_last"}
 PLAN_ROWS = 20_000
 """A filter sorted by next or last run sorts its matches when fewer match (Store._plan)."""
 
 
 class Term(NamedTuple):
-    """One condition of a listing: the index that reads it ('' the primary key), its SQL
+    """One condition of a listing: the index that reads it, its SQL
     (``?`` placeholders) and parameters; ``equal`` for one value (its index then holds its
     matches in creation order), False for a prefix's range."""
 
@@ -325,10 +326,8 @@ class Store(ABC):
         are counted up to PLAN_ROWS, from its index alone.  Neither store's statistics tell a
         rare value from a common one well enough to choose every time (Postgres's estimate
         moved with the cursor at 10M rows: a page now and then walked millions of rows).  None:
-        the query as it is (by creation, an equal filter's index is in order already; a job-id
-        prefix is a range of the primary key)."""
-        if (not filters or any(t.via == "" for t in filters)
-                or (sort == "created" and any(t.equal for t in filters))):
+        the query as it is (by creation, an equal filter's index is in order already)."""
+        if not filters or (sort == "created" and any(t.equal for t in filters)):
             return None
         counts = []
         for t in filters:
@@ -390,6 +389,6 @@ class Store(ABC):
 
 
 __all__ = ["DAY_MS", "DEFAULT_URL", "DROP_JOB", "ENV_URL", "INSERT_JOBS", "JOBS_CONFLICT",
-           "JobQuery", "Migration", "PLAN_ROWS", "Prepared", "SET_MARK", "SORTS", "SORT_INDEX",
-           "Store", "StoreUnavailable", "Term",
-           "archive_url", "migrations", "redact", "sqlite_path"]
+           "JobQuery", "Migration", "PLAN_ROWS", "PRIMARY_KEY", "Prepared", "SET_MARK", "SORTS",
+           "SORT_INDEX", "Store", "StoreUnavailable", "Term", "archive_url", "migrations",
+           "redact", "sqlite_path"]
