@@ -1,6 +1,7 @@
-"""Archive benchmark: events streams -> Postgres through `rsched archiver` processes.
+"""Archive benchmark: events streams -> Postgres (or SQLite) through `rsched archiver` processes.
 
-A private redis-server and a fresh Postgres database (created and dropped here).  Events are
+A private redis-server and a fresh Postgres database (created and dropped here), or with
+``--store sqlite`` a SQLite file in a temporary directory.  Events are
 written by a Lua script, as the engine's own scripts write them: dispatched, started, then
 succeeded (90%) or failed, with types, workers, durations, results and errors.
 Phase 1 (drain): N events (default 200,000) across 16 partitions wait in Redis; the archivers
@@ -13,6 +14,7 @@ counts the job index's rows (one per run's job: every run here has a job of its 
 last line of JSON.
 
     .venv/bin/python loadtest/bench_archive.py [--events 200000] [--archivers 1] [--rate 20000]
+        [--store postgres|sqlite] [--events-only]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -39,6 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from support.redis_server import RedisServer  # noqa: E402
 
 from rsched.archive.lag import archive_lag  # noqa: E402
+from rsched.archive.stores import open_store  # noqa: E402
 from rsched.rdb import keys  # noqa: E402
 
 PARTITIONS = 16
@@ -143,11 +147,25 @@ def redis_cpu_s(r: redis.Redis) -> float:
 
 
 def backend_pids(pg_url: str) -> list[int]:
-    """The Postgres server processes serving the archivers' connections."""
+    """The Postgres server processes serving the archivers' connections (none for SQLite)."""
+    if pg_url.startswith("sqlite"):
+        return []
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                             "AND pid <> pg_backend_pid()").fetchall()
     return [int(pid) for (pid,) in rows]
+
+
+def counts(url: str) -> tuple[int, int, int]:
+    """Events rows, distinct event ids, job-index rows."""
+    store = open_store(url)
+    try:
+        ((rows, distinct),) = store.fetchall(
+            "SELECT count(*), count(DISTINCT sid_ms || '-' || sid_seq || '-' || part) FROM events")
+        ((indexed,),) = store.fetchall("SELECT count(*) FROM jobs")
+        return int(rows), int(distinct), int(indexed)
+    finally:
+        store.close()
 
 
 def wait_drained(r: redis.Redis, total: int, timeout_s: float
@@ -179,6 +197,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2000, help="events per partition per round")
     ap.add_argument("--rate", type=float, default=20_000, help="phase 2 events/s (0 = skip)")
     ap.add_argument("--seconds", type=float, default=10.0, help="phase 2 length")
+    ap.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
     ap.add_argument("--events-only", action="store_true",
                     help="write no job or run hashes: the job index reads nothing and deletes")
     ap.add_argument("--pg-admin-dsn", default=os.environ.get(
@@ -186,9 +205,13 @@ def main() -> None:
     args = ap.parse_args()
 
     db = f"rsched_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
-    pg_url = urlsplit(args.pg_admin_dsn)._replace(path=f"/{db}").geturl()
+    tmp = tempfile.TemporaryDirectory(prefix="rsched-bench-archive-")
+    if args.store == "postgres":
+        with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+        pg_url = urlsplit(args.pg_admin_dsn)._replace(path=f"/{db}").geturl()
+    else:
+        pg_url = f"sqlite:///{tmp.name}/archive.db"
     server = RedisServer()
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -213,10 +236,7 @@ def main() -> None:
         }
         cpu = {k: round(v, 1) for k, v in cpu.items()}
         print(f"cpu: {cpu}", file=sys.stderr)
-        with psycopg.connect(pg_url) as conn:
-            rows, distinct = conn.execute(
-                "SELECT count(*), count(DISTINCT (sid_ms, sid_seq, part)) FROM events").fetchone()
-            (indexed,) = conn.execute("SELECT count(*) FROM jobs").fetchone()
+        rows, distinct, indexed = counts(pg_url)
         # drain_s includes process start-up and migrations: a conservative rate
         drain_rate = events / drain_s
         print(f"drained {events} events in {drain_s:.2f} s: {drain_rate:,.0f} events/s; "
@@ -250,15 +270,11 @@ def main() -> None:
                 "live_catch_up_after_producer_s": round(tail_s, 3),
             }
             print(f"live: {live}", file=sys.stderr)
-            with psycopg.connect(pg_url) as conn:
-                rows, distinct = conn.execute(
-                    "SELECT count(*), count(DISTINCT (sid_ms, sid_seq, part)) FROM events"
-                ).fetchone()
-                (indexed,) = conn.execute("SELECT count(*) FROM jobs").fetchone()
+            rows, distinct, indexed = counts(pg_url)
         expected = events + live_events
         result = {
-            "events": events, "archivers": args.archivers, "partitions": PARTITIONS,
-            "batch_per_partition": args.batch,
+            "events": events, "store": args.store, "archivers": args.archivers,
+            "partitions": PARTITIONS, "batch_per_partition": args.batch,
             "drain_events_per_s": round(drain_rate), "drain_s": round(drain_s, 3),
             "drain_steady_events_per_s": round(steady or 0), **cpu,
             "load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
@@ -277,9 +293,11 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
         server.close()
-        with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(db)))
+        tmp.cleanup()
+        if args.store == "postgres":
+            with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
+                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(db)))
 
 
 if __name__ == "__main__":
