@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -189,6 +190,10 @@ def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queu
         click.echo("note: no run-history archive (RSCHED_ARCHIVE_URL), so no job index: "
                    "listed by scanning every job in Redis, in no order; a page may hold "
                    "fewer jobs than --limit", err=True)
+    if not page.indexed:  # a scan's page comes in no order: newest first, as the dashboard
+        pairs = sorted(zip(page.jobs, page.last_runs, strict=True),
+                       key=lambda p: (p[0].created_ms, p[0].id), reverse=True)
+        page = replace(page, jobs=[j for j, _ in pairs], last_runs=[lr for _, lr in pairs])
     answer = listing_json(page)
     if as_json:
         print_json(answer)
