@@ -10,6 +10,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed  # rsched and what running it needs (`make demo`)
 TEST_STAMP := $(VENV)/.installed-test  # plus the test extras (pytest, Playwright, mypy...)
+DOCS_STAMP := $(VENV)/.installed-docs  # plus the docs site's tools (MkDocs, Material...)
 # `make demo PORT=8700` or `PORT=8700 make demo`: the API and dashboard port (default 8600).
 PORT ?=
 # The lowest redis-py that pyproject.toml allows (a test holds the two equal), and the tests that
@@ -27,6 +28,7 @@ FLOOR_TESTS := tests/unit/test_runner.py \
 	tests/processes/test_cluster.py tests/processes/test_stale_worker.py \
 	tests/processes/test_failover.py
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export NO_MKDOCS_2_WARNING := 1  # Material's notice about its successor, on every build
 
 # $(call need,COMMAND,DEBIAN_PACKAGE): install the package from Debian when COMMAND is missing,
 # as root or with password-less sudo; otherwise stop with one line saying what to install.
@@ -52,7 +54,8 @@ define need
 }
 endef
 
-.PHONY: venv test-venv redis chromium test test-fast test-redis-floor bench demo lint clean chaos
+.PHONY: venv test-venv redis chromium test test-fast test-redis-floor bench demo lint clean chaos \
+	docs docs-serve
 
 venv: $(STAMP)
 test-venv: $(TEST_STAMP)
@@ -69,13 +72,18 @@ $(TEST_STAMP): $(STAMP) constraints-test.txt
 	$(VPY) -m pip install --quiet -e '.[test]' -c constraints-test.txt
 	touch $@
 
+# The docs site's tools (also among the test extras): what `make docs` needs on a fresh clone.
+$(DOCS_STAMP): $(STAMP) constraints-test.txt
+	$(VPY) -m pip install --quiet -e '.[docs]' -c constraints-test.txt
+	touch $@
+
 redis:
 	$(call need,redis-server,redis-server)
 
 chromium:
 	$(call need,chromium,chromium)
 
-test: test-venv redis chromium lint
+test: test-venv redis chromium lint docs
 	$(VPY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) test-redis-floor
 
@@ -99,10 +107,18 @@ test-redis-floor: $(FLOOR_VENV)/.installed-$(REDIS_PY_FLOOR) redis
 bench: test-venv redis
 	$(VPY) loadtest/bench_engine.py --cluster
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link, an unknown
+# anchor or a page left out of the nav fails.  `make test` runs it (a few seconds).
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
+
+docs-serve: $(DOCS_STAMP)
+	$(VENV)/bin/mkdocs serve
+
 demo: venv redis
 	$(VENV)/bin/rsched dev $(if $(PORT),--port $(PORT))
 
-# The long fault-checker run (README "Fault checker"): CHAOS_SEEDS one after another, each
+# The long fault-checker run (docs/internals/fault-checker.md): CHAOS_SEEDS one after another, each
 # CHAOS_DURATION seconds of load and faults, then draining and analysis (4 x 150 s: ~12 min),
 # then CHAOS_CLUSTER_SEEDS on a 3-master + 3-replica Redis Cluster with master kills (~3 min).
 # JSON reports on stdout and in tests/artifacts/chaos-report.json and chaos-cluster-report.json,
@@ -120,10 +136,10 @@ chaos: test-venv redis
 		| tee tests/artifacts/chaos-cluster-report.json
 
 lint: test-venv
-	$(VENV)/bin/ruff check rsched tests loadtest chaos
+	$(VENV)/bin/ruff check rsched tests loadtest chaos docs/hooks.py
 	$(VENV)/bin/mypy
 	MYPYPATH=tests $(VENV)/bin/mypy chaos
 
 clean:
-	rm -rf $(VENV) $(FLOOR_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/artifacts
+	rm -rf $(VENV) $(FLOOR_VENV) build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache tests/artifacts
 	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

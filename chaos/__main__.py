@@ -30,13 +30,17 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--redis", choices=REDIS_KINDS, default="single",
                        help="single: one AOF redis-server; cluster: 3 masters + 3 replicas, "
                             "masters killed with -9")
+        s.add_argument("--limit-keys", type=int, default=0,
+                       help="one in five one-off jobs names one of this many limit keys, each "
+                            "allowed 2 runs at once (docs/limits.md)")
         s.add_argument("--out", type=Path, default=None, help="keep logs and report here")
     args = p.parse_args(argv)
     seeds = [args.seed] if args.cmd == "run" else [int(x) for x in args.seeds.split(",")]
     reports = []
     for seed in seeds:
         cfg = RunConfig(seed=seed, duration_s=args.duration, rate_per_s=args.rate,
-                        drain_s=args.drain, faults=not args.no_faults, redis=args.redis)
+                        drain_s=args.drain, faults=not args.no_faults, redis=args.redis,
+                        limit_keys=args.limit_keys)
         name = f"seed-{seed}" if args.redis == "single" else f"{args.redis}-seed-{seed}"
         out = args.out / name if args.out else None
         report = Run(cfg, out).execute()

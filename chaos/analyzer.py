@@ -1,6 +1,6 @@
 """The analyzer: what was acknowledged, what ran (the sink), what Redis says; one JSON report.
 
-Definitions (README "Fault checker" says the same):
+Definitions (docs/internals/fault-checker.md says the same):
 
 * lost: an acknowledged one-off job that never ran to success and is not dead-lettered.  Lost
   inside the AOF window: a lost job that Redis no longer knows, acknowledged after the
@@ -19,6 +19,11 @@ Definitions (README "Fault checker" says the same):
   outcome names a worker and attempt that the sink shows no matching execution for, or one
   that an execution with a newer attempt had started before it ended (machine losses excepted:
   they reissue attempt numbers).
+* limits (a run with --limit-keys): no key's runs execute more than its limit at once, by the
+  sink's times (an execution a kill cut short ends at the kill; one of a duplicate pair that a
+  stall, freeze, dropped connection or Redis fault disturbed while it ran or within the
+  visibility timeout before it began is left out, explained), and no slot is left held once
+  everything has ended.
 * cron: occurrences from each job's first until 3 s before it was paused; a missing one is
   explained only by its job's catch-up window: the next occurrence that ran was dispatched more
   than the window after it (half the jobs keep the default 60 s window, so a fault must delay
@@ -34,7 +39,7 @@ from rsched import Client, NotFound
 from rsched.core.cron import parse_cron
 from rsched.core.models import partition_of
 
-from .faults import Faults
+from .faults import INF, Faults
 from .history import History, stale_writes
 from .load import Ack
 from .sink import Execution
@@ -45,7 +50,7 @@ SLACK_MS = 1500
 
 # appendfsync everysec: while a background fsync runs, Redis postpones write()ing its AOF buffer
 # for up to 2 s of its second-granularity clock and still replies, so a kill -9 alone can undo
-# what it acknowledged in the last < 3 s (README "The AOF window, honestly").
+# what it acknowledged in the last < 3 s (docs/internals/fault-checker.md, "The AOF window").
 KILL_UNWRITTEN_MS = 3000
 
 
@@ -167,6 +172,71 @@ class Analyzer:
         return {"count": sum(explained.values()) + len(unexplained), "runs": runs,
                 "explained": sum(explained.values()), "explained_by": dict(explained),
                 "unexplained": len(unexplained), "unexplained_examples": unexplained[:EXAMPLES]}
+
+    # --- limits ----------------------------------------------------------------------------
+
+    def limits(self, limit: int, left: dict[str, tuple[int, int]]) -> dict[str, Any]:
+        """Per limit key (acknowledged jobs that named one): the most executions of its runs at
+        once, from the sink's start and end times.  An execution a kill cut short ends at the
+        kill; one of a duplicate pair (as duplicates() counts them), whose worker (or Redis) a
+        stall, freeze or dropped connection disturbed while it ran or within the visibility
+        timeout before it began, is left out, explained: its run may have been reclaimed
+        meanwhile while its handler still ran (at least once); one with
+        neither a finish nor a kill is left out and counted (unfinished).  ``left``: each key's
+        slots held and runs waiting once everything has ended (both 0 unless a slot leaked)."""
+        by_key: dict[str, list[Execution]] = {}
+        for a in self.acks:
+            if a.limit_key:
+                by_key.setdefault(a.limit_key, []).extend(self.x.get(a.run_id, ()))
+        doubled = {y.id for xs in self.x.values() for prev, nxt in zip(xs, xs[1:], strict=False)
+                   if prev.ok is not False for y in (prev, nxt)}
+        most: dict[str, int] = {}
+        over: list[dict[str, Any]] = []
+        explained = unfinished = 0
+        for key, xs in sorted(by_key.items()):
+            edges: list[tuple[float, int, Execution]] = []
+            for x in xs:
+                kills = [f.lo_ms for f in self.faults.all if f.op.startswith("kill_")
+                         and f.process == x.worker and f.lo_ms >= x.started_ms]
+                end = x.ended_ms if x.ended_ms is not None else min(kills, default=INF)
+                if end == INF:  # no finish and no kill: its end is unknown, it is left out
+                    unfinished += 1
+                    continue
+                # One of a duplicate pair (duplicates: an execution after one that did not
+                # fail), disturbed while it ran or shortly before it began: a worker runs an
+                # entry it read at once, and one it held through a stall may run after its run
+                # was reclaimed.  Any other execution is always counted.
+                lo = x.started_ms - self.visibility_ms - SLACK_MS
+                if x.id in doubled and any(
+                        f.process in (None, x.worker) and not f.op.startswith("kill_")
+                        and f.lo_ms <= end and f.hi_ms >= lo for f in self.faults.all):
+                    explained += 1
+                    continue
+                # Within one ms (the sink's resolution), ends come first: a slot is freed by the
+                # report after its handler's end, and the next run starts after that; a run that
+                # started and ended within the ms overlaps what ran on from before it.
+                if end <= x.started_ms:
+                    edges += [(x.started_ms, 1, x), (x.started_ms, 2, x)]
+                else:
+                    edges += [(x.started_ms, 3, x), (end, 0, x)]
+            top = 0
+            running: dict[str, Execution] = {}
+            for _, kind, x in sorted(edges, key=lambda e: (e[0], e[1])):
+                if kind in (0, 2):
+                    running.pop(x.id, None)
+                    continue
+                running[x.id] = x
+                if len(running) > top:
+                    top = len(running)
+                    if top > limit:
+                        over.append({"key": key, "at_once": top, "executions": [
+                            {"run": y.run_id, **_row(y)} for y in running.values()]})
+            most[key] = top
+        leaked = {k: v for k, v in left.items() if v != (0, 0)}
+        return {"keys": len(by_key), "limit": limit, "most_at_once": most,
+                "over_limit": len(over), "over_limit_examples": over[:EXAMPLES],
+                "explained_executions": explained, "unfinished_executions": unfinished,
+                "left_in_flight": leaked}
 
     # --- stale writes and agreement ------------------------------------------------------
 

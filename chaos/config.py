@@ -45,6 +45,10 @@ class RunConfig:
     node_timeout_ms: int = 2000  # cluster-node-timeout: failure detection before an election
     lag_s: tuple[float, float] = (1.0, 2.0)  # a master's replica paused this long before its kill
     wait_timeout_ms: int = 300  # RSCHED_WAIT_TIMEOUT_MS of the cluster run's processes
+    # Limits (docs/limits.md): with limit_keys > 0, one in five one-off jobs names one of that
+    # many keys of the family chaos-*, which allows limit_concurrency runs of each at once.
+    limit_keys: int = 0
+    limit_concurrency: int = 2
 
     def __post_init__(self) -> None:
         if self.redis not in REDIS_KINDS:

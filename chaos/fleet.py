@@ -171,7 +171,7 @@ class Fleet:
         argv = [sys.executable, "-m", "chaos.load", "--redis-url", self.redis_url,
                 "--out", str(out), "--rate", str(c.rate_per_s), "--seed", str(c.seed),
                 "--slow-lo", str(c.slow_s[0]), "--slow-hi", str(c.slow_s[1]),
-                "--max-attempts", str(c.max_attempts)]
+                "--max-attempts", str(c.max_attempts), "--limit-keys", str(c.limit_keys)]
         err: IO[bytes]
         with open(self.out / "logs" / "load.log", "wb") as err:
             self.load = subprocess.Popen(argv, cwd=ROOT, env=self.env(self.redis_url),

@@ -15,14 +15,16 @@ from typing import Any
 import redis
 
 from rsched import Client, JobSpec
+from rsched.core.ids import partition_for_key
 from rsched.rdb import keys
+from rsched.rdb.limit_scripts import op_key_state
 
 from .analyzer import Analyzer
 from .config import CRON_EXPRS, CRON_WINDOWS, CRON_ZONES, RunConfig
 from .faults import Faults
 from .fleet import Fleet, now_ms
 from .history import read_history
-from .load import read_acks, read_refused
+from .load import LIMIT_FAMILY, Ack, read_acks, read_refused
 from .nemesis import Nemesis
 from .sink import LOG_KEY, read_executions
 
@@ -103,6 +105,8 @@ class Run:
             return all(pipe.execute())
 
         _wait(all_started, 40, "every dispatcher and worker to register", fleet)
+        if cfg.limit_keys:
+            client.set_limit(LIMIT_FAMILY, concurrency=cfg.limit_concurrency)
         self._schedule_crons(client)
         fleet.start_load(self.acks_path)
         nemesis = Nemesis(fleet, cfg, self.nemesis_path)
@@ -130,6 +134,9 @@ class Run:
                      vanished_is_lost=cfg.redis == "cluster")
         lost = a.lost()
         dups = a.duplicates()
+        limits = a.limits(cfg.limit_concurrency, _retrying(
+            lambda: self._limits_left(client, acks), "reading the limit keys")) \
+            if cfg.limit_keys else None
         stale = a.stale()
         agreement, stale_final = a.agreement()
         stale += stale_final
@@ -149,6 +156,7 @@ class Run:
                 "count": len(stale), "by_kind": dict(Counter(s["kind"] for s in stale)),
                 "examples": stale[:8]},
             "cron": a.cron(),
+            **({"limits": limits} if limits is not None else {}),
             "agreement": agreement,
             "exited_on_their_own": fleet.exits + (
                 [{"process": "load", "rc": fleet.load.returncode if fleet.load else None}]
@@ -173,11 +181,23 @@ class Run:
             failures.append("cron occurrences missing")
         if agreement["disagreements"]:
             failures.append("final state disagrees with the sink")
+        if limits is not None and limits["over_limit"]:
+            failures.append("a key ran more than its limit at once")
+        if limits is not None and limits["left_in_flight"]:
+            failures.append("limit slots left held")
         report["failures"] = failures
         report["ok"] = not failures
         sink.close()
         client.close()
         return report
+
+    def _limits_left(self, client: Client, acks: list[Ack]) -> dict[str, tuple[int, int]]:
+        """Each limit key's slots held and runs waiting now (once everything has ended)."""
+        out = {}
+        for key in sorted({a.limit_key for a in acks if a.limit_key}):
+            st = client.run(op_key_state(partition_for_key(key, self.cfg.partitions), key, 0))
+            out[key] = (st.in_flight, st.waiting)
+        return out
 
     def _schedule_crons(self, client: Client) -> None:
         rng = random.Random(self.cfg.seed)

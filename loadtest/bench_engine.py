@@ -281,7 +281,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--partitions", type=int, default=16)
     # No-op handlers end at once: what bounds a run is its round trips, and 1,000 runs in flight
     # let the worker's reads and reports go out in larger batches (500: ~13,400 jobs/s end to
-    # end on the 2-core VM, 1,000: ~15,500, 250: ~11,100; README, Performance).
+    # end on the 2-core VM, 1,000: ~15,500, 250: ~11,100; docs/performance-history.md).
     ap.add_argument("--concurrency", type=int, default=1000,
                     help="worker concurrency (runs in flight)")
     ap.add_argument("--aof", action="store_true", help="AOF everysec (default off)")

@@ -10,8 +10,11 @@ figure is Redis's instructions for those calls alone, divided by the jobs or run
 A complete call with no runs gives the script's fixed cost per call (its setup), which small
 batches pay per run.  Run the scripts of another checkout with --code DIR (before/after pairs
 on the same inputs); --keep DIR keeps each callgrind dump there, named after its row, for
-`callgrind_annotate --inclusive=yes` (where a script's instructions go).  Prints a table, then
-a last line of JSON.
+`callgrind_annotate --inclusive=yes` (where a script's instructions go).  --limit-key gives
+every job a limit key under a concurrency limit it never reaches (the cost of the check alone):
+each its own key of one family, or one shared key.  --backlog N first parks N runs of another,
+saturated key in the partition (the jobs measured then share it with that backlog).  Prints a
+table, then a last line of JSON.
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ ap.add_argument("--port", type=int, default=7391)
 ap.add_argument("--text", default="null", help="each run's result as the worker sends it")
 ap.add_argument("--keep", type=Path, default=None,
                 help="keep the callgrind dumps in this folder, one per row")
+ap.add_argument("--limit-key", choices=("none", "distinct", "one"), default="none",
+                help="give every job a limit key under a concurrency limit it never reaches: "
+                     "its own (distinct: the family k-*) or one shared key (one); checkouts "
+                     "without limits take only none")
+ap.add_argument("--backlog", type=int, default=0,
+                help="first park this many runs of one saturated key in the partition (they "
+                     "wait for its limit), to see what such a backlog costs the other jobs")
 A = ap.parse_args()
 sys.path.insert(0, str(A.code.resolve()))
 
@@ -131,8 +141,13 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
     client = Client(settings=s)
     now = int(time.time() * 1000)
     run_at = now + 3_600_000
-    jobs = client.schedule_many([JobSpec(type="noop", run_at=run_at, idempotency_key=k)
-                                 for k in ids_in_partition(JOBS)])
+    names = ids_in_partition(JOBS)
+    kw: list[dict[str, Any]] = [{} for _ in names]
+    if A.limit_key != "none":  # a limit no job reaches: the cost of the check, not of waiting
+        kw = [{"limit_key": k if A.limit_key == "distinct" else names[0]} for k in names]
+        client.set_limit("k-*" if A.limit_key == "distinct" else names[0], concurrency=10 * JOBS)
+    jobs = client.schedule_many([JobSpec(type="noop", run_at=run_at, idempotency_key=k, **x)
+                                 for k, x in zip(names, kw, strict=True)])
     assert not any(isinstance(j, Exception) for j in jobs), jobs[:2]
     client.close()
     stream = keys.stream(P, "default")
@@ -145,14 +160,17 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
     def ev(name: str, ks: list[Any], args: list[Any]) -> Any:
         return r.evalsha(scripts.load(name).sha, len(ks), *ks, *args)
 
-    due: list[bytes] = list(r.zrange(keys.due(P), 0, -1))  # type: ignore[arg-type]
     prefix = keys.job(P, "").encode()
 
-    def claim(once: list[bytes]) -> None:
+    def claim(once: list[bytes], dispatched: int | None = None) -> None:
         ks = [keys.lease(P), keys.due(P), keys.retry(P), keys.events(P), keys.stats(P), stream,
               *(prefix + m for m in once), keys.dead(P)]
         out = ev("claim", ks, ["d1", 7, t, 0, 1, 0, keys.GROUP, len(once), s.run_ttl_ms, *once])
-        assert int(out[0]) == len(once), out
+        assert int(out[0]) == (len(once) if dispatched is None else dispatched), out
+
+    if A.backlog:
+        park_backlog(r, s, now, claim)
+    due: list[bytes] = list(r.zrange(keys.due(P), 0, -1))  # type: ignore[arg-type]
 
     res: dict[str, float] = {}
     calls = [due[i:i + CLAIM_K] for i in range(0, CLAIM_CALLS * CLAIM_K, CLAIM_K)]
@@ -203,10 +221,29 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
     return res
 
 
+def park_backlog(r: redis.Redis, s: Settings, now: int,
+                 claim: Callable[[list[bytes], int], None]) -> None:
+    """A.backlog runs of one key of the partition, claimed while its one slot is held: each
+    waits in the key's waiting set (claim.lua), as a saturated key's backlog does."""
+    hot = next(f"hot-{i}" for i in range(10**6) if partition_for_key(f"hot-{i}", PARTITIONS) == P)
+    client = Client(settings=s)
+    client.set_limit(hot, concurrency=1)
+    r.sadd(keys.limit_running(P, hot), "held-elsewhere")
+    for c in range(0, A.backlog, 5000):
+        jobs = client.schedule_many([JobSpec(type="noop", run_at=now - 1000, limit_key=hot)
+                                     for _ in range(min(5000, A.backlog - c))])
+        assert not any(isinstance(j, Exception) for j in jobs), jobs[:2]
+        for k in range(0, len(jobs), 500):
+            claim([j.id.encode() for j in jobs[k:k + 500]], 0)  # type: ignore[union-attr]
+    client.close()
+    assert r.zcard(keys.limit_waiting(P, hot)) == A.backlog
+
+
 def print_results(res: dict[str, float]) -> None:
     for name, v in res.items():
         print(f"{name:36s} {v / 1000:8.1f}k")
-    print(json.dumps({"code": str(A.code), "text": A.text,
+    print(json.dumps({"code": str(A.code), "text": A.text, "limit_key": A.limit_key,
+                      "backlog": A.backlog,
                       "instructions": {k: round(v) for k, v in res.items()}}))
 
 

@@ -62,6 +62,17 @@ then per item 8 values: kind, job id, run id, score, expected, next_ms, next_sco
   kind 'r' (retry, replay or trigger of a run, or a buffered run let go): score = its due ms
            in the retry set; a retry of a run asked to stop (cancelPrevious) is recorded
            'cancelled' instead
+Limits (include limits): a run whose job has a limit key (job field 'lk') starts only with a
+slot of its key (concurrency) and room in its key's rate window; else it waits: state 'waiting'
+(field 'waiting' names the definition), its attempt count unchanged, in the key's waiting set
+and in no stream (a one-off job's first occurrence leaves the due set; a recurring one's run is
+created so).  Waiting runs are admitted in order of their scheduled times, by an ending that
+frees a slot (complete.lua, start.lua, expire.lua), a definition's change (limit.lua) or here,
+and come back through the retry set holding their slot; one held by the rate comes back when
+the window allows.  include limits builds the keys of a limit key's state from the partition's
+prefix (read off KEYS[2]), the partition's limits hash among them, and may PUBLISH on the wake
+channel; 'limit_deferred' in the stats hash counts runs made to wait, rsched:{pN}:limstats
+(built there too) per definition name.
 Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
   {-1} when the caller's lease or fence is stale; nothing was written
   earliest: the earliest due score left in the due or retry set ('' when both are empty)
@@ -76,6 +87,7 @@ Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
 --!include life
 --!include streak
 --!include dead_letter
+--!include limits
 local lease_key, due_key, retry_key, events_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, fence = ARGV[1], ARGV[2]
 local now = now_ms(ARGV[3])
@@ -86,6 +98,7 @@ local group = ARGV[7]
 local no = tonumber(ARGV[8])
 local run_ttl = ARGV[9]
 local dead_key = KEYS[#KEYS]
+local prefix = lim_prefix(due_key)  -- limit keys are built from it (include limits)
 
 local l = redis.call('HMGET', lease_key, 'owner', 'fence', 'expires_ms')
 if l[1] ~= owner or l[2] ~= fence or tonumber(l[3] or '0') <= now then
@@ -98,7 +111,7 @@ for q = 1, nq do
   stream_at[string.match(stream_key, ':q:(.*)$')] = 5 + q
 end
 
-local dispatched, skipped = 0, 0
+local dispatched, skipped, waiting = 0, 0, 0
 local out = {0, 0, ''}
 local unindex = {}  -- job ids leaving the due set: one ZREM for the whole call
 -- Every 'dispatched' event of the call goes into one stream entry (batch_new in util).
@@ -113,8 +126,10 @@ end
 
 -- Dispatch a one-off job's first occurrence, its own run: the run's fields go into the job hash
 -- (see run_fields in util), written with the job's own change in one HSET.
--- jtype, spec: the job's as read; last: its last_run_id as read.
-local function dispatch_own(job_key, stream_key, job_id, run_id, jtype, queue, spec, last)
+-- jtype, spec: the job's as read; last: its last_run_id as read; lkey: its limit key (nil:
+-- none).  A run its limit holds waits instead (include limits): its own run is recorded as
+-- 'waiting', attempt 0, and it leaves the due set.
+local function dispatch_own(job_key, stream_key, job_id, run_id, jtype, queue, spec, last, lkey)
   -- startDeadlineSeconds: dead-lettered, never run late (spec_life costs one byte test here).
   local life = spec_life(spec)
   if life then
@@ -125,6 +140,18 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, jtype, queue, s
                   run_id, job_id, '0', 'missed start deadline', jtype)
       unindex[#unindex + 1] = job_id
       skipped = skipped + 1
+      return
+    end
+  end
+  if lkey then
+    local ok, d = lim_admit(prefix, lkey, run_id, retry_key, now, true)
+    if not ok then
+      redis.call('HSET', job_key, J.next_ms, '0', J.own_run, run_id, OWN.attempt, '0',
+                 OWN.state, 'waiting', OWN.waiting, d and d.name or '')
+      if last then redis.call('HSET', job_key, J.last_run_id, run_id) end
+      unindex[#unindex + 1] = job_id
+      lim_deferred(prefix, d)
+      waiting = waiting + 1
       return
     end
   end
@@ -148,9 +175,9 @@ for i = 1, no do
   -- A one-off job's first occurrence: one argument and one key, nothing computed in Python.
   local job_id = ARGV[9 + i]
   local job_key = KEYS[5 + nq + i]
-  local status, stored_next, jtype, queue, spec, cron, own_run, last_run = unpack(redis.call(
-    'HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron, J.own_run,
-    J.last_run_id))
+  local status, stored_next, jtype, queue, spec, cron, own_run, last_run, lkey = unpack(
+    redis.call('HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron, J.own_run,
+               J.last_run_id, J.limit_key))
   if jtype and not status then status = DEFAULT_STATUS end  -- not stored while it is (layout)
   queue = queue or DEFAULT_QUEUE
   local next_ms = tonumber(stored_next) or 0
@@ -167,7 +194,7 @@ for i = 1, no do
     skipped = skipped + 1
   else
     dispatch_own(job_key, stream_key, job_id, job_id .. '@' .. stored_next, jtype, queue, spec,
-                 last_run)
+                 last_run, lkey)
   end
 end
 local a = 10 + no
@@ -181,9 +208,9 @@ for i = 1, n do
   if kind ~= 'r' then
     -- Due by Redis's clock, and still the occurrence that was read (compare-and-set on status
     -- and next_ms): a second apply, a paused or rescheduled job all find nothing to do.
-    local status, stored_next, jtype, queue, spec, cron, own_run, version, last_run_id = unpack(
-      redis.call('HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron,
-                 J.own_run, 'version', J.last_run_id))
+    local status, stored_next, jtype, queue, spec, cron, own_run, version, last_run_id, lkey =
+      unpack(redis.call('HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron,
+                        J.own_run, 'version', J.last_run_id, J.limit_key))
     if jtype and not status then status = DEFAULT_STATUS end  -- not stored while it is (layout)
     version = version or '1'  -- recorded with the run (field 'v'): the job version it ran with
     local once = (not cron or cron == '')
@@ -199,7 +226,7 @@ for i = 1, n do
       skipped = skipped + 1
     elseif once and (not own_run or own_run == '') then
       -- A one-off job's first occurrence, handed back above for an unknown queue.
-      dispatch_own(job_key, stream_key, job_id, run_id, jtype, queue, spec, last_run_id)
+      dispatch_own(job_key, stream_key, job_id, run_id, jtype, queue, spec, last_run_id, lkey)
     else
       local last_run = nil
       local gap = ''
@@ -244,6 +271,18 @@ for i = 1, n do
                'ty', jtype, 'q', queue, 'err', why)
           skipped = skipped + 1
         end
+      elseif fire ~= '0' and lkey and not lim_admit(prefix, lkey, run_id, retry_key, now, true) then
+        -- Held by its limit (include limits): the run waits, no attempt spent.
+        local d = lim_def(prefix, lkey)
+        redis.call('HSET', run_key, 'attempt', '0', 'state', 'waiting', 'waiting', d and d.name or '',
+                   'queue', queue, 'type', jtype, 'v', version)
+        lim_deferred(prefix, d)
+        if fire ~= '1' then
+          redis.call('HSET', run_key, 'ov', '1')
+          redis.call('HSET', job_key, 'active', run_id)
+        end
+        waiting = waiting + 1
+        last_run = run_id
       elseif fire ~= '0' then
         local sid = redis.call('XADD', stream_key, '*', 'r', run_id, 't', jtype, 'x', spec)
         used[stream_key] = true
@@ -288,9 +327,9 @@ for i = 1, n do
     end
   else
     local due = redis.call('ZSCORE', retry_key, run_id)
-    local status, jtype, spec, own_run, job_queue, own_state, own_attempt, cancel = unpack(
+    local status, jtype, spec, own_run, job_queue, own_state, own_attempt, cancel, lkey = unpack(
       redis.call('HMGET', job_key, J.status, J.type, J.spec, J.own_run, J.queue, OWN.state,
-                 OWN.attempt, 'cancel'))
+                 OWN.attempt, 'cancel', J.limit_key))
     if jtype and not status then status = DEFAULT_STATUS end  -- not stored while it is (layout)
     local rkey, F = run_home(run_id, run_key, job_key, own_run)
     local own = F == OWN_RUN
@@ -303,7 +342,7 @@ for i = 1, n do
     local stream_key = KEYS[qi]
     if not due or tonumber(due) > now then
       skipped = skipped + 1
-    elseif state ~= 'retry_wait' and state ~= 'buffered' then
+    elseif state ~= 'retry_wait' and state ~= 'buffered' and state ~= 'waiting' then
       -- Due, but its run no longer waits for a retry (its hash is gone, or it moved on): a
       -- left-over entry would look due forever and keep the dispatcher from sleeping.
       redis.call('ZREM', retry_key, run_id)
@@ -317,6 +356,7 @@ for i = 1, n do
         emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt_s,
              't', now, 'ty', jtype or '', 'q', queue, 'err', 'job cancelled before the retry ran')
         if ov == '1' then release_active(job_key, retry_key, run_id, now) end
+        if lkey then lim_drop(prefix, lkey, run_id, retry_key, now) end
         skipped = skipped + 1
       elseif cancel == run_id and ov == '1' then  -- overlap cancelPrevious asked it to stop
         redis.call('HSET', rkey, F.state, 'cancelled', F.ended_ms, now, F.error, STOPPED)
@@ -324,8 +364,18 @@ for i = 1, n do
         emit(events_key, maxlen, 'e', 'cancelled', 'j', job_id, 'r', run_id, 'a', attempt_s,
              't', now, 'ty', jtype or '', 'q', queue, 'err', STOPPED)
         release_active(job_key, retry_key, run_id, now)
+        if lkey then lim_drop(prefix, lkey, run_id, retry_key, now) end
         skipped = skipped + 1
+      elseif lkey and not lim_admit(prefix, lkey, run_id, retry_key, now, false) then
+        -- Held by its limit (include limits): it waits, its attempt count unchanged.
+        if state ~= 'waiting' then  -- starts waiting (a waiting run's turn may not have come)
+          local d = lim_def(prefix, lkey)
+          redis.call('HSET', rkey, F.state, 'waiting', F.waiting, d and d.name or '')
+          lim_deferred(prefix, d)
+          waiting = waiting + 1
+        end
       else
+        if state == 'waiting' then redis.call('HDEL', rkey, F.waiting) end
         local attempt = tonumber(attempt_s) + 1
         local sid
         if own then
@@ -351,6 +401,7 @@ for k = 1, #unindex, 1000 do
   redis.call('ZREM', due_key, unpack(unindex, k, math.min(k + 999, #unindex)))
 end
 if dispatched > 0 then redis.call('HINCRBY', stats_key, 'dispatched', dispatched) end
+if waiting > 0 then redis.call('HINCRBY', stats_key, 'limit_deferred', waiting) end
 batch_flush(dispatched_events)
 
 -- Drop entries every worker has acknowledged: everything before the oldest pending entry, or

@@ -19,6 +19,11 @@ that is not a one-off job's own ends its job's failure streak when it succeeds (
 A one-off job its own run completes stores no updated_ms: that run's end is it (core.layout).
 Outcome 'cancelled' (the worker stopped a run overlap cancelPrevious asked to stop,
 heartbeat.lua) is final: no retry, no dead letter, the active-run record released.
+Outcome 'deferred' (the handler raised rsched.RateLimited) puts the run back in the retry set
+after retry_delay_ms with its attempt given back, at most MAX_DEFERRALS times a run (counted in
+its field 'dfr'), after which it is a failed attempt.  Any accepted outcome of a run whose job
+has a limit key (job field 'lk') frees the run's slot (include limits, which builds its keys
+from the partition's prefix and may PUBLISH on the wake channel).
 
 KEYS[1] rsched:{pN}:events STREAM   KEYS[2] rsched:{pN}:stats HASH
 KEYS[3] rsched:{pN}:retry  ZSET     KEYS[4] rsched:{pN}:dead  ZSET
@@ -38,7 +43,8 @@ then per group 2 values (from ARGV[9]): n runs, kind: own ('1': one-off jobs' ow
 then per run, group by group (from ARGV[9 + 2g]) 6 values: run id, fence ('0' = start not
   recorded yet), duration_ms, text (JSON result when succeeded, error message otherwise), stream
   entry id, elapsed_ms (since the handler started); then, unless the group's kind ends in 's',
-  2 more: outcome ('succeeded' | 'failed' | 'timed_out' | 'cancelled'), retry_delay_ms
+  2 more: outcome ('succeeded' | 'failed' | 'timed_out' | 'cancelled' | 'deferred'),
+  retry_delay_ms
 The groups save arguments on the hottest path (a one-off job's own run that succeeded: 7 instead
 of 12; Redis parses each).
 Returns {code_1, ..., code_n}
@@ -52,6 +58,7 @@ Returns {code_1, ..., code_n}
 --!include streak
 --!include dead_letter
 --!include overlap
+--!include limits
 -- The globals the per-run loop reads, as locals: a global is a table lookup each time.
 local ARGV, KEYS, tonumber, unpack = ARGV, KEYS, tonumber, unpack
 local format, find = string.format, string.find
@@ -63,6 +70,7 @@ local now = now_ms(ARGV[2])
 local now_s = string.format('%d', now)
 local maxlen, group, groups, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local run_ttl, finished_ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
+local prefix = lim_prefix(events_key)  -- limit keys are built from it (include limits)
 -- The run id holds the job id and the scheduled time (read only off the hot path).
 local function job_of(run_id) return string.match(run_id, '^(.*)@%d+$') end
 local out = {}
@@ -144,10 +152,10 @@ for i = 1, n do
   if own then
     if late then
       r = redis.call('HMGET', run_key, F.state, F.fence, F.attempt, F.stream_id, F.type, J.status,
-                     J.cron, J.next_ms, F.worker, F.started_ms)
+                     J.cron, J.next_ms, F.worker, F.started_ms, J.limit_key)
     else
       r = redis.call('HMGET', run_key, F.state, F.fence, F.attempt, F.stream_id, F.type, J.status,
-                     J.cron, J.next_ms)
+                     J.cron, J.next_ms, J.limit_key)
     end
   else
     if late then
@@ -159,6 +167,8 @@ for i = 1, n do
     ov = r[6] == '1'
   end
   local state, run_fence, attempt_s, stream_id, jtype = r[1], r[2], r[3], r[4], r[5]
+  -- The job's limit key (include limits): an own run's is read above, another's with its job.
+  local lkey = own and r[late and 11 or 9] or nil
   if late then
     run_worker, started_ms = r[own and 9 or 7], r[own and 10 or 8]
   end
@@ -228,7 +238,8 @@ for i = 1, n do
           if run_ttl > 0 then redis.call('PEXPIRE', run_key, ARGV[7]) end
           -- one_off_done, read with the job's failure streak, which a success ends (streak):
           -- deleting an absent field is a command for nothing.
-          local j = redis.call('HMGET', job_key, J.status, J.cron, J.next_ms, 'fails')
+          local j = redis.call('HMGET', job_key, J.status, J.cron, J.next_ms, 'fails', J.limit_key)
+          lkey = j[5]
           done = one_off_ends(j[1], j[2], j[3])
           if done then redis.call('HSET', job_key, J.status, 'completed', J.updated_ms, now_s) end
           if j[4] then redis.call('HDEL', job_key, 'fails') end
@@ -258,13 +269,27 @@ for i = 1, n do
       if starting then
         redis.call('HSET', run_key, F.worker, worker, F.fence, fence, F.started_ms, started_ms)
       end
+      -- RateLimited: at most MAX_DEFERRALS times a run, then a failed attempt like any other.
+      if outcome == 'deferred' and redis.call('HINCRBY', run_key, 'dfr', 1) > MAX_DEFERRALS then
+        outcome = 'failed'
+        text = text .. ' (deferred ' .. MAX_DEFERRALS .. ' times: counted as a failed attempt)'
+      end
       outcome_event(outcome, run_id, attempt_s, duration_s, jtype, queue, 'err', text,
                     starting and {started_ms, fence})
-      if outcome ~= 'cancelled' then fail_count = fail_count + 1 end
+      if outcome ~= 'cancelled' and outcome ~= 'deferred' then fail_count = fail_count + 1 end
       local job_id = job_of(run_id)
-      local max_attempts = tonumber(redis.call('HGET', job_key, J.max_attempts) or '')
-        or DEFAULT_MAX_ATTEMPTS  -- not stored when it is the default
-      if outcome == 'cancelled' then
+      local j = redis.call('HMGET', job_key, J.max_attempts, J.limit_key)
+      local max_attempts = tonumber(j[1] or '') or DEFAULT_MAX_ATTEMPTS  -- absent: the default
+      lkey = j[2]
+      if outcome == 'deferred' then
+        -- The attempt is given back: the retry's dispatch counts it again.
+        redis.call('HSET', run_key, F.state, 'retry_wait', F.attempt, format('%d', attempt - 1),
+                   F.ended_ms, now, F.duration_ms, duration, F.error, text)
+        redis.call('ZADD', retry_key, now + delay, run_id)
+        emit(events_key, maxlen, 'e', 'retry_scheduled', 'j', job_id, 'r', run_id, 'a', attempt,
+             't', now, 'at', now + delay, 'ty', jtype)
+        out[i] = 2
+      elseif outcome == 'cancelled' then
         redis.call('HSET', run_key, F.state, 'cancelled', F.ended_ms, now, F.duration_ms, duration,
                    F.error, text)
         if run_ttl > 0 and not own then redis.call('PEXPIRE', run_key, ARGV[7]) end
@@ -298,6 +323,8 @@ for i = 1, n do
       if outcome == 'succeeded' then rec.result = text else rec.error = text end
       remember(job_key, hist_key, hlen, own, stream_id, rec)
     end
+    -- Its slot, if its key limits it, is freed under the fence just checked (include limits).
+    if lkey then lim_release(prefix, lkey, run_id, retry_key, now) end
     nack = nack + 1
     ack_ids[nack] = stream_id
   elseif run_worker == worker and run_fence == fence and state ~= 'dispatched' and state then

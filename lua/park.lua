@@ -28,6 +28,9 @@ ARGV[7] visibility timeout, ms                     ARGV[8] parked consumers' pre
 then per entry 4 values (from ARGV[9]): run id, stream entry id, job type (as the entry names
   it), served_ms ('-1': a live worker serves the type on the run's queue now; else the last time
   one did as the caller knows it, '0': never)
+A run set aside keeps its limit slot, if its job has a limit key (it is dispatched); one
+dead-lettered here frees it (include limits builds the limit keys from the partition's prefix
+and may PUBLISH on the wake channel).
 Returns {code_1, ..., code_n}
   1 set aside   2 dead-lettered
   0 not this worker's: delivered to another consumer, or its run is finished, gone or
@@ -40,6 +43,7 @@ Returns {code_1, ..., code_n}
 --!include dead_letter
 --!include delivery
 --!include overlap
+--!include limits
 local events_key, stats_key, dead_key, retry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local worker, now = ARGV[1], now_ms(ARGV[2])
 local maxlen, group, n = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
@@ -66,13 +70,15 @@ for i = 1, n do
     end
     if served >= 0 and served > since then since = served end
     if served >= 0 and now - since >= wait then
-      local queue = redis.call('HGET', job_key, J.queue) or DEFAULT_QUEUE
+      local j = redis.call('HMGET', job_key, J.queue, J.limit_key)
+      local queue = j[1] or DEFAULT_QUEUE
       redis.call('HDEL', run_key, 'nh')
       dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                   string.match(run_id, '^(.*)@%d+$'), r[2] or '1',
                   'no live worker serves type ' .. jtype .. ' on queue ' .. queue .. ' for '
                   .. string.format('%g', wait / 1000) .. ' s', jtype)
       if r[5] == '1' then release_active(job_key, retry_key, run_id, now) end
+      if j[2] then lim_drop(lim_prefix(events_key), j[2], run_id, retry_key, now) end
       redis.call('XACK', stream_key, group, sid)
       out[i] = 2
     else

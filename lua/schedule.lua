@@ -19,6 +19,9 @@ KEYS[3]     rsched:{pN}:queues        SET    queue names in use
 KEYS[4]     rsched:{pN}:stats         HASH   counters (dispatched)
 KEYS[4+i]   rsched:{pN}:job:<id_i>    HASH   one per job, in ARGV order
 KEYS[4+n+s] rsched:{pN}:q:<queue>     STREAM the queue streams the groups name, s = 1..
+then, in a dedup call, the keys its jobs' dedup arguments name by index:
+            rsched:{pN}:dedup:<hash>  STRING the id of the job a dedup key answers with
+            rsched:{pN}:job:<id>      HASH   a job a record named when the caller last called
 ARGV[1]     now_ms (0 = Redis TIME)
 ARGV[2]     events_maxlen (0 = unbounded)
 ARGV[3]     consumer group of the queue streams (acknowledged entries are trimmed)
@@ -31,13 +34,27 @@ ARGV[7]     no, the number of a job's own job-hash fields: 2, next_ms and spec (
             the client sends; anything else is refused)
 ARGV[8]     keyed: 1 if every job of the call carries a body_hash (keyed ids), 0 if none does
             (random ids, which only a replay of this very call can find existing)
-ARGV[9..8+ns+no]  the shared field names, then the own field names
+ARGV[9]     dedup: 1 if every job of the call carries a dedup window, 0 if none does
+ARGV[10..9+ns+no]  the shared field names, then the own field names
 then groups until n jobs are read; a group: count, stream (index in KEYS of the group's queue
   stream, 0 = none: never straight to the queue, e.g. recurring), scored (0: its jobs are not
   indexed, e.g. created paused; 1: each is due at its next_ms, the first own value; 2: each
-  carries its due score), its ns shared values ('' = not stored, e.g. a one-off job's cron),
-  then count jobs, each: its body_hash (keyed calls only), its score (scored 2 only), its id
-  (the key holds it, the hash does not), its no own values
+  carries its due score; a group of jobs with a limit key, J.limit_key, names no stream: its
+  limit is applied by claim.lua), its ns shared values ('' = not stored, e.g. a one-off job's
+  cron),
+  then count jobs, each: its dedup window (dedup calls only: see below), its body_hash (keyed
+  calls only), its score (scored 2 only), its id (the key holds it, the hash does not), its no
+  own values
+A job's dedup window: the KEYS index of its record, its mode (ttl, untilDone, debounce), its
+  ttl_ms, the KEYS index of the job its record named when the caller last called (0: none)
+  and that job's id ('').  A job found existing (its id: an idempotent replay) is answered as
+  before; else a record naming a job that still holds the window answers that job: ttl, while
+  its hash exists; untilDone, while it exists and is neither completed, dead nor cancelled;
+  debounce, while it waits in the due set, and then the job takes this create's next_ms,
+  score and spec, the record's ttl starts again and an 'updated' event says so.  Else the job
+  is created and its record set to it with PX ttl_ms.  The record's job must be one the call names (the caller's guess
+  or a job created earlier in the call: one slot, and a script touches only its KEYS); a
+  record naming another answers code 4 and the caller calls again with it.
 Stores per job (under the names of include layout, J): the shared fields not '' and not
 their default (queue DEFAULT_QUEUE, status DEFAULT_STATUS: the readers fill them in), the no
 own fields, and for a job with a body_hash (a keyed id) body_hash and created_ms (now_ms; a
@@ -48,7 +65,9 @@ Returns {head, now_ms, code_1, ..., code_n}
   head    1 if a job created here is now the partition's earliest due job (wake a dispatcher)
   now_ms  the time the script stamped on created jobs with a body_hash (their created_ms)
   code_i  0 created, 1 already exists with the same body_hash (idempotent replay),
-          2 exists with another body_hash (conflict)
+          2 exists with another body_hash (conflict), 3 answered by the job its dedup record
+          names, 4 its dedup record names a job the call did not name (call again with it)
+  then, after the n codes, the id of the job each code 3 or 4 is about, in order
 ]]
 --!include layout
 --!include util
@@ -68,7 +87,8 @@ if no ~= 2 then
   return redis.error_reply('schedule: a job has 2 own fields (next_ms, spec), not ' .. ARGV[7])
 end
 local keyed = ARGV[8] == '1'
-local NAMES = 8  -- ARGV[NAMES + k]: the k-th field name
+local dedup = ARGV[9] == '1'
+local NAMES = 9  -- ARGV[NAMES + k]: the k-th field name
 -- The time as a string once: Redis formats a Lua number argument with snprintf on every call,
 -- twice a job here (created_ms, the event's t).
 local now_s = string.format('%d', now)
@@ -100,6 +120,7 @@ do
       break
     end
     local per = 1 + no + (keyed and 1 or 0) + (ARGV[g + 2] == '2' and 1 or 0)
+                + (dedup and 5 or 0)
     seen, g = seen + count, g + 3 + ns + count * per
   end
 end
@@ -148,6 +169,20 @@ local score_text, score_n = nil, nil  -- the last score seen, parsed
 -- a keyed call (an idempotency key given twice) is found in `made`: job key -> its body_hash.
 local made = {}
 local any_exists = false
+-- Dedup calls: the KEYS index of each job created by the call (a later job's record may name
+-- it), and the ids of the jobs codes 3 and 4 are about.
+local made_at, about = {}, {}
+-- Whether the job a dedup record names still holds its window (the header says when).
+local function holds(mode, held_key, held)
+  if mode == 'debounce' then
+    flush_due()  -- it may be a job of this call
+    return redis.call('ZSCORE', due_key, held) ~= false
+  end
+  local j = redis.call('HMGET', held_key, J.type, J.status)
+  if not j[1] then return false end  -- gone: a finished job's hash expires
+  local status = j[2] or DEFAULT_STATUS
+  return mode == 'ttl' or (status ~= 'completed' and status ~= 'dead' and status ~= 'cancelled')
+end
 for c = 5, 4 + n, 1000 do
   any_exists = any_exists or redis.call('EXISTS', unpack(KEYS, c, math.min(c + 999, 4 + n))) > 0
 end
@@ -162,6 +197,11 @@ while i < n do
   for _ = 1, count do
     i = i + 1
     local body_hash, score = '', nil
+    local rec_at, mode, ttl, guess_at, guess
+    if dedup then
+      rec_at, mode, ttl = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2]
+      guess_at, guess, a = tonumber(ARGV[a + 3]), ARGV[a + 4], a + 5
+    end
     if keyed then
       body_hash, a = ARGV[a], a + 1
     end
@@ -180,7 +220,35 @@ while i < n do
     else
       existing = redis.call('HGET', job_key, J.body_hash)
     end
-    if existing then
+    if dedup and not existing then
+      local rec_key = KEYS[rec_at]
+      local held = redis.call('GET', rec_key)
+      if held then
+        -- KEYS index of the job that answers for this one, if the call names it
+        local held_at = made_at[held] or (held == guess and guess_at > 0 and guess_at) or nil
+        if not held_at then
+          out[i + 2], about[#about + 1] = 4, held
+          existing = true
+        else
+          local held_key = KEYS[held_at]
+          if holds(mode, held_key, held) then
+            if mode == 'debounce' then  -- moved, as update.lua changes a job: 'updated'
+              local j = redis.call('HMGET', held_key, J.type, 'version')
+              redis.call('HSET', held_key, J.next_ms, fields[NEXT_MS], J.spec, fields[NEXT_MS + 2],
+                         J.updated_ms, now_s, 'version', tonumber(j[2] or '1') + 1)
+              redis.call('ZADD', due_key, own_score and score or fields[NEXT_MS], held)
+              redis.call('PEXPIRE', rec_key, ttl)
+              batch_flush(scheduled)  -- after the job's 'scheduled', when this call made it
+              emit(events_key, maxlen, 'e', 'updated', 'j', held, 't', now_s, 'ty', j[1])
+            end
+            out[i + 2], about[#about + 1] = 3, held
+            existing = true
+          end
+        end
+      end
+    end
+    if existing == true then  -- answered by a dedup record (code 3 or 4 above)
+    elseif existing then
       out[i + 2] = (existing == body_hash) and 1 or 2
     else
       if indexed and not own_score then score = fields[NEXT_MS] end
@@ -234,6 +302,11 @@ while i < n do
         sent = sent + 1
       end
       if keyed and not any_exists then made[job_key] = body_hash end
+      if dedup then
+        local rec_key = KEYS[rec_at]
+        redis.call('SET', rec_key, id, 'PX', ttl)
+        made_at[id] = 4 + i
+      end
       out[i + 2] = 0
     end
   end
@@ -249,4 +322,5 @@ if earliest then
   local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
   if head[2] and tonumber(head[2]) >= earliest then out[1] = 1 end
 end
+for k = 1, #about do out[n + 2 + k] = about[k] end
 return out

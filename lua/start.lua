@@ -41,6 +41,10 @@ Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this
   acknowledged), fence -1 = fenced: the entry is delivered to another consumer
   now (not acknowledged: it is theirs)
 The call's 'started' events share one events-stream entry (batch_flush in util).
+A run that ends here (dead-lettered, or not started again for its cancelled job) frees its
+limit slot if its job has a limit key; a reclaimed run that starts again keeps it (the slot
+belongs to the run id, now under the new fence).  include limits builds those keys from the
+partition's prefix and may PUBLISH on the wake channel.
 ]]
 --!include layout
 --!include util
@@ -51,6 +55,7 @@ The call's 'started' events share one events-stream entry (batch_flush in util).
 --!include deadline
 --!include delivery
 --!include overlap
+--!include limits
 -- The globals the per-run loop reads, as locals: a global is a table lookup each time.
 local ARGV, KEYS, tonumber, format = ARGV, KEYS, tonumber, string.format
 local events_key, stats_key, dead_key, retry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -59,6 +64,13 @@ local now = now_ms(ARGV[2])
 local now_s = format('%d', now)
 local maxlen, group, n, hlen = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local parked = ARGV[7]
+-- A run that ends here (dead-lettered, or its job cancelled) frees its limit slot, if its job
+-- has a limit key (include limits, which builds its keys from the partition's prefix).
+local prefix = lim_prefix(events_key)
+local function free_slot(job_key, run_id)
+  local lkey = redis.call('HGET', job_key, J.limit_key)
+  if lkey then lim_drop(prefix, lkey, run_id, retry_key, now) end
+end
 local out = {}
 -- The call's 'started' events share one events-stream entry (batch_new in util).
 local started_events = batch_new(events_key, maxlen, {'e', 'started', 'w', worker},
@@ -124,6 +136,7 @@ for i = 1, n do
     job_id = job_and_sched(run_id)
     dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                 job_id, attempt, 'missed start deadline', jtype)
+    free_slot(job_key, run_id)
     redis.call('XACK', stream_key, group, sid)
   else
     if r[10] then redis.call('HDEL', run_key, 'nh') end
@@ -147,6 +160,7 @@ for i = 1, n do
         dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                     job_id, attempt - 1, err, jtype)
         if ov == '1' then release_active(job_key, retry_key, run_id, now) end
+        free_slot(job_key, run_id)
         redis.call('XACK', stream_key, group, sid)
         state = nil
       end
@@ -163,6 +177,7 @@ for i = 1, n do
       emit(events_key, maxlen, 'e', st, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
            'ty', jtype, 'err', note)
       if ov == '1' then release_active(job_key, retry_key, run_id, now) end
+      free_slot(job_key, run_id)
       redis.call('XACK', stream_key, group, sid)
     elseif state then
       fence_out = fence + 1

@@ -11,9 +11,9 @@ from rsched.core.errors import (
     ScheduleError,
     ValidationError,
 )
-from rsched.core.handlers import App, JobContext
+from rsched.core.handlers import App, JobContext, RateLimited
 from rsched.core.models import Attempt, Job, JobStatus, Run, RunState
-from rsched.core.spec import JobSpec
+from rsched.core.spec import Dedup, JobSpec
 
 if TYPE_CHECKING:
     from rsched.aclient import AsyncClient
@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "App", "AsyncClient", "Attempt", "Client", "Conflict", "Job", "JobContext", "JobSpec",
-    "JobStatus", "NotFound", "Run", "RunFailed", "RunState", "RschedError", "ScheduleError",
-    "ValidationError",
+    "App", "AsyncClient", "Attempt", "Client", "Conflict", "Dedup", "Job", "JobContext",
+    "JobSpec", "JobStatus", "NotFound", "RateLimited", "Run", "RunFailed", "RunState",
+    "RschedError", "ScheduleError", "ValidationError",
     "__version__",
 ]
 

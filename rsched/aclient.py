@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from rsched.client import ClientBase, resolve_settings
 from rsched.core import defaults
 from rsched.core.errors import RschedError
+from rsched.core.limits import Limit
 from rsched.core.models import Attempt, Job, Run
 from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
@@ -26,7 +27,7 @@ from rsched.rdb import ops
 from rsched.rdb.connect import connect_async
 from rsched.rdb.connections import fast_packing
 from rsched.rdb.ops import Op
-from rsched.service import jobs, run_events, scheduling
+from rsched.service import jobs, limits, run_events, scheduling
 from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.history import RunAttempt, RunsPage, op_history
 from rsched.service.inputs import backfill_range
@@ -100,14 +101,18 @@ class AsyncClient(ClientBase):
         return await self.run(scheduling.op_schedule_created(self, specs))
 
     async def update(self, job_id: str, patch: JobPatch, *, if_match: int | None = None) -> Job:
+        """Reschedule a job or change its payload, maxAttempts, priority or lifecycle limits;
+        with ``if_match``, only while the job is at that version (else VersionMismatch)."""
         return await self.run(scheduling.op_update(self, job_id, patch, if_match))
 
     # --- reading -----------------------------------------------------------------------------
 
     async def get(self, job_id: str) -> Job:
+        """The job; NotFound when there is none."""
         return await self.run(jobs.op_get(job_id))
 
     async def get_run(self, run_id: str) -> Run:
+        """One run (an occurrence, ``<job id>@<scheduled ms>``); NotFound when there is none."""
         return await self.run(jobs.op_get_run(run_id))
 
     async def wait(self, run_id: str, timeout: float | None = None) -> Run:
@@ -121,7 +126,7 @@ class AsyncClient(ClientBase):
         found = await self.get(job) if isinstance(job, str) else job
         run_id = run_events.first_run(found)
         run = await self.run(run_events.op_wait_run(
-            run_id, math.inf if timeout is None else timeout, expected=True))
+            run_id, math.inf if timeout is None else timeout))
         return run_events.result_of(run_events.check_ended(run, run_id, timeout))
 
     async def events(self, job_id: str, after: str | None = None
@@ -134,16 +139,21 @@ class AsyncClient(ClientBase):
 
     async def runs(self, job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0
                    ) -> list[Attempt] | list[RunAttempt]:
+        """The job's attempts, newest first, skipping ``offset`` (archive-merged when
+        an archive is configured, as Client.runs)."""
         return await self.run(self.runs_source.op_attempts(job_id, limit, offset))
 
     async def history(self, job_id: str, limit: int = defaults.PAGE_LIMIT,
                       cursor: str | None = None) -> RunsPage:
+        """One page of the archive-merged history; pass next_cursor on."""
         return await self.run(op_history(self, job_id, limit, cursor))
 
     async def now_ms(self) -> int:
+        """Redis's clock, in epoch ms: the clock every due time is judged by."""
         return await self.run(self.op_now())
 
     async def partitions(self) -> int:
+        """The partition count stored in Redis at first start."""
         return await self.run(self.op_partitions())
 
     # --- control -----------------------------------------------------------------------------
@@ -154,6 +164,7 @@ class AsyncClient(ClientBase):
         return await self.run(jobs.op_pause(self, job_id, if_match, by, note))
 
     async def cancel(self, job_id: str, *, if_match: int | None = None) -> Job:
+        """Stop the job for good; a run in progress finishes, pending retries are abandoned."""
         return await self.run(jobs.op_cancel(self, job_id, if_match))
 
     async def resume(self, job_id: str, *, if_match: int | None = None,
@@ -162,16 +173,39 @@ class AsyncClient(ClientBase):
         return await self.run(jobs.op_resume(self, job_id, if_match, by, note))
 
     async def trigger(self, job_id: str) -> str:
+        """Run the job once now, outside its schedule; returns the new run id."""
         return await self.run(jobs.op_trigger(self, job_id))
 
     async def backfill(self, job_id: str, start: Any, end: Any, *,
                        dry_run: bool = False) -> Backfill:
+        """Run each occurrence of a recurring job's schedule in [start, end) once (see
+        Client.backfill); with ``dry_run``, write nothing and answer what each would become."""
         return await self.run(op_backfill(self, job_id, *backfill_range(start, end), dry_run))
 
     async def replay(self, run_id: str) -> Run:
+        """Send a dead letter back for a new round of attempts (attempts counted from zero)."""
         return await self.run(jobs.op_replay(self, run_id))
 
+    async def set_limit(self, name: str, *, concurrency: int | None = None,
+                        rate: tuple[int, float] | None = None) -> Limit:
+        """Define (or replace) the limit ``name``; see Client.set_limit."""
+        return await self.run(limits.op_set_limit(
+            self, limits.limit_from_args(name, concurrency, rate)))
+
+    async def get_limit(self, name: str) -> limits.LimitView:
+        """The definition ``name``, and for a key's own its in-flight and waiting counts."""
+        return await self.run(limits.op_get_limit(self, name))
+
+    async def delete_limit(self, name: str) -> None:
+        """Delete a definition; its keys' waiting runs start (a key without one is unlimited)."""
+        await self.run(limits.op_delete_limit(self, name))
+
+    async def list_limits(self) -> list[Limit]:
+        """Every definition, by name."""
+        return await self.run(limits.op_all_limits())
+
     async def close(self) -> None:
+        """Wait for queued schedule calls, then close the connections (and the archive's)."""
         if self._sender is not None:
             await asyncio.wait([self._sender], timeout=5)
         if self._archive is not None:

@@ -17,6 +17,7 @@ from redis import Redis
 
 from rsched.core import defaults
 from rsched.core.errors import RschedError
+from rsched.core.limits import Limit
 from rsched.core.models import Attempt, Job, Run
 from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
@@ -26,7 +27,7 @@ from rsched.rdb.connections import fast_packing
 from rsched.rdb.durable import wait_of
 from rsched.rdb.ops import Op
 from rsched.rdb.setup import check_topology
-from rsched.service import jobs, run_events, scheduling
+from rsched.service import jobs, limits, run_events, scheduling
 from rsched.service.backfill import Backfill, op_backfill
 from rsched.service.context import Service
 from rsched.service.history import RunAttempt, RunsPage, history_of, op_history
@@ -84,6 +85,7 @@ class ClientBase(Service):
         return wait.replicas if wait is not None else 0
 
     def op_schedule_many(self, specs: Sequence[JobSpec]) -> Op[list[Job | RschedError]]:
+        """schedule_many as an Op, for callers that batch it with other work."""
         return scheduling.op_schedule_many(self, specs)
 
     def op_schedule_created(
@@ -93,6 +95,7 @@ class ClientBase(Service):
         return scheduling.op_schedule_created(self, specs)
 
     def op_read_runs(self, run_ids: Sequence[str]) -> Op[list[Run | None]]:
+        """The runs of ``run_ids`` (None for one that does not exist), as an Op."""
         return jobs.op_read_runs(run_ids)
 
 
@@ -129,9 +132,11 @@ class Client(ClientBase):
 
     @property
     def partitions(self) -> int:
+        """The partition count stored in Redis at first start."""
         return self.run(self.op_partitions())
 
     def now_ms(self) -> int:
+        """Redis's clock, in epoch ms: the clock every due time is judged by."""
         return self.run(self.op_now())
 
     def schedule(self, type: str, payload: Any = None, **options: Any) -> Job:
@@ -151,9 +156,11 @@ class Client(ClientBase):
         return self.run(scheduling.op_update(self, job_id, patch, if_match))
 
     def get(self, job_id: str) -> Job:
+        """The job; NotFound when there is none."""
         return self.run(jobs.op_get(job_id))
 
     def get_run(self, run_id: str) -> Run:
+        """One run (an occurrence, ``<job id>@<scheduled ms>``); NotFound when there is none."""
         return self.run(jobs.op_get_run(run_id))
 
     def wait(self, run_id: str, timeout: float | None = None) -> Run:
@@ -166,8 +173,7 @@ class Client(ClientBase):
         """A one-off job's result: its run waited for (see wait); RunFailed when it ended
         without succeeding."""
         run_id = run_events.first_run(self.get(job) if isinstance(job, str) else job)
-        run = self.run(run_events.op_wait_run(run_id, math.inf if timeout is None else timeout,
-                                              expected=True))
+        run = self.run(run_events.op_wait_run(run_id, math.inf if timeout is None else timeout))
         return run_events.result_of(run_events.check_ended(run, run_id, timeout))
 
     def events(self, job_id: str, after: str | None = None) -> Iterator[dict[str, Any]]:
@@ -223,7 +229,27 @@ class Client(ClientBase):
         """Send a dead letter back for a new round of attempts (attempts counted from zero)."""
         return self.run(jobs.op_replay(self, run_id))
 
+    def set_limit(self, name: str, *, concurrency: int | None = None,
+                  rate: tuple[int, float] | None = None) -> Limit:
+        """Define (or replace) the limit ``name`` (a key, or a family ending in '*'): at most
+        ``concurrency`` runs at once, at most ``rate`` = (limit, period seconds) starts in any
+        such window.  It applies at once, across every dispatcher and worker."""
+        return self.run(limits.op_set_limit(self, limits.limit_from_args(name, concurrency, rate)))
+
+    def get_limit(self, name: str) -> limits.LimitView:
+        """The definition ``name``, and for a key's own its in-flight and waiting counts."""
+        return self.run(limits.op_get_limit(self, name))
+
+    def delete_limit(self, name: str) -> None:
+        """Delete a definition; its keys' waiting runs start (a key without one is unlimited)."""
+        self.run(limits.op_delete_limit(self, name))
+
+    def list_limits(self) -> list[Limit]:
+        """Every definition, by name."""
+        return self.run(limits.op_all_limits())
+
     def close(self) -> None:
+        """Close the connections (and the archive's); a ``with`` block does it."""
         if self._archive is not None:
             self._archive.close()
         self.r.close()

@@ -122,13 +122,15 @@ local function run_names(own)
     OWN_RUN = OWN_RUN or {state = OWN.state, attempt = OWN.attempt, fence = OWN.fence,
       worker = OWN.worker, stream_id = OWN.stream_id, dispatched_ms = OWN.dispatched_ms,
       started_ms = OWN.started_ms, ended_ms = OWN.ended_ms, duration_ms = OWN.duration_ms,
-      result = OWN.result, error = OWN.error, hb_ms = OWN.hb_ms, type = J.type, queue = J.queue}
+      result = OWN.result, error = OWN.error, hb_ms = OWN.hb_ms, waiting = OWN.waiting,
+      type = J.type, queue = J.queue}
     return OWN_RUN
   end
   PLAIN_RUN = PLAIN_RUN or {state = 'state', attempt = 'attempt', fence = 'fence',
     worker = 'worker', stream_id = 'stream_id', dispatched_ms = 'dispatched_ms',
     started_ms = 'started_ms', ended_ms = 'ended_ms', duration_ms = 'duration_ms',
-    result = 'result', error = 'error', hb_ms = 'hb_ms', type = 'type', queue = 'queue'}
+    result = 'result', error = 'error', hb_ms = 'hb_ms', waiting = 'waiting', type = 'type',
+    queue = 'queue'}
   return PLAIN_RUN
 end
 local function run_fields(run_key, job_key)

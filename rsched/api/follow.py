@@ -19,14 +19,16 @@ from rsched.api.event_hub import Deliver, EventHub
 from rsched.api.problems import JSON
 from rsched.archive.events import EventRow
 from rsched.core.errors import NotFound, ValidationError
-from rsched.core.models import job_of_run, partition_of
+from rsched.core.models import Run, job_of_run, partition_of
 from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
 from rsched.service.inputs import known_job_id
+from rsched.service.jobs import op_read_run
 from rsched.service.run_events import (
     Cursor,
     check_event_id,
     check_wait,
     ended,
+    op_is_pending,
     op_next_events,
     op_start,
     with_start,
@@ -62,24 +64,31 @@ async def get_run(request: Request) -> Response:
     c = _client(request)
     if wait_s <= 0:
         return JSON(run_json(await c.get_run(run_id)))
-    changed = asyncio.Event()
-
-    def deliver(_: str, row: EventRow) -> None:
-        if row.run_id == run_id:
-            changed.set()
-
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
-    async with _hub(request).subscription(partition_of(job_of_run(run_id)), deliver):
-        run = await c.get_run(run_id)  # after subscribing: no event can fall in between
-        while not ended(run):
+    async with _hub(request).run_end(run_id) as next_end:
+        end = next_end()  # before the read: no ending can fall in between
+        run = await _run_or_pending(c, run_id)
+        while run is None or not ended(run):
             try:
-                await asyncio.wait_for(changed.wait(), deadline - loop.time())
+                got = await asyncio.wait_for(asyncio.shield(end), deadline - loop.time())
             except TimeoutError:
+                run = await c.run(op_read_run(run_id))  # as it is now
                 break
-            changed.clear()
-            run = await c.get_run(run_id)
+            run = got if got is not None else run
+            end = next_end()
+    if run is None:
+        raise NotFound("run", f"{run_id} (not dispatched yet)")
     return JSON(run_json(run))
+
+
+async def _run_or_pending(c: AsyncClient, run_id: str) -> Run | None:
+    """The run; None when it is its job's next occurrence, not dispatched yet (a wait waits for
+    its dispatch too); NotFound otherwise."""
+    run = await c.run(op_read_run(run_id))
+    if run is None and not await c.run(op_is_pending(run_id)):
+        raise NotFound("run", run_id)
+    return run
 
 
 def _position_id(start_ms: int, sent: dict[int, tuple[int, int]]) -> str:

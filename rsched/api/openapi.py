@@ -51,6 +51,9 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str = "",
 
 JOB_ID = _param("id", "path", {"type": "string"}, "Job id, e.g. 7-P7mwJFmG6o6nG_UFHP3")
 LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}, "Page size.")
+LIMIT_NAME = _param("name", "path", {"type": "string", "minLength": 1, "maxLength": 200,
+                                     "pattern": r"^[^*/\x00-\x1f\x7f-\x9f]*\*?$"},
+                    "A limit key, or a family: a prefix ending in '*'.")
 CURSOR = _param("cursor", "query", {"type": "string"}, "nextCursor of the previous page.")
 LAST_EVENT_ID = _param("Last-Event-ID", "header", {"type": "string"},
                        "The id of the last event received: the stream resumes after it.")
@@ -127,8 +130,10 @@ def _control(verb: str, summary: str, note: bool = False) -> dict[str, Any]:
 PATHS: dict[str, Any] = {
     "/jobs": {
         "post": _op("createJob", "jobs", "Schedule a job",
-                    {201: _json("Job", "Created."),
-                     200: _json("Job", "The job created earlier with this idempotencyKey.")},
+                    {201: _json("JobCreated", "Created."),
+                     200: _json("JobCreated", "The job created earlier with this "
+                                "idempotencyKey, or within this dedup window "
+                                "(deduplicated true).")},
                     [409], params=[IDEMPOTENCY_KEY], body="JobCreate", scope="write"),
         "get": _op("listJobs", "jobs",
                    "List jobs: with a filter, q or sort, from the archive's job index (sorted, "
@@ -294,6 +299,23 @@ PATHS: dict[str, Any] = {
                    {200: _json("OverviewHistory", "Samples, oldest first.")}, [422],
                    params=[_param("minutes", "query", {"type": "integer", "minimum": 1,
                                                        "maximum": 120}, "default 60")]),
+    },
+    "/limits": {
+        "get": _op("listLimits", "limits", "List limit definitions by name",
+                   {200: _json("LimitPage", "A page of definitions.")}, [422],
+                   params=[LIMIT, CURSOR]),
+    },
+    "/limits/{name}": {
+        "get": _op("getLimit", "limits", "A limit definition; a key's own with its inFlight "
+                   "and waiting counts",
+                   {200: _json("Limit", "The definition.")}, [404, 422], params=[LIMIT_NAME]),
+        "put": _op("putLimit", "limits", "Define or replace a limit; it applies within a "
+                   "second to runs not yet started",
+                   {200: _json("Limit", "The definition stored.")}, [],
+                   params=[LIMIT_NAME], body="LimitBody", scope="write"),
+        "delete": _op("deleteLimit", "limits", "Delete a limit; its keys' waiting runs start",
+                      {204: {"description": "Deleted."}}, [404, 422], params=[LIMIT_NAME],
+                      scope="write"),
     },
     "/api-keys": {
         "get": _op("listApiKeys", "keys", "List API keys (never their secrets)",

@@ -29,10 +29,12 @@ from rsched.archive.stats import duration_stats, failures
 from rsched.archive.store import Store, StoreUnavailable
 from rsched.core import defaults
 from rsched.core.errors import NotFound, ValidationError
+from rsched.core.limits import limit_of
 from rsched.core.spec import MAX_TIME_MS, TYPE_PATTERN
 from rsched.core.times import to_ms
 from rsched.service import apikeys, operations
 from rsched.service import dead_letters as dead_letter_ops
+from rsched.service import limits as limit_ops
 from rsched.service.backfill import op_backfill
 from rsched.service.doctor import judge, op_redis_facts
 from rsched.service.inputs import (
@@ -51,6 +53,7 @@ from rsched.service.preview import fire_times, job_fire_times
 from rsched.service.samples import op_samples
 from rsched.service.shapes import (
     backfill_json,
+    created_json,
     dead_letter_json,
     durations_json,
     failures_json,
@@ -59,6 +62,8 @@ from rsched.service.shapes import (
     job_json,
     key_json,
     last_run_json,
+    limit_json,
+    limit_view_json,
     listing_json,
     operation_json,
     run_json,
@@ -104,7 +109,7 @@ async def create_job(request: Request) -> Response:
     spec = spec_from_json(await read_json(request, _limits(request).max_body_bytes))
     spec.idempotency_key = idempotency_key(request, spec.idempotency_key)
     job, created = await _client(request).schedule_spec(spec)
-    return JSON(job_json(job), 201 if created else 200, {"Location": f"/jobs/{job.id}"})
+    return JSON(created_json(job), 201 if created else 200, {"Location": f"/jobs/{job.id}"})
 
 
 async def create_batch(request: Request) -> Response:
@@ -132,7 +137,7 @@ async def create_batch(request: Request) -> Response:
         if isinstance(res, Exception):
             results[i] = _item_error(res, i)
         else:
-            results[i] = {"status": 201 if res[1] else 200, "job": job_json(res[0])}
+            results[i] = {"status": 201 if res[1] else 200, "job": created_json(res[0])}
     return JSON({"results": results})
 
 
@@ -413,6 +418,35 @@ async def readyz(request: Request) -> Response:
         body = problem_body(503, "; ".join(f"{f.check}: {f.message}" for f in failed))
         return Problem(dict(body, checks=checks), 503)
     return JSON({"status": "ready", "checks": checks})
+
+
+# --- limits ------------------------------------------------------------------------------------
+
+
+async def list_limits(request: Request) -> Response:
+    page = await _client(request).run(limit_ops.op_list_limits(
+        int_param(request, "limit", defaults.PAGE_LIMIT), request.query_params.get("cursor")))
+    return JSON({"limits": [limit_json(lim) for lim in page.items],
+                 "nextCursor": page.next_cursor})
+
+
+async def get_limit(request: Request) -> Response:
+    c = _client(request)
+    return JSON(limit_view_json(await c.run(limit_ops.op_get_limit(
+        c, request.path_params["name"]))))
+
+
+async def put_limit(request: Request) -> Response:
+    name = request.path_params["name"]
+    limit = limit_of(name, await read_json(request, _limits(request).max_body_bytes))
+    c = _client(request)
+    return JSON(limit_json(await c.run(limit_ops.op_set_limit(c, limit))))
+
+
+async def delete_limit(request: Request) -> Response:
+    c = _client(request)
+    await c.run(limit_ops.op_delete_limit(c, request.path_params["name"]))
+    return Response(status_code=204)
 
 
 # --- API keys ----------------------------------------------------------------------------------

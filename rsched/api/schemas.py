@@ -108,7 +108,37 @@ SCHEMAS: dict[str, Any] = {
                                        "asks it to stop and runs once it has (cancelPrevious)."},
             "jitterSeconds": _n("number", minimum=0, maximum=86400),
             "paused": _n("boolean", description="Create the job paused."),
+            "limitKey": _n("string", minLength=1, maxLength=200,
+                           pattern=r"^[^*/\x00-\x1f\x7f-\x9f]*$",
+                           description="The key whose limit (PUT /limits/{name}) its runs "
+                                       "count against; no control characters, '/' or '*'. The "
+                                       "job is placed in the key's partition. A key without "
+                                       "a definition runs unlimited."),
             **LIFE_INPUT,
+            "dedup": {
+                "type": ["object", "null"], "additionalProperties": False,
+                "required": ["key", "ttlSeconds"],
+                "description": "A dedup window (docs/dedup.md): creates with the same key "
+                               "answer one job (200, deduplicated true) instead of creating "
+                               "another. ttl: the first job, for ttlSeconds after it. "
+                               "untilDone: the job until it completes, is dead-lettered or "
+                               "cancelled, ttlSeconds at most. debounce: each create within "
+                               "ttlSeconds of the previous one moves the job to ttlSeconds "
+                               "after it, with its payload and settings (not with runAt, "
+                               "cron or paused). Beside an idempotencyKey, the job lives in "
+                               "the dedup key's partition, so the idempotency key is one per "
+                               "dedup key.",
+                "properties": {
+                    "key": {"type": "string", "minLength": 1, "maxLength": 200,
+                            "description": "Compared in Unicode NFC; control and "
+                                           "bidirectional formatting characters are refused."},
+                    "ttlSeconds": {"type": "number", "exclusiveMinimum": 0,
+                                   "maximum": 2592000},
+                    "mode": {"type": ["string", "null"],
+                             "enum": ["ttl", "untilDone", "debounce", None],
+                             "description": "Default ttl."},
+                },
+            },
         },
     },
     "JobPatch": {
@@ -140,7 +170,7 @@ SCHEMAS: dict[str, Any] = {
                      "nextRunAt", "maxAttempts", "backoff", "priority", "timeoutSeconds",
                      "idempotencyKey", "misfire", "jitterSeconds", "lastRunId", "createdAt",
                      "updatedAt", "catchUpWindowSeconds", "lastGap", "overlap", "version",
-                     *LIFE_OUTPUT],
+                     "limitKey", *LIFE_OUTPUT],
         "properties": {
             "id": {"type": "string"}, "type": {"type": "string"}, "queue": {"type": "string"},
             "status": {"type": "string", "enum": [s.value for s in JobStatus]},
@@ -158,6 +188,7 @@ SCHEMAS: dict[str, Any] = {
             "version": {"type": "integer", "minimum": 1,
                         "description": "1, plus one per change (PATCH, pause, resume, cancel); "
                                        "send it as If-Match to change only this version."},
+            "limitKey": _n("string"),
             "lastGap": {
                 "type": ["object", "null"], "required": ["count", "exact", "from", "to"],
                 "description": "The latest occurrences missed by more than the catch-up "
@@ -203,9 +234,20 @@ SCHEMAS: dict[str, Any] = {
             "items": {"anyOf": [ref("JobCreate"), {}]},
         }},
     },
+    "JobCreated": {
+        "description": "A create's answer: the job, and whether a dedup window answered with "
+                       "this existing job rather than creating one.",
+        "allOf": [ref("Job"), {
+            "type": "object", "required": ["deduplicated"],
+            "properties": {"deduplicated": {
+                "type": "boolean",
+                "description": "True: the job another create made within this create's "
+                               "dedup window (status 200). An idempotent replay is false."}},
+        }],
+    },
     "BatchResult": {
         "type": "object", "required": ["status"],
-        "properties": {"status": {"type": "integer"}, "job": ref("Job"),
+        "properties": {"status": {"type": "integer"}, "job": ref("JobCreated"),
                        "error": ref("Problem")},
     },
     "BatchResponse": {
@@ -220,7 +262,8 @@ SCHEMAS: dict[str, Any] = {
             "runId": {"type": "string"}, "attempt": {"type": "integer"},
             "status": {"type": "string", "description": "succeeded, failed, timed_out, "
                        "abandoned, cancelled (stopped by overlap cancelPrevious); dispatched, "
-                       "running or retry_wait while in flight; from the archive also skipped "
+                       "running, retry_wait or waiting (for its limit key: error says "
+                       "'waiting for limit <name>') while in flight; from the archive also skipped "
                        "(a missed occurrence, attempt 0) and dead"},
             "worker": _n("string"), "scheduledAt": NTIME, "startedAt": NTIME, "endedAt": NTIME,
             "durationMs": _n("integer"), "error": _n("string"), "result": {},
@@ -294,7 +337,46 @@ SCHEMAS: dict[str, Any] = {
             "jobVersion": _n("integer", description="The job's version when this run was "
                                                     "dispatched (null: a one-off job's own "
                                                     "run, which runs at the job's version)."),
+            "waitingFor": _n("string", description="Status waiting: the limit definition "
+                                                   "that holds the run (waiting for limit "
+                                                   "<name>); no attempt is spent meanwhile."),
         },
+    },
+    "LimitBody": {
+        "type": "object", "additionalProperties": False,
+        "description": "A limit on the runs of a limit key: at most concurrency at once, and "
+                       "at most rate.limit starts in any window of rate.periodSeconds (a "
+                       "sliding window on Redis's clock). Give one or both.",
+        "properties": {
+            "concurrency": _n("integer", minimum=1, maximum=1_000_000),
+            "rate": {"type": ["object", "null"], "additionalProperties": False,
+                     "required": ["limit", "periodSeconds"],
+                     "properties": {
+                         "limit": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+                         "periodSeconds": {"type": "number", "exclusiveMinimum": 0,
+                                           "maximum": 86400}}},
+        },
+    },
+    "Limit": {
+        "type": "object", "required": ["name", "concurrency", "rate"],
+        "properties": {
+            "name": {"type": "string", "description": "A key, or a family (ends in '*': each "
+                                                      "key starting with what precedes it, "
+                                                      "counted on its own)."},
+            "concurrency": _n("integer"),
+            "rate": {"type": ["object", "null"],
+                     "properties": {"limit": {"type": "integer"},
+                                    "periodSeconds": {"type": "number"}}},
+            "inFlight": {"type": "integer", "description": "GET of a key's own name: runs "
+                                                           "holding a slot now."},
+            "waiting": {"type": "integer", "description": "GET of a key's own name: runs "
+                                                          "waiting for a slot or the rate."},
+        },
+    },
+    "LimitPage": {
+        "type": "object", "required": ["limits", "nextCursor"],
+        "properties": {"limits": {"type": "array", "items": ref("Limit")},
+                       "nextCursor": _n("string")},
     },
     "DeadLetter": {"allOf": [ref("Run"), {"type": "object", "required": ["deadAt"],
                                             "properties": {"deadAt": NTIME}}]},

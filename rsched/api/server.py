@@ -139,8 +139,10 @@ class BoundedHttpTools(HttpToolsProtocol):
                 self._refuse(431, "Request Header Fields Too Large", detail)
 
     def send_400_response(self, msg: str) -> None:
-        if not self._refused:  # a callback refused the request and has answered already
-            super().send_400_response(msg)
+        """A request the parser cannot read (an empty Transfer-Encoding, a bad request line):
+        answered problem+json like every other answer, not uvicorn's text/plain; a callback
+        that refused the request has answered already."""
+        self._refuse(400, "Bad Request", "not a valid HTTP/1.1 request")
 
     # --- parser callbacks --------------------------------------------------------------------
 

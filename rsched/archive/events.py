@@ -31,8 +31,9 @@ KNOWN = frozenset(wire.EV_FIELDS)
 _INT64 = 2**63 - 1
 
 # Outcome events of an attempt, strongest first: an attempt that failed and whose run was later
-# abandoned (job cancelled while waiting for its retry) failed.
-OUTCOMES = ("succeeded", "cancelled", "timed_out", "failed", "abandoned")
+# abandoned (job cancelled while waiting for its retry) failed.  'deferred': its handler raised
+# RateLimited, the attempt given back (it runs again under the same number).
+OUTCOMES = ("succeeded", "cancelled", "timed_out", "failed", "abandoned", "deferred")
 FAILURES = ("timed_out", "failed", "abandoned")
 # Events that mark a run, not one of its attempts (and a stale report, which changed nothing).
 RUN_MARKERS = frozenset({"triggered", "replayed", "fenced"})

@@ -29,7 +29,8 @@ from rsched.rdb.redis_api import AsyncRedis, Redis
 
 SCAN_CHUNK = 1000
 DEFAULT_MAX_SCAN = 100_000
-_ENDS = frozenset((*OUTCOMES, "dead_lettered", "skipped"))
+# What ends an attempt: not a deferral (RateLimited), after which the attempt runs again.
+_ENDS = frozenset((*OUTCOMES, "dead_lettered", "skipped")) - {"deferred"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +118,8 @@ def _attempt(evs: list[EventRow], replays: int, attempt: int, archived: bool) ->
         fence=_coalesce(_max(of(["started"], "fence")), _max(e.fence for e in carried)),
         error=_max(of(["timed_out", "failed"], "error"))
         or _max(of(["abandoned", "cancelled"], "error"))
-        or _max(of(["dead_lettered", "skipped"], "error")),
+        or _max(of(["dead_lettered", "skipped"], "error"))
+        or (_max(of(["deferred"], "error")) if status == "deferred" else None),
         result=_result(_max(of(["succeeded"], "result")), first.run_id or ""),
         retry_at_ms=_max(e.retry_at_ms for e in evs), archived=archived,
     )

@@ -1,6 +1,6 @@
 """Operator commands of the `rsched` CLI: status, preview and doctor here; the groups jobs, dlq,
-keys, stats, operations and runs in rsched.cli.jobs (with .job_update and .runs's watch),
-.dead_letters, .apikeys, .stats, .operations and .runs; COMMANDS lists them all.
+keys, stats, operations, runs and limits in rsched.cli.jobs (with .job_update and .runs's
+watch), .dead_letters, .apikeys, .stats, .operations, .runs and .limits; COMMANDS lists them all.
 
 They talk to Redis through the same service layer as the HTTP API (rsched.service), and print
 the same JSON shapes with ``--json`` (rsched.service.shapes), tables otherwise; they never import
@@ -20,6 +20,7 @@ from rsched.cli.context import client_of
 from rsched.cli.dead_letters import dlq
 from rsched.cli.job_update import jobs_update
 from rsched.cli.jobs import jobs
+from rsched.cli.limits import limits
 from rsched.cli.operations import operations
 from rsched.cli.runs import jobs_watch, runs
 from rsched.cli.stats import stats
@@ -128,4 +129,5 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
 
 jobs.add_command(jobs_update)
 jobs.add_command(jobs_watch)
-COMMANDS: list[click.Command] = [status, preview, doctor, jobs, dlq, keys, stats, operations, runs]
+COMMANDS: list[click.Command] = [status, preview, doctor, jobs, dlq, keys, stats, operations, runs,
+                                 limits]

@@ -30,6 +30,7 @@ from rsched.service.job_listing import JobFilter, op_job_listing
 from rsched.service.last_runs import LAST_RUN_FILTERS, op_last_runs
 from rsched.service.shapes import (
     backfill_json,
+    created_json,
     job_json,
     last_run_json,
     listing_json,
@@ -45,7 +46,9 @@ ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cro
              "maxRuns": "--max-runs", "pauseAfterFailures": "--pause-after-failures",
              "startDeadlineSeconds": "--start-deadline", "timeoutSeconds": "--timeout",
              "jitterSeconds": "--jitter", "paused": "--paused",
-             "backoff.baseSeconds": "--backoff-base", "backoff.capSeconds": "--backoff-cap"}
+             "backoff.baseSeconds": "--backoff-base", "backoff.capSeconds": "--backoff-cap",
+             "dedup.key": "--dedup-key", "dedup.ttlSeconds": "--dedup-ttl",
+             "dedup.mode": "--dedup-mode", "limitKey": "--limit-key"}
 """`jobs add`'s flags by the API field each sets: its errors name the flag."""
 
 
@@ -88,8 +91,17 @@ def jobs() -> None:
 @click.option("--backoff-cap", type=float, default=None,
               help="Seconds: the longest wait between two attempts.")
 @click.option("--jitter", type=float, default=None,
-              help="Seconds: each run starts up to this much later, at random.")
+              help="Seconds: each occurrence of a cron job is due within plus or minus this of its "
+                   "time, by a fixed offset from the job id and the time.")
 @click.option("--paused", is_flag=True, default=None, help="Create the job paused.")
+@click.option("--dedup-key", default=None,
+              help="Dedup window key: creates with this key within --dedup-ttl answer one job "
+                   "(docs/dedup.md).")
+@click.option("--dedup-ttl", type=float, default=None, help="Seconds the dedup window lasts.")
+@click.option("--dedup-mode", default=None,
+              help="ttl (default), untilDone or debounce: how the dedup window holds.")
+@click.option("--limit-key", default=None,
+              help="The key whose limit its runs count against (rsched limits set).")
 @JSON_FLAG
 @click.pass_context
 def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str | None,
@@ -99,7 +111,8 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
              end_at: str | None, max_runs: int | None, pause_after_failures: int | None,
              start_deadline: float | None, timeout: float | None, backoff_base: float | None,
              backoff_cap: float | None, jitter: float | None, paused: bool | None,
-             as_json: bool) -> None:
+             dedup_key: str | None, dedup_ttl: float | None, dedup_mode: str | None,
+             limit_key: str | None, as_json: bool) -> None:
     """Schedule a job and print its id."""
     try:
         body = json.loads(payload) if payload is not None else None
@@ -116,13 +129,16 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
             "catchUpWindowSeconds": catch_up, "overlap": overlap, "startAt": start_at,
             "endAt": end_at, "maxRuns": max_runs, "pauseAfterFailures": pause_after_failures,
             "startDeadlineSeconds": start_deadline, "timeoutSeconds": timeout,
-            "jitterSeconds": jitter, "paused": paused,
+            "jitterSeconds": jitter, "paused": paused, "limitKey": limit_key,
             "backoff": {"baseSeconds": backoff_base, "capSeconds": backoff_cap},
+            "dedup": None if dedup_key is None and dedup_ttl is None and dedup_mode is None
+            else {"key": dedup_key, "ttlSeconds": dedup_ttl, "mode": dedup_mode},
         })
         job = c.schedule_many([spec])[0]
         if isinstance(job, Exception):
             raise job
-    show(job_json(job), as_json, lambda j: j["id"])
+    show(created_json(job), as_json,
+         lambda j: f"{j['id']} (deduplicated)" if j["deduplicated"] else j["id"])
     workers = c.run(op_workers(c))
     if not any(w.serves(job.type, job.queue) for w in workers):
         click.echo(handler_warning(job.type, job.queue, workers), err=True)

@@ -3,7 +3,7 @@
 This module is the composition root of every rsched process, `rsched api` among them (the one
 import of the API face; commands.py, the CLI face, never imports rsched.api).  Each process
 command imports its own part when it runs: a worker's start-up then skips the HTTP stack, the
-archiver and the SQL drivers it never uses (`python -X importtime`: 1.05 s -> see README).
+archiver and the SQL drivers it never uses (`python -X importtime` shows what each imports).
 """
 
 from __future__ import annotations

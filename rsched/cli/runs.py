@@ -11,7 +11,6 @@ import click
 
 from rsched.cli._output import JSON_FLAG, show, table
 from rsched.cli.context import client_of
-from rsched.core.errors import NotFound
 from rsched.core.models import RunState
 from rsched.service.inputs import known_job_id
 from rsched.service.run_events import ended, op_wait_run
@@ -47,11 +46,13 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @JSON_FLAG
 @click.pass_context
 def runs_wait(ctx: click.Context, run_id: str, timeout: float | None, as_json: bool) -> None:
-    """Wait for a run to end and show it: exit 0 if it succeeded, 1 if it ended otherwise
-    (dead-lettered, cancelled, skipped), 124 if it had not ended within --timeout."""
+    """Wait for a run to end (also a job's next occurrence, not dispatched yet) and show it:
+    exit 0 if it succeeded, 1 if it ended otherwise (dead-lettered, cancelled, skipped), 124
+    if it had not ended within --timeout."""
     run = client_of(ctx).run(op_wait_run(run_id, math.inf if timeout is None else timeout))
-    if run is None:  # not reached: without expected=True an unknown run is NotFound
-        raise NotFound("run", run_id)
+    if run is None:  # its job's next occurrence, still not dispatched
+        click.echo(f"run {run_id} has not been dispatched within {timeout:g} s", err=True)
+        ctx.exit(TIMED_OUT)
     show(run_json(run), as_json, _render_run)
     if not ended(run):
         click.echo(f"run {run_id} has not ended within {timeout:g} s", err=True)

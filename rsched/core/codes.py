@@ -12,6 +12,8 @@ class ScheduleCode(IntEnum):
     CREATED = 0
     SAME = 1  # already exists with the same body (an idempotent replay)
     CONFLICT = 2  # exists with another body
+    DEDUPLICATED = 3  # answered by the job its dedup record names (its id follows the codes)
+    HELD_ELSEWHERE = 4  # its dedup record names a job the call did not: call again with it
 
 
 class ClaimCode(IntEnum):

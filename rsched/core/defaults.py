@@ -37,8 +37,14 @@ TIMEOUT_MS = 300_000  # a handler running longer is timed out
 PRIORITY = 0
 JITTER_MS = 0
 CATCH_UP_WINDOW_MS = 60_000  # occurrences missed by less than this all run (core.catchup)
-OVERLAP = "allow"  # a recurring job's runs may overlap (README, "Overlap" says why)
+DEDUP_MODE = "ttl"  # a dedup window answers the first job for ttlSeconds (docs/dedup.md)
+OVERLAP = "allow"  # a recurring job's runs may overlap (docs/schedules.md says why)
 TZ = "UTC"
+
+# Flow control (core.limits, docs/limits.md).
+# A run whose handler raises RateLimited waits without spending an attempt this many times;
+# the next one counts as a failed attempt, so maxAttempts still ends a run that never gets in.
+MAX_DEFERRALS = 100
 
 # Dispatcher.
 LEASE_MS = 10_000  # partition lease: renewed every LEASE_MS / 3, so it outlives two missed rounds
@@ -111,6 +117,6 @@ OPERATION_POLL_S = 1.0  # how often an API process looks for operations to resum
 STATS_KEEP_MS = 2 * 3_600_000  # samples kept in Redis: the overview shows the last hour
 # Redis's hash-max-listpack-value that `rsched doctor` asks for (and `rsched dev` sets): a job
 # hash whose packed spec (payload included) is longer than it leaves the compact listpack
-# encoding, 1,158.5 B per scheduled job at Redis's default 64 against 544.7 B at 256
-# (loadtest/bench_memory.py, 1,000,000 jobs with a 2-field payload).
+# encoding: about twice the memory per scheduled job at Redis's default 64 as at 256
+# (loadtest/bench_memory.py, 1,000,000 jobs with a 2-field payload; docs/performance.md).
 HASH_LISTPACK_VALUE = 256

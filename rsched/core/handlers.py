@@ -28,7 +28,21 @@ class JobContext:
 
     @property
     def scheduled_at(self) -> datetime:
+        """The occurrence's nominal time (its run id's ms), as an aware UTC datetime."""
         return datetime.fromtimestamp(self.scheduled_ms / 1000, tz=UTC)
+
+
+class RateLimited(Exception):  # noqa: N818 - the name users raise, as a 429 reads
+    """Raised by a handler (sync or async) when a downstream says "too many requests": the run
+    waits ``retry_after`` seconds and runs again without spending an attempt (docs/limits.md:
+    at most defaults.MAX_DEFERRALS times a run, after which it counts as a failed attempt)."""
+
+    def __init__(self, retry_after: float = 1.0) -> None:
+        if isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)) or not (
+                0 <= retry_after <= 86_400):
+            raise ValueError("RateLimited(retry_after=...) takes 0 to 86400 seconds")
+        super().__init__(f"rate limited: retry after {retry_after:g} s")
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +63,8 @@ class App:
         self.handlers: dict[str, Registered] = {}
 
     def job(self, type: str) -> Callable[[Handler], Handler]:
+        """Decorator: register the function as the handler of job ``type`` (sync or async;
+        it gets a JobContext and may return a small JSON-serializable result)."""
         def register(fn: Handler) -> Handler:
             if type in self.handlers:
                 raise ValueError(f"a handler for job type {type!r} is already registered")

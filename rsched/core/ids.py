@@ -59,6 +59,12 @@ def partition_for_key(key: str, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
 
+def dedup_partition(dedup_key: str, partitions: int) -> int:
+    """The partition of every job created under a dedup key: its record and those jobs share
+    one slot, so schedule.lua checks and creates in one step, on Redis Cluster too."""
+    return partition_for_key(dedup_key, partitions)
+
+
 def random_job_ids(n: int, partition: int, now_ms: int) -> list[str]:
     """Ids of ``n`` new jobs of ``partition`` created at ``now_ms`` (the caller's reading of
     Redis's clock: the jobs' created_ms, see created_ms_of): one urandom and one base64 call
@@ -76,10 +82,13 @@ def random_partition(partitions: int) -> int:
     return int.from_bytes(os.urandom(2), "big") % partitions
 
 
-def keyed_job_id(idempotency_key: str, partitions: int) -> tuple[int, str]:
+def keyed_job_id(idempotency_key: str, partitions: int, place: str | None = None
+                 ) -> tuple[int, str]:
     """(partition, id) derived from the idempotency key, so a repeat lands on the same job:
-    'k' and 120 bits of its hash (20 characters)."""
-    p = partition_for_key(idempotency_key, partitions)
+    'k' and 120 bits of its hash (20 characters).  ``place`` (a job's limit key, else its dedup
+    key) picks the partition instead, so a key's jobs share one: an idempotency key is then one
+    per such key."""
+    p = partition_for_key(idempotency_key if place is None else place, partitions)
     digest = hashlib.blake2b(idempotency_key.encode(), digest_size=15).digest()
     return p, f"{p}-k{sorted64(digest)}"
 

@@ -3,7 +3,7 @@ script from the generated `--!include layout` (rdb.scripts), as J.<name> and OWN
 
 Every job stores them, so they are one or two characters: a name takes its length plus two
 bytes of a job hash's listpack, and a million jobs' hashes fall a jemalloc size class or two
-(docs/performance-history.md).  Code says the long names; only Redis sees the short ones.  Job-hash
+(docs/performance.md).  Code says the long names; only Redis sees the short ones.  Job-hash
 fields not listed here (version, gap, runs, fails, active, buffered, cancel, ov, paused_* and
 resumed_*, h:<stream id>:<attempt>, nh: an own run set aside for want of a handler, lua/park.lua)
 are rare and keep their names.
@@ -41,6 +41,7 @@ class JobFields(NamedTuple, Generic[S]):
     body_hash: S
     last_run_id: S
     own_run: S
+    limit_key: S  # absent: the job has none (core.limits; placed in its key's partition)
 
 
 class OwnRunFields(NamedTuple):
@@ -59,14 +60,15 @@ class OwnRunFields(NamedTuple):
     result: str
     error: str
     hb_ms: str
+    waiting: str  # the limit definition a waiting run waits for (lua/include/limits.lua)
 
 
 J: JobFields[str] = JobFields(type="t", queue="q", status="s", next_ms="n", spec="x", cron="k",
               max_attempts="m", created_ms="c", updated_ms="u", body_hash="b", last_run_id="l",
-              own_run="o")
+              own_run="o", limit_key="lk")
 OWN = OwnRunFields(state="rs", attempt="ra", fence="rf", worker="rw", stream_id="ri",
                    dispatched_ms="rd", started_ms="rt", ended_ms="re", duration_ms="rl",
-                   result="rr", error="rx", hb_ms="rh")
+                   result="rr", error="rx", hb_ms="rh", waiting="ry")
 assert len({*J, *OWN}) == len(J) + len(OWN)  # no two fields share a stored name
 
 STATUS_DEFAULT = "scheduled"
@@ -96,7 +98,7 @@ _TABLES = {"J": J._asdict(), "OWN": OWN._asdict()}
 def literals(source: str) -> str:
     """A script's source with each J.<name> and OWN.<name> written as its stored name, quoted
     (``'s'``), so no script call builds the two tables at run time (a visible share of a
-    complete call: docs/performance-history.md).  A name not in the layout is an error."""
+    complete call: docs/performance.md).  A name not in the layout is an error."""
     def one(m: re.Match[str]) -> str:
         names = _TABLES[m.group(1)]
         if m.group(2) not in names:

@@ -26,6 +26,10 @@ from rsched.core.wire import as_text
 
 
 class JobStatus(str, enum.Enum):
+    """A job's state: scheduled (waiting for its next occurrence), paused, cancelled (final),
+    completed (a one-off job that succeeded, or a recurring one past its last occurrence) or
+    dead (a one-off job dead-lettered)."""
+
     SCHEDULED = "scheduled"
     PAUSED = "paused"
     CANCELLED = "cancelled"
@@ -46,6 +50,7 @@ class RunState(str, enum.Enum):
     SKIPPED = "skipped"  # not run: the overlap policy (its error says why)
     BUFFERED = "buffered"  # overlap=bufferOne: waits for the job's active run to end
     CANCELLED = "cancelled"  # overlap=cancelPrevious stopped it for a later occurrence
+    WAITING = "waiting"  # held by its limit key's concurrency or rate (core.limits)
 
 
 class Overlap(str, enum.Enum):
@@ -138,7 +143,7 @@ packer = _Packer()
 # Settings stored as msgpack's nil (one byte) when they hold their default: 23 bytes fewer for a
 # job with the defaults, which keeps a small payload's spec under Redis's hash-max-listpack-value
 # (64 by default), so its job hash stays a listpack, half the memory per job
-# (docs/performance-history.md).
+# (docs/performance.md).
 SPEC_DEFAULTS = {"timeout_ms": defaults.TIMEOUT_MS, "backoff_base_ms": defaults.BACKOFF_BASE_MS,
                  "backoff_cap_ms": defaults.BACKOFF_CAP_MS, "tz": defaults.TZ,
                  "misfire": "run_once", "catch_up_ms": defaults.CATCH_UP_WINDOW_MS}
@@ -204,6 +209,9 @@ def unpack_spec(raw: Any) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class Job:
+    """A job as stored: its type, payload, schedule (``run_at_ms`` or ``cron`` in ``tz``), policies
+    and state; times are epoch ms.  What Client.schedule and Client.get return."""
+
     id: str
     type: str
     queue: str
@@ -233,6 +241,9 @@ class Job:
     fail_streak: int = 0  # consecutive dead-lettered occurrences (lua/include/life.lua)
     paused: Control | None = None  # the latest pause: who, when, note, reason
     resumed: Control | None = None  # the latest resume
+    limit_key: str | None = None  # its runs count against this key's limit (core.limits)
+    deduplicated: bool = False  # never stored: a create's answer, True when a dedup window
+    # answered it with this existing job (docs/dedup.md)
 
     @property
     def remaining_runs(self) -> int | None:
@@ -241,6 +252,7 @@ class Job:
 
     @property
     def partition(self) -> int:
+        """The partition the job lives in, read off its id."""
         return partition_of(self.id)
 
     @classmethod
@@ -297,6 +309,7 @@ class Job:
             fail_streak=_i(g("fails")),
             paused=Control.of(h, "paused"),
             resumed=Control.of(h, "resumed"),
+            limit_key=_s(g(J.limit_key)) or None,
         )
 
 
@@ -353,6 +366,7 @@ class Run:
     error: str | None
     result: Any
     job_version: int | None = None  # the job's version at dispatch (None: a one-off's own run)
+    waiting_for: str | None = None  # state 'waiting': the limit definition that holds it
 
     @classmethod
     def from_hash(cls, h: Mapping[Any, Any], run_id: str) -> Run:
@@ -378,6 +392,7 @@ class Run:
             error=_s(g("error")) or None,
             result=read_json(res, f"run {run_id} result") if res else None,
             job_version=_i(g("v")) or None,
+            waiting_for=_s(g("waiting")) or None,
         )
 
 
@@ -414,6 +429,7 @@ class Attempt:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Attempt:
+        """An attempt from its JSON record in the history list."""
         d = json.loads(raw)
         res = d.get("result")
         return cls(

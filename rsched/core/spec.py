@@ -17,6 +17,7 @@ from rsched.core.cron import parse_cron, validate_zone
 from rsched.core.errors import PayloadTooLarge, ValidationError
 from rsched.core.layout import J
 from rsched.core.lifecycle import NEVER_MS, NO_LIFE, Life, bounded, life_packed
+from rsched.core.limits import check_key as check_limit_key
 from rsched.core.models import (
     Job,
     JobStatus,
@@ -30,8 +31,8 @@ from rsched.core.times import ms_to_iso, to_ms
 from rsched.core.values import TOO_DEEP, VALUE_DEPTH, check_depth, shallow_msgpack, too_deep
 
 # ms_to_iso and to_ms are re-exported: rsched.service.preview and the faces import them from here.
-__all__ = ["KEY_NAME_PATTERN", "QUEUE_PATTERN", "TYPE_PATTERN", "JobSpec", "Prepared",
-           "ms_to_iso", "prepare", "to_ms"]
+__all__ = ["DEDUP_MODES", "KEY_NAME_PATTERN", "QUEUE_PATTERN", "TYPE_PATTERN", "Dedup",
+           "JobSpec", "Prepared", "check_dedup", "ms_to_iso", "prepare", "to_ms"]
 
 
 TYPE_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"  # a job type (the HTTP API's schema says the same)
@@ -49,6 +50,9 @@ MAX_CATCH_UP_MS = 30 * 86_400_000
 MAX_RUNS_LIMIT = 1_000_000_000
 MAX_PAUSE_AFTER = 1_000_000
 MAX_START_DEADLINE_MS = 30 * 86_400_000
+MAX_DEDUP_KEY = 200  # characters of a dedup key
+MAX_DEDUP_TTL_MS = 30 * 86_400_000
+DEDUP_MODES = ("ttl", "untilDone", "debounce")
 MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant ISO-8601 writes
 # (member, its text), read without Enum.value's descriptor on this per-job path.
 _MISFIRES = {m.value: (m, m.value) for m in Misfire}
@@ -114,6 +118,18 @@ def usual_fast(jtype: Any, queue: Any, max_attempts: Any, base: Any, cap: Any, p
             and type(jitter) is int and 0 <= jitter <= MAX_JITTER_MS)
 
 
+@dataclass(frozen=True, slots=True)
+class Dedup:
+    """A dedup window on create (docs/dedup.md): creates with the same ``key`` within
+    ``ttl_ms`` answer one job.  ``mode``: 'ttl' (the first job, for ttl_ms from it),
+    'untilDone' (the job until it ends, ttl_ms at most) or 'debounce' (each create within
+    ttl_ms of the previous one moves the job to ttl_ms after it, with its payload)."""
+
+    key: str
+    ttl_ms: int
+    mode: str = defaults.DEDUP_MODE
+
+
 @dataclass(slots=True)
 class JobSpec:
     """A job to schedule: one-off at ``run_at`` (default now) or recurring on ``cron`` in ``tz``."""
@@ -140,9 +156,11 @@ class JobSpec:
     max_runs: int | None = None  # recurring: the job completes after this many runs started
     pause_after_failures: int | None = None  # recurring: dead-lettered occurrences in a row
     start_deadline_ms: int | None = None  # one-off: not started by runAt + this: dead letter
+    limit_key: str | None = None  # its runs count against this key's limit (core.limits)
+    dedup: Dedup | None = None  # a dedup window: placed in its key's partition (check_dedup)
 
 
-SHARED_FIELDS = (J.type, J.queue, J.status, J.max_attempts, J.cron)
+SHARED_FIELDS = (J.type, J.queue, J.status, J.max_attempts, J.cron, J.limit_key)
 """Job-hash fields that the jobs of a batch mostly share: lua/schedule.lua takes them once per
 group of jobs with the same values."""
 OWN_FIELDS = (J.next_ms, J.spec)
@@ -173,7 +191,8 @@ class Prepared(NamedTuple):
         job = self.job
         attempts = job.max_attempts
         return (job.type, job.queue, _STATUS_TEXT[job.status],
-                "" if attempts == _MAX_ATTEMPTS else attempts, job.cron or "")
+                "" if attempts == _MAX_ATTEMPTS else attempts, job.cron or "",
+                job.limit_key or "")
 
     def own(self) -> tuple[Any, ...]:
         """Job-hash values in OWN_FIELDS order."""
@@ -214,12 +233,44 @@ def check_idempotency_key(key: Any) -> str:
         key = unicodedata.normalize("NFC", key)
     if not isinstance(key, str) or not 1 <= len(key) <= 255:
         raise ValidationError("idempotencyKey", "must be a string of 1-255 characters")
+    _no_bad_char(key, "idempotencyKey")
+    return key
+
+
+def _no_bad_char(key: str, field: str) -> None:
     bad = _BAD_KEY_CHAR.search(key)
     if bad is not None:
-        raise ValidationError("idempotencyKey", f"holds U+{ord(bad.group()):04X} at "
-                              f"{bad.start()}: no control or bidirectional-formatting "
-                              "characters")
-    return key
+        raise ValidationError(field, f"holds U+{ord(bad.group()):04X} at {bad.start()}: no "
+                              "control or bidirectional-formatting characters")
+
+
+def check_dedup(spec: JobSpec) -> Dedup:
+    """The spec's dedup window checked (key in NFC, as idempotency keys are), each error
+    naming the API's field: a debounced job runs ttl after the last create, so it takes no
+    runAt or cron and is not created paused."""
+    d = spec.dedup
+    if not isinstance(d, Dedup):
+        raise ValidationError("dedup", "expected a Dedup(key, ttl_ms, mode)")
+    key = d.key
+    if isinstance(key, str) and not key.isascii():
+        key = unicodedata.normalize("NFC", key)
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_DEDUP_KEY:
+        raise ValidationError("dedup.key", f"must be a string of 1-{MAX_DEDUP_KEY} characters")
+    _no_bad_char(key, "dedup.key")
+    ttl = d.ttl_ms
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_DEDUP_TTL_MS:
+        raise ValidationError("dedup.ttlSeconds", "must be more than 0 and at most 30 days "
+                              f"(2592000 seconds), got {ttl!r} ms")
+    if d.mode not in DEDUP_MODES:
+        raise ValidationError("dedup.mode", "must be 'ttl', 'untilDone' or 'debounce', "
+                              f"got {d.mode!r}")
+    if d.mode == "debounce":
+        for field, given in (("runAt", spec.run_at is not None), ("cron", spec.cron is not None),
+                             ("paused", bool(spec.paused))):
+            if given:
+                raise ValidationError(field, "not with dedup mode debounce: a debounced job "
+                                      "runs ttlSeconds after the last create")
+    return d if key == d.key else Dedup(key, ttl, d.mode)
 
 
 _USUAL = JobSpec("")
@@ -243,7 +294,7 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
             and spec.catch_up_window_ms is u.catch_up_window_ms and spec.misfire is u.misfire
             and spec.overlap is u.overlap and spec.start_at is None and spec.end_at is None
             and spec.max_runs is None and spec.pause_after_failures is None
-            and spec.start_deadline_ms is None
+            and spec.start_deadline_ms is None and spec.limit_key is None
             and (run_at is None or run_at.__class__ is int and run_at > 0)
             and spec.type.__class__ is str and spec.queue.__class__ is str
             and (spec.type, spec.queue) in _seen_names):
@@ -325,6 +376,9 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
         _int(catch_up, "catchUpWindowSeconds", 0, MAX_CATCH_UP_MS)
     if key is not None:
         key = check_idempotency_key(key)
+    limit_key = spec.limit_key
+    if limit_key is not None:
+        limit_key = check_limit_key(limit_key)
     # The spec blob holds every other setting, so it doubles as the canonical body to hash.
     # run_at_ms nil: a runAt is the job's first occurrence, which the job hash holds (models).
     blob = pack_spec(timeout, base, cap, priority, tz, misfire_text, jitter, key or "",
@@ -332,8 +386,13 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
                      overlap_text, None if life is NO_LIFE else life_packed(life))
     body_hash = ""
     if key is not None:  # run_at_ms too: the blob leaves a runAt out
+        d = spec.dedup  # part of the body; a debounced job's runAt is the service's, not asked
         head = (f"{jtype}\0{queue}\0{max_attempts}\0{cron}\0{bool(spec.paused)}\0"
-                f"{run_at_ms}\0")
+                f"{0 if d is not None and d.mode == 'debounce' else run_at_ms}\0")
+        if d is not None:
+            head += f"{d.key}\0{d.ttl_ms}\0{d.mode}\0"
+        if limit_key is not None:
+            head += f"{limit_key}\0"
         body_hash = hashlib.blake2b(head.encode() + blob, digest_size=16).hexdigest()
     if cron is not None:
         nominal = bounded(schedule.next_after, life)(now_ms)
@@ -349,6 +408,8 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
               None, overlap)
     if life is not NO_LIFE:  # not a keyword argument above, which every job would pay for
         job.life = life
+    if limit_key is not None:
+        job.limit_key = limit_key
     # tuple.__new__ is what Prepared(...) calls, without the Python-level __new__
     return _new_tuple(Prepared, (job, blob, body_hash, nominal, score))
 

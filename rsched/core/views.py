@@ -136,6 +136,15 @@ class PartitionCounters:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitCounts:
+    """One limit definition's counts for the metrics (by name, never by key)."""
+
+    name: str
+    waiting: int  # runs of its keys waiting now
+    deferred: int  # runs that started waiting for it, ever (monotonic)
+
+
+@dataclass(frozen=True, slots=True)
 class Cluster:
     """The /metrics cluster view: the status, per-partition counters and what live workers
     report in their heartbeats (start-lag bucket counts), and the runs started in the cluster
@@ -145,3 +154,4 @@ class Cluster:
     counters: tuple[PartitionCounters, ...]
     runs_started: int
     start_lag: tuple[float, ...]  # per LAG_BUCKETS_S bound, then +Inf, then the sum
+    limits: tuple[LimitCounts, ...] = ()  # per definition that has waited or waits

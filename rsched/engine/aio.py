@@ -3,7 +3,7 @@
 uvloop where it is installed (a declared dependency except on Windows): its loop primitives
 (call_soon, handles, socket reads) are compiled, and a worker schedules a task and two loop
 callbacks per run, and uvloop cuts the worker's CPU per run by about a tenth (`make bench`,
-docs/performance-history.md).
+docs/performance.md).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def tune_gc() -> None:
     runs every GC_YOUNG_THRESHOLD allocations, since nearly everything a job allocates is freed
     by reference counting.  Under CPython's defaults the collector ran every 700 allocations
     and every hundredth pass walked the whole start-up heap, a quarter of the dispatcher's CPU
-    per claimed job (docs/performance-history.md)."""
+    per claimed job (docs/performance.md)."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 

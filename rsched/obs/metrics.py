@@ -45,7 +45,7 @@ from rsched.core.views import LAG_BUCKETS_S, Cluster
 
 DURATION_BUCKETS_S = (0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 RUN_EVENTS = ("started", "succeeded", "failed", "timed_out", "retried", "reclaimed", "fenced",
-              "dead_lettered", "cancelled")
+              "dead_lettered", "cancelled", "deferred")  # deferred: RateLimited (also retried)
 
 OTHER = "other"  # the label value every type (or queue) past the cap shares
 
@@ -366,6 +366,15 @@ def cluster_families(c: Cluster) -> Iterator[Metric]:
             fam.add_metric([str(pc.partition)], pc.stats.get(name, 0))
         yield fam
     yield from _queue_and_member_families(c)
+    waiting = GaugeMetricFamily("rsched_limit_waiting", "Runs waiting for a limit, by "
+                                "definition name (docs/limits.md)", labels=["limit"])
+    deferred = CounterMetricFamily("rsched_limit_deferred", "Runs that started waiting for a "
+                                   "limit, by definition name", labels=["limit"])
+    for lim in c.limits:
+        waiting.add_metric([lim.name], lim.waiting)
+        deferred.add_metric([lim.name], lim.deferred)
+    yield waiting
+    yield deferred
 
 
 def _queue_and_member_families(c: Cluster) -> Iterator[Metric]:

@@ -14,9 +14,12 @@ partitions land one per 1/2^j of the slot range.  On a cluster sliced evenly ove
 
 from __future__ import annotations
 
+import hashlib
 from itertools import count
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+from rsched.core.ids import sorted64
 
 PREFIX = "rsched"
 SLOTS = REDIS_CLUSTER_HASH_SLOTS
@@ -93,6 +96,12 @@ def parked() -> str:
 def wake_channel() -> str:
     """PUB/SUB channel: payload is a partition number whose earliest due time moved earlier."""
     return f"{PREFIX}:wake"
+
+
+def limits_index() -> str:
+    """HASH: limit name -> packed definition (core.limits.Limit.packed): what GET /limits lists.
+    Every partition holds a copy (``limits``), which is what the scripts read."""
+    return f"{PREFIX}:limits"
 
 
 def api_keys() -> str:
@@ -178,6 +187,14 @@ def job(p: int, job_id: str) -> str:
     return _pk(p, f"job:{job_id}")
 
 
+def dedup(p: int, dedup_key: str) -> str:
+    """STRING: the id of the job a dedup key answers with, expiring with its window
+    (lua/schedule.lua).  Named by 120 bits of the key's hash: a key's own text (200
+    characters, any but controls) could read as another key's pattern (``}:job:``)."""
+    digest = hashlib.blake2b(dedup_key.encode(), digest_size=15).digest()
+    return _pk(p, f"dedup:{sorted64(digest)}")
+
+
 def job_pattern() -> str:
     """SCAN MATCH pattern of every partition's job hashes (rsched.service.listings)."""
     return f"{PREFIX}:{{p*}}:job:*"
@@ -196,6 +213,38 @@ def run(p: int, run_id: str) -> str:
 def history(p: int, job_id: str) -> str:
     """LIST: JSON records of the job's most recent finished attempts, newest first, bounded."""
     return _pk(p, f"hist:{job_id}")
+
+
+def limits(p: int) -> str:
+    """HASH: limit name -> packed definition, every definition in every partition (lua/limit.lua
+    writes it; lua/include/limits.lua reads it); field '' holds the family names."""
+    return _pk(p, "limits")
+
+
+def limits_waiting(p: int) -> str:
+    """SET: limit keys of the partition that have waiting runs."""
+    return _pk(p, "limwait")
+
+
+def limit_stats(p: int) -> str:
+    """HASH: limit definition name -> runs that started waiting for it (include limits)."""
+    return _pk(p, "limstats")
+
+
+def limit_running(p: int, key: str) -> str:
+    """SET: run ids holding one of limit key ``key``'s slots (built in Lua too: include
+    limits, whose names these must match)."""
+    return _pk(p, f"lim:{key}:run")
+
+
+def limit_waiting(p: int, key: str) -> str:
+    """ZSET: run id -> scheduled ms, runs waiting for limit key ``key`` (include limits)."""
+    return _pk(p, f"lim:{key}:wait")
+
+
+def limit_log(p: int, key: str) -> str:
+    """ZSET: '<run id> <ms>' -> start ms, the rate window of limit key ``key``."""
+    return _pk(p, f"lim:{key}:log")
 
 
 GROUP = "workers"

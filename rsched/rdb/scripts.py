@@ -29,7 +29,7 @@ _INCLUDE = re.compile(r"^--!include (\w+)\s*$", re.M)
 NAMES = (
     "schedule", "lease", "claim", "start", "heartbeat", "complete",
     "pause", "resume", "cancel", "replay", "trigger", "update", "delete_dead", "expire", "park",
-    "backfill", "dead_page", "operation_step", "operation_cancel",
+    "backfill", "dead_page", "operation_step", "operation_cancel", "limit",
 )
 
 
@@ -52,7 +52,8 @@ def _defaults_lua() -> str:
     """The `--!include defaults` of a script: defaults the scripts read, from core.defaults (so
     each is defined once).  Job-hash fields holding one are not stored."""
     return ("-- Defaults of job-hash fields left out when they hold them (rsched.core.defaults).\n"
-            f"local DEFAULT_MAX_ATTEMPTS = {int(defaults.MAX_ATTEMPTS)}\n")
+            f"local DEFAULT_MAX_ATTEMPTS = {int(defaults.MAX_ATTEMPTS)}\n"
+            f"local MAX_DEFERRALS = {int(defaults.MAX_DEFERRALS)}\n")
 
 
 @cache
@@ -222,7 +223,7 @@ async def acall_many_then(r: Any, calls: Sequence[Call], more: Sequence[Sequence
     redis-py response callback: an XREADGROUP reply is [[stream, [[id, [field, value, ...]],
     ...]], ...] under RESP2, {stream: [...]} under RESP3).  Not through redis-py's pipeline,
     whose command stack, callbacks and retry closures are the worker's largest cost per round
-    trip (docs/performance-history.md, callgrind of loadtest/bench_phases.py).
+    trip (docs/performance.md: callgrind of loadtest/bench_phases.py).
     A connection error sends the calls again through acall_many's retrying pipeline (scripts are
     safe to apply twice) and the commands not at all (their replies: empty).  A call whose
     script Redis lacked is sent again after the load, alone: the commands are not repeated.
@@ -244,7 +245,7 @@ async def acall_many_then(r: Any, calls: Sequence[Call], more: Sequence[Sequence
 class Held:
     """Connections of one client's pool kept out of it between raw round trips (acommands_raw):
     redis-py 8's get_connection and release (a lock, observability records, a peek at the
-    socket) are a quarter of a raw round trip's CPU (docs/performance-history.md).  A kept
+    socket) are a quarter of a raw round trip's CPU (docs/performance.md).  A kept
     connection has every reply read (or is dropped), so it is as clean as the pool's check
     asks; at most ``keep`` are kept, the rest go back.  ``release`` gives them all back."""
 

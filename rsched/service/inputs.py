@@ -11,20 +11,22 @@ import math
 from functools import lru_cache
 from typing import Any
 
+from rsched.core import defaults
 from rsched.core.errors import NotFound, ValidationError
 from rsched.core.models import job_of_run, partition_of
-from rsched.core.spec import MAX_TIME_MS, JobSpec
+from rsched.core.spec import MAX_TIME_MS, Dedup, JobSpec
 from rsched.core.times import to_ms
 from rsched.service.patch import UNSET, JobPatch
 
 JOB_FIELDS = ("type", "payload", "runAt", "cron", "timeZone", "queue", "maxAttempts",
               "idempotencyKey", "priority", "timeoutSeconds", "backoff", "misfire",
               "jitterSeconds", "paused", "catchUpWindowSeconds", "overlap", "startAt", "endAt",
-              "maxRuns", "pauseAfterFailures", "startDeadlineSeconds")
+              "maxRuns", "pauseAfterFailures", "startDeadlineSeconds", "dedup", "limitKey")
 LIFE_FIELDS = ("startAt", "endAt", "maxRuns", "pauseAfterFailures", "startDeadlineSeconds")
 PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority", "misfire",
                 "catchUpWindowSeconds", "overlap", *LIFE_FIELDS)
 BACKOFF_FIELDS = ("baseSeconds", "capSeconds")
+DEDUP_FIELDS = ("key", "ttlSeconds", "mode")
 
 
 def as_object(value: Any, field: str) -> dict[str, Any]:
@@ -69,6 +71,7 @@ SECONDS_RANGE = {
     "timeoutSeconds": (0.001, 604_800), "jitterSeconds": (0, 86_400),
     "backoff.baseSeconds": (0, 86_400), "backoff.capSeconds": (0, 2_592_000),
     "catchUpWindowSeconds": (0, 2_592_000), "startDeadlineSeconds": (0.001, 2_592_000),
+    "dedup.ttlSeconds": (0.001, 2_592_000),
 }
 
 
@@ -105,6 +108,20 @@ def _flag(v: Any, field: str) -> bool:
     return v
 
 
+def _dedup(v: Any, field: str) -> Dedup:
+    """``{"key", "ttlSeconds", "mode"}``; the key and mode are checked with the rest of the
+    window (core.spec.check_dedup)."""
+    d = as_object(v, field)
+    reject_unknown(d, DEDUP_FIELDS, field + ".")
+    for name in ("key", "ttlSeconds"):
+        if d.get(name) is None:
+            raise ValidationError(f"{field}.{name}", "required")
+    mode = d.get("mode")
+    return Dedup(_string(d["key"], f"{field}.key"),
+                 _seconds_ms(d["ttlSeconds"], f"{field}.ttlSeconds"),
+                 defaults.DEDUP_MODE if mode is None else _string(mode, f"{field}.mode"))
+
+
 # JSON field -> (JobSpec attribute, converter); every converter names the field it rejects.
 _JOB_INPUT: dict[str, tuple[str, Any]] = {
     "type": ("type", _string), "payload": ("payload", _payload), "runAt": ("run_at", _time),
@@ -115,7 +132,8 @@ _JOB_INPUT: dict[str, tuple[str, Any]] = {
     "paused": ("paused", _flag), "catchUpWindowSeconds": ("catch_up_window_ms", _seconds_ms),
     "overlap": ("overlap", _string), "startAt": ("start_at", _time), "endAt": ("end_at", _time),
     "maxRuns": ("max_runs", _integer), "pauseAfterFailures": ("pause_after_failures", _integer),
-    "startDeadlineSeconds": ("start_deadline_ms", _seconds_ms),
+    "startDeadlineSeconds": ("start_deadline_ms", _seconds_ms), "dedup": ("dedup", _dedup),
+    "limitKey": ("limit_key", _string),
 }
 assert set(_JOB_INPUT) | {"backoff"} == set(JOB_FIELDS)
 

@@ -12,7 +12,16 @@ from rsched.core.codes import ControlCode
 from rsched.core.errors import Conflict, NotFound, ValidationError, VersionMismatch
 from rsched.core.ids import run_id as make_run_id
 from rsched.core.layout import JB
-from rsched.core.models import Attempt, Job, JobStatus, Run, job_of_run, partition_of, run_fields
+from rsched.core.models import (
+    Attempt,
+    Job,
+    JobStatus,
+    Run,
+    RunState,
+    job_of_run,
+    partition_of,
+    run_fields,
+)
 from rsched.core.spec import due_score, next_occurrence
 from rsched.rdb import job_scripts, keys
 from rsched.rdb.job_reads import (
@@ -28,7 +37,8 @@ from rsched.rdb.ops import Op, Scripts, one
 from rsched.rdb.scripts import Call
 from rsched.service.context import Service, op_wake
 
-INFLIGHT_STATES = frozenset({"dispatched", "running", "retry_wait"})  # before an outcome
+# Before an outcome; 'waiting': held by its limit key (core.limits), shown with the limit's name.
+INFLIGHT_STATES = frozenset({"dispatched", "running", "retry_wait", "waiting"})
 
 
 def op_get(job_id: str) -> Op[Job]:
@@ -49,8 +59,14 @@ def op_read_runs(run_ids: Sequence[str]) -> Op[list[Run | None]]:
     return out
 
 
-def op_get_run(run_id: str) -> Op[Run]:
+def op_read_run(run_id: str) -> Op[Run | None]:
+    """The run, None when there is no such run (yet, or any more)."""
     (run,) = yield from op_read_runs([run_id])
+    return run
+
+
+def op_get_run(run_id: str) -> Op[Run]:
+    run = yield from op_read_run(run_id)
     if run is None:
         raise NotFound("run", run_id)
     return run
@@ -90,8 +106,11 @@ def op_runs(job_id: str, limit: int = defaults.PAGE_LIMIT, offset: int = 0,
                 continue
             run = Run.from_hash(h, rid)
             if rid == job.last_run_id and first and run.state.value in INFLIGHT_STATES:
+                why = run.error
+                if run.state is RunState.WAITING:
+                    why = f"waiting for limit {run.waiting_for}"
                 out.append(Attempt(run.id, run.attempt, run.state.value, run.worker,
-                                   run.sched_ms, run.started_ms, None, None, run.error))
+                                   run.sched_ms, run.started_ms, None, None, why))
             if rid == own_run and run.state.value == "succeeded":
                 # lua/complete.lua keeps no separate record of this attempt: the run is it.
                 own.append(Attempt(run.id, run.attempt, "succeeded", run.worker, run.sched_ms,

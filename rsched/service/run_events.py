@@ -22,11 +22,15 @@ from rsched.core.models import Job, Run, RunState, job_of_run, partition_of
 from rsched.core.wire import parse_sid
 from rsched.rdb.event_streams import StreamEntry, op_entries_from, op_follow, op_tops
 from rsched.rdb.ops import Op
-from rsched.service.jobs import op_get_run
+from rsched.service.jobs import op_get, op_read_run
 
 ENDED = frozenset({RunState.SUCCEEDED, RunState.DEAD, RunState.ABANDONED, RunState.DELETED,
                    RunState.SKIPPED, RunState.CANCELLED})
 """Run states that are final: a wait for the run answers on reaching one."""
+ENDING = frozenset({"succeeded", "dead_lettered", "cancelled", "skipped", "abandoned",
+                    "dead_deleted"})
+"""The events that end a run (into one of the ENDED states): a waiter re-reads its run on
+these only."""
 MAX_WAIT_S = 60
 BLOCK_MS = 2_000  # one XREAD BLOCK at most this long (below any socket timeout a URL sets)
 READ_COUNT = 500  # entries per read
@@ -34,7 +38,8 @@ READ_COUNT = 500  # entries per read
 # Events of a run: their names in the stream (archive and SSE alike).
 RUN_EVENTS = frozenset({"dispatched", "started", "progress", "retry_scheduled", "succeeded",
                         "failed", "timed_out", "dead_lettered", "cancelled", "skipped",
-                        "abandoned", "reclaimed", "replayed", "triggered", "dead_deleted"})
+                        "abandoned", "reclaimed", "replayed", "triggered", "dead_deleted",
+                        "deferred"})  # deferred: the handler raised RateLimited (docs/limits.md)
 
 
 def ended(run: Run) -> bool:
@@ -56,6 +61,14 @@ def first_run(job: Job) -> str:
         raise ValidationError("job", f"job {job.id} is recurring: wait for one of its runs "
                                      "by run id instead")
     return job.last_run_id or make_run_id(job.id, at or 0)
+
+
+def op_is_pending(run_id: str) -> Op[bool]:
+    """Whether ``run_id`` is a job's next occurrence, not dispatched yet: its run hash does not
+    exist yet, and a wait for it waits for its dispatch too (NotFound: no such job)."""
+    job_id, _, at = run_id.rpartition("@")
+    job = yield from op_get(job_id)
+    return at.isdigit() and int(at) in (job.next_ms, job.run_at_ms)
 
 
 def result_of(run: Run) -> Any:
@@ -157,20 +170,17 @@ def op_next_events(p: int, cur: Cursor, block_ms: int) -> Op[list[tuple[str, Eve
     return events
 
 
-def op_wait_run(run_id: str, timeout_s: float, *, expected: bool = False,
+def op_wait_run(run_id: str, timeout_s: float,
                 clock: Callable[[], float] = time.monotonic) -> Op[Run | None]:
     """The run once it has ended, or as it is after ``timeout_s`` (math.inf: no limit): one
     blocking stream read at a time, the run re-read only when one of its events comes.  A run
-    that does not exist (yet) is NotFound, or with ``expected`` (a one-off job's run before its
-    dispatch) waited for too: None if it still does not exist at the end."""
+    its job has not dispatched yet (its next occurrence) is waited for too: None if it still
+    does not exist at the end.  NotFound for any other run that does not exist."""
     p = partition_of(job_of_run(run_id))
     cur = yield from op_start(p, None)  # before the state: no event can fall in between
-    run: Run | None = None
-    try:
-        run = yield from op_get_run(run_id)
-    except NotFound:
-        if not expected:
-            raise
+    run = yield from op_read_run(run_id)
+    if run is None and not (yield from op_is_pending(run_id)):
+        raise NotFound("run", run_id)
     deadline = clock() + timeout_s
     while run is None or not ended(run):
         left = deadline - clock()
@@ -178,11 +188,11 @@ def op_wait_run(run_id: str, timeout_s: float, *, expected: bool = False,
             break
         block = BLOCK_MS if left > BLOCK_MS / 1000 else max(1, int(left * 1000))
         events = yield from op_next_events(p, cur, block)
-        if any(row.run_id == run_id for _, row in events):
-            run = yield from op_get_run(run_id)
+        if any(row.run_id == run_id and row.event in ENDING for _, row in events):
+            run = yield from op_read_run(run_id)
     return run
 
 
-__all__ = ["ENDED", "MAX_WAIT_S", "RUN_EVENTS", "Cursor", "check_ended", "check_event_id",
-           "check_wait", "ended", "events_of", "first_run", "op_job_events", "op_next_events",
-           "op_start", "op_wait_run", "result_of", "with_start"]
+__all__ = ["ENDED", "ENDING", "MAX_WAIT_S", "RUN_EVENTS", "Cursor", "check_ended", "check_event_id",
+           "check_wait", "ended", "events_of", "first_run", "op_is_pending", "op_job_events",
+           "op_next_events", "op_start", "op_wait_run", "result_of", "with_start"]

@@ -4,20 +4,29 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from itertools import chain
 from typing import Any
 
 from rsched.core import defaults
 from rsched.core.codes import ControlCode, ScheduleCode
 from rsched.core.errors import Conflict, NotFound, NotReplicated, RschedError, VersionMismatch
-from rsched.core.ids import keyed_job_id, random_job_ids, random_partition
+from rsched.core.ids import (
+    dedup_partition,
+    keyed_job_id,
+    partition_for_key,
+    random_job_ids,
+    random_partition,
+)
 from rsched.core.layout import JB, J
+from rsched.core.limits import check_key as check_limit_key
 from rsched.core.models import Job, JobStatus, partition_of, with_run_at
 from rsched.core.spec import (
     OWN_FIELDS,
     SHARED_FIELDS,
     JobSpec,
     Prepared,
+    check_dedup,
     check_idempotency_key,
     due_score,
     jitter_offset_ms,
@@ -28,17 +37,21 @@ from rsched.rdb import job_scripts, keys, schedule_script
 from rsched.rdb.job_reads import op_hashes, op_job_hash
 from rsched.rdb.job_scripts import ControlReply
 from rsched.rdb.ops import Op, Scripts, one
-from rsched.rdb.schedule_script import ScheduleReply
+from rsched.rdb.schedule_script import DedupArgs, ScheduleReply
 from rsched.rdb.scripts import Call
 from rsched.service.context import Service, op_wake
 from rsched.service.jobs import op_get
 from rsched.service.patch import JobPatch
 
 UPDATE_TRIES = 5  # re-reads when a dispatcher advances a job between an update's read and write
+DEDUP_TRIES = 5  # calls again when a dedup record names a job the last call did not
 
-_FIXED_FIELDS = frozenset({J.type, J.queue, J.status, J.next_ms})
+# The limit key stays too: it placed the job in its partition.
+_FIXED_FIELDS = frozenset({J.type, J.queue, J.status, J.next_ms, J.limit_key})
 
 _Layout = tuple[int, list[int], list[tuple[Any, int]]]  # partition, spec indexes, groups
+_Run = tuple[int, Sequence[int], list[str] | None, bool]  # partition, spec indexes, ids
+# (None: random ids drawn as the call is built), whether its jobs carry a dedup window
 
 
 def op_schedule_many(svc: Service, specs: Sequence[JobSpec]) -> Op[list[Job | RschedError]]:
@@ -69,18 +82,50 @@ def op_schedule(
     created = [False] * n
     now = yield from svc.op_now()
     P = yield from svc.op_store_partitions()
-    runs: list[tuple[int, Sequence[int], list[str] | None]] = []
+    runs: list[_Run] = []
     p, at = random_partition(P), 0
     for run in call_sizes(n, svc.streams_calls):  # consecutive partitions: batches spread evenly
-        runs.append((p, range(at, at + run), None))
+        runs.append((p, range(at, at + run), None, False))
         p, at = (p + 1) % P, at + run
     layout: list[_Layout] = []
-    calls = _calls(svc, specs, runs, P, now, out, created, layout)
+    checked: dict[int, JobSpec] = {}  # the specs with a dedup window, checked
+    calls = _calls(svc, specs, runs, P, now, out, created, layout, checked)
     results = yield Scripts(calls, durable=True)
     wake: set[int] = set()
-    existing: list[tuple[int, int, str]] = []  # (spec index, partition, id) of jobs found
+    existing: list[tuple[int, int, str, bool]] = []  # (spec index, partition, id, answered by
+    # a dedup window) of jobs found
     tally: list[tuple[Any, int]] = []  # ((type, queue), how many such jobs were created)
-    jobs: list[Job] = out  # type: ignore[assignment]  # what a call's spec indexes hold
+    again = _read_replies(layout, results, out, created, wake, existing, tally)
+    for _ in range(DEDUP_TRIES):
+        if not again:
+            break
+        layout = []
+        calls = _calls(svc, checked, _again_calls(again, out), P, now, out, created, layout,
+                       checked, {i: held for i, held in again})
+        again = _read_replies(layout, (yield Scripts(calls, durable=True)), out, created, wake,
+                              existing, tally)
+    for i, _ in again:
+        out[i], created[i] = Conflict("dedup.key", "its record kept naming another job; try "
+                                      "again"), False
+    if existing:
+        hashes = yield from op_hashes([keys.job(p, job_id) for _, p, job_id, _ in existing])
+        for (i, _, job_id, dedup), h in zip(existing, hashes, strict=True):
+            job = out[i] = Job.from_hash(h, job_id)
+            job.deduplicated = dedup
+    SCHEDULED.add(tally)  # rsched_jobs_scheduled, read by rsched.obs.metrics when scraped
+    yield from op_wake(wake)
+    return out, created  # type: ignore[return-value]
+
+
+def _read_replies(layout: list[_Layout], results: list[Any], out: list[Any],
+                  created: list[bool], wake: set[int],
+                  existing: list[tuple[int, int, str, bool]], tally: list[tuple[Any, int]]
+                  ) -> list[tuple[int, str]]:
+    """The calls' replies read into ``out`` and ``created``, the partitions to ``wake``, the
+    jobs found (read once all calls are done) and the count of those created; returns (spec
+    index, job id) of each job whose dedup record named a job its call did not."""
+    again: list[tuple[int, str]] = []
+    jobs: list[Job] = out  # what a call's spec indexes hold
     for (p, chunk, sizes), res in zip(layout, results, strict=True):
         if isinstance(res, NotReplicated):  # applied: each job's own error says so, by its id
             for i in chunk:
@@ -89,7 +134,7 @@ def op_schedule(
             continue
         if isinstance(res, Exception):
             raise res
-        reply = ScheduleReply.of(res)
+        reply = ScheduleReply.of(res, len(chunk))
         if reply.wake:
             wake.add(p)
         codes = reply.codes
@@ -101,6 +146,7 @@ def op_schedule(
         if not any(codes):  # the usual case, every job created: out and created say so already
             tally += sizes  # and the metric counts whole groups
             continue
+        about = iter(reply.about)
         for i, code in zip(chunk, codes, strict=True):
             job = jobs[i]
             if code == ScheduleCode.CREATED:
@@ -108,16 +154,25 @@ def op_schedule(
                 continue
             created[i] = False
             if code == ScheduleCode.SAME:
-                existing.append((i, p, job.id))
+                existing.append((i, p, job.id, False))
+            elif code == ScheduleCode.DEDUPLICATED:
+                existing.append((i, p, next(about), True))
+            elif code == ScheduleCode.HELD_ELSEWHERE:
+                again.append((i, next(about)))
             else:
                 out[i] = Conflict("idempotencyKey", "already used for a job with a different body")
-    if existing:
-        hashes = yield from op_hashes([keys.job(p, job_id) for _, p, job_id in existing])
-        for (i, _, job_id), h in zip(existing, hashes, strict=True):
-            out[i] = Job.from_hash(h, job_id)
-    SCHEDULED.add(tally)  # rsched_jobs_scheduled, read by rsched.obs.metrics when scraped
-    yield from op_wake(wake)
-    return out, created  # type: ignore[return-value]
+    return again
+
+
+def _again_calls(again: list[tuple[int, str]], out: list[Any]) -> Iterator[_Run]:
+    """The calls that send the jobs of ``again`` once more, each with the job its record
+    named: the ids the first call drew, by partition, keyed and random ones apart."""
+    by_call: dict[tuple[int, bool], list[int]] = defaultdict(list)
+    for i, _ in again:
+        job = out[i]
+        by_call[(job.partition, job.idempotency_key is not None)].append(i)
+    for (p, _), items in by_call.items():
+        yield p, items, [out[i].id for i in items], True
 
 
 def call_sizes(n: int, streamed: bool = True) -> list[int]:
@@ -139,27 +194,36 @@ def call_sizes(n: int, streamed: bool = True) -> list[int]:
     return sizes + [n * (k + 1) // calls - n * k // calls for k in range(calls)]
 
 
-def _calls(svc: Service, specs: Sequence[JobSpec],
-           runs: list[tuple[int, Sequence[int], list[str] | None]], P: int, now: int,
-           out: list[Any], created: list[bool], layout: list[_Layout]) -> Iterator[Call]:
+def _calls(svc: Service, specs: Sequence[JobSpec] | dict[int, JobSpec],
+           runs: list[_Run] | Iterator[_Run], P: int, now: int, out: list[Any],
+           created: list[bool], layout: list[_Layout], checked: dict[int, JobSpec],
+           guesses: dict[int, str] | None = None) -> Iterator[Call]:
     """Jobs prepared one script call at a time: the sync client sends each call as it comes, so
     Redis stores one chunk while the next is prepared.  ``runs``: (partition, spec indexes,
-    None: random ids, drawn as the call is built); a spec with an idempotency key is left out
-    of its run and goes, with the others, in the keyed calls at the end (no pass over the specs
-    before the first call).  Fills ``out`` with each spec's job (``created`` True) or error, and
-    ``layout`` with (partition, spec indexes, group sizes) of each call: the replies then only
-    correct the jobs not created."""
+    None: random ids, drawn as the call is built); a spec with an idempotency key or a limit
+    key is left out of its run and goes, with the others, in the keyed calls at the end (no
+    pass over the specs before the first call); so is a spec with a dedup window, checked into
+    ``checked``.  Fills
+    ``out`` with each spec's job (``created`` True) or error, and ``layout`` with (partition,
+    spec indexes, group sizes) of each call: the replies then only correct the jobs not
+    created.  ``guesses``: spec index -> the job its dedup record named in the last call."""
     max_payload = svc.settings.max_payload_bytes
     keyed: list[int] = []  # filled while the runs are built, read once they are done
-    for p, items, job_ids in chain(runs, _keyed_calls(specs, keyed, P, out)):
+    for p, items, job_ids, windowed in chain(runs, _keyed_calls(specs, keyed, P, now, out,
+                                                                checked)):
         chunk: list[int] = []
         preps: list[Prepared] = []
+        windows: list[DedupArgs] | None = [] if windowed else None
         drawn = random_job_ids(len(items), p, now) if job_ids is None else job_ids
         for i, job_id in zip(items, drawn, strict=True):
             spec = specs[i]
-            if job_ids is None and spec.idempotency_key is not None:
-                keyed.append(i)
-                continue
+            if job_ids is None:
+                if (spec.idempotency_key is not None or spec.dedup is not None
+                        or spec.limit_key is not None):
+                    keyed.append(i)
+                    continue
+            elif windowed:
+                spec = checked[i]
             try:
                 prep = prepare(spec, job_id, now, max_payload)
             except RschedError as e:
@@ -169,31 +233,54 @@ def _calls(svc: Service, specs: Sequence[JobSpec],
             chunk.append(i)
             out[i] = prep.job
             created[i] = True
+            if windows is not None:
+                windows.append(DedupArgs(spec.dedup,  # type: ignore[arg-type]  # checked
+                                         "" if guesses is None else guesses[i]))
         if preps:
-            call, order, sizes = schedule_script.call(p, preps, now, svc.settings.events_maxlen)
+            call, order, sizes = schedule_script.call(p, preps, now, svc.settings.events_maxlen,
+                                                      windows)
             if order is not None:
                 chunk = [chunk[k] for k in order]
             layout.append((p, chunk, sizes))  # not the prepared jobs: they die here, not later
             yield call
 
 
-def _keyed_calls(specs: Sequence[JobSpec], keyed: list[int], P: int, out: list[Any]
-                 ) -> Iterator[tuple[int, list[int], list[str]]]:
-    """(partition, spec indexes, ids) of the calls for the specs with an idempotency key: each
-    id, and so its partition, is derived from the key; a bad key is the spec's error."""
-    by_part: dict[int, list[int]] = defaultdict(list)
+def _keyed_calls(specs: Sequence[JobSpec] | dict[int, JobSpec], keyed: list[int], P: int,
+                 now: int, out: list[Any], checked: dict[int, JobSpec]) -> Iterator[_Run]:
+    """The calls for the specs with an idempotency key, a dedup window or a limit key: a limit
+    key decides the partition (its checks are one script on its slot), else a dedup key does
+    (its record and its jobs share a slot), else the idempotency key does, which also gives the
+    id; the others' ids are random.  With a limit key a dedup key's record, like an idempotency
+    key, is then one per limit key's partition.  Keyed and random ids, and jobs with and
+    without a window, go in calls apart.  A bad key or window is the spec's error; a checked
+    window goes in ``checked`` (a debounced job is due ttl from now)."""
+    by_call: dict[tuple[int, bool, bool], list[int]] = defaultdict(list)
     key_ids: dict[int, str] = {}
     for i in keyed:
+        spec = specs[i]
         try:
-            p, key_ids[i] = keyed_job_id(check_idempotency_key(specs[i].idempotency_key), P)
+            p, place = None, None
+            if spec.dedup is not None:
+                d = check_dedup(spec)
+                checked[i] = replace(spec, dedup=d, run_at=now + d.ttl_ms
+                                     if d.mode == "debounce" else spec.run_at)
+                p, place = dedup_partition(d.key, P), d.key
+            if spec.limit_key is not None:
+                place = check_limit_key(spec.limit_key)
+                p = partition_for_key(place, P)
+            if spec.idempotency_key is not None:
+                p, key_ids[i] = keyed_job_id(check_idempotency_key(spec.idempotency_key), P,
+                                             place)
         except RschedError as e:
             out[i] = e
             continue
-        by_part[p].append(i)
-    for p, items in by_part.items():
+        assert p is not None
+        by_call[(p, i in key_ids, spec.dedup is not None)].append(i)
+    for (p, has_key, windowed), items in by_call.items():
         for c in range(0, len(items), defaults.SCHEDULE_CHUNK):
             chunk = items[c : c + defaults.SCHEDULE_CHUNK]
-            yield p, chunk, [key_ids[i] for i in chunk]
+            yield (p, chunk, [key_ids[i] for i in chunk] if has_key
+                   else random_job_ids(len(chunk), p, now), windowed)
 
 
 def _as_bytes(v: Any) -> bytes:

@@ -13,6 +13,7 @@ from rsched.archive.history import RunsPage
 from rsched.archive.stats import DurationStats, FailuresPage
 from rsched.core.catchup import Gap
 from rsched.core.lifecycle import NO_LIFE
+from rsched.core.limits import Limit, body_of
 from rsched.core.models import Attempt, Job, JobStatus, Misfire, Overlap, Run
 from rsched.core.times import ms_to_iso, ms_to_iso_fast
 from rsched.core.values import jsonable, read_json
@@ -22,6 +23,7 @@ from rsched.service.backfill import Backfill
 from rsched.service.doctor import Finding
 from rsched.service.job_listing import Listing
 from rsched.service.last_runs import LastRun
+from rsched.service.limits import LimitView
 from rsched.service.listings import DeadLetter, Page
 from rsched.service.operations import Operation
 
@@ -69,11 +71,18 @@ def job_json(job: Job) -> dict[str, Any]:
         "jitterSeconds": secs[job.jitter_ms], "lastRunId": job.last_run_id,
         "createdAt": times[job.created_ms], "updatedAt": times[job.updated_ms],
         "catchUpWindowSeconds": secs[job.catch_up_window_ms], "overlap": _TEXT[job.overlap],
-        "version": job.version,
+        "version": job.version, "limitKey": job.limit_key,
         "lastGap": gap_json(job.last_gap) if job.last_gap else None,
         **(life_json(job) if job.life is not NO_LIFE or job.fail_streak or job.paused
            or job.resumed else _NO_LIFE_JSON),
     }
+
+
+def created_json(job: Job) -> dict[str, Any]:
+    """A create's answer: the job, and whether a dedup window answered with it."""
+    out = job_json(job)
+    out["deduplicated"] = job.deduplicated
+    return out
 
 
 def life_json(job: Job) -> dict[str, Any]:
@@ -145,7 +154,7 @@ def run_json(r: Run) -> dict[str, Any]:
         "scheduledAt": iso(r.sched_ms), "dispatchedAt": iso(r.dispatched_ms),
         "startedAt": iso(r.started_ms), "endedAt": iso(r.ended_ms),
         "durationMs": r.duration_ms, "error": r.error, "result": r.result,
-        "jobVersion": r.job_version,
+        "jobVersion": r.job_version, "waitingFor": r.waiting_for,
     }
 
 
@@ -184,6 +193,18 @@ def backfill_json(b: Backfill) -> dict[str, Any]:
 
 def dead_letter_json(d: DeadLetter) -> dict[str, Any]:
     return dict(run_json(d.run), deadAt=iso(d.dead_ms))
+
+
+def limit_json(limit: Limit) -> dict[str, Any]:
+    return body_of(limit)
+
+
+def limit_view_json(view: LimitView) -> dict[str, Any]:
+    """A definition; a key's own with its inFlight and waiting counts."""
+    out = body_of(view.limit)
+    if view.in_flight is not None:
+        out["inFlight"], out["waiting"] = view.in_flight, view.waiting
+    return out
 
 
 def operation_json(op: Operation) -> dict[str, Any]:

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rsched.archive.lag import Lag, archive_lag, unarchived
+from rsched.core.limits import resolver
 from rsched.core.views import (
     LAG_BUCKETS_S,
     Cluster,
     DispatcherStatus,
     HandlerWait,
+    LimitCounts,
     PartitionCounters,
     PartitionStatus,
     QueueDepth,
@@ -23,6 +25,7 @@ from rsched.core.views import (
 from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.connect import connect
+from rsched.rdb.limit_scripts import op_limit_counts, op_limits
 from rsched.rdb.ops import Op
 from rsched.rdb.redis_api import RedisError
 from rsched.rdb.setup import stored_partitions
@@ -138,8 +141,23 @@ def op_cluster(svc: Service) -> Op[Cluster]:
         counts = m.get("lag") or ()
         if len(counts) == len(lag):
             lag = [a + b for a, b in zip(lag, counts, strict=True)]
+    limits = yield from op_limit_view(len(status.partitions))
     return Cluster(status, counters, sum(pc.stats.get("started", 0) for pc in counters),
-                   tuple(lag))
+                   tuple(lag), limits)
+
+
+def op_limit_view(partitions: int) -> Op[tuple[LimitCounts, ...]]:
+    """Per limit definition: its keys' waiting runs now and the runs that started waiting for
+    it; a key whose definition is gone counts under '' (it runs unlimited once admitted)."""
+    deferred, waiting_by_key = yield from op_limit_counts(partitions)
+    waiting: dict[str, int] = {}
+    if waiting_by_key:
+        name_of = resolver(lim.name for lim in (yield from op_limits()))
+        for key, n in waiting_by_key.items():
+            name = name_of(key) or ""
+            waiting[name] = waiting.get(name, 0) + n
+    return tuple(LimitCounts(name, waiting.get(name, 0), deferred.get(name, 0))
+                 for name in sorted(set(waiting) | set(deferred)))
 
 
 def archive_lag_reader(redis_url: str) -> Callable[[], Lag | None]:

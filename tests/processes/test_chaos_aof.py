@@ -108,7 +108,7 @@ def test_the_window_runs_from_the_last_fsync_until_redis_is_started_again(
 
 
 # The plain kill of a seed-2 run that reported 15 jobs lost: one batch acknowledged 6 ms before
-# the kill and never written to the AOF (README "The AOF window, honestly").
+# the kill and never written to the AOF (docs/internals/fault-checker.md, "The AOF window").
 KILL = {"op": "redis_kill", "target": "redis", "t0": 1796132546022,
         "respawn_ms": 1796132546761, "t1": 1796132546924}
 

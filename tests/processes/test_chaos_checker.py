@@ -1,5 +1,6 @@
-"""The short run of the fault checker (`python -m chaos`, see chaos/ and README "Fault
-checker"): 45 s of load and faults with a fixed seed, real processes, then its JSON report.
+"""The short run of the fault checker (`python -m chaos`, see chaos/ and
+docs/internals/fault-checker.md): 45 s of load and faults with a fixed seed, real processes, then
+its JSON report.
 
 The long run is `make chaos` (several seeds, 10 minutes and more).
 """

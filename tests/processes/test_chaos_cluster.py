@@ -1,6 +1,6 @@
-"""The fault checker's cluster scenario (`python -m chaos run --redis cluster`, README "Fault
-checker"): the fleet on a 3-master + 3-replica cluster while the nemesis kills masters whose
-replica lags, then the same analysis as the single-Redis run.
+"""The fault checker's cluster scenario (`python -m chaos run --redis cluster`,
+docs/internals/fault-checker.md): the fleet on a 3-master + 3-replica cluster while the nemesis
+kills masters whose replica lags, then the same analysis as the single-Redis run.
 
 Two runs: with the durability setting (WAIT for a replica, the cluster default) nothing
 acknowledged may be lost; with it off (RSCHED_WAIT_REPLICAS=0) the checker must report the

@@ -461,7 +461,7 @@ def test_the_claimer_judges_each_partition_by_its_own_masters_time(
 ) -> None:
     """One TIME per master in each round, each in that master's part of the pipeline: a
     partition's due entries and cron catch-up are decided by the clock its claim script reads
-    (README "Redis Cluster and Sentinel")."""
+    (docs/redis.md, "Time per node")."""
     def time_calls() -> dict[int, int]:
         out = {}
         for node in cluster.masters():

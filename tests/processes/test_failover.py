@@ -1,5 +1,5 @@
 """Failover with real processes: a cluster master killed under steady load (its replica lagging),
-and a Sentinel failover.  What must hold (README "Redis Cluster and Sentinel"):
+and a Sentinel failover.  What must hold (docs/guarantees.md, docs/redis.md):
 
 - nothing acknowledged is lost: with the durability setting (WAIT for one replica, the default
   for cluster and Sentinel URLs) a write the replica does not have is never acknowledged;

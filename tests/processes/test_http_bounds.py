@@ -72,6 +72,16 @@ def test_a_50_mb_header_is_refused_431_while_it_arrives(api: Api) -> None:
     assert time.monotonic() - start < 30
 
 
+def test_a_request_the_parser_cannot_read_is_answered_400_as_a_problem(api: Api) -> None:
+    s = api.connect()
+    s.sendall(b"PATCH /jobs/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: \r\n"
+              b"Content-Length: 2\r\n\r\n{}")
+    got = read_until_closed(s)
+    assert status_of(got) == 400, got[:300]
+    assert b"\r\ncontent-type: application/problem+json\r\n" in got
+    assert got.endswith(b'"detail":"not a valid HTTP/1.1 request"}')
+
+
 def test_ten_thousand_headers_are_refused_431(api: Api) -> None:
     s = api.connect()
     many = [f"X-{i}: 1".encode() for i in range(10_000)]

@@ -134,7 +134,10 @@ def test_a_waiting_get_run_answers_soon_after_the_run_ends(
 
         waiter = threading.Thread(target=wait)
         waiter.start()
-        time.sleep(0.5)
+        with api.http(api.read) as http:  # another waiter on the partition, gone before the end
+            short = http.get(f"/runs/{run_id}", params={"wait": "0.3"}).json()
+        assert short["status"] == "dispatched"
+        time.sleep(2.5)  # longer than a reader's blocking read: it must still be reading
         ended_at: list[float] = []
 
         async def run_it() -> None:

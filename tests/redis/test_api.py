@@ -73,6 +73,7 @@ def test_post_jobs_creates_a_job_and_answers_201_with_camel_case_fields_and_utc_
     assert job["timeoutSeconds"] == 2.5
     assert job["backoff"] == {"baseSeconds": 2, "capSeconds": 60}
     assert job["createdAt"].endswith("Z")
+    assert job.pop("deduplicated") is False  # a create's answer only
     assert _stored(api, job["id"]) == job
     p = partition_of(job["id"])
     # Priority 3 orders it ahead of priority-0 jobs due in the same millisecond.
@@ -222,6 +223,7 @@ def test_a_batch_answers_each_job_as_get_does_with_its_own_seconds_and_times(
         "2031-06-01T10:30:00.125Z", 2, "paused")
     assert second["nextRunAt"] is None and third["nextRunAt"] is not None
     for job in (first, second, third):
+        assert job.pop("deduplicated") is False
         assert _stored(api, job["id"]) == job
 
 
@@ -405,6 +407,7 @@ def test_invalid_patches_are_422_problems_naming_the_field(
     api: TestClient, body: dict[str, Any], status: int, field: str
 ) -> None:
     job = api.post("/jobs", json={"type": "t", "runAt": LATER}).json()
+    job.pop("deduplicated")  # a create's answer only
     problem_of(api.patch(f"/jobs/{job['id']}", json=body), status, field)
     assert _stored(api, job["id"]) == job
 

@@ -55,7 +55,7 @@ def test_wait_returns_the_run_once_it_ends_and_result_its_value(
     soon = datetime.fromtimestamp(client.now_ms() / 1000 + 0.5, UTC)
     job = client.schedule("double", {"n": 21}, run_at=soon)
     run_id = make_run_id(job.id, job.next_ms or 0)
-    with pytest.raises(NotFound):  # no run before its dispatch ...
+    with pytest.raises(TimeoutError, match="not dispatched yet"):  # a run to come ...
         client.wait(run_id, timeout=0.05)
     runner = _run_soon(redis_url, 0.8)
     t0 = time.monotonic()
@@ -64,7 +64,7 @@ def test_wait_returns_the_run_once_it_ends_and_result_its_value(
     runner.join()
     done = client.wait(run_id, timeout=1)
     assert (done.state, done.result) == (RunState.SUCCEEDED, {"n": 42})
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound):  # not the job's occurrence: no such run
         client.wait(make_run_id(job.id, 1), timeout=0.05)
 
 
@@ -128,6 +128,15 @@ def test_get_run_waits_for_the_end_without_polling(api: TestClient, client: Clie
         res = api.get(f"/runs/{run_id}", params={"wait": bad})
         assert res.status_code == 422 and res.json()["errors"][0]["field"] == "wait"
     assert api.get("/runs/nope").status_code == 404
+    # A job's next occurrence, not dispatched yet: a wait waits for its dispatch and end too.
+    soon = datetime.fromtimestamp(client.now_ms() / 1000 + 0.5, UTC)
+    later = client.schedule("double", {"n": 6}, run_at=soon)
+    pending = make_run_id(later.id, later.next_ms or 0)
+    gone = api.get(f"/runs/{pending}", params={"wait": "0.05"})
+    assert gone.status_code == 404 and "not dispatched yet" in gone.json()["detail"]
+    runner = _run_soon(redis_url, 0.8)
+    assert api.get(f"/runs/{pending}", params={"wait": "30"}).json()["result"] == {"n": 12}
+    runner.join()
 
 
 def test_runs_wait_exits_0_on_success_1_on_a_dead_letter_124_on_timeout(

@@ -52,7 +52,7 @@ SCRIPT_FILES = sorted(LUA.glob("*.lua"))
 CALL = re.compile(r"redis\.call\(\s*'(\w+)'\s*,\s*([^,)]+)(?:,\s*([^,)]+))?")
 KEY_ARG = re.compile(r"^(KEYS\[[^\]]+\]|\w*key|unpack\(KEYS)$")  # unpack(KEYS, i, j): a slice
 SUBCOMMANDS = {"XINFO"}  # the key follows the subcommand
-KEYLESS = {"TIME"}
+KEYLESS = {"TIME", "PUBLISH"}  # PUBLISH names a channel (include limits wakes dispatchers)
 STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 KEY_FRAGMENT = re.compile(r"rsched|\{p|\b(?:job|run|hist|q|lease|due|retry|dead|stats|events):")
 KEY_ASSIGN = re.compile(r"^\s*(?:local\s+)?((?:\w+_key\s*,\s*)*\w+_key)\s*=\s*(.+)$", re.M)
@@ -60,6 +60,11 @@ STRING_FN_ON_KEY = re.compile(r"string\.\w+\(\s*\w+_key\b")
 # The queue's name, read off a queue stream's key (claim.lua: where a queue's runs go;
 # complete.lua: the queue of the runs that came from it).
 DOCUMENTED_PARSE = ({"claim.lua", "complete.lua"}, "string.match(stream_key, ':q:(.*)$')")
+# lua/include/limits.lua builds the keys of a limit key's state from the partition's prefix (its
+# header says why): locals assigned from lim_key(...) only, and the partition number read off
+# the prefix for the wake channel.
+BUILT_KEYS = ("limits.lua", re.compile(r"\s*lim_key\(prefix, \w+, '\w+'\)\s*"),
+              "'^(.*):{p(%d+)'")
 
 
 def code_of(path: Path) -> str:
@@ -78,12 +83,16 @@ def test_a_script_uses_only_keys_it_was_given_never_names_it_built(path: Path) -
         key = second if command in SUBCOMMANDS else first
         assert KEY_ARG.match(key), f"{path.name}: {command} on {key!r}, not a KEYS entry"
     for m in KEY_ASSIGN.finditer(code):
+        if path.name == BUILT_KEYS[0] and BUILT_KEYS[1].fullmatch(m.group(2)):
+            continue
         for rhs in m.group(2).split(","):
             assert re.fullmatch(r"\s*KEYS\[[^\]]+\]\s*", rhs), (
                 f"{path.name}: {m.group(1)} assigned from {m.group(2)!r}, not from KEYS"
             )
     for literal in STRING.findall(code):
         if path.name in DOCUMENTED_PARSE[0] and literal == "':q:(.*)$'":
+            continue
+        if path.name == BUILT_KEYS[0] and literal == BUILT_KEYS[2]:
             continue
         assert not KEY_FRAGMENT.search(literal), f"{path.name}: key-like literal {literal}"
     for m in STRING_FN_ON_KEY.finditer(code):
@@ -180,6 +189,8 @@ def undeclared_keys(
                 script = SCRIPT_OF_SHA.get(c.args[1], "(eval)")
                 declared = set(c.args[3 : 3 + int(c.args[2])])
             continue
+        if c.args[0] == b"PUBLISH" and c.args[1] == keys.wake_channel().encode():
+            continue  # include limits wakes the dispatchers: a channel, no key
         try:
             touched = [k.encode() if isinstance(k, str) else k  # redis-py decodes these
                        for k in r.command_getkeys(*c.args)]
@@ -187,8 +198,20 @@ def undeclared_keys(
             if c.args[0] != b"TIME":
                 out.append((script, c.args, b"?"))
             continue
-        out.extend((script, c.args, k) for k in touched if k not in declared)
+        out.extend((script, c.args, k) for k in touched
+                   if k not in declared and not built_by_limits(k, declared))
     return out
+
+
+# The keys include limits builds (see its header): a partition's limits, waiting keys and retry
+# set, and a limit key's run, wait and log sets, all under a declared key's hash tag.
+LIMIT_BUILT = re.compile(
+    rb"^(rsched:\{[^}]+\}):(?:limits|limwait|limstats|retry|lim:.+:(?:run|wait|log))$", re.S)
+
+
+def built_by_limits(key: bytes, declared: set[bytes]) -> bool:
+    m = LIMIT_BUILT.match(key)
+    return m is not None and any(d.startswith(m.group(1) + b":") for d in declared)
 
 
 def test_schedule_refuses_a_job_layout_other_than_next_ms_and_spec(r: redis.Redis) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -37,7 +38,13 @@ def archive_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/archive.db"
         return
-    dsn: str = request.getfixturevalue("pg_dsn")
+    with postgres_schema(request.getfixturevalue("pg_dsn")) as url:
+        yield url
+
+
+@contextmanager
+def postgres_schema(dsn: str) -> Iterator[str]:
+    """A schema of its own in the database of ``dsn``, dropped after: the URL that uses it."""
     schema = f"t_{secrets.token_hex(4)}"
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(f"CREATE SCHEMA {schema}")

@@ -8,6 +8,7 @@ import time
 import uvicorn
 
 from rsched.api.app import create_app
+from rsched.api.server import ServerLimits, protocol
 from rsched.core.settings import Settings
 from support.redis_server import free_port
 
@@ -19,8 +20,11 @@ class LiveAPI:
 
     def __init__(self, settings: Settings) -> None:
         self.port = free_port()
+        # The protocol `rsched api` serves with (rsched.api.server), so what the tests see of
+        # malformed requests is what a client of the real server sees.
         config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=self.port,
-                                log_level="warning", lifespan="on")
+                                log_level="warning", lifespan="on",
+                                http=protocol(ServerLimits()), ws="none")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

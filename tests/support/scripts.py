@@ -11,7 +11,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from rsched import App, Client, JobContext, JobSpec, JobStatus, RunState
+from rsched import App, Client, Dedup, JobContext, JobSpec, JobStatus, RunState
 from rsched.client import JobPatch
 from rsched.core.settings import Settings
 from rsched.engine.dispatcher import LeaseKeeper
@@ -91,8 +91,8 @@ async def until_done(w: Worker, n: int) -> None:
 async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> None:
     """Schedule, lease, claim, start, heartbeat, complete (success, retry, dead letter, fenced),
     reclaim, a run set aside by a worker without its handler and taken by one with it (park),
-    replay, delete_dead, trigger, update, pause, resume, cancel and release, on two
-    partitions."""
+    replay, delete_dead, trigger, update, pause, resume, cancel, a limit set and deleted, a
+    limited run that waits and is admitted, and release, on two partitions."""
     app, gate = scenario_app()
     s = client.settings
     ka, kb = keys_in_partition(PA, 3, "a"), keys_in_partition(PB, 2, "b")
@@ -166,6 +166,22 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         claimed = await claimer.run_once(await leases.run_once())
         assert claimed.dispatched == 1  # the replay; the trigger's and backfill's runs are
         # abandoned (cancelled)
+
+        # A limit of 1 on a key of PB: the second of its jobs waits, the first's end admits it.
+        (lk,) = keys_in_partition(PB, 1, "lim-")
+        client.set_limit(lk, concurrency=1)
+        at = client.now_ms()
+        all_jobs(client.schedule_many([JobSpec("ok", run_at=at - 2, limit_key=lk),
+                                       JobSpec("ok", run_at=at - 1, limit_key=lk)]))
+        clock.ms = max(clock(), client.now_ms() + 1)
+        owned = await leases.run_once()
+        assert (await claimer.run_once(owned)).dispatched == 1
+        assert await wb.fetch_once(block_ms=1) == 1
+        await until_done(wb, 1)
+        assert await wb.flush_once() == 1  # frees the slot: the second is due now
+        clock.ms = max(clock(), client.now_ms() + 1)
+        assert (await claimer.run_once(owned)).dispatched == 1
+        client.delete_limit(lk)
         await leases.release_all()
     finally:
         for w in (wa, wb, w2, wx):  # each closes the shared client too: the scenario is over
@@ -179,6 +195,23 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
     assert client.get_run(bad_run).state is RunState.DISPATCHED
     assert client.get(tick.id).status is JobStatus.CANCELLED
     assert int(client.r.hget(keys.stats(PB), "fenced") or 0) == 1
+    exercise_dedup(client)
+
+
+def exercise_dedup(client: Client) -> None:
+    """Schedule's dedup windows: each mode answered by a job of its own call and, in a second
+    call, by the job its record names (the call sent again with that job's key); untilDone
+    after its job ended, and with an idempotency key."""
+    for mode in ("ttl", "untilDone", "debounce"):
+        d = Dedup(f"scenario-{mode}", 60_000, mode)
+        first, again = all_jobs(client.schedule_many([JobSpec("ok", 1, dedup=d)] * 2))
+        later = client.schedule("ok", 2, dedup=d)
+        assert first.id == again.id == later.id and later.deduplicated
+    held = client.schedule("ok", dedup=Dedup("scenario-untilDone", 60_000, "untilDone"))
+    client.cancel(held.id)
+    fresh = client.schedule("ok", dedup=Dedup("scenario-untilDone", 60_000, "untilDone"),
+                            idempotency_key="scenario-dedup")
+    assert fresh.id != held.id and not fresh.deduplicated
 
 
 def scripts_run(commands: Iterable[MonitoredCommand]) -> set[str]:

@@ -9,14 +9,20 @@ from typing import Any
 import pytest
 from support.headers import check_args, check_keys, keys_after, match
 
-from rsched.core.codes import BackfillCode, BackfillRun, ControlCode, DeleteDeadCode
-from rsched.core.ids import random_job_ids
+from rsched.core.codes import (
+    BackfillCode,
+    BackfillRun,
+    ControlCode,
+    DeleteDeadCode,
+    ScheduleCode,
+)
+from rsched.core.ids import partition_for_key, random_job_ids
 from rsched.core.layout import J
 from rsched.core.models import Overlap, partition_of
-from rsched.core.spec import OWN_FIELDS, SHARED_FIELDS, JobSpec, prepare
+from rsched.core.spec import OWN_FIELDS, SHARED_FIELDS, Dedup, JobSpec, prepare
 from rsched.rdb import job_scripts, keys, schedule_script
 from rsched.rdb.job_scripts import BackfillReply, ControlReply
-from rsched.rdb.schedule_script import ScheduleReply
+from rsched.rdb.schedule_script import DedupArgs, ScheduleReply
 from rsched.rdb.scripts import Call
 
 NOW = 1_700_000_000_000
@@ -110,7 +116,7 @@ def test_a_schedule_call_holds_its_header_keys_arguments_field_names_and_groups(
     assert list(ks[len(fixed) + 3:]) == [keys.stream(p, "q1")]
     listed = check_args(name, list(args), {
         "now_ms": 0, "events_maxlen": 77, "consumer group": keys.GROUP, "due_ms": NOW, "n": 3,
-        "ns": len(SHARED_FIELDS), "no": len(OWN_FIELDS), "keyed": 0})
+        "ns": len(SHARED_FIELDS), "no": len(OWN_FIELDS), "keyed": 0, "dedup": 0})
     at = len(listed)
     assert list(args[at:at + len(SHARED_FIELDS) + len(OWN_FIELDS)]) == [*SHARED_FIELDS,
                                                                          *OWN_FIELDS]
@@ -121,6 +127,27 @@ def test_a_schedule_call_holds_its_header_keys_arguments_field_names_and_groups(
     assert sorted(sizes) == [(("a", "q1"), 2), (("b", preps[2].shared()[1]), 1)]
 
 
-def test_a_schedule_reply_reads_as_wake_stamp_and_a_code_per_job() -> None:
-    assert ScheduleReply.of([1, NOW, 0, 1, 2]) == (True, NOW, [0, 1, 2])
-    assert ScheduleReply.of([0, b"12", 0]).wake is False
+def test_a_schedule_reply_reads_as_wake_stamp_a_code_per_job_and_the_jobs_codes_are_about(
+) -> None:
+    assert ScheduleReply.of([1, NOW, 0, 1, 2], 3) == (True, NOW, [0, 1, 2], [])
+    assert ScheduleReply.of([0, b"12", 0], 1).wake is False
+    assert ScheduleReply.of([0, NOW, 3, 0, 4, b"5-a", b"5-b"], 3) == (
+        False, NOW, [ScheduleCode.DEDUPLICATED, 0, ScheduleCode.HELD_ELSEWHERE], ["5-a", "5-b"])
+
+
+def test_a_dedup_call_names_each_window_s_record_and_guess_by_their_keys_index() -> None:
+    """Two jobs of one key (one record key, sent once), one with a guess: each job's window
+    comes before its id, and the record and guessed job keys follow the streams."""
+    d = Dedup("k", 5000, "untilDone")
+    p = partition_for_key("k", 16)
+    ids = random_job_ids(2, p, NOW)
+    preps = [prepare(JobSpec("a", None, dedup=d), i, NOW, 1 << 20) for i in ids]
+    (name, ks, args), _, _ = schedule_script.call(
+        p, preps, NOW, 77, [DedupArgs(d, ""), DedupArgs(d, "5-held")])
+    check_args(name, list(args), {"keyed": 0, "dedup": 1})
+    record, held = keys.dedup(p, "k"), keys.job(p, "5-held")
+    assert list(ks[-2:]) == [record, held] and ks.count(record) == 1
+    first = args.index(ids[0])
+    assert list(args[first - 5:first]) == [len(ks) - 1, "untilDone", 5000, 0, ""]
+    second = args.index(ids[1])
+    assert list(args[second - 5:second]) == [len(ks) - 1, "untilDone", 5000, len(ks), "5-held"]

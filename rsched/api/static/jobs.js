@@ -145,8 +145,9 @@ function errorText(error) {
 // A run's status: its newest attempt's, or dead while it is a dead letter.
 const runStatus = (a) => (a.deadLettered ? "dead" : a.status);
 
-// Runs the overlap policy kept from running: their error field says why, which is no failure.
-const NOT_RUN = new Set(["skipped", "buffered", "cancelled"]);
+// Runs the overlap policy or a limit kept from running: their error field says why, which is no
+// failure ("waiting for limit tenant-42").
+const NOT_RUN = new Set(["skipped", "buffered", "cancelled", "waiting"]);
 
 function reason(a) {
   if (!a.error) return null;

@@ -92,8 +92,8 @@ class Claimer:
         seen, is due by the horizon, or which were never read or were named by a wake message;
         still every partition at least every FULL_READ_S, for what changes unannounced (a
         worker's retry).  Under light load a round then costs a few commands instead of four
-        per owned partition: reading all 16 took ~2 ms of the dispatcher's CPU a round, which
-        kept it busy at 1,000 jobs/s and let its start lag reach 40-80 ms.
+        per owned partition: reading them all kept the dispatcher busy at a light load and
+        raised its start lag (docs/performance.md).
         """
         out = ClaimResult()
         if not owned:
@@ -194,8 +194,7 @@ class Claimer:
             if queues:
                 # None yet (a dispatcher started before any job): not kept, read again next
                 # round, or the first jobs would all be handed back and claimed the recurring
-                # way (2 more round trips and a read per job: the first round of a 20,000-job
-                # burst took 500 ms instead of 60-100).
+                # way (2 more round trips and a read per job, for a whole first burst).
                 self._queues[p] = queues
             if len(due) >= self.batch or len(near) >= self.batch or len(ret) >= self.batch:
                 out.full = True

@@ -55,6 +55,7 @@ class Inflight:
     stop: bool = False  # asked to stop (overlap cancelPrevious): its outcome is 'cancelled'
     ctx: JobContext | None = None  # the handler's context, once its handler runs
     finished: bool = False  # its handler returned; the report records the start if need be
+    defer_ms: int = 0  # the handler raised RateLimited: how long the run waits (no attempt)
 
 
 def inflight(p: int, stream: str, queue: str, eid: str, rid: str, f: dict[bytes, bytes],
@@ -98,7 +99,7 @@ class Outcome:
     """A finished attempt waiting for its report."""
 
     fl: Inflight
-    status: str  # succeeded | failed | timed_out | cancelled
+    status: str  # succeeded | failed | timed_out | cancelled | deferred (RateLimited)
     duration_ms: int
     text: str
     delay_ms: int

@@ -93,7 +93,7 @@ class Intake:
         that.  Focused reads are what keeps a complete call carrying many runs: a call costs
         Redis more than a run does (loadtest/script_instructions.py), and FOCUS_COUNT is sized so
         one read fills the slots of one stream at concurrency 16 and three at 100 (figures:
-        loadtest/bench_phases.py, docs/performance-history.md).  The probe takes one entry
+        loadtest/bench_phases.py, docs/performance.md).  The probe takes one entry
         from each stream not known to be busy, where a full read took one from every stream,
         busy ones included, and split the reports into one-run calls."""
         count = max(1, free // len(self.link.streams))

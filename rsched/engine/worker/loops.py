@@ -49,7 +49,7 @@ class Flusher:
     """Reports outcomes up to flush_ms after the first is waiting, so that outcomes of handlers
     still running go in the same report; at once when none is running (nothing to wait for:
     at concurrency 16 a whole batch of short runs ends within a fraction of flush_ms, and the
-    wait was most of each round: the peer benchmark, docs/performance-history.md).  The price,
+    wait was most of each round: the peer benchmark, docs/performance.md).  The price,
     at concurrency 1000, is slightly smaller reports (runs read during the wait no longer
     join).  Up to FLUSHES_IN_FLIGHT reports at once: a report waits its turn behind other
     clients' scripts in Redis, and the handlers should not."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsched.core import defaults
-from rsched.core.handlers import App, JobContext
+from rsched.core.handlers import App, JobContext, RateLimited
 from rsched.core.lifecycle import life_of
 from rsched.core.models import PACKED_NONE, unpack_payload, unpack_spec
 from rsched.core.retry import retry_delay_ms
@@ -211,6 +211,9 @@ class Runner:
                     self.runs.by_id.pop(fl.run_id, None)
                     self.slot.set()
                     raise  # shutdown past the grace period: no report, the run will be reclaimed
+            except RateLimited as e:  # waits, no attempt spent (complete.lua 'deferred')
+                status, text = "deferred", str(e)
+                fl.defer_ms = int(e.retry_after * 1000)
             except Exception as e:  # noqa: BLE001 - any handler error is a failed attempt
                 status, text = "failed", failure_text(e)
             finally:
@@ -220,7 +223,9 @@ class Runner:
                 status, text = "cancelled", STOPPED
             duration = int((time.perf_counter() - t0) * 1000)
             delay = 0
-            if status != "succeeded":
+            if status == "deferred":
+                delay = fl.defer_ms
+            elif status != "succeeded":
                 sp = spec.sp
                 delay = retry_delay_ms(
                     fl.attempt, int(sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS)),

@@ -1,0 +1,87 @@
+"""`rsched limits`: define, show, list and delete flow-control limits (docs/limits.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from rsched.cli._output import JSON_FLAG, naming_flags, show, table
+from rsched.cli.context import client_of
+from rsched.core.limits import limit_of, rate_of_text
+from rsched.service import limits as limit_ops
+from rsched.service.shapes import limit_json, limit_view_json
+
+FLAGS = {"name": "NAME", "concurrency": "--concurrency", "rate": "--rate", "body": "NAME"}
+"""The flag each API field's error names."""
+
+
+@click.group()
+def limits() -> None:
+    """Concurrency and rate limits per limit key (a name ending in '*' is a family)."""
+
+
+def _rate(d: dict[str, Any]) -> str:
+    r = d["rate"]
+    return "-" if r is None else f"{r['limit']}/{r['periodSeconds']}s"
+
+
+def _row(d: dict[str, Any]) -> list[Any]:
+    conc = d["concurrency"]
+    return [d["name"], "-" if conc is None else conc, _rate(d)]
+
+
+@limits.command("set")
+@click.argument("name")
+@click.option("--concurrency", type=int, default=None, help="Runs of a key at once, at most.")
+@click.option("--rate", default=None,
+              help="Starts of a key per window, at most: N/<period>, e.g. 10/1s or 600/60s.")
+@JSON_FLAG
+@click.pass_context
+def limits_set(ctx: click.Context, name: str, concurrency: int | None, rate: str | None,
+               as_json: bool) -> None:
+    """Define or replace the limit NAME; it applies at once."""
+    with naming_flags(FLAGS):
+        body: dict[str, Any] = {"concurrency": concurrency, "rate": None}
+        if rate is not None:
+            n, seconds = rate_of_text(rate)
+            body["rate"] = {"limit": n, "periodSeconds": seconds}
+        c = client_of(ctx)
+        limit = c.run(limit_ops.op_set_limit(c, limit_of(name, body)))
+    show(limit_json(limit), as_json, lambda d: f"set {d['name']}: concurrency "
+         f"{'-' if d['concurrency'] is None else d['concurrency']}, rate {_rate(d)}")
+
+
+@limits.command("list")
+@JSON_FLAG
+@click.pass_context
+def limits_list(ctx: click.Context, as_json: bool) -> None:
+    """List every limit by name."""
+    items = [limit_json(lim) for lim in client_of(ctx).run(limit_ops.op_all_limits())]
+    show(items, as_json, lambda ds: table(["name", "concurrency", "rate"],
+                                           [_row(d) for d in ds]))
+
+
+@limits.command("show")
+@click.argument("name")
+@JSON_FLAG
+@click.pass_context
+def limits_show(ctx: click.Context, name: str, as_json: bool) -> None:
+    """One limit; a key's own with its runs in flight and waiting."""
+    c = client_of(ctx)
+    with naming_flags(FLAGS):
+        view = limit_view_json(c.run(limit_ops.op_get_limit(c, name)))
+    show(view, as_json, lambda d: table(
+        ["name", "concurrency", "rate", "in flight", "waiting"],
+        [[*_row(d), d.get("inFlight", "-"), d.get("waiting", "-")]]))
+
+
+@limits.command("delete")
+@click.argument("name")
+@click.pass_context
+def limits_delete(ctx: click.Context, name: str) -> None:
+    """Delete the limit NAME; its keys' waiting runs start."""
+    c = client_of(ctx)
+    with naming_flags(FLAGS):
+        c.run(limit_ops.op_delete_limit(c, name))
+    click.echo(f"deleted {name}")

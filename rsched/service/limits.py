@@ -1,0 +1,97 @@
+"""Limit definitions (docs/limits.md): set, read, list and delete, as operations every face runs.
+
+A definition is written to the global index (what listings read) and then to every partition,
+where lua/limit.lua applies it at once: a raised limit or a deletion admits waiting runs in the
+same call, so a change holds for runs not yet started as soon as the write returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rsched.core import defaults
+from rsched.core.cursor import check_limit, decode_cursor, encode_cursor
+from rsched.core.errors import NotFound
+from rsched.core.ids import partition_for_key
+from rsched.core.limits import Limit, check_name, limit_of
+from rsched.rdb.limit_scripts import op_key_state, op_limit, op_limits, op_write_limit
+from rsched.rdb.ops import Op
+from rsched.service.context import Service
+
+
+@dataclass(frozen=True, slots=True)
+class LimitView:
+    """A definition and, for a key's own one (no family), its key's counts now."""
+
+    limit: Limit
+    in_flight: int | None = None
+    waiting: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LimitPage:
+    items: list[Limit]
+    next_cursor: str | None
+
+
+def limit_from_args(name: str, concurrency: int | None = None,
+                    rate: tuple[int, float] | None = None) -> Limit:
+    """A definition from Python arguments (``rate``: (limit, period seconds)), checked as the
+    API's body is: errors name the API's fields."""
+    body: dict[str, Any] = {"concurrency": concurrency, "rate": None}
+    if rate is not None:
+        limit, seconds = rate
+        body["rate"] = {"limit": limit, "periodSeconds": seconds}
+    return limit_of(name, body)
+
+
+def op_set_limit(svc: Service, limit: Limit) -> Op[Limit]:
+    """Store (or replace) a definition in the index and every partition."""
+    P = yield from svc.op_store_partitions()
+    yield from op_write_limit(limit.name, limit.packed(), P)
+    return limit
+
+
+def op_get_limit(svc: Service, name: str) -> Op[LimitView]:
+    """A definition; a key's own (no family) with its counts.  NotFound if none."""
+    limit = yield from op_limit(check_name(name))
+    if limit is None:
+        raise NotFound("limit", name)
+    if limit.family:
+        return LimitView(limit)
+    P = yield from svc.op_store_partitions()
+    now = yield from svc.op_now()
+    state = yield from op_key_state(partition_for_key(name, P), name,
+                                    now - (limit.period_ms or 0))
+    return LimitView(limit, state.in_flight, state.waiting)
+
+
+def op_delete_limit(svc: Service, name: str) -> Op[None]:
+    """Delete a definition everywhere: its keys' waiting runs are admitted at once (a key
+    with no definition runs unlimited).  NotFound if there was none."""
+    limit = yield from op_limit(check_name(name))
+    if limit is None:
+        raise NotFound("limit", name)
+    P = yield from svc.op_store_partitions()
+    yield from op_write_limit(name, "", P)
+
+
+def op_all_limits() -> Op[list[Limit]]:
+    """Every definition, by name."""
+    return (yield from op_limits())
+
+
+def op_list_limits(limit: int = defaults.PAGE_LIMIT, cursor: str | None = None) -> Op[LimitPage]:
+    """One page of definitions by name; the cursor is the last name of the previous page."""
+    check_limit(limit)
+    after = decode_cursor(cursor, lambda v: isinstance(v, str)) or ""
+    every = yield from op_limits()
+    rest = [lim for lim in every if lim.name > after]
+    page = rest[:limit]
+    more = len(rest) > limit
+    return LimitPage(page, encode_cursor(page[-1].name) if more else None)
+
+
+__all__ = ["LimitPage", "LimitView", "limit_from_args", "op_all_limits", "op_delete_limit",
+           "op_get_limit",
+           "op_list_limits", "op_set_limit"]
