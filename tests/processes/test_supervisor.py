@@ -135,15 +135,23 @@ def test_a_frozen_worker_process_is_killed_and_replaced_after_hung_after(
     wait_for(all_finish(r, rids), 30, "jobs after the replacement", fleet)
 
 
+def _adjacent_ports() -> list[socket.socket]:
+    """Two listening sockets on ports N and N+1 (another process may hold an N+1: try again)."""
+    for _ in range(100):
+        first = socket.create_server(("127.0.0.1", 0))
+        try:
+            return [first, socket.create_server(("127.0.0.1", first.getsockname()[1] + 1))]
+        except OSError:
+            first.close()
+    raise AssertionError("no two adjacent free ports")
+
+
 def test_a_supervisor_gives_up_on_a_worker_process_that_never_starts(
     redis_url: str, fleets: Callable[..., Fleet]
 ) -> None:
-    taken = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]  # the children's ports
+    taken = _adjacent_ports()  # the children's ports, both taken: both children fail
     try:
         port = taken[0].getsockname()[1]
-        if taken[1].getsockname()[1] != port + 1:  # make both children fail: two in a row
-            taken[1].close()
-            taken[1] = socket.create_server(("127.0.0.1", port + 1))
         fleet = fleets(redis_url)
         sup = fleet._spawn("w", ["--metrics-port", f"127.0.0.1:{port}", "worker", "--app",
                                  "support.chaos_app:app", "--processes", "2"])

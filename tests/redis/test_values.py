@@ -20,6 +20,7 @@ from rsched.api.problems import classify, dumps
 from rsched.core.defaults import VALUE_DEPTH
 from rsched.core.spec import INT_RANGE
 from rsched.core.values import shallow_json, shallow_msgpack, too_deep
+from rsched.engine.worker.runner import MAX_RESULT_BYTES
 
 LO, HI = INT_RANGE
 
@@ -109,6 +110,18 @@ def _app() -> App:
     def at_limit(ctx: JobContext) -> Any:
         return _nested(VALUE_DEPTH)
 
+    @app.job("huge")
+    def huge(ctx: JobContext) -> Any:
+        return "x" * MAX_RESULT_BYTES  # its JSON has two quotes more: over the limit
+
+    @app.job("huger")
+    async def huger(ctx: JobContext) -> Any:
+        return {"rows": ["y" * 1000] * 100}
+
+    @app.job("full")
+    def full(ctx: JobContext) -> Any:
+        return "x" * (MAX_RESULT_BYTES - 2)  # exactly the limit as JSON
+
     return app
 
 
@@ -136,8 +149,10 @@ def _nested(depth: int) -> Any:
      {"n": 2**70}),  # JSON has no integer limit
     (("deep", "deeper"), f"the result is nested more than {VALUE_DEPTH} levels deep",
      "at-limit", _nested(VALUE_DEPTH)),
-], ids=["no JSON", "too deep"])
-def test_a_result_that_is_no_json_or_too_deep_fails_the_attempt_saying_so(
+    (("huge", "huger"), f"over the limit of {MAX_RESULT_BYTES:,} bytes", "full",
+     "x" * (MAX_RESULT_BYTES - 2)),
+], ids=["no JSON", "too deep", "too big"])
+def test_a_result_that_is_no_json_too_deep_or_too_big_fails_the_attempt_saying_so(
     api: TestClient, redis_url: str, refused: tuple[str, str], error: str, kept: str,
     result: Any,
 ) -> None:

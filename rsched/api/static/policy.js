@@ -14,7 +14,7 @@ const PREVIEW_MAX = 50; // times listed by a dry run; the count says how many th
 const SHOWN = new Set(["id", "type", "queue", "status", "payload", "runAt", "cron", "timeZone",
   "nextRunAt", "maxAttempts", "backoff", "priority", "timeoutSeconds", "idempotencyKey", "misfire",
   "jitterSeconds", "lastRunId", "createdAt", "updatedAt", "catchUpWindowSeconds", "lastGap",
-  "overlap", "version"]);
+  "overlap", "version", "lastRun"]);
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/;
 
 const label = (name) => name.replace(/([A-Z])/g, " $1").replace(/^./, (c) => c.toUpperCase());

@@ -308,8 +308,8 @@ class Runner:
 
 def encode_result(result: Any) -> str:
     """A handler's result as the JSON the run keeps, bounded so one result cannot bloat Redis;
-    UnserializableResult when it is no JSON (an object, a set, NaN, a cycle) or nests too
-    deep."""
+    UnserializableResult (the attempt fails saying why) when it is no JSON (an object, a set,
+    NaN, a cycle), nests too deep or is over MAX_RESULT_BYTES."""
     try:
         text = json.dumps(result, separators=(",", ":"), allow_nan=False)
     except RecursionError:
@@ -320,6 +320,8 @@ def encode_result(result: Any) -> str:
     if not text or not shallow_json(text) and too_deep(result):
         raise UnserializableResult(f"the result is {TOO_DEEP}, over the limit of {VALUE_DEPTH}; "
                                    "return a flatter value")
-    if len(text) > MAX_RESULT_BYTES:
-        text = json.dumps({"truncated": True, "bytes": len(text)})
+    if len(text) > MAX_RESULT_BYTES:  # refused, never kept cut short
+        raise UnserializableResult(
+            f"the result is {len(text):,} bytes of JSON, over the limit of "
+            f"{MAX_RESULT_BYTES:,} bytes; return less (a reference to where the data is)")
     return text
