@@ -155,9 +155,12 @@ async def list_jobs(request: Request) -> Response:
     q = request.query_params
     flt = JobFilter(status=q.get("status"), type=q.get("type"), queue=q.get("queue"),
                     last_run=q.get("lastRun"), q=q.get("q"))
-    page = await _client(request).run(op_job_listing(
-        _client(request), flt, sort=q.get("sort"),
-        limit=int_param(request, "limit", defaults.PAGE_LIMIT), cursor=q.get("cursor")))
+    try:
+        page = await _client(request).run(op_job_listing(
+            _client(request), flt, sort=q.get("sort"),
+            limit=int_param(request, "limit", defaults.PAGE_LIMIT), cursor=q.get("cursor")))
+    except StoreUnavailable as e:  # the job index is in the archive
+        return _archive_down(e)
     return JSON(listing_json(page))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -309,3 +310,10 @@ def test_jobs_no_event_named_are_scanned_in_and_gone_ones_swept_out(
     again = Archiver(r, store, indexed.partitions, ArchiverConfig())
     again.index_once()  # the scan ran once for this archive: a new archiver sweeps
     assert again.totals["index_scanned"] == 0
+
+
+def test_an_unreachable_archive_answers_503_naming_it(redis_url: str, tmp_path: Path) -> None:
+    gone = f"sqlite:///{tmp_path}/no/such/dir/archive.db"
+    with TestClient(create_app(settings(redis_url), auth=False, archive_url=gone)) as api:
+        res = api.get("/jobs", params={"type": "rare"})
+        assert res.status_code == 503 and "archive is unavailable" in res.json()["detail"]
