@@ -1,6 +1,7 @@
-"""Archive benchmark: events streams -> Postgres through `rsched archiver` processes.
+"""Archive benchmark: events streams -> Postgres (or SQLite) through `rsched archiver` processes.
 
-A private redis-server and a fresh Postgres database (created and dropped here).  Events are
+A private redis-server and a fresh Postgres database (created and dropped here), or with
+``--store sqlite`` a SQLite file in a temporary directory.  Events are
 written by a Lua script, as the engine's own scripts write them: dispatched, started, then
 succeeded (90%) or failed, with types, workers, durations, results and errors.
 Phase 1 (drain): N events (default 200,000) across 16 partitions wait in Redis; the archivers
@@ -8,10 +9,12 @@ start and move them.  drain_events_per_s counts from process start (imports, mig
 drain_steady_events_per_s from the first archived batch.  Phase 2 (live): a producer process
 appends events at a steady rate while the archivers run; the lag (events waiting in Redis, age of
 the oldest) is sampled every 0.25 s.  CPU per event is read from /proc (the machine is shared, so
-wall-clock rates move with its load).  Checks every event is in the table exactly once.  Prints a
+wall-clock rates move with its load).  Checks every event is in the table exactly once, and
+counts the job index's rows (one per run's job: every run here has a job of its own).  Prints a
 last line of JSON.
 
     .venv/bin/python loadtest/bench_archive.py [--events 200000] [--archivers 1] [--rate 20000]
+        [--store postgres|sqlite] [--events-only]
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -38,16 +42,21 @@ sys.path.insert(0, str(ROOT / "tests"))
 from support.redis_server import RedisServer  # noqa: E402
 
 from rsched.archive.lag import archive_lag  # noqa: E402
+from rsched.archive.stores import open_store  # noqa: E402
 from rsched.rdb import keys  # noqa: E402
 
 PARTITIONS = 16
 # The engine writes its events from Lua scripts (dispatched by claim, started by start, the
 # outcome by complete); so does this producer, so the client costs next to nothing and Redis
 # does the same XADD work.  KEYS[1] = a partition's events stream; ARGV = partition, first
-# sequence number, runs, now_ms.  ~10% of runs fail, durations spread 0-1999 ms.
+# sequence number, runs, now_ms, and the prefixes of the partition's job and run keys ('': write
+# events alone).  ~10% of runs fail, durations spread 0-1999 ms.  With the prefixes, each run's
+# job hash and run hash hold what the engine's scripts leave there (type, queue, next run, last
+# run, the run's state): the archiver reads them for the job index.
 PRODUCE_LUA = """
 local key, p, seq = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local n, now = tonumber(ARGV[3]), tonumber(ARGV[4])
+local job_prefix, run_prefix = ARGV[5], ARGV[6]
 local types = {'email.send', 'report.build', 'invoice.charge', 'cache.warm', 'sync.crm', 'cleanup'}
 local errors = {'TimeoutError: upstream did not answer in 30 s',
                 "ValueError: invalid customer id 'c_0000'",
@@ -61,6 +70,12 @@ for i = seq, seq + n - 1 do
              's', sched, 'ty', ty, 'q', 'default')
   redis.call('XADD', key, '*', 'e', 'started', 'j', job, 'r', run, 'a', 1, 't', sched + 3,
              'w', w, 'f', 1, 'ty', ty, 's', sched)
+  if job_prefix ~= '' then
+    redis.call('HSET', job_prefix .. job, 't', ty, 'k', '* * * * *', 'n', sched + 60000,
+               'l', run)
+    redis.call('HSET', run_prefix .. run, 'state', i % 10 == 0 and 'retry_wait' or 'succeeded',
+               'ended_ms', sched + 3 + d)
+  end
   if i % 10 == 0 then
     redis.call('XADD', key, '*', 'e', 'failed', 'j', job, 'r', run, 'a', 1, 't', sched + 3 + d,
                'w', w, 'd', d, 'ty', ty, 'q', 'default', 's', sched, 'err', errors[i % 3 + 1])
@@ -75,9 +90,10 @@ return n * 3
 RUNS_PER_CALL = 50  # per partition per script call: short Redis pauses, like the engine's
 
 
-def produce(url: str, n: int, start_seq: int = 0, rate: float = 0.0) -> int:
-    """Append n events (n a multiple of 3: whole runs), round-robin over the partitions;
-    rate > 0 paces them (events/s).  Returns n."""
+def produce(url: str, n: int, start_seq: int = 0, rate: float = 0.0, jobs: bool = True) -> int:
+    """Append n events (n a multiple of 3: whole runs), round-robin over the partitions, with
+    their jobs' and runs' hashes unless ``jobs`` is False; rate > 0 paces them (events/s).
+    Returns n."""
     r = redis.Redis.from_url(url)
     script = r.register_script(PRODUCE_LUA)
     runs, seq, t0 = n // 3, start_seq, time.monotonic()
@@ -89,7 +105,9 @@ def produce(url: str, n: int, start_seq: int = 0, rate: float = 0.0) -> int:
             k = min(RUNS_PER_CALL, runs - done - step)
             if k <= 0:
                 break
-            script(keys=[keys.events(p)], args=[p, seq, k, int(time.time() * 1000)], client=pipe)
+            prefixes = (keys.job(p, ""), keys.run(p, "")) if jobs else ("", "")
+            script(keys=[keys.events(p)], args=[p, seq, k, int(time.time() * 1000), *prefixes],
+                   client=pipe)
             seq += k
             step += k
         pipe.execute()
@@ -102,8 +120,8 @@ def produce(url: str, n: int, start_seq: int = 0, rate: float = 0.0) -> int:
     return runs * 3
 
 
-def _produce_paced(url: str, n: int, rate: float, start_seq: int) -> None:
-    produce(url, n, start_seq, rate)
+def _produce_paced(url: str, n: int, rate: float, start_seq: int, jobs: bool) -> None:
+    produce(url, n, start_seq, rate, jobs)
 
 
 def start_archivers(count: int, redis_url: str, pg_url: str, batch: int
@@ -129,11 +147,25 @@ def redis_cpu_s(r: redis.Redis) -> float:
 
 
 def backend_pids(pg_url: str) -> list[int]:
-    """The Postgres server processes serving the archivers' connections."""
+    """The Postgres server processes serving the archivers' connections (none for SQLite)."""
+    if pg_url.startswith("sqlite"):
+        return []
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                             "AND pid <> pg_backend_pid()").fetchall()
     return [int(pid) for (pid,) in rows]
+
+
+def counts(url: str) -> tuple[int, int, int]:
+    """Events rows, distinct event ids, job-index rows."""
+    store = open_store(url)
+    try:
+        ((rows, distinct),) = store.fetchall(
+            "SELECT count(*), count(DISTINCT sid_ms || '-' || sid_seq || '-' || part) FROM events")
+        ((indexed,),) = store.fetchall("SELECT count(*) FROM jobs")
+        return int(rows), int(distinct), int(indexed)
+    finally:
+        store.close()
 
 
 def wait_drained(r: redis.Redis, total: int, timeout_s: float
@@ -165,14 +197,21 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2000, help="events per partition per round")
     ap.add_argument("--rate", type=float, default=20_000, help="phase 2 events/s (0 = skip)")
     ap.add_argument("--seconds", type=float, default=10.0, help="phase 2 length")
+    ap.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
+    ap.add_argument("--events-only", action="store_true",
+                    help="write no job or run hashes: the job index reads nothing and deletes")
     ap.add_argument("--pg-admin-dsn", default=os.environ.get(
         "RSCHED_TEST_PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = ap.parse_args()
 
     db = f"rsched_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
-    pg_url = urlsplit(args.pg_admin_dsn)._replace(path=f"/{db}").geturl()
+    tmp = tempfile.TemporaryDirectory(prefix="rsched-bench-archive-")
+    if args.store == "postgres":
+        with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
+        pg_url = urlsplit(args.pg_admin_dsn)._replace(path=f"/{db}").geturl()
+    else:
+        pg_url = f"sqlite:///{tmp.name}/archive.db"
     server = RedisServer()
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -180,7 +219,7 @@ def main() -> None:
         r = server.client()
         r.hset(keys.config(), "partitions", PARTITIONS)
         t0 = time.monotonic()
-        events = produce(server.url, args.events // 3 * 3)
+        events = produce(server.url, args.events // 3 * 3, jobs=not args.events_only)
         gen_s = time.monotonic() - t0
         print(f"generated {events} events in {gen_s:.1f} s", file=sys.stderr)
 
@@ -197,9 +236,7 @@ def main() -> None:
         }
         cpu = {k: round(v, 1) for k, v in cpu.items()}
         print(f"cpu: {cpu}", file=sys.stderr)
-        with psycopg.connect(pg_url) as conn:
-            rows, distinct = conn.execute(
-                "SELECT count(*), count(DISTINCT (sid_ms, sid_seq, part)) FROM events").fetchone()
+        rows, distinct, indexed = counts(pg_url)
         # drain_s includes process start-up and migrations: a conservative rate
         drain_rate = events / drain_s
         print(f"drained {events} events in {drain_s:.2f} s: {drain_rate:,.0f} events/s; "
@@ -209,7 +246,8 @@ def main() -> None:
         n = live_events = int(args.rate * args.seconds) // 3 * 3  # whole runs: exactly n events
         if n:
             producer = multiprocessing.Process(target=_produce_paced,
-                                               args=(server.url, n, args.rate, 10**9))
+                                               args=(server.url, n, args.rate, 10**9,
+                                                     not args.events_only))
             t1 = time.monotonic()
             producer.start()
             ages: list[float] = []
@@ -232,19 +270,17 @@ def main() -> None:
                 "live_catch_up_after_producer_s": round(tail_s, 3),
             }
             print(f"live: {live}", file=sys.stderr)
-            with psycopg.connect(pg_url) as conn:
-                rows, distinct = conn.execute(
-                    "SELECT count(*), count(DISTINCT (sid_ms, sid_seq, part)) FROM events"
-                ).fetchone()
+            rows, distinct, indexed = counts(pg_url)
         expected = events + live_events
         result = {
-            "events": events, "archivers": args.archivers, "partitions": PARTITIONS,
-            "batch_per_partition": args.batch,
+            "events": events, "store": args.store, "archivers": args.archivers,
+            "partitions": PARTITIONS, "batch_per_partition": args.batch,
             "drain_events_per_s": round(drain_rate), "drain_s": round(drain_s, 3),
             "drain_steady_events_per_s": round(steady or 0), **cpu,
             "load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
             **live,
             "rows": rows, "expected_rows": expected, "duplicates": rows - distinct,
+            "job_index_rows": indexed, "job_hashes": not args.events_only,
             "lost": expected - distinct,
         }
         print(json.dumps(result))
@@ -257,9 +293,11 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
         server.close()
-        with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(db)))
+        tmp.cleanup()
+        if args.store == "postgres":
+            with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
+                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(db)))
 
 
 if __name__ == "__main__":

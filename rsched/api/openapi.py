@@ -12,6 +12,7 @@ import copy
 from typing import Any
 
 from rsched.api.schemas import SCHEMAS, TIME, ref
+from rsched.archive.store import SORTS
 from rsched.core.models import JobStatus
 from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
 from rsched.service.dead_letters import MAX_AGE_S
@@ -134,8 +135,12 @@ PATHS: dict[str, Any] = {
                                 "idempotencyKey, or within this dedup window "
                                 "(deduplicated true).")},
                     [409], params=[IDEMPOTENCY_KEY], body="JobCreate", scope="write"),
-        "get": _op("listJobs", "jobs", "List jobs (filtered, cursor-paginated; SCAN-based)",
-                   {200: _json("JobPage", "A page of jobs, in no particular order.")}, [422],
+        "get": _op("listJobs", "jobs",
+                   "List jobs: with a filter, q or sort, from the archive's job index (sorted, "
+                   "keyset-paged, each page full until the last); otherwise, or with no archive, "
+                   "by SCAN in no order",
+                   {200: _json("JobPage", "A page of jobs; `indexed` says how it was read.")},
+                   [422],
                    params=[
                        _param("status", "query",
                               {"type": "string", "enum": [s.value for s in JobStatus]}),
@@ -144,6 +149,13 @@ PATHS: dict[str, Any] = {
                        _param("lastRun", "query", {"type": "string",
                                                    "enum": list(LAST_RUN_FILTERS)},
                               "The latest run's status (failed includes dead)."),
+                       _param("q", "query", {"type": "string", "minLength": 1, "maxLength": 200},
+                              "Jobs whose id, type or idempotency key starts with this (a "
+                              "prefix, read from the job index: needs the archive)."),
+                       _param("sort", "query", {"type": "string", "enum": list(SORTS)},
+                              "nextRun (soonest first), created (newest first; the default) or "
+                              "lastRun (latest first), job id breaking ties. Needs the archive: "
+                              "without one the answer says indexed false, in no order."),
                        LIMIT, CURSOR]),
     },
     "/jobs/batch": {

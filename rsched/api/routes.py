@@ -46,8 +46,9 @@ from rsched.service.inputs import (
     reject_unknown,
     spec_from_json,
 )
+from rsched.service.job_listing import JobFilter, op_job_listing
 from rsched.service.last_runs import op_last_runs
-from rsched.service.listings import op_dead_letter_page, op_list_jobs
+from rsched.service.listings import op_dead_letter_page
 from rsched.service.preview import fire_times, job_fire_times
 from rsched.service.samples import op_samples
 from rsched.service.shapes import (
@@ -63,6 +64,7 @@ from rsched.service.shapes import (
     last_run_json,
     limit_json,
     limit_view_json,
+    listing_json,
     operation_json,
     run_json,
     runs_json,
@@ -151,16 +153,15 @@ def _item_error(exc: Exception, index: int) -> dict[str, Any]:
 
 async def list_jobs(request: Request) -> Response:
     q = request.query_params
-    c = _client(request)
-    page = await c.run(op_list_jobs(
-        status=q.get("status"), type=q.get("type"), queue=q.get("queue"),
-        limit=int_param(request, "limit", defaults.PAGE_LIMIT), cursor=q.get("cursor"),
-        last_run=q.get("lastRun"),
-    ))
-    last = await c.run(op_last_runs(page.items))
-    return JSON({"jobs": [dict(job_json(j), lastRun=last_run_json(lr))
-                          for j, lr in zip(page.items, last, strict=True)],
-                 "nextCursor": page.next_cursor})
+    flt = JobFilter(status=q.get("status"), type=q.get("type"), queue=q.get("queue"),
+                    last_run=q.get("lastRun"), q=q.get("q"))
+    try:
+        page = await _client(request).run(op_job_listing(
+            _client(request), flt, sort=q.get("sort"),
+            limit=int_param(request, "limit", defaults.PAGE_LIMIT), cursor=q.get("cursor")))
+    except StoreUnavailable as e:  # the job index is in the archive
+        return _archive_down(e)
+    return JSON(listing_json(page))
 
 
 async def get_job(request: Request) -> Response:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rsched.archive.store import SORTS
 from rsched.core import defaults
 from rsched.core.models import JobStatus
 from rsched.core.spec import KEY_NAME_PATTERN, QUEUE_PATTERN, TYPE_PATTERN
@@ -200,9 +201,19 @@ SCHEMAS: dict[str, Any] = {
         },
     },
     "JobPage": {
-        "type": "object", "required": ["jobs", "nextCursor"],
-        "properties": {"jobs": {"type": "array", "items": ref("JobListed")},
-                       "nextCursor": _n("string")},
+        "type": "object", "required": ["jobs", "nextCursor", "indexed", "sort", "indexedUntil"],
+        "properties": {
+            "jobs": {"type": "array", "items": ref("JobListed")},
+            "nextCursor": _n("string"),
+            "indexed": {"type": "boolean", "description":
+                        "Read from the archive's job index (sorted, every page full until the "
+                        "last); false: by SCAN over Redis, in no order, a page may be short."},
+            "sort": {"type": ["string", "null"], "enum": [*SORTS, None],
+                     "description": "The order of an indexed page; null for a scan."},
+            "indexedUntil": {**NTIME, "description":
+                             "The index holds every change made before this time (the oldest "
+                             "event the archiver has not applied yet); null for a scan."},
+        },
     },
     "JobListed": {"allOf": [ref("Job"), {
         "type": "object", "required": ["lastRun"],

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsched.archive.events import Entry, expand, expand_flat, parse_sid
+from rsched.archive.job_index import JobChanges, Touched
 from rsched.archive.store import Prepared
 from rsched.core import defaults
 from rsched.core.errors import NotReplicated
@@ -35,6 +36,8 @@ class Batch:
     prepared: Prepared | None = None
     skipped_old: int = 0  # older than the retention: acknowledged, never written
     written: bool = False
+    touched: dict[str, Touched] = field(default_factory=dict)  # jobs its events name
+    jobs: JobChanges | None = None  # their rows, read from Redis before the commit
 
     @property
     def size(self) -> int:

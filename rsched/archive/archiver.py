@@ -24,12 +24,20 @@ from dataclasses import dataclass
 from rsched.archive._streams import Batch, EventStreams
 from rsched.archive.config import ArchiverConfig, Backoff
 from rsched.archive.events import parse_sid
+from rsched.archive.job_index import (
+    SWEEP_ROWS,
+    IndexScan,
+    IndexSweep,
+    op_job_changes,
+    touched_jobs,
+)
 from rsched.archive.lag import Lag, archive_lag
 from rsched.archive.store import DAY_MS, Store, StoreUnavailable, redact
 from rsched.archive.stores import open_store
 from rsched.core.ids import process_id
 from rsched.core.settings import Settings
 from rsched.rdb.connect import connect
+from rsched.rdb.ops import run
 from rsched.rdb.redis_api import Redis, RedisError
 from rsched.rdb.setup import (
     UNAVAILABLE,
@@ -42,6 +50,8 @@ from rsched.rdb.setup import (
 log = logging.getLogger("rsched.archive")
 
 RETENTION_EVERY_S = 3600.0
+INDEX_EVERY_S = 0.5  # a step of the job index's scan or sweep (job_index.IndexScan)
+SCANNED = "scanned_ms"  # job_index_meta: when a scan last read every job key
 LAG_EVERY_S = 10.0
 WARN_EVERY_S = 60.0
 REPORT_EVERY_S = 60.0
@@ -73,6 +83,8 @@ class Archiver:
         self.totals: dict[str, int] = defaultdict(int)
         self.last_lag: Lag | None = None
         self._warned_at = 0.0
+        self._scan: IndexScan | None = None
+        self._sweep = IndexSweep()
 
     # --- set-up ------------------------------------------------------------------------------
 
@@ -87,6 +99,7 @@ class Archiver:
         stay pending in Redis until acknowledged."""
         batch = self.streams.read()
         self._prepare(batch)
+        self.read_jobs(batch)  # while the previous batch commits (run_once)
         self._queue.append(batch)
         return batch
 
@@ -97,12 +110,22 @@ class Archiver:
             entries = [e for e in entries if parse_sid(e[1])[0] >= cutoff]
             batch.skipped_old = len(batch.entries) - len(entries)
         batch.prepared = self.store.prepare(entries)
+        batch.touched = touched_jobs(entries)
         batch.entries = []
 
+    def read_jobs(self, batch: Batch) -> None:
+        """Read the current state of the jobs the batch names (the job index's rows): after
+        the batch's events were written, before it is committed (see job_index)."""
+        if batch.jobs is None and batch.touched:
+            batch.jobs = run(self.r, op_job_changes(batch.touched))
+            self.totals["jobs_read"] += len(batch.touched)
+
     def commit(self, batch: Batch) -> int:
-        """Write a prepared batch to the store (no acknowledgement); returns rows inserted."""
+        """Write a prepared batch and its jobs' rows to the store (no acknowledgement);
+        returns rows inserted."""
         assert batch.prepared is not None
-        inserted = self.store.commit(batch.prepared)
+        self.read_jobs(batch)
+        inserted = self.store.commit(batch.prepared, batch.jobs)
         batch.written = True
         self.totals["inserted"] += inserted
         self.totals["duplicates"] += batch.prepared.rows - inserted
@@ -123,6 +146,7 @@ class Archiver:
             return BatchResult()
         inserted = 0
         if not batch.written:
+            self.read_jobs(batch)  # a claimed batch's; not in the writer: one thread uses Redis
             outcome: list[int | BaseException] = []
             writer = threading.Thread(target=self._commit, args=(batch, outcome), daemon=True)
             writer.start()
@@ -184,6 +208,26 @@ class Archiver:
                      self.config.retention_days)
         return dropped
 
+    def index_once(self) -> int:
+        """One step of the job index's housekeeping: the scan that fills in jobs no event
+        named, until it has read every job key once (kept in the store, so once per archive),
+        then the sweep that deletes rows of jobs gone from Redis.  Returns rows changed."""
+        if self._scan is None and self.store.job_index_mark(SCANNED) is None:
+            self._scan = IndexScan()
+            log.info("job index: scanning every job key in Redis for jobs no event named yet")
+        if self._scan is not None and not self._scan.done:
+            added = self.store.add_jobs(run(self.r, self._scan.op_step()))
+            self.totals["index_scanned"] += added
+            if self._scan.done:
+                self.store.set_job_index_mark(SCANNED, int(time.time() * 1000))
+                log.info("job index: scan done, %d jobs added", self.totals["index_scanned"])
+            return added
+        rows = self.store.job_ids_after(self._sweep.after, SWEEP_ROWS)
+        gone = run(self.r, self._sweep.op_step(rows)) if rows else []
+        dropped = self.store.drop_jobs(gone) if gone else 0
+        self.totals["index_swept"] += dropped
+        return dropped
+
     def lag(self) -> Lag:
         """Events waiting in Redis and the oldest one's age (see archive_lag)."""
         self.last_lag = archive_lag(self.r, self.partitions)
@@ -206,7 +250,7 @@ class Archiver:
         log.info("archiver %s started: %d partitions -> %s", self.consumer, self.partitions,
                  self.store.dialect)
         ready = False
-        next_claim = next_retention = next_lag = 0.0
+        next_claim = next_retention = next_lag = next_index = 0.0
         next_report, reported = time.monotonic() + REPORT_EVERY_S, 0
         outage = Outage(log)
         while not stop.is_set():
@@ -229,6 +273,9 @@ class Archiver:
                     next_claim = now + max(self.config.claim_idle_ms / 2000, 1.0)
                     self.claim_once()
                 res = self.run_once()
+                if now >= next_index:
+                    next_index = now + INDEX_EVERY_S
+                    self.index_once()
                 if now >= next_retention:
                     next_retention = now + RETENTION_EVERY_S
                     self.retention_once()

@@ -12,6 +12,7 @@ from typing import Any
 
 from rsched.core.wire import as_text, parse_sid
 from rsched.rdb import event_streams
+from rsched.rdb.ops import Op, run
 from rsched.rdb.redis_api import Redis
 
 
@@ -25,6 +26,9 @@ class Lag:
     pending: int = 0
     """Delivered to an archiver and not yet acknowledged (in a batch, or held by a dead one)."""
     by_partition: dict[int, int] = field(default_factory=dict)
+    applied_until_ms: int = 0
+    """Every event appended before this time (Redis's clock: the oldest waiting one's, else
+    the time read) is archived, and applied to the job index in the same transaction."""
 
 
 def unarchived(group: dict[str, Any] | None, length: int, pending: int) -> int:
@@ -39,7 +43,12 @@ def unarchived(group: dict[str, Any] | None, length: int, pending: int) -> int:
 
 def archive_lag(r: Redis, partitions: int) -> Lag:
     """Two pipelined round trips for all partitions."""
-    now_ms, streams = event_streams.read_lag(r, partitions)
+    return run(r, op_archive_lag(partitions))
+
+
+def op_archive_lag(partitions: int) -> Op[Lag]:
+    """The lag, as an operation either client runs."""
+    now_ms, streams = yield from event_streams.op_read_lag(partitions)
     oldest: dict[int, int] = {}
     counts: dict[int, int] = {}
     total_pending = 0
@@ -57,10 +66,11 @@ def archive_lag(r: Redis, partitions: int) -> Lag:
         elif undelivered:
             probe.append((p, "(" + as_text(g["last-delivered-id"])))
     if probe:
-        for p, sid in event_streams.first_ids(r, probe).items():
+        for p, sid in (yield from event_streams.op_first_ids(probe)).items():
             oldest[p] = parse_sid(sid)[0]
     age = max((now_ms - min(oldest.values())) / 1000, 0.0) if oldest else 0.0
-    return Lag(sum(counts.values()), age, total_pending, counts)
+    return Lag(sum(counts.values()), age, total_pending, counts,
+               min(oldest.values()) if oldest else now_ms)
 
 
-__all__ = ["Lag", "archive_lag", "unarchived"]
+__all__ = ["Lag", "archive_lag", "op_archive_lag", "unarchived"]

@@ -26,8 +26,10 @@ from psycopg import sql
 
 from rsched.archive._copy import copy_text
 from rsched.archive.events import COLUMNS, Entry, parse_sid
+from rsched.archive.job_index import JOB_COLUMNS, JobChanges
 from rsched.archive.store import (
     DAY_MS,
+    JOBS_CONFLICT,
     SCHEMA_MIGRATIONS,
     Prepared,
     Store,
@@ -42,6 +44,13 @@ _COLS = ", ".join(COLUMNS)
 _COPY = f"COPY events ({_COLS}) FROM STDIN"
 _COPY_STAGE = f"COPY events_stage ({_COLS}) FROM STDIN"
 _INSERT = f"INSERT INTO events ({_COLS}) SELECT {_COLS} FROM events_stage ON CONFLICT DO NOTHING"
+_JOB_COLS = ", ".join(JOB_COLUMNS)
+_COPY_JOBS = f"COPY jobs_stage ({_JOB_COLS}) FROM STDIN"
+_UPSERT_JOBS = (f"INSERT INTO jobs ({_JOB_COLS}) SELECT {_JOB_COLS} FROM jobs_stage "
+                f"ORDER BY job_id {JOBS_CONFLICT}")  # one lock order for concurrent archivers
+_DELETE_JOBS = ("DELETE FROM jobs j USING unnest(%s::text[], %s::bigint[], %s::bigint[]) "
+                "AS d(job_id, sid_ms, sid_seq) WHERE j.job_id = d.job_id "
+                "AND (j.sid_ms, j.sid_seq) < (d.sid_ms, d.sid_seq)")
 _PREFIX = "events_d"
 _CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 
@@ -66,6 +75,21 @@ def _copy(cur: psycopg.Cursor[Any], statement: str, data: bytes) -> None:
         copy.write(data)
 
 
+def _write_jobs(cur: psycopg.Cursor[Any], jobs: JobChanges | None) -> None:
+    """The batch's job-index changes, in the batch's transaction (see job_index)."""
+    if jobs is None:
+        return
+    if jobs.rows:
+        with cur.copy(_COPY_JOBS) as copy:
+            for row in jobs.rows:
+                copy.write_row(row)
+        cur.execute(_UPSERT_JOBS)
+    if jobs.gone:
+        gone = sorted(jobs.gone)
+        cur.execute(_DELETE_JOBS, ([g[0] for g in gone], [g[1] for g in gone],
+                                   [g[2] for g in gone]))
+
+
 class PostgresStore(Store):
     dialect = "postgres"
 
@@ -88,6 +112,8 @@ class PostgresStore(Store):
             try:
                 self._migrate(conn)
                 conn.execute("CREATE TEMP TABLE IF NOT EXISTS events_stage (LIKE events) "
+                             "ON COMMIT DELETE ROWS")
+                conn.execute("CREATE TEMP TABLE IF NOT EXISTS jobs_stage (LIKE jobs) "
                              "ON COMMIT DELETE ROWS")
                 self._days = self._existing_days(conn)
             except psycopg.Error as e:
@@ -136,7 +162,7 @@ class PostgresStore(Store):
         days = frozenset(parse_sid(sid)[0] // DAY_MS for _, sid, _ in entries)
         return Prepared(len(entries), (copy_text(entries), days) if entries else None)
 
-    def commit(self, prepared: Prepared) -> int:
+    def commit(self, prepared: Prepared, jobs: JobChanges | None = None) -> int:
         if not prepared.rows:
             return 0
         data, days = prepared.payload
@@ -150,13 +176,16 @@ class PostgresStore(Store):
                 try:
                     with conn.transaction(), conn.cursor() as cur:
                         _copy(cur, _COPY, data)
+                        _write_jobs(cur, jobs)
                     return prepared.rows
                 except psycopg.errors.UniqueViolation:
                     pass  # some rows were archived before: the slow path skips exactly those
                 with conn.transaction(), conn.cursor() as cur:
                     _copy(cur, _COPY_STAGE, data)
                     cur.execute(_INSERT)
-                    return max(cur.rowcount, 0)
+                    inserted = max(cur.rowcount, 0)
+                    _write_jobs(cur, jobs)
+                    return inserted
             except psycopg.Error as e:
                 self._reset()  # a dropped day or a dead connection: start from scratch
                 raise StoreUnavailable(f"postgres {redact(self.url)}: {e}".strip()) from e
@@ -175,6 +204,20 @@ class PostgresStore(Store):
                         conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(name)))
                         self._days.discard(day)
                 return len(old)
+            except psycopg.Error as e:
+                self._reset()
+                raise StoreUnavailable(f"postgres {redact(self.url)}: {e}".strip()) from e
+
+    def _write(self, statement: str, rows: Sequence[Sequence[Any]]) -> int:
+        """One executemany in one transaction; rows changed."""
+        with self._lock:
+            self.connect()
+            conn = self._conn
+            assert conn is not None
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.executemany(statement.replace("?", "%s"), rows)
+                    return max(cur.rowcount, 0)
             except psycopg.Error as e:
                 self._reset()
                 raise StoreUnavailable(f"postgres {redact(self.url)}: {e}".strip()) from e

@@ -14,7 +14,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rsched.archive.events import COLUMNS, Entry, decode_flat
+from rsched.archive.job_index import JOB_COLUMNS, JobChanges
 from rsched.archive.store import (
+    JOBS_CONFLICT,
+    PRIMARY_KEY,
     SCHEMA_MIGRATIONS,
     Prepared,
     Store,
@@ -26,6 +29,9 @@ BUSY_TIMEOUT_S = 30.0
 DELETE_CHUNK = 20_000  # rows per retention transaction: writers wait at most one chunk
 _INSERT = (f"INSERT INTO events ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
            "ON CONFLICT DO NOTHING")
+_UPSERT_JOBS = (f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(JOB_COLUMNS))}) {JOBS_CONFLICT}")
+_DELETE_JOBS = "DELETE FROM jobs WHERE job_id = ? AND (sid_ms, sid_seq) < (?, ?)"
 
 
 def statements(script: str) -> Iterator[str]:
@@ -92,20 +98,10 @@ class SqliteStore(Store):
     def prepare(self, entries: Sequence[Entry]) -> Prepared:
         return Prepared(len(entries), [decode_flat(part, sid, flat) for part, sid, flat in entries])
 
-    def commit(self, prepared: Prepared) -> int:
+    def commit(self, prepared: Prepared, jobs: JobChanges | None = None) -> int:
         if not prepared.rows:
             return 0
-        rows = prepared.payload
-        with self._lock:
-            conn = self._conn_or_raise()
-            try:
-                with _transaction(conn):
-                    before = conn.total_changes
-                    conn.executemany(_INSERT, rows)
-                    return conn.total_changes - before
-            except sqlite3.Error as e:
-                self._reset()
-                raise StoreUnavailable(f"sqlite {self.path}: {e}") from e
+        return self._write(_INSERT, prepared.payload, jobs)
 
     def drop_before(self, cutoff_ms: int) -> int:
         """Delete events appended before ``cutoff_ms`` in chunks; returns rows deleted."""
@@ -124,6 +120,36 @@ class SqliteStore(Store):
             total += n
             if n < DELETE_CHUNK:
                 return total
+
+    def _write(self, statement: str, rows: Sequence[Sequence[Any]],
+               jobs: JobChanges | None = None) -> int:
+        """One executemany in one transaction, with a batch's job-index changes; returns the
+        rows ``statement`` changed."""
+        with self._lock:
+            conn = self._conn_or_raise()
+            try:
+                with _transaction(conn):
+                    before = conn.total_changes
+                    conn.executemany(statement, rows)
+                    changed = conn.total_changes - before
+                    if jobs is not None:
+                        conn.executemany(_UPSERT_JOBS, jobs.rows)
+                        conn.executemany(_DELETE_JOBS, jobs.gone)
+                    return changed
+            except sqlite3.Error as e:
+                self._reset()
+                raise StoreUnavailable(f"sqlite {self.path}: {e}") from e
+
+    def _page_sql(self, column: str, order: str, filters: list[str], keyset: list[str],
+                  via: str | None) -> str:
+        """SQLite reads the index the plan names (INDEXED BY): without STAT4 its statistics
+        know a column's average rows per value, and its own plan for a rare type sorted by next
+        run walked the sort's index through the whole table."""
+        conds = " AND ".join(filters + keyset) or "1 = 1"
+        if via == PRIMARY_KEY:
+            via = "sqlite_autoindex_jobs_1"  # job_id TEXT PRIMARY KEY's
+        return (f"SELECT {column}, job_id FROM jobs {f'INDEXED BY {via}' if via else ''} "
+                f"WHERE {conds} ORDER BY {column} {order}, job_id {order} LIMIT ?")
 
     def _fetch(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:

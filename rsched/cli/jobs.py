@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import shlex
+from dataclasses import replace
 from typing import Any
 
 import click
 
+from rsched.archive.store import SORTS
 from rsched.cli._output import (
     JSON_FLAG,
     PAGE_FLAGS,
@@ -23,13 +26,14 @@ from rsched.core.errors import Conflict, ValidationError, VersionMismatch
 from rsched.core.values import TOO_DEEP, VALUE_DEPTH
 from rsched.core.views import WorkerStatus
 from rsched.service.inputs import spec_from_json
+from rsched.service.job_listing import JobFilter, op_job_listing
 from rsched.service.last_runs import LAST_RUN_FILTERS, op_last_runs
-from rsched.service.listings import op_list_jobs
 from rsched.service.shapes import (
     backfill_json,
     created_json,
     job_json,
     last_run_json,
+    listing_json,
     runs_json,
 )
 from rsched.service.status import op_workers
@@ -178,27 +182,39 @@ def jobsshow(ctx: click.Context, job_id: str, as_json: bool) -> None:
 @click.option("--queue", default=None)
 @click.option("--last-run", type=click.Choice(LAST_RUN_FILTERS), default=None,
               help="Only jobs whose latest run is so (failed includes dead).")
+@click.option("--search", default=None,
+              help="Jobs whose id, type or idempotency key starts with this (needs the archive).")
+@click.option("--sort", type=click.Choice(list(SORTS)), default=None,
+              help="nextRun (soonest first), created (newest first, the default with a "
+                   "filter) or lastRun (latest first); from the archive's job index.")
 @click.option("--limit", default=defaults.PAGE_LIMIT, show_default=True, type=int)
 @click.option("--cursor", default=None, help="From the previous page's 'more:' line.")
 @JSON_FLAG
 @click.pass_context
 def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queue: str | None,
-              last_run: str | None, limit: int, cursor: str | None, as_json: bool) -> None:
-    """List jobs (SCAN-based: see rsched.service.listings for the cost), with each one's latest
-    run and how many runs in a row failed."""
+              last_run: str | None, search: str | None, sort: str | None, limit: int,
+              cursor: str | None, as_json: bool) -> None:
+    """List jobs, with each one's latest run and how many runs in a row failed.  With a
+    filter, a search or a sort, from the archive's job index (RSCHED_ARCHIVE_URL): sorted,
+    every page full; without an archive, by scanning every job in Redis (said on stderr)."""
     c = client_of(ctx)
-    with naming_flags({f: f"--{f}" for f in ("status", "type", "queue")} | PAGE_FLAGS
-                      | {"lastRun": "--last-run"}):
-        page = c.run(op_list_jobs(status=status, type=job_type, queue=queue, limit=limit,
-                                        cursor=cursor, last_run=last_run))
-    # Newest first within the page, as the dashboard shows them (SCAN returns no order).
-    page.items.sort(key=lambda j: (j.created_ms, j.id), reverse=True)
-    last = c.run(op_last_runs(page.items))
-    items = [dict(job_json(j), lastRun=last_run_json(lr))
-             for j, lr in zip(page.items, last, strict=True)]
+    flt = JobFilter(status=status, type=job_type, queue=queue, last_run=last_run, q=search)
+    with naming_flags({f: f"--{f}" for f in ("status", "type", "queue", "sort")} | PAGE_FLAGS
+                      | {"lastRun": "--last-run", "q": "--search"}):
+        page = c.run(op_job_listing(c, flt, sort=sort, limit=limit, cursor=cursor))
+    if not page.indexed and (flt.given or sort):
+        click.echo("note: no run-history archive (RSCHED_ARCHIVE_URL), so no job index: "
+                   "listed by scanning every job in Redis, in no order; a page may hold "
+                   "fewer jobs than --limit", err=True)
+    if not page.indexed:  # a scan's page comes in no order: newest first, as the dashboard
+        pairs = sorted(zip(page.jobs, page.last_runs, strict=True),
+                       key=lambda p: (p[0].created_ms, p[0].id), reverse=True)
+        page = replace(page, jobs=[j for j, _ in pairs], last_runs=[lr for _, lr in pairs])
+    answer = listing_json(page)
     if as_json:
-        print_json({"jobs": items, "nextCursor": page.next_cursor})
+        print_json(answer)
         return
+    items = answer["jobs"]
     click.echo(table(["id", "type", "queue", "status", "last run", "failing", "next run",
                       "schedule"],
                      [[j["id"], j["type"], j["queue"], j["status"],
@@ -206,7 +222,12 @@ def jobs_list(ctx: click.Context, status: str | None, job_type: str | None, queu
                        else None, _streak(j["lastRun"]), j["nextRunAt"],
                        f"{j['cron']} ({j['timeZone']})" if j["cron"] else j["runAt"]]
                       for j in items]))
-    more(page.next_cursor, "rsched jobs list")
+    if page.indexed:
+        click.echo(f"indexed until {answer['indexedUntil']}", err=True)
+    flags = [f"--{name} {shlex.quote(v)}" for name, v in (
+        ("status", status), ("type", job_type), ("queue", queue), ("last-run", last_run),
+        ("search", search), ("sort", sort)) if v is not None]
+    more(page.next_cursor, " ".join(["rsched jobs list", *flags]))
 
 
 def _streak(last: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -468,3 +468,36 @@ def partition_of(job_id: str) -> int:
 def job_of_run(run_id: str) -> str:
     """Run ids are ``<job id>@<scheduled ms>``."""
     return run_id.rsplit("@", 1)[0]
+
+
+class Listed(NamedTuple):
+    """What the job index keeps of a job (rsched.archive.job_index), as ``Job.from_hash``
+    would read it; ``idempotency_key`` is None when the hash read held no spec."""
+
+    type: str
+    queue: str
+    status: str
+    next_ms: int | None
+    created_ms: int
+    updated_ms: int
+    last_run_id: str | None
+    idempotency_key: str | None
+
+
+def listed(h: Mapping[bytes, Any], job_id: str) -> Listed:
+    """``Listed`` from a raw (bytes-keyed) job hash, without building a Job: the archiver
+    reads it for every job each batch of events names."""
+    g = lambda n: h.get(n.encode())  # noqa: E731
+    status = _s(g(J.status), STATUS_DEFAULT)
+    created = _i(g(J.created_ms)) or created_ms_of(job_id) or 0
+    key = None
+    if g(J.spec):
+        try:
+            key = unpack_spec(g(J.spec)).get("idem_key") or None
+        except Exception:  # noqa: BLE001 - as from_hash: the job stays listed, without its key
+            key = None
+    return Listed(
+        _s(g(J.type)), _s(g(J.queue), defaults.QUEUE), status,
+        None if status == JobStatus.CANCELLED.value else (_i(g(J.next_ms)) or None),
+        created, _updated_ms(g, JobStatus(status)) or created,
+        _s(g(J.last_run_id)) or _s(g(J.own_run)) or None, key)

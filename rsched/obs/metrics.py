@@ -281,6 +281,8 @@ class LagReading(Protocol):
     def seconds(self) -> float: ...
     @property
     def pending(self) -> int: ...
+    @property
+    def applied_until_ms(self) -> int: ...
 
 
 class ArchiveLagCollector:
@@ -304,6 +306,10 @@ class ArchiveLagCollector:
                                 "archived yet", value=lag.seconds)
         yield GaugeMetricFamily("rsched_archiver_pending_events", "Events read by an archiver, "
                                 "not yet committed", value=lag.pending)
+        yield GaugeMetricFamily("rsched_job_index_applied_timestamp_seconds", "The job index "
+                                "(filtered listings) holds every change made before this time "
+                                "(Redis's clock): the index lags time() minus this",
+                                value=lag.applied_until_ms / 1000)
 
 
 def serve(address: str | int | None, collectors: Sequence[Collector] = ()) -> int | None:

@@ -65,15 +65,13 @@ class StreamLag(NamedTuple):
     length: int  # XLEN
 
 
-def read_lag(r: Any, partitions: int) -> tuple[int, list[StreamLag]]:
+def op_read_lag(partitions: int) -> Op[tuple[int, list[StreamLag]]]:
     """Redis's clock (ms) and every partition's StreamLag: one round trip."""
-    pipe = r.pipeline(transaction=False)
+    reads = []
     for p in range(partitions):
-        pipe.xinfo_groups(keys.events(p))
-        pipe.xpending(keys.events(p), keys.EVENTS_GROUP)
-        pipe.xlen(keys.events(p))
-    pipe.time()
-    res = pipe.execute(raise_on_error=False)
+        reads += [cmd("xinfo_groups", keys.events(p)),
+                  cmd("xpending", keys.events(p), keys.EVENTS_GROUP), cmd("xlen", keys.events(p))]
+    res = yield Commands([*reads, cmd("time")], raise_on_error=False)
     out = []
     for p in range(partitions):
         info, pending, length = res[3 * p : 3 * p + 3]
@@ -85,14 +83,12 @@ def read_lag(r: Any, partitions: int) -> tuple[int, list[StreamLag]]:
     return time_ms(res[-1]), out
 
 
-def first_ids(r: Any, starts: Sequence[tuple[int, str]]) -> dict[int, bytes]:
+def op_first_ids(starts: Sequence[tuple[int, str]]) -> Op[dict[int, bytes]]:
     """Per (partition, start): the id of the partition's first entry from ``start`` (XRANGE
     syntax: '-', '(<id>'), for those that have one: one round trip."""
-    pipe = r.pipeline(transaction=False)
-    for p, start in starts:
-        pipe.xrange(keys.events(p), min=start, count=1)
-    return {p: first[0][0] for (p, _), first in zip(starts, pipe.execute(raise_on_error=False),
-                                                    strict=True)
+    res = yield Commands([cmd("xrange", keys.events(p), min=start, count=1) for p, start in starts],
+                         raise_on_error=False)
+    return {p: first[0][0] for (p, _), first in zip(starts, res, strict=True)
             if isinstance(first, list) and first}
 
 
@@ -270,5 +266,5 @@ def op_entries_from(p: int, start: str, count: int) -> Op[list[StreamEntry]]:
 
 
 __all__ = ["Claimed", "Consumer", "RawEntry", "StreamEntry", "StreamLag", "arecent",
-           "events_group", "first_ids", "op_entries_from", "op_follow", "op_recent", "op_tops",
-           "read_lag", "recent", "trim_point"]
+           "events_group", "op_entries_from", "op_first_ids", "op_follow", "op_read_lag",
+           "op_recent", "op_tops", "recent", "trim_point"]

@@ -95,6 +95,14 @@ def op_scan_jobs(at: int, count: int, node: int | None = None) -> Op[tuple[int, 
     return int(at), sorted({as_text(n) for n in found})
 
 
+def op_jobs_exist(jobs: Sequence[tuple[int, str]]) -> Op[list[bool]]:
+    """Per (partition, job id): whether its hash exists."""
+    if not jobs:
+        return []
+    got = yield Commands([cmd("exists", keys.job(p, job_id)) for p, job_id in jobs])
+    return [bool(n) for n in got]
+
+
 def op_job_filter_fields(names: Sequence[str]) -> Op[list[list[bytes | None]]]:
     """Each job key's status, type and queue (None: the field is not stored)."""
     return (yield Commands([cmd("hmget", n, J.status, J.type, J.queue)  # type: ignore[no-any-return]
@@ -114,6 +122,33 @@ def op_latest_runs(jobs: Sequence[tuple[int, str]], history: int
     return [(got[2 * i], got[2 * i + 1]) for i in range(len(jobs))]
 
 
+# As bytes: redis-py passes bytes through, and the archiver sends these for every job it reads.
+_INDEX_FIELDS = tuple(n.encode() for n in (
+    J.type, J.queue, J.status, J.next_ms, J.created_ms, J.updated_ms, J.last_run_id, J.own_run,
+    OWN.state, OWN.ended_ms, OWN.started_ms))
+_WITH_SPEC = (*_INDEX_FIELDS, J.spec.encode())
+
+
+def op_index_reads(jobs: Sequence[tuple[int, str, bool]]) -> Op[list[Hash]]:
+    """Per (partition, job id, with spec): what the archive's job index keeps of the job hash,
+    as a hash of the fields present ({}: no such job), with the packed spec when asked (for the
+    idempotency key); one round trip."""
+    names = [_WITH_SPEC if spec else _INDEX_FIELDS for _, _, spec in jobs]
+    got = (yield Commands([cmd("hmget", keys.job(p, job_id).encode(), *fields)
+                           for (p, job_id, _), fields in zip(jobs, names, strict=True)])
+           ) if jobs else []
+    return [{n: v for n, v in zip(fields, values, strict=True) if v is not None}
+            for fields, values in zip(names, got, strict=True)]
+
+
+def op_histories(jobs: Sequence[tuple[int, str]], count: int) -> Op[list[list[bytes]]]:
+    """Per (partition, job id): the newest ``count`` records of its history list."""
+    if not jobs:
+        return []
+    return (yield Commands([cmd("lrange", keys.history(p, job_id),  # type: ignore[no-any-return]
+                                0, count - 1) for p, job_id in jobs]))
+
+
 def op_run_states(runs: Sequence[tuple[int, str]]) -> Op[list[list[Any]]]:
     """Per (partition, run id): the run hash's state, ended_ms and started_ms."""
     if not runs:
@@ -123,5 +158,6 @@ def op_run_states(runs: Sequence[tuple[int, str]]) -> Op[list[list[Any]]]:
 
 
 __all__ = ["Hash", "op_dead_newest", "op_dead_oldest", "op_dead_after", "op_dead_scores",
-           "op_hashes", "op_history", "op_job_filter_fields", "op_job_hash", "op_latest_runs",
-           "op_run_hashes", "op_run_states", "op_scan_jobs"]
+           "op_hashes", "op_histories", "op_history", "op_index_reads", "op_job_filter_fields",
+           "op_job_hash", "op_jobs_exist", "op_latest_runs", "op_run_hashes", "op_run_states",
+           "op_scan_jobs"]

@@ -23,6 +23,7 @@ from rsched.core.views import DispatcherStatus, PartitionStatus, Status, WorkerS
 from rsched.service.apikeys import ApiKey
 from rsched.service.backfill import Backfill
 from rsched.service.doctor import Finding
+from rsched.service.job_listing import Listing
 from rsched.service.last_runs import LastRun
 from rsched.service.limits import LimitView
 from rsched.service.listings import DeadLetter, Page
@@ -285,6 +286,14 @@ def status_json(s: Status) -> dict[str, Any]:
         "dueBacklog": s.due_backlog,
         "deadLetters": s.dead_letters,
     }
+
+
+def listing_json(page: Listing) -> dict[str, Any]:
+    """GET /jobs: a page of jobs, each with its latest run, and how the page was read."""
+    return {"jobs": [dict(job_json(j), lastRun=last_run_json(lr))
+                     for j, lr in zip(page.jobs, page.last_runs, strict=True)],
+            "nextCursor": page.next_cursor, "indexed": page.indexed, "sort": page.sort,
+            "indexedUntil": iso(page.indexed_until_ms)}
 
 
 def last_run_json(lr: LastRun) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support.browser import ARTIFACTS, UI_TIMEOUT_MS, chromium
+from support.browser import ARTIFACTS, UI_TIMEOUT_MS, checked_page, chromium
 from support.helpers import all_jobs
 from support.processes import Proc, wait_for
 from support.redis_server import RedisServer, free_port
@@ -88,18 +88,10 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def page(browser: Any, stack: Stack) -> Iterator[Any]:
     """A fresh browser context (empty localStorage) signed in with the admin key."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    p = context.new_page()
-    p.set_default_timeout(UI_TIMEOUT_MS)
-    errors: list[str] = []
-    p.on("pageerror", lambda e: errors.append(str(e)))
-    p.goto(f"{stack.base}/ui/#key={stack.admin}")
-    p.wait_for_selector("#who >> text=dashboard-admin")
-    try:
+    with checked_page(browser) as p:
+        p.goto(f"{stack.base}/ui/#key={stack.admin}")
+        p.wait_for_selector("#who >> text=dashboard-admin")
         yield p
-    finally:
-        context.close()
-    assert errors == [], f"JavaScript errors on the page: {errors}"
 
 
 def shot(page: Any, name: str) -> None:

@@ -60,7 +60,8 @@ def test_migrations_ship_in_the_package_for_both_dialects() -> None:
     for dialect in ("postgres", "sqlite"):
         found = migrations(dialect)
         assert [(m.version, m.name) for m in found] == [
-            (1, "events"), (2, "run_attempts"), (3, "started_ms"), (4, "run_attempts_started")]
+            (1, "events"), (2, "run_attempts"), (3, "started_ms"), (4, "run_attempts_started"),
+            (5, "jobs")]
         assert "CREATE TABLE events" in found[0].sql and "CREATE VIEW run_attempts" in found[1].sql
     assert "PARTITION BY RANGE (sid_ms)" in migrations("postgres")[0].sql
 
@@ -70,12 +71,13 @@ def test_migrations_are_applied_on_start_once_and_recorded(archive_url: str) -> 
     second = open_store(archive_url)
     try:
         first.connect()
-        assert first.applied_migrations() == [1, 2, 3, 4]
+        assert first.applied_migrations() == [1, 2, 3, 4, 5]
         second.connect()  # a second archiver starting later applies nothing again
-        assert second.applied_migrations() == [1, 2, 3, 4]
+        assert second.applied_migrations() == [1, 2, 3, 4, 5]
         rows = second.fetchall("SELECT version, name FROM schema_migrations ORDER BY version")
         assert [tuple(row) for row in rows] == [
-            (1, "events"), (2, "run_attempts"), (3, "started_ms"), (4, "run_attempts_started")]
+            (1, "events"), (2, "run_attempts"), (3, "started_ms"), (4, "run_attempts_started"),
+            (5, "jobs")]
         assert second.fetchall("SELECT count(*) FROM run_attempts") == [(0,)]
     finally:
         first.close()
@@ -104,7 +106,7 @@ def test_concurrent_starts_against_an_empty_postgres_migrate_once(pg_dsn: str) -
         for t in threads:
             t.join(30)
         assert errors == []
-        assert stores[0].applied_migrations() == [1, 2, 3, 4]
+        assert stores[0].applied_migrations() == [1, 2, 3, 4, 5]
     finally:
         for s in stores:
             s.close()
@@ -129,7 +131,7 @@ def test_a_postgres_archive_at_version_2_upgrades_and_keeps_its_events(pg_dsn: s
     store = open_store(url)
     try:
         store.connect()
-        assert store.applied_migrations() == [1, 2, 3, 4]
+        assert store.applied_migrations() == [1, 2, 3, 4, 5]
         assert store.fetchall("SELECT status, started_ms, fence, worker FROM run_attempts") == [
             ("running", 5, 1, "w")]
     finally:

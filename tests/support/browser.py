@@ -35,3 +35,19 @@ def chromium() -> Iterator[Any]:
             yield b
         finally:
             b.close()
+
+
+@contextmanager
+def checked_page(browser: Any) -> Iterator[Any]:
+    """A page in a browser context of its own (empty localStorage), closed after; fails the
+    test on any JavaScript error the page raised."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        yield page
+    finally:
+        context.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"

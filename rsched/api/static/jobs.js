@@ -29,20 +29,32 @@ function streak(j) {
     `${lr.failureStreak}${lr.streakCapped ? "+" : ""} in a row`);
 }
 
+const SORTS = [["created", "newest first"], ["nextRun", "next run first"], ["lastRun", "latest run first"]];
+
+// Filters, search and sort read the archive's job index (sorted, every page full); without an
+// archive the API scans Redis instead and says so (indexed: false), shown as a notice.
 export function jobList(main, params) {
   const f = { status: params.get("status") || "", type: params.get("type") || "", queue: params.get("queue") || "",
-    lastRun: params.get("lastRun") || "" };
+    lastRun: params.get("lastRun") || "", q: params.get("q") || "", sort: params.get("sort") || "created" };
   const statusSel = el("select", { name: "status" }, el("option", { value: "" }, "any status"),
     STATUSES.map((s) => el("option", { value: s, selected: s === f.status }, s)));
   const lastSel = el("select", { name: "lastRun" }, el("option", { value: "" }, "any last run"),
     LAST_RUNS.map((s) => el("option", { value: s, selected: s === f.lastRun }, `last run ${s}`)));
+  const sortSel = el("select", { name: "sort", title: "Order of the list (from the job index)" },
+    SORTS.map(([v, label]) => el("option", { value: v, selected: v === f.sort }, label)));
   const typeIn = el("input", { name: "type", placeholder: "type", value: f.type });
   const queueIn = el("input", { name: "queue", placeholder: "queue", value: f.queue });
+  const qIn = el("input", { name: "q", type: "search", class: "wide", value: f.q,
+    placeholder: "search: id, type or idempotency key starts with…" });
   const idIn = el("input", { name: "id", placeholder: "job id", class: "mono wide" });
-  const filters = el("form", { class: "filters", onsubmit: (e) => {
+  const apply = (e) => {
     e.preventDefault();
-    location.hash = "#/jobs" + query({ status: statusSel.value, lastRun: lastSel.value, type: typeIn.value.trim(), queue: queueIn.value.trim() });
-  } }, statusSel, lastSel, typeIn, queueIn, el("button", { type: "submit" }, "Filter"));
+    location.hash = "#/jobs" + query({ q: qIn.value.trim(), status: statusSel.value, lastRun: lastSel.value,
+      type: typeIn.value.trim(), queue: queueIn.value.trim(), sort: sortSel.value === "created" ? "" : sortSel.value });
+  };
+  const filters = el("form", { class: "filters", onsubmit: apply },
+    qIn, statusSel, lastSel, typeIn, queueIn, sortSel, el("button", { type: "submit" }, "Filter"));
+  sortSel.addEventListener("change", apply);
   const search = el("form", { class: "filters", onsubmit: async (e) => {
     e.preventDefault();
     const id = idIn.value.trim();
@@ -54,14 +66,16 @@ export function jobList(main, params) {
       toast(err.status === 404 ? `No job ${id}` : err.message, "bad");
     }
   } }, idIn, el("button", { type: "submit" }, "Open"));
+  const notice = el("p", { class: "notice", "data-test": "index-notice", hidden: true });
   const list = el("div", { class: "panel" }, el("p", { class: "muted" }, "Loading…"));
   const more = el("button", { class: "secondary", hidden: true }, "Load more");
-  clear(main).append(el("h1", {}, "Jobs"), el("div", { class: "toolbar" }, filters, search), list, more);
+  clear(main).append(el("h1", {}, "Jobs"), el("div", { class: "toolbar" }, filters, search), notice, list, more);
 
   // The pages loaded so far, by the cursor each was read with; a refresh reads them again.
-  let rows = [], pages = [null], next = null, busy = false, stopped = false;
+  let rows = [], pages = [null], next = null, busy = false, stopped = false, indexed = true;
   function render() {
-    const sorted = [...rows].sort((a, b) => (b.createdAt || "").localeCompare(a.createdAt || ""));
+    // An indexed list comes in the order asked; a scan in none: newest first here.
+    const sorted = indexed ? rows : [...rows].sort((a, b) => (b.createdAt || "").localeCompare(a.createdAt || ""));
     clear(list).append(table(["Job", "Type", "Queue", "Status", "Last run", "Failing", "Schedule", "Next run"],
       sorted.map((j) => el("tr", { "data-job": j.id },
         el("td", {}, el("a", { class: "mono", href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id)),
@@ -72,19 +86,37 @@ export function jobList(main, params) {
         el("td", {}, j.nextRunAt ? el("span", { title: j.nextRunAt }, relative(j.nextRunAt)) : "—"))),
       "No job matches these filters."));
   }
+  function explain(page) {
+    indexed = page.indexed;
+    qIn.disabled = !indexed && !f.q;
+    if (indexed) {
+      notice.hidden = false;
+      notice.className = "muted small";
+      clear(notice).append(`Sorted ${SORTS.find(([v]) => v === page.sort)[1]}, from the job index, up to date until `,
+        time(page.indexedUntil), ".");
+    } else {
+      notice.hidden = false;
+      notice.className = "notice";
+      clear(notice).append("No run-history archive is configured, so there is no job index: jobs are listed by " +
+        "scanning Redis, in no order, and a filtered page may hold few or none of the matches " +
+        "(search and sorting need the archive: RSCHED_ARCHIVE_URL).");
+    }
+  }
   async function load() {
     if (busy) return;
     busy = true;
     try {
       const got = [];
-      let cursor = null;
+      let cursor = null, first = null;
       for (const at of pages) {
         const page = await get("/jobs" + query({ ...f, limit: 100, cursor: at }));
+        first = first || page;
         got.push(...page.jobs);
         cursor = page.nextCursor;
         if (!cursor) break;
       }
       if (stopped) return;
+      explain(first);
       const seen = new Set();
       rows = got.filter((j) => !seen.has(j.id) && seen.add(j.id));
       next = cursor;
