@@ -90,7 +90,7 @@ def test_the_strict_build_fails_on_a_page_left_out_of_the_nav_a_broken_link_or_a
         tmp_path: Path, change: str, says: str) -> None:
     """`make docs` builds with --strict, and this configuration makes each of these a warning,
     so each fails the build (a copy of the site's sources, one fault added)."""
-    for name in ("docs", "lua"):
+    for name in ("docs", "lua", "deploy"):  # the pages include snippets of lua/ and deploy/
         shutil.copytree(ROOT / name, tmp_path / name)
     for name in ("mkdocs.yml", "CHANGELOG.md"):
         shutil.copy(ROOT / name, tmp_path / name)
