@@ -287,12 +287,8 @@ for i = 1, n do
         if fire ~= 's' and (not held[2] or held[2] == '') then
           redis.call('HSET', run_key, 'attempt', '0', 'state', 'buffered', 'queue', queue,
                      'type', jtype, 'ov', '1', 'v', version)
-          redis.call('HSET', job_key, 'buffered', run_id)
+          buffer_behind(job_key, retry_key, run_id, held[1], fire, now_s)
           last_run = ''  -- it will run: it counts as a run started (maxRuns)
-          if fire == 'c' then  -- ask the active run to stop; one waiting for a retry: at once
-            redis.call('HSET', job_key, 'cancel', held[1])
-            redis.call('ZADD', retry_key, 'XX', now_s, held[1])
-          end
         else
           local why = 'overlap: run ' .. held[1] .. ' of this job is still active'
           if fire ~= 's' then why = why .. ' and ' .. held[2] .. ' waits already' end

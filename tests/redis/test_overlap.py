@@ -16,7 +16,7 @@ from support.helpers import ManualClock, Rig, job_field, problem_of, run_of, set
 from rsched import App, Client, JobContext, RunState
 from rsched.api.app import create_app
 from rsched.core import defaults
-from rsched.core.errors import ValidationError
+from rsched.core.errors import Conflict, ValidationError
 from rsched.core.models import partition_of
 from rsched.rdb import keys
 from rsched.service.shapes import run_json
@@ -223,3 +223,59 @@ def test_patch_changes_a_jobs_schedule_policy_at_its_version_and_names_a_bad_fie
                    "catchUpWindowSeconds")
         once = api.post("/jobs", json={"type": "ok", "runAt": "2030-01-01T00:00:00Z"}).json()
         problem_of(api.patch(f"/jobs/{once['id']}", json={"overlap": "skip"}), 422, "overlap")
+
+
+async def dead_letter_then_run_the_next(rig: Rig, clock: ManualClock, t0: int) -> None:
+    """A failing job's occurrence at t0 dead-letters; the next one is dispatched, still queued."""
+    clock.ms = t0
+    assert (await rig.claim()).dispatched == 1
+    assert await rig.fetch() == 1 and await rig.finish() == 1
+    clock.ms = t0 + MINUTE
+    assert (await rig.claim()).dispatched == 1
+
+
+def test_a_replayed_dead_letter_of_a_skip_job_waits_for_no_active_run_then_becomes_it(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    job_id, t0 = every_minute(client, "boom", "skip", max_attempts=1)
+    a, b, c = (f"{job_id}@{t0 + k * MINUTE}" for k in range(3))
+
+    async def scenario() -> None:
+        async with Rig(redis_url, failing_app(), clock=clock) as rig:
+            await dead_letter_then_run_the_next(rig, clock, t0)
+            with pytest.raises(Conflict, match=f"overlap: run {b} of this job is still active"):
+                client.replay(a)
+            assert run_of(client, a).state is RunState.DEAD  # still a dead letter
+            assert await rig.fetch() == 1 and await rig.finish() == 1  # b dead-letters
+            assert client.replay(a).state is RunState.RETRY_WAIT
+            assert job_field(r, job_id, "active") == a
+            clock.ms = t0 + 2 * MINUTE
+            claimed = await rig.claim()  # a runs; c is skipped: a is the active run
+            assert (claimed.dispatched, claimed.skipped) == (1, 1)
+            assert run_of(client, c).error == f"overlap: run {a} of this job is still active"
+            assert await rig.fetch() == 1 and await rig.finish() == 1  # a dead-letters again
+            assert job_field(r, job_id, "active") is None
+
+    asyncio.run(scenario())
+
+
+def test_a_replayed_dead_letter_of_a_buffer_one_job_is_buffered_behind_the_active_run(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    job_id, t0 = every_minute(client, "boom", "bufferOne", max_attempts=1)
+    a, b = (f"{job_id}@{t0 + k * MINUTE}" for k in range(2))
+
+    async def scenario() -> None:
+        async with Rig(redis_url, failing_app(), clock=clock) as rig:
+            await dead_letter_then_run_the_next(rig, clock, t0)
+            assert client.replay(a).state is RunState.BUFFERED
+            assert client.replay(a).state is RunState.BUFFERED  # again: nothing more
+            assert job_field(r, job_id, "buffered") == a
+            assert (await rig.claim()).dispatched == 0  # a waits for b
+            assert await rig.fetch() == 1 and await rig.finish() == 1  # b ends: a is let go
+            assert job_field(r, job_id, "active") == a
+            assert (await rig.claim()).dispatched == 1
+            assert (run_of(client, a).state, run_of(client, a).attempt) == (
+                RunState.DISPATCHED, 1)
+
+    asyncio.run(scenario())
