@@ -31,6 +31,7 @@ The call's 'triggered' and 'skipped' events share one events-stream entry each (
 ]]
 --!include layout
 --!include util
+--!include overlap
 local job_key, retry_key, events_key = KEYS[1], KEYS[2], KEYS[3]
 local job_id, now, maxlen = ARGV[1], now_ms(ARGV[2]), tonumber(ARGV[3])
 local now_s = string.format('%d', now)
@@ -76,11 +77,7 @@ for i = 1, n do
       redis.call('DEL', run_key)
       redis.call('HSET', run_key, 'attempt', '0', 'state', 'buffered', 'queue', queue,
                  'type', jtype, 'ov', '1', 'v', version)
-      redis.call('HSET', job_key, 'buffered', run_id)
-      if overlap == 'c' then  -- ask the active run to stop (see claim.lua)
-        redis.call('HSET', job_key, 'cancel', active)
-        redis.call('ZADD', retry_key, 'XX', now_s, active)
-      end
+      buffer_behind(job_key, retry_key, run_id, active, overlap, now_s)
     end
     code = 3
   else

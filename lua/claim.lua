@@ -20,6 +20,7 @@ KEYS[5+nq+k]   k = 1..no: rsched:{pN}:job:<id> HASH of each one-off item
 KEYS[5+nq+no+2i-1], KEYS[5+nq+no+2i]  per item: rsched:{pN}:job:<id> HASH,
                rsched:{pN}:run:<run id> HASH (a one-off job's first occurrence, its own run, is
                kept in the job hash instead: see run_fields in util; the run key is then unused)
+KEYS[#KEYS-na+k-1]  k = 1..na: rsched:{pN}:run:<active_k> HASH, the active runs below
 KEYS[#KEYS]    rsched:{pN}:dead      ZSET   dead letters (a one-off job past its start deadline)
 Queue stream entries: r run id, t job type, a attempt (left out for a first attempt: 1), x packed
 spec, o '1' for an own run (the worker then passes the job key as the run key), d the ms the run
@@ -59,9 +60,15 @@ then per item 8 values: kind, job id, run id, score, expected, next_ms, next_sco
            first's), and the job's 'gap' field.  A run dispatched or buffered counts in the
            job's 'runs' (while it has a maxRuns); at its maxRuns (include life), or with next_ms '0' (no occurrence
            left before its endAt), the job leaves the due set as 'completed'
+           An active run that has ended (state succeeded, dead, abandoned, skipped, cancelled
+           or deleted) or whose hash is gone, by a way no script let go of the record, is let
+           go here as its end would have (a buffered run becomes the active one), counted in
+           the stats hash's 'overlap_healed'; only a run among the active runs below is judged.
   kind 'r' (retry, replay or trigger of a run, or a buffered run let go): score = its due ms
            in the retry set; a retry of a run asked to stop (cancelPrevious) is recorded
            'cancelled' instead
+then na values (na = what is left of ARGV, often none): active_1, ..., active_na: the active
+  runs (job field 'active') of items under an overlap policy, as the dispatcher read them
 Limits (include limits): a run whose job has a limit key (job field 'lk') starts only with a
 slot of its key (concurrency) and room in its key's rate window; else it waits: state 'waiting'
 (field 'waiting' names the definition), its attempt count unchanged, in the key's waiting set
@@ -199,6 +206,23 @@ for i = 1, no do
 end
 local a = 10 + no
 local base = 5 + nq + no
+-- Whether the active run run_id of a job has ended: its hash gone or its state final.  Only a
+-- run whose key the dispatcher passed (the tail of ARGV and KEYS, read on first use) is judged;
+-- another (the record changed since the dispatcher read it) counts as live.
+local actives = nil
+local function active_ended(run_id)
+  if not actives then
+    actives = {}
+    local first = 10 + no + 8 * n
+    local na = #ARGV - first + 1
+    for k = 0, na - 1 do actives[ARGV[first + k]] = KEYS[#KEYS - na + k] end
+  end
+  local key = actives[run_id]
+  if not key then return false end
+  local state = redis.call('HGET', key, 'state')
+  return not state or state == 'succeeded' or state == 'dead' or state == 'abandoned'
+    or state == 'skipped' or state == 'cancelled' or state == 'deleted'
+end
 for i = 1, n do
   local kind, job_id, run_id, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local expected, next_ms, next_score, fire = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
@@ -247,6 +271,14 @@ for i = 1, n do
         local a = redis.call('HMGET', job_key, 'active', 'buffered')
         if a[1] and a[1] ~= '' then
           held = a
+          -- The record heals: an active run that has ended (or whose hash is gone) is let go
+          -- as its end would have, a buffered run taking its place.
+          if active_ended(a[1]) then
+            release_active(job_key, retry_key, a[1], now_s)
+            redis.call('HINCRBY', stats_key, 'overlap_healed', 1)
+            held = nil
+            if a[2] and a[2] ~= '' then held = {a[2], ''} end
+          end
         end
       end
       if ran then
@@ -255,12 +287,8 @@ for i = 1, n do
         if fire ~= 's' and (not held[2] or held[2] == '') then
           redis.call('HSET', run_key, 'attempt', '0', 'state', 'buffered', 'queue', queue,
                      'type', jtype, 'ov', '1', 'v', version)
-          redis.call('HSET', job_key, 'buffered', run_id)
+          buffer_behind(job_key, retry_key, run_id, held[1], fire, now_s)
           last_run = ''  -- it will run: it counts as a run started (maxRuns)
-          if fire == 'c' then  -- ask the active run to stop; one waiting for a retry: at once
-            redis.call('HSET', job_key, 'cancel', held[1])
-            redis.call('ZADD', retry_key, 'XX', now_s, held[1])
-          end
         else
           local why = 'overlap: run ' .. held[1] .. ' of this job is still active'
           if fire ~= 's' then why = why .. ' and ' .. held[2] .. ' waits already' end

@@ -16,3 +16,14 @@ local function release_active(job_key, retry_key, run_id, now)
     redis.call('HDEL', job_key, 'active')
   end
 end
+
+-- run_id becomes the job's one buffered run behind its active run; under cancelPrevious
+-- (policy 'c') the active run is asked to stop (job field 'cancel'; one waiting for a retry is
+-- due at once: claim.lua then records it cancelled).
+local function buffer_behind(job_key, retry_key, run_id, active, policy, now)
+  redis.call('HSET', job_key, 'buffered', run_id)
+  if policy == 'c' then
+    redis.call('HSET', job_key, 'cancel', active)
+    redis.call('ZADD', retry_key, 'XX', now, active)
+  end
+end

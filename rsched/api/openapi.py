@@ -259,7 +259,10 @@ PATHS: dict[str, Any] = {
     },
     "/dead-letters/{runId}/replay": {
         "post": _op("replayDeadLetter", "dead letters", "Replay: attempts counted from zero",
-                    {200: _json("Run", "The run, waiting for its new first attempt.")},
+                    {200: _json("Run", "The run, waiting for its new first attempt (under "
+                                "overlap bufferOne or cancelPrevious: buffered behind the job's "
+                                "active run). 409 also when overlap skip holds it (another "
+                                "run of the job is active).")},
                     [404, 409], params=[_param("runId", "path", {"type": "string"})],
                     scope="admin"),
     },

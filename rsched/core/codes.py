@@ -74,6 +74,7 @@ class ControlCode(IntEnum):
     REFUSED = -2  # not allowed in the current status (the status says why)
     CHANGED = -3  # update.lua only: changed since it was read
     VERSION = -4  # pause, resume, cancel, update: the job's version is not the If-Match one
+    OVERLAP = -5  # replay only: the job's overlap policy holds it (status: why)
 
 
 class BackfillCode(IntEnum):

@@ -21,10 +21,13 @@ _INF = float("inf")
 
 
 def call(p: int, owner: str, fence: int, now_ms: int, events_maxlen: int, run_ttl_ms: int,
-         queues: Sequence[str], items: Sequence[ClaimItem], once: Sequence[bytes] = ()) -> Call:
+         queues: Sequence[str], items: Sequence[ClaimItem], once: Sequence[bytes] = (),
+         actives: Sequence[str] = ()) -> Call:
     """The claim call of partition ``p`` under the lease ``owner`` holds with ``fence``:
     ``queues`` every queue of the partition (their streams are KEYS), ``items`` claim items,
-    ``once`` one-off jobs' ids as read from the due set (bytes); ``now_ms`` 0: Redis TIME."""
+    ``once`` one-off jobs' ids as read from the due set (bytes), ``actives`` the active runs of
+    items under an overlap policy as read (the script lets go of one that has ended);
+    ``now_ms`` 0: Redis TIME."""
     ks: list[Any] = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p), keys.stats(p)]
     ks += [keys.stream(p, q) for q in queues]
     args: list[Any] = [owner, fence, now_ms, events_maxlen, len(queues), len(items),
@@ -36,6 +39,8 @@ def call(p: int, owner: str, fence: int, now_ms: int, events_maxlen: int, run_tt
     for it in items:
         ks += [keys.job(p, it.job_id), keys.run(p, it.run_id)]
         args += it
+    ks += [keys.run(p, run_id) for run_id in actives]
+    args += actives
     ks.append(keys.dead(p))  # last: the header's KEYS[#KEYS]
     return ("claim", ks, args)
 

@@ -16,8 +16,9 @@ from rsched.rdb.shared_keys import time_ms
 _READS = 5  # sorted-set reads per partition in read_round (due, near, head; retries, head)
 
 # The job-hash fields a recurring job's claim item is computed from (J.type: in every job
-# hash, so a job whose hash is gone reads None there).
-JOB_FIELDS = (J.type, J.next_ms, J.queue, J.cron, J.spec)
+# hash, so a job whose hash is gone reads None there), and its active run under an overlap
+# policy (lua/claim.lua lets go of one that has ended).
+JOB_FIELDS = (J.type, J.next_ms, J.queue, J.cron, J.spec, "active")
 
 
 class DueRead(NamedTuple):

@@ -67,13 +67,19 @@ def trigger(job_id: str, run_id: str, sched_ms: int, events_maxlen: int) -> Call
             [job_id, run_id, sched_ms, _NOW, events_maxlen])
 
 
-def replay(run_id: str, events_maxlen: int) -> Call:
-    """lua/replay.lua: the dead letter ``run_id`` back to the retry set."""
+# The overlap policy as backfill.lua and replay.lua take it.
+_POLICY = {Overlap.ALLOW: "", Overlap.SKIP: "s", Overlap.BUFFER_ONE: "b",
+           Overlap.CANCEL_PREVIOUS: "c"}
+
+
+def replay(run_id: str, events_maxlen: int, overlap: Overlap) -> Call:
+    """lua/replay.lua: the dead letter ``run_id`` back to the retry set, under its job's
+    ``overlap`` policy."""
     job_id = job_of_run(run_id)
     p = partition_of(job_id)
     return ("replay", [keys.run(p, run_id), keys.job(p, job_id), keys.dead(p), keys.retry(p),
                        keys.events(p)],
-            [run_id, _NOW, events_maxlen])
+            [run_id, _NOW, events_maxlen, _POLICY[overlap]])
 
 
 class ControlReply(NamedTuple):
@@ -87,11 +93,6 @@ class ControlReply(NamedTuple):
     def of(cls, reply: Any) -> ControlReply:
         code, status = reply
         return cls(ControlCode(int(code)), as_text(status))
-
-
-# The overlap policy as backfill.lua takes it (its ARGV[5]).
-_POLICY = {Overlap.ALLOW: "", Overlap.SKIP: "s", Overlap.BUFFER_ONE: "b",
-           Overlap.CANCEL_PREVIOUS: "c"}
 
 
 def backfill(job_id: str, events_maxlen: int, run_ttl_ms: int, overlap: Overlap,

@@ -16,6 +16,7 @@ from rsched.core.models import (
     Attempt,
     Job,
     JobStatus,
+    Overlap,
     Run,
     RunState,
     job_of_run,
@@ -249,13 +250,17 @@ def op_replay(svc: Service, run_id: str) -> Op[Run]:
         raise ValidationError("runId", f"not a run id: {run_id!r}")
     job_id = job_of_run(run_id)
     p = partition_of(job_id)
+    h = yield from op_job_hash(job_id)  # its overlap policy (a job's gone hash: refused below)
+    overlap = Job.from_hash(h, job_id).overlap if h else Overlap.ALLOW
     code, state = ControlReply.of(one((yield Scripts(
-        [job_scripts.replay(run_id, svc.settings.events_maxlen)], durable=True))))
+        [job_scripts.replay(run_id, svc.settings.events_maxlen, overlap)], durable=True))))
     if code == ControlCode.NOT_FOUND:
         raise NotFound("dead letter", run_id)
     if code == ControlCode.REFUSED:
         raise Conflict("status", "the job was cancelled; cancel is final")
-    if code == ControlCode.ALREADY and state != "retry_wait":
+    if code == ControlCode.OVERLAP:
+        raise Conflict("runId", f"{state}: replay it once that run has ended")
+    if code == ControlCode.ALREADY and state not in ("retry_wait", "buffered"):
         raise Conflict("runId", f"run is {state}, not dead-lettered")
     yield from op_wake([p])
     return (yield from op_get_run(run_id))

@@ -150,6 +150,8 @@ def test_every_return_code_a_header_documents_is_mirrored_by_its_intenum(name: s
     negatives = {m for m in members if m < 0}
     if name != "update":
         negatives.discard(int(codes.ControlCode.CHANGED))
+    if name != "replay":
+        negatives.discard(int(codes.ControlCode.OVERLAP))
     if name in ("trigger", "replay", "backfill"):
         negatives.discard(int(codes.ControlCode.VERSION))
     assert negatives <= documented, name
@@ -254,6 +256,31 @@ def test_every_script_touches_only_its_declared_keys_through_a_whole_scenario(
         commands = mon.commands()
     assert scripts_run(commands) == set(scripts.NAMES)
     assert undeclared_keys(r, commands) == []
+
+
+def test_a_claim_that_lets_go_of_an_ended_active_run_reads_it_by_a_declared_key(
+    redis_url: str, r: redis.Redis
+) -> None:
+    """lua/claim.lua reads the state of an overlap job's active run by the key the dispatcher
+    passed (include overlap's record heals): watched with MONITOR."""
+    client = Client(settings=settings(redis_url))
+    job = client.schedule("ok", cron="* * * * *", overlap="skip")
+    client.close()
+    assert job.next_ms is not None
+    clock = ManualClock(job.next_ms)
+    gone = f"{job.id}@{job.next_ms - 60_000}"
+    r.hset(keys.job(job.partition, job.id), "active", gone)  # its run hash never existed
+
+    async def run() -> None:
+        async with Rig(redis_url, App("none"), clock=clock) as rig:
+            with Monitor(r) as mon:
+                assert (await rig.claim()).dispatched == 1
+                commands = mon.commands()
+        assert any(c.client == "lua" and c.args[:2] == [b"HGET", keys.run(
+            job.partition, gone).encode()] for c in commands)
+        assert undeclared_keys(r, commands) == []
+
+    asyncio.run(run())
 
 
 # --- durability --------------------------------------------------------------------------------

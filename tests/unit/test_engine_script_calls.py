@@ -52,6 +52,11 @@ def test_a_claim_call_holds_keys_and_arguments_where_claims_header_lists_them() 
         "owner": "d1", "fence": 7, "now_ms": 0, "events_maxlen": 77, "nq": 2, "n items": 1,
         "consumer group": keys.GROUP, "no": 2, "run_ttl_ms": 1000})
     assert list(args[len(listed):]) == [*once, *item]
+    # The active runs of overlap items: after the items' arguments, their keys before dead.
+    active = f"{JOBS[1]}@{NOW - 60_000}"
+    _, ks2, args2 = claim_script.call(P, "d1", 7, 0, 77, 1000, ["a", "b"], [item], once, [active])
+    assert list(ks2) == [*ks[:-1], keys.run(P, active), keys.dead(P)]
+    assert list(args2) == [*args, active]
 
 
 def test_a_claim_reply_reads_as_counts_the_earliest_left_and_the_ids_handed_back() -> None:

@@ -46,8 +46,8 @@ CONTROL_CASES: list[tuple[Call, dict[str, Any]]] = [
       "expected version": "", "nfields": 1}),
     (job_scripts.trigger(JOB, RUN, NOW, 77),
      {"job id": JOB, "run id": RUN, "sched_ms": NOW, "now_ms": 0, "events_maxlen": 77}),
-    (job_scripts.replay(RUN, 77),
-     {"run id": RUN, "now_ms": 0, "events_maxlen": 77}),
+    (job_scripts.replay(RUN, 77, Overlap.BUFFER_ONE),
+     {"run id": RUN, "now_ms": 0, "events_maxlen": 77, "overlap": "b"}),
 ]
 
 

@@ -27,6 +27,7 @@ CRON_CACHE = 100_000  # recurring job ids remembered (a miss costs one extra cla
 # The claim item's fire value for an occurrence that runs, by the job's stored overlap policy
 # ('' = allow): lua/claim.lua decides skip and bufferOne against the job's active run.
 _FIRE: dict[str, int | str] = {"skip": "s", "bufferOne": "b", "cancelPrevious": "c"}
+_OVERLAP_FIRES = frozenset("sbc")
 
 # Per partition: due job ids with their scores (None: read without, see Claimer._read_due).
 Due = dict[int, list[tuple[str, float | None]]]
@@ -37,14 +38,17 @@ class RecurringJobs:
     ids: set[str] = field(default_factory=set)  # job ids known to be recurring
 
     async def items(self, r: Any, cands: Due, clocks: dict[int, int],
-                    queues: dict[int, list[str]]) -> dict[int, list[ClaimItem]]:
+                    queues: dict[int, list[str]]
+                    ) -> tuple[dict[int, list[ClaimItem]], dict[int, list[str]]]:
         """Read the candidates' schedules (one pipeline: rdb.due_reads.read_schedules) and
-        build their claim items, each partition's by its own node's clock (``clocks``, ms);
-        drops the index entries of jobs whose hash is gone.  ``queues`` learns the jobs'
-        queues."""
+        build their claim items, each partition's by its own node's clock (``clocks``, ms),
+        with the active runs of those under an overlap policy (lua/claim.lua judges whether
+        they ended); drops the index entries of jobs whose hash is gone.  ``queues`` learns
+        the jobs' queues."""
         read = iter(await read_schedules(r, cands))
         stale: list[tuple[int, str]] = []  # index entries whose hash is gone
         items_by_part: dict[int, list[ClaimItem]] = {}
+        actives: dict[int, list[str]] = {}
         for p, due in cands.items():
             items = []
             for job_id, _ in due:
@@ -54,14 +58,17 @@ class RecurringJobs:
                     continue
                 if score is None:  # no longer in the due set (claimed or removed meanwhile)
                     continue
-                items.append(self.item(p, job_id, score, f, clocks[p], queues))
+                it = self.item(p, job_id, score, f, clocks[p], queues)
+                items.append(it)
+                if f[5] and isinstance(it.fire, str) and it.fire[0] in _OVERLAP_FIRES:
+                    actives.setdefault(p, []).append(f[5].decode())
             if items:
                 items_by_part[p] = items
         if stale:
             # Without this a stale head would look due forever and the loop would never sleep.
             await drop_due(r, stale)
             log.warning("dropped %d index entries whose job or run hash is gone", len(stale))
-        return items_by_part
+        return items_by_part, actives
 
     def item(self, p: int, job_id: str, score: float, f: list[Any], now: int,
              queues: dict[int, list[str]]) -> ClaimItem:

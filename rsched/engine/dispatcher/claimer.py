@@ -254,19 +254,20 @@ class Claimer:
 
     async def _claim(self, calls_by_part: dict[int, list[ClaimItem]], owned: dict[int, int],
                      now_arg: int, out: ClaimResult,
-                     once: _Read | None = None) -> _Due:
+                     once: _Read | None = None,
+                     actives: dict[int, list[str]] | None = None) -> _Due:
         """One claim script per partition; returns the job ids handed back, with their scores.
 
         The calls go out as soon as their arguments are built, CLAIMS_IN_FLIGHT at a time:
         Redis runs one partition's script while Python builds the next, and workers' reads and
         reports get their turn between two scripts instead of waiting behind all of them."""
-        once = once or {}
+        once, actives = once or {}, actives or {}
         parts = sorted({*calls_by_part, *once})
         slots = asyncio.Semaphore(CLAIMS_IN_FLIGHT)
 
         async def claim(p: int) -> Any:
             call = self._claim_call(p, owned[p], now_arg, calls_by_part.get(p, []),
-                                    once.get(p, []))
+                                    once.get(p, []), actives.get(p, []))
             async with slots:
                 return (await self.call_many(self.r, [call]))[0]
 
@@ -304,18 +305,20 @@ class Claimer:
                                clocks: dict[int, int], now_arg: int, out: ClaimResult) -> None:
         """Read recurring jobs' schedules, compute their next times (each by its partition's
         node clock), claim them."""
-        items_by_part = await self._recurring.items(self.r, cands, clocks, self._queues)
+        items_by_part, actives = await self._recurring.items(self.r, cands, clocks,
+                                                             self._queues)
         if items_by_part:
-            needs = await self._claim(items_by_part, owned, now_arg, out)
+            needs = await self._claim(items_by_part, owned, now_arg, out, actives=actives)
             for p, ids in needs.items():
                 log.error("partition %d: jobs %s handed back twice (queue %s?)", p,
                           [j for j, _ in ids][:5], self._queues.get(p))
 
     def _claim_call(self, p: int, fence: int, now: int, items: list[ClaimItem],
-                    once: Sequence[bytes] = ()) -> scripts.Call:
-        """The claim script call of one partition; ``once``: one-off jobs' ids as read."""
+                    once: Sequence[bytes] = (), actives: Sequence[str] = ()) -> scripts.Call:
+        """The claim script call of one partition; ``once``: one-off jobs' ids as read,
+        ``actives``: the active runs of its overlap items as read."""
         return claim_script.call(p, self.owner, fence, now, self.events_maxlen, self.run_ttl_ms,
-                                 self._queues.get(p) or [], items, once)
+                                 self._queues.get(p) or [], items, once, actives)
 
 
 def retry_item(run_id: str, due_ms: float) -> ClaimItem:
