@@ -18,10 +18,15 @@ export function setKey(key) {
   if (key) localStorage.setItem(KEY, key); else localStorage.removeItem(KEY);
 }
 
-async function request(method, path, body, accept = "application/json", extra = {}) {
-  const headers = { Accept: accept, ...extra };
+function authHeaders(extra) {
+  const headers = { ...extra };
   const key = getKey();
   if (key) headers.Authorization = `Bearer ${key}`;
+  return headers;
+}
+
+async function request(method, path, body, accept = "application/json", extra = {}) {
+  const headers = authHeaders({ Accept: accept, ...extra });
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const res = await fetch(BASE + path, {
     method, headers, body: body === undefined ? undefined : JSON.stringify(body),
@@ -40,6 +45,7 @@ async function request(method, path, body, accept = "application/json", extra = 
 
 export const get = (path) => request("GET", path);
 export const post = (path, body) => request("POST", path, body);
+export const put = (path, body) => request("PUT", path, body);
 export const del = (path) => request("DELETE", path);
 // A change of a job at the version the page showed: 412 when it changed meanwhile.
 export const patch = (path, body, version) =>
@@ -52,3 +58,4 @@ export function query(params) {
   const s = q.toString();
   return s ? `?${s}` : "";
 }
+
