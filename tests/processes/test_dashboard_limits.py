@@ -1,9 +1,11 @@
-"""The dashboard's Limits page in real headless Chromium against the real `rsched api`,
-`rsched dispatcher` and `rsched worker`: what the page does the HTTP API then answers."""
+"""The dashboard's Limits page and a running run's live progress, in real headless Chromium
+against the real `rsched api`, `rsched dispatcher` and `rsched worker`: what the page does
+the HTTP API then answers, and the job page's progress bar moves with the job's events stream."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from support.redis_server import RedisServer
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TESTS = Path(__file__).resolve().parents[1]
+RUNS_LIST = re.compile(r"/jobs/[^/]+/runs\?")
 
 
 class Stack:
@@ -134,3 +137,41 @@ def test_a_read_only_key_sees_the_limits_but_no_form_or_button(browser: Any, sta
         p.wait_for_selector("text=need a write key")
         assert p.locator("[data-test=limit-form]").count() == 0
         assert p.locator("tr[data-limit] button").count() == 0
+
+
+def _without_progress(route: Any) -> None:
+    """The runs list as the API answers it but with no run's progress: what the page then
+    shows of progress came from the events stream."""
+    res = route.fetch()
+    body = res.json()
+    for run in body["runs"]:
+        run["progress"] = None
+    route.fulfill(response=res, json=body)
+
+
+def test_a_running_runs_progress_moves_live_on_its_job_page_from_the_events_stream(
+    page: Any, stack: Stack
+) -> None:
+    page.route(RUNS_LIST, _without_progress)
+    job = stack.stepped("progress", [30, 70, {"rows": 7}])
+    gate = stack.gate.with_name("gate-progress")
+    page.goto(f"{stack.api.base}/ui/#/jobs/{job}")
+    page.wait_for_selector(".attempts [data-status=running]")
+    run_id = stack.http.get(f"/jobs/{job}/runs").json()["runs"][0]["runId"]
+    seen = []
+    for i, value in enumerate(["30%", "70%"]):
+        Path(f"{gate}-{i}").unlink()
+        shown = page.wait_for_selector(f"[data-test=progress][data-run='{run_id}'] "
+                                       f"[data-test=progress-value] >> text='{value}'")
+        assert shown.evaluate("e => e.previousElementSibling.value") == int(value[:-1])
+        assert page.inner_text("[data-test=progress-message]") == f"step {i + 1}"
+        seen.append(value)
+    assert seen == ["30%", "70%"]
+    Path(f"{gate}-2").unlink()  # an object: its JSON, compact, and the message; no bar
+    page.wait_for_selector("[data-test=progress-json] >> text='{\"rows\":7}'")
+    assert page.inner_text("[data-test=progress-message]") == "step 3"
+    assert page.locator("[data-test=progress] progress").count() == 0
+    assert stack.http.get(f"/runs/{run_id}").json()["progress"]["value"] == {"rows": 7}
+    Path(f"{gate}-3").unlink()
+    page.wait_for_selector(f"li[data-run='{run_id}'] .attempts [data-status=succeeded]")
+    assert page.locator("[data-test=progress]").count() == 0

@@ -59,3 +59,39 @@ export function query(params) {
   return s ? `?${s}` : "";
 }
 
+// One Server-Sent Events stream read with fetch(), not EventSource (which cannot send the
+// Authorization header): calls onEvent(name, data) for each event until the stream ends or
+// ``signal`` aborts; resolves with the last event id (for Last-Event-ID on a reconnect).
+export async function sse(path, onEvent, signal, lastId = null) {
+  const res = await fetch(BASE + path, { signal, headers: authHeaders({ Accept: "text/event-stream",
+    ...(lastId ? { "Last-Event-ID": lastId } : {}) }) });
+  if (!res.ok) {
+    if (res.status === 401) window.dispatchEvent(new CustomEvent("rsched:unauthorized"));
+    throw new ApiError(res.status, await res.text());
+  }
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "", name = "message", data = [], id = lastId;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return id;
+    buf += value;
+    let nl;
+    while ((nl = buf.search(/\r\n|\r|\n/)) >= 0) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + (buf.startsWith("\r\n", nl) ? 2 : 1));
+      if (line === "") {  // a blank line ends an event
+        if (data.length) onEvent(name, JSON.parse(data.join("\n")));
+        name = "message";
+        data = [];
+        continue;
+      }
+      if (line.startsWith(":")) continue;  // a keep-alive comment
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      const v = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+      if (field === "event") name = v;
+      else if (field === "data") data.push(v);
+      else if (field === "id") id = v;
+    }
+  }
+}
