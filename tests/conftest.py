@@ -12,12 +12,14 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 import redis
 from psycopg import sql
+from support.browser import chromium
 from support.helpers import ManualClock, open_client, redis_now_ms
 from support.layout import misplaced
 from support.redis_sentinel import RedisSentinelGroup
@@ -83,6 +85,13 @@ def aof_redis(redis_available: None) -> Iterator[RedisServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium for this module's browser tests (support.browser says how)."""
+    with chromium() as b:
+        yield b
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support.browser import ARTIFACTS, UI_TIMEOUT_MS, checked_page, chromium
+from support.browser import ARTIFACTS, UI_TIMEOUT_MS, dashboard_page
 from support.helpers import all_jobs
 from support.processes import Proc, wait_for
 from support.redis_server import RedisServer, free_port
@@ -79,18 +79,10 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
         admin_client.close()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as b:
-        yield b
-
-
 @pytest.fixture
 def page(browser: Any, stack: Stack) -> Iterator[Any]:
     """A fresh browser context (empty localStorage) signed in with the admin key."""
-    with checked_page(browser) as p:
-        p.goto(f"{stack.base}/ui/#key={stack.admin}")
-        p.wait_for_selector("#who >> text=dashboard-admin")
+    with dashboard_page(browser, stack.base, stack.admin, "dashboard-admin") as p:
         yield p
 
 

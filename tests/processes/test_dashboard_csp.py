@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from support.api_process import Api, running_api
-from support.browser import ARTIFACTS, UI_TIMEOUT_MS, chromium
+from support.browser import ARTIFACTS, UI_TIMEOUT_MS
 from support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -40,12 +40,6 @@ def api(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> 
             http.post("/jobs", json={"type": "csp", "cron": "*/5 * * * *",
                                      "payload": {"n": 1}}).raise_for_status()
         yield a
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as b:
-        yield b
 
 
 class Watched:
@@ -103,6 +97,11 @@ def test_every_dashboard_page_works_under_its_policy_with_no_console_error(
     page.wait_for_selector("ol.preview li")
     page.goto(f"{api.base}/ui/#/dead-letters")
     page.wait_for_selector("text=Dead letters")
+    page.goto(f"{api.base}/ui/#/limits")
+    page.fill("input[name=name]", "csp-*")
+    page.fill("input[name=concurrency]", "2")
+    page.click("[data-test=limit-form] button[type=submit]")
+    page.wait_for_selector("tr[data-limit='csp-*']")
     page.goto(f"{api.base}/ui/#/")
     page.wait_for_selector("[data-test=workers]")
     page.wait_for_timeout(1500)  # charts and the overview's refresh run once more

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support.browser import ARTIFACTS, UI_TIMEOUT_MS, chromium
+from support.browser import ARTIFACTS, UI_TIMEOUT_MS
 from support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,12 +48,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=15)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as b:
-        yield b
 
 
 @pytest.mark.parametrize(("path", "title", "shows"), [

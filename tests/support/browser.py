@@ -51,3 +51,12 @@ def checked_page(browser: Any) -> Iterator[Any]:
     finally:
         context.close()
     assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+@contextmanager
+def dashboard_page(browser: Any, base: str, key: str, who: str) -> Iterator[Any]:
+    """A checked page signed in to ``base``'s dashboard with ``key`` (named ``who``)."""
+    with checked_page(browser) as page:
+        page.goto(f"{base}/ui/#key={key}")
+        page.wait_for_selector(f"#who >> text={who}")
+        yield page

@@ -8,6 +8,7 @@ dead-lettered run will succeed on replay.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from rsched import App, JobContext
@@ -26,3 +27,16 @@ def gated(ctx: JobContext) -> str:
     if os.path.exists(gate):
         raise RuntimeError(f"gate {gate} is closed")
     return "passed"
+
+
+@app.job("stepped")
+def stepped(ctx: JobContext) -> str:
+    """Reports each of its payload's ``steps`` as progress once the file ``<gate>-<i>`` is gone,
+    then runs on while ``<gate>-<len(steps)>`` exists: a test moves it on step by step."""
+    gate, steps = ctx.payload["gate"], ctx.payload["steps"]
+    for i, value in enumerate([*steps, None]):
+        while os.path.exists(f"{gate}-{i}"):
+            time.sleep(0.05)
+        if value is not None:
+            ctx.progress(value, f"step {i + 1}")
+    return "done"

@@ -4,6 +4,7 @@ import { ApiError, get, getKey, setKey } from "./api.js";
 import { deadLetters } from "./deadletters.js";
 import { clear, el } from "./dom.js";
 import { jobList, jobPage } from "./jobs.js";
+import { limitsPage } from "./limits.js";
 import { overview } from "./overview.js";
 
 const RANK = { read: 0, write: 1, admin: 2 };
@@ -50,6 +51,7 @@ function route() {
   const m = path.match(/^\/jobs\/(.+)$/);
   if (m) { nav = "jobs"; cleanup = jobPage(main, decodeURIComponent(m[1]), session); }
   else if (path.startsWith("/jobs")) { nav = "jobs"; cleanup = jobList(main, params); }
+  else if (path.startsWith("/limits")) { nav = "limits"; cleanup = limitsPage(main, session); }
   else if (path.startsWith("/dead-letters")) { nav = "dead"; cleanup = deadLetters(main, session); }
   else cleanup = overview(main);
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.nav === nav);

@@ -3,6 +3,7 @@
 import { ApiError, get, post, query } from "./api.js";
 import { badge, clear, duration, el, far, relative, table, time, toast } from "./dom.js";
 import { backfillForm, policyForm, policyRows } from "./policy.js";
+import { followJob, newer, progressView } from "./progress.js";
 
 const STATUSES = ["scheduled", "paused", "completed", "dead", "cancelled"];
 const REFRESH_MS = 3000;
@@ -155,8 +156,9 @@ function reason(a) {
 }
 
 // Attempts grouped by run (one occurrence), newest first, as a timeline; a dead run offers
-// Replay (``replay`` is null for a key that may not).
-function timeline(runs, replay) {
+// Replay (``replay`` is null for a key that may not); a running attempt shows its progress, the
+// newer of what the run had and what ``live`` (run id -> report) got from the events stream.
+function timeline(runs, replay, live) {
   const groups = [];
   for (const a of runs) {
     const g = groups.find((x) => x.runId === a.runId);
@@ -178,6 +180,8 @@ function timeline(runs, replay) {
         a.durationMs !== null ? el("span", { class: "muted" }, ` · ${duration(a.durationMs)}`) : null,
         a.worker ? el("span", { class: "muted mono small" }, ` · ${a.worker}`) : null,
         reason(a),
+        a.status === "running" && newer(a.progress, live.get(a.runId))
+          ? progressView(a.runId, newer(a.progress, live.get(a.runId))) : null,
         a.result !== null && a.result !== undefined
           ? el("pre", { class: "result", title: "The handler's result" }, JSON.stringify(a.result, null, 2)) : null))));
   }));
@@ -199,6 +203,7 @@ export function jobPage(main, id, session) {
   const tools = el("div", { class: "tools" });
   clear(main).append(el("p", {}, el("a", { href: "#/jobs" }, "← Jobs")), head, body, tools, runsBox);
   let stopped = false, busy = false, confirmCancel = false, disarm = null, toolsAt = null, bf = null;
+  const live = new Map();  // run id -> its latest progress from the events stream
 
   function showTools(job) {
     if (!job.cron || !session.can("write") || toolsAt === job.version) return;
@@ -296,11 +301,20 @@ export function jobPage(main, id, session) {
     showTools(job);
     clear(runsBox).append(el("h3", {}, "Runs"));
     if (runs.status === "fulfilled") {
-      runsBox.append(strip(runs.value.runs), timeline(runs.value.runs, session.can("admin") ? replay : null));
+      runsBox.append(strip(runs.value.runs), timeline(runs.value.runs, session.can("admin") ? replay : null, live));
     }
     else runsBox.append(el("p", { class: "error" }, runs.reason.message));
   }
+  // A progress event redraws its run's bar in place; any other event (a run started or ended)
+  // reads the page again, as does a report of a run the page does not show running yet.
+  function onProgress(runId, p) {
+    live.set(runId, newer(live.get(runId), p));
+    const shown = [...runsBox.querySelectorAll("[data-test=progress]")].find((n) => n.dataset.run === runId);
+    if (shown) shown.replaceWith(progressView(runId, live.get(runId)));
+    else if (!busy && !confirmCancel) refresh();
+  }
+  const unfollow = followJob(id, onProgress, () => { if (!busy && !confirmCancel) refresh(); });
   refresh();
   const timer = setInterval(() => { if (!busy && !confirmCancel) refresh(); }, REFRESH_MS);
-  return () => { stopped = true; clearInterval(timer); clearTimeout(disarm); };
+  return () => { stopped = true; unfollow(); clearInterval(timer); clearTimeout(disarm); };
 }
