@@ -62,22 +62,24 @@ class EventHub:
     @asynccontextmanager
     async def subscription(self, p: int, deliver: Deliver) -> AsyncIterator[str]:
         """Hand ``deliver`` every event of partition ``p`` from now on, until the block ends;
-        yields the stream id the partition's reader had reached when it began (every event
-        after it reaches ``deliver``)."""
+        yields the id of the last event the partition's reader had read when it began (every
+        event after it reaches ``deliver``)."""
         token = object()
         self._subs.setdefault(p, {})[token] = deliver
         try:
-            if p not in self._readers:
-                if p not in self._starting:
-                    self._starting[p] = asyncio.get_running_loop().create_future()
-                    try:
-                        self._cursors[p] = await self.client.run(op_start(p, None))
-                        self._readers[p] = asyncio.create_task(self._read(p))
-                    finally:
-                        self._starting.pop(p).set_result(None)
-                else:
+            while p not in self._readers:  # start its reader, or wait for the one starting it
+                if p in self._starting:
                     await asyncio.shield(self._starting[p])
-            yield self._cursors[p].after
+                    continue  # started, or failed: then this one tries (and raises) itself
+                started = asyncio.get_running_loop().create_future()
+                self._starting[p] = started
+                try:
+                    self._cursors[p] = await self.client.run(op_start(p, None))
+                    self._readers[p] = asyncio.create_task(self._read(p))
+                finally:
+                    self._starting.pop(p)
+                    started.set_result(None)
+            yield self._cursors[p].last_event
         finally:
             self._subs.get(p, {}).pop(token, None)
 

@@ -194,9 +194,10 @@ def _sid(event_id: str) -> tuple[int, int]:
 
 async def _until(c: AsyncClient, p: int, cur: Cursor, stop: str
                  ) -> AsyncIterator[tuple[str, EventRow]]:
-    """Partition ``p``'s events from ``cur`` up to the stream id ``stop``, then no more."""
+    """Partition ``p``'s events from ``cur`` up to the event ``stop`` (inclusive), then no
+    more: the ones after it reach the stream live."""
     end = _sid(stop)
-    while _sid(cur.after) < end or cur.resume_after is not None:
+    while _sid(cur.last_event) < end or cur.resume_after is not None:
         events = await c.run(op_next_events(p, cur, 1))
         for event_id, row in events:
             if _sid(event_id) > end:

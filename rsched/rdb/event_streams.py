@@ -234,12 +234,12 @@ StreamEntry = tuple[bytes, dict[bytes, bytes]]
 """An events-stream entry as XREAD and XRANGE return it: its id and its fields."""
 
 
-def op_tops(partitions: Sequence[int]) -> Op[dict[int, str]]:
-    """Each partition's newest events-stream entry id ('0-0' for an empty stream): where a
-    reader that must miss nothing from now on starts."""
+def op_tops(partitions: Sequence[int]) -> Op[dict[int, StreamEntry | None]]:
+    """Each partition's newest events-stream entry (None for an empty stream): where a reader
+    that must miss nothing from now on starts."""
     got = yield Commands([cmd("xrevrange", keys.events(p), max="+", min="-", count=1)
                           for p in partitions])
-    return {p: as_text(r[0][0]) if r else "0-0" for p, r in zip(partitions, got, strict=True)}
+    return {p: _entries(r)[0] if r else None for p, r in zip(partitions, got, strict=True)}
 
 
 def _entries(reply: Any) -> list[StreamEntry]:

@@ -121,11 +121,14 @@ def check_event_id(raw: str | None) -> tuple[int, int] | None:
 
 @dataclass(slots=True)
 class Cursor:
-    """Where a follower is: the stream id read up to; while resuming, the last event id handed
-    out before (its entry is read again from its millisecond, the events up to it skipped)."""
+    """Where a follower is: the stream entry read up to (``after``, where the next read starts)
+    and the id of the last event of what it read (``last_event``: an entry may hold many
+    events, whose ids follow its own); while resuming, the last event id handed out before
+    (its entry is read again from its millisecond, the events up to it skipped)."""
 
     after: str
     resume_after: tuple[int, int] | None = None
+    last_event: str = "0-0"
 
 
 def op_job_events(job_id: str, after: tuple[int, int] | None = None,
@@ -149,9 +152,12 @@ def op_job_events(job_id: str, after: tuple[int, int] | None = None,
 def op_start(p: int, last_event: tuple[int, int] | None) -> Op[Cursor]:
     """A cursor at the stream's end, or just after the event ``last_event``."""
     if last_event is None:
-        tops = yield from op_tops([p])
-        return Cursor(tops[p])
-    return Cursor(f"{last_event[0]}-0", last_event)
+        top = (yield from op_tops([p]))[p]
+        if top is None:
+            return Cursor("0-0")
+        last = expand(top[0], top[1])[-1][0].decode()
+        return Cursor(top[0].decode(), last_event=last)
+    return Cursor(f"{last_event[0]}-0", last_event, f"{last_event[0]}-{last_event[1]}")
 
 
 def op_next_events(p: int, cur: Cursor, block_ms: int) -> Op[list[tuple[str, EventRow]]]:
@@ -165,6 +171,8 @@ def op_next_events(p: int, cur: Cursor, block_ms: int) -> Op[list[tuple[str, Eve
     if entries:
         cur.after = entries[-1][0].decode()
     events = list(events_of(p, entries))
+    if events:
+        cur.last_event = events[-1][0]
     if skip is not None:
         events = [(eid, row) for eid, row in events if parse_sid(eid) > skip]
     return events
