@@ -1,7 +1,7 @@
 """Following runs over HTTP: GET /runs/{runId} (``?wait=S``: answer when the run has ended, or
 after S), and the Server-Sent Events streams of one job's events and of many jobs' (filtered by
-queue and type).  All of them ride the process's EventHub: no Redis read per waiting request or
-stream but the re-read of a run when one of its events comes."""
+queue and type).  All of them ride the process's EventHub: while they wait, no Redis read per
+request or stream, but one read of the runs that each read of a partition's events saw end."""
 
 from __future__ import annotations
 
@@ -140,12 +140,11 @@ async def _subscribed(hub: EventHub, partitions: list[int],
                for p in partitions}
 
 
-async def _stream(request: Request, partitions: list[int],
-                  wanted: Callable[[EventRow], bool]) -> AsyncIterator[bytes]:
+async def _stream(request: Request, partitions: list[int], wanted: Callable[[EventRow], bool],
+                  start: int | None, sent: dict[int, tuple[int, int]]) -> AsyncIterator[bytes]:
     """The events of ``partitions`` that ``wanted`` takes, as SSE: after Last-Event-ID
     (caught up from the streams, then live), else from now; a comment every KEEP_ALIVE_S."""
     c, hub = _client(request), _hub(request)
-    start, sent = _positions(request.headers.get("last-event-id"), partitions)
     queue: asyncio.Queue[tuple[str, EventRow] | None] = asyncio.Queue(_QUEUE_SIZE)
 
     def deliver(event_id: str, row: EventRow) -> None:
@@ -217,7 +216,9 @@ async def job_events(request: Request) -> Response:
     job_id = known_job_id(request.path_params["id"])
     await _client(request).get(job_id)  # 404 for no such job
     p = partition_of(job_id)
-    return _event_stream(request, _stream(request, [p], lambda row: row.job_id == job_id))
+    start, sent = _positions(request.headers.get("last-event-id"), [p])  # 422 before streaming
+    return _event_stream(request, _stream(request, [p], lambda row: row.job_id == job_id,
+                                          start, sent))
 
 
 async def events(request: Request) -> Response:
@@ -237,7 +238,8 @@ async def events(request: Request) -> Response:
             return False
         return queue is None or queues.of(row) == queue
 
-    return _event_stream(request, _stream(request, partitions, wanted))
+    start, sent = _positions(request.headers.get("last-event-id"), partitions)
+    return _event_stream(request, _stream(request, partitions, wanted, start, sent))
 
 
 class _QueueOf:

@@ -128,6 +128,10 @@ def test_get_run_waits_for_the_end_without_polling(api: TestClient, client: Clie
         res = api.get(f"/runs/{run_id}", params={"wait": bad})
         assert res.status_code == 422 and res.json()["errors"][0]["field"] == "wait"
     assert api.get("/runs/nope").status_code == 404
+    for path in (f"/jobs/{job.id}/events", "/events"):  # refused before any event is sent
+        bad = api.get(path, headers={"Last-Event-ID": "12;3.x-1"})
+        assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "Last-Event-ID"
+    assert api.get("/events", params={"queue": "no spaces"}).status_code == 422
     # A job's next occurrence, not dispatched yet: a wait waits for its dispatch and end too.
     soon = datetime.fromtimestamp(client.now_ms() / 1000 + 0.5, UTC)
     later = client.schedule("double", {"n": 6}, run_at=soon)
