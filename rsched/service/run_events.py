@@ -35,13 +35,6 @@ MAX_WAIT_S = 60
 BLOCK_MS = 2_000  # one XREAD BLOCK at most this long (below any socket timeout a URL sets)
 READ_COUNT = 500  # entries per read
 
-# Events of a run: their names in the stream (archive and SSE alike).
-RUN_EVENTS = frozenset({"dispatched", "started", "progress", "retry_scheduled", "succeeded",
-                        "failed", "timed_out", "dead_lettered", "cancelled", "skipped",
-                        "abandoned", "reclaimed", "replayed", "triggered", "dead_deleted",
-                        "deferred"})  # deferred: the handler raised RateLimited (docs/limits.md)
-
-
 def ended(run: Run) -> bool:
     return run.state in ENDED
 
@@ -201,6 +194,6 @@ def op_wait_run(run_id: str, timeout_s: float,
     return run
 
 
-__all__ = ["ENDED", "ENDING", "MAX_WAIT_S", "RUN_EVENTS", "Cursor", "check_ended", "check_event_id",
+__all__ = ["ENDED", "ENDING", "MAX_WAIT_S", "Cursor", "check_ended", "check_event_id",
            "check_wait", "ended", "events_of", "first_run", "op_is_pending", "op_job_events",
            "op_next_events", "op_start", "op_wait_run", "result_of", "with_start"]
