@@ -129,8 +129,9 @@ def test_get_run_waits_for_the_end_without_polling(api: TestClient, client: Clie
         assert res.status_code == 422 and res.json()["errors"][0]["field"] == "wait"
     assert api.get("/runs/nope").status_code == 404
     for path in (f"/jobs/{job.id}/events", "/events"):  # refused before any event is sent
-        bad = api.get(path, headers={"Last-Event-ID": "12;3.x-1"})
-        assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "Last-Event-ID"
+        refused = api.get(path, headers={"Last-Event-ID": "12;3.x-1"})
+        assert refused.status_code == 422
+        assert refused.json()["errors"][0]["field"] == "Last-Event-ID"
     assert api.get("/events", params={"queue": "no spaces"}).status_code == 422
     # A job's next occurrence, not dispatched yet: a wait waits for its dispatch and end too.
     soon = datetime.fromtimestamp(client.now_ms() / 1000 + 0.5, UTC)
