@@ -20,10 +20,10 @@ Definitions (docs/internals/fault-checker.md says the same):
   that an execution with a newer attempt had started before it ended (machine losses excepted:
   they reissue attempt numbers).
 * limits (a run with --limit-keys): no key's runs execute more than its limit at once, by the
-  sink's times (an execution a kill cut short ends at the kill; one of a duplicate pair that a
-  stall, freeze, dropped connection or Redis fault disturbed while it ran or within the
-  visibility timeout before it began is left out, explained), and no slot is left held once
-  everything has ended.
+  sink's times (an execution a kill cut short ends at the kill; one of a duplicate pair, or an
+  older attempt begun after a newer one of its run had started, that a stall, freeze, dropped
+  connection or Redis fault disturbed while it ran or within the visibility timeout before it
+  began is left out, explained), and no slot is left held once everything has ended.
 * cron: occurrences from each job's first until 3 s before it was paused; a missing one is
   explained only by its job's catch-up window: the next occurrence that ran was dispatched more
   than the window after it (half the jobs keep the default 60 s window, so a fault must delay
@@ -178,7 +178,8 @@ class Analyzer:
     def limits(self, limit: int, left: dict[str, tuple[int, int]]) -> dict[str, Any]:
         """Per limit key (acknowledged jobs that named one): the most executions of its runs at
         once, from the sink's start and end times.  An execution a kill cut short ends at the
-        kill; one of a duplicate pair (as duplicates() counts them), whose worker (or Redis) a
+        kill; one of a duplicate pair (as duplicates() counts them) or a stale one (an older
+        attempt begun after a newer attempt of its run had started), whose worker (or Redis) a
         stall, freeze or dropped connection disturbed while it ran or within the visibility
         timeout before it began, is left out, explained: its run may have been reclaimed
         meanwhile while its handler still ran (at least once); one with
@@ -190,6 +191,11 @@ class Analyzer:
                 by_key.setdefault(a.limit_key, []).extend(self.x.get(a.run_id, ()))
         doubled = {y.id for xs in self.x.values() for prev, nxt in zip(xs, xs[1:], strict=False)
                    if prev.ok is not False for y in (prev, nxt)}
+        # A stale execution: an older attempt begun after a newer one of its run had started
+        # (its worker held the delivery through a fault while the run was reclaimed, and the
+        # newer attempt may have failed, so it is not one of a duplicate pair).
+        doubled |= {x.id for xs in self.x.values() for x in xs
+                    if any(y.attempt > x.attempt and y.started_ms <= x.started_ms for y in xs)}
         most: dict[str, int] = {}
         over: list[dict[str, Any]] = []
         explained = unfinished = 0

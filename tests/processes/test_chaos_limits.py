@@ -64,6 +64,20 @@ def test_a_killed_execution_ends_at_the_kill_and_a_stalled_one_is_explained() ->
     assert (got["most_at_once"], got["over_limit"]) == ({"k": 3}, 1)
 
 
+def test_an_older_attempt_run_after_its_reclaimed_retry_failed_is_explained_by_its_stall() -> None:
+    """w1 held a delivery of attempt 1 through a freeze; the run was reclaimed, attempt 2 failed
+    on purpose (freeing the slot for b and c), then w1 woke and ran attempt 1: no duplicate
+    pair (its predecessor failed), but stale, and w1 was disturbed just before it began."""
+    retry = Execution("a2", "1-a@1", 2, "w2", 1000, 1100, ok=False)
+    stale = Execution("a1", "1-a@1", 1, "w1", 3000, 3001, ok=False)
+    others = [Execution("b", "1-b@1", 1, "w2", 1200, 4000),
+              Execution("c", "1-c@1", 1, "w3", 1300, 4000)]
+    freeze = {"op": "stop_worker", "process": "w1", "t0": 500, "t1": 2990}
+    got = analyzer([retry, stale, *others], [freeze]).limits(2, {})
+    assert (got["most_at_once"], got["explained_executions"]) == ({"k": 2}, 1)
+    assert analyzer([retry, stale, *others], []).limits(2, {})["over_limit"] == 1  # undisturbed
+
+
 @pytest.mark.chaos
 @pytest.mark.slow
 @pytest.mark.timeout(150)
