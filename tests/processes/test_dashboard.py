@@ -543,6 +543,39 @@ def test_runs_the_overlap_policy_kept_from_running_read_as_such_not_as_red_error
             proc.stop()
 
 
+def test_runs_skipped_by_overlap_are_listed_with_their_reason_from_redis_alone(
+    page: Any, stack: Stack
+) -> None:
+    """The stack's API has no archive: a job's runs come from Redis's own history, which
+    records each occurrence skipped while the job's run is still active."""
+    gate = stack.gate.with_name("skip-gate")
+    hold = Path(f"{gate}-0")  # the run goes on while it exists
+    hold.touch()
+    try:
+        job = stack.client.schedule("stepped", {"gate": str(gate), "steps": []},
+                                    cron="* * * * * *", overlap="skip")
+
+        def skipped() -> list[dict[str, Any]]:
+            runs = stack.api.get(f"/jobs/{job.id}/runs").json()["runs"]
+            return [a for a in runs if a["status"] == "skipped"]
+
+        stack.wait("two skipped occurrences", lambda: len(skipped()) >= 2)
+        stack.client.pause(job.id)
+        shown = skipped()[:2]
+        active = stack.client.get_run(shown[0]["runId"]).error or ""
+        assert active.startswith("overlap: run ") and active.endswith(" is still active")
+        page.goto(f"{stack.base}/ui/#/jobs/{job.id}")
+        for a in shown:
+            assert a["error"] == active and a["attempt"] == 0
+            item = page.locator(f"li[data-run='{a['runId']}']")
+            item.wait_for()
+            assert "t-skipped" in (item.get_attribute("class") or "")
+            assert item.locator("[data-test=reason]").inner_text() == active
+        shot(page, "job-skipped-runs-redis")
+    finally:
+        hold.unlink()
+
+
 def ms_of(iso: str) -> int:
     return int(datetime.fromisoformat(iso).timestamp() * 1000)
 

@@ -299,7 +299,7 @@ def test_a_recurring_job_advances_by_compare_and_set_so_a_claim_applied_twice_di
     # First seen, a recurring job goes as a one-off item (ARGV[8] counts them) and comes back from
     # the claim script for its next time in Python, then goes again as an item of kind 'j'.
     assert [(c[2][5], c[2][7]) for c in calls] == [(0, 1), (1, 0)]
-    assert calls[1][2][9] == "j"  # after ARGV[9], the run ttl
+    assert calls[1][2][10] == "j"  # after ARGV[10], the history list's bound
     nxt = parse_cron("*/5 * * * *", "UTC").next_after(job.next_ms)
     assert client.get(job.id).next_ms == nxt
     assert r.zscore(keys.due(job.partition), job.id) == nxt

@@ -21,6 +21,7 @@ from typing import Any
 
 from rsched.core import defaults
 from rsched.core.models import job_of_run
+from rsched.core.settings import Settings
 from rsched.core.wire import CLAIM_RETRY, ClaimItem
 from rsched.engine._calls import CallMany
 from rsched.engine.dispatcher._recurring import Due as _Due
@@ -60,6 +61,8 @@ class Claimer:
     full_read_s: float = FULL_READ_S  # skip_idle rounds still read every partition this often
     call_many: CallMany = scripts.acall_many  # how the claim scripts are sent
     run_ttl_ms: int = 0  # how long a run its overlap policy skipped is kept (Settings; 0 = ever)
+    # A job's history list bound (Settings): runs the claim skips or ends are recorded in it.
+    history_len: int = field(default_factory=lambda: Settings().history_len)
     horizon_ms: int = HORIZON_MS  # how far the clock estimate may lag Redis's TIME
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
@@ -318,7 +321,7 @@ class Claimer:
         """The claim script call of one partition; ``once``: one-off jobs' ids as read,
         ``actives``: the active runs of its overlap items as read."""
         return claim_script.call(p, self.owner, fence, now, self.events_maxlen, self.run_ttl_ms,
-                                 self._queues.get(p) or [], items, once, actives)
+                                 self.history_len, self._queues.get(p) or [], items, once, actives)
 
 
 def retry_item(run_id: str, due_ms: float) -> ClaimItem:
