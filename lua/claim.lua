@@ -293,7 +293,7 @@ for i = 1, n do
           -- The record heals: an active run that has ended (or whose hash is gone) is let go
           -- as its end would have, a buffered run taking its place.
           if active_ended(a[1]) then
-            release_active(job_key, retry_key, a[1], now_s)
+            release_active(job_key, retry_key, a[1], now_s, actives[a[1]])
             redis.call('HINCRBY', stats_key, 'overlap_healed', 1)
             held = nil
             if a[2] and a[2] ~= '' then held = {a[2], ''} end
@@ -409,7 +409,7 @@ for i = 1, n do
              't', now, 'ty', jtype or '', 'q', queue, 'err', 'job cancelled before the retry ran')
         record_end(job_key, hist_key, own, run_id, stopped, 'abandoned',
                    'job cancelled before the retry ran')
-        if ov == '1' then release_active(job_key, retry_key, run_id, now) end
+        if ov == '1' then release_active(job_key, retry_key, run_id, now, rkey) end
         if lkey then lim_drop(prefix, lkey, run_id, retry_key, now) end
         skipped = skipped + 1
       elseif cancel == run_id and ov == '1' then  -- overlap cancelPrevious asked it to stop
@@ -419,7 +419,7 @@ for i = 1, n do
         emit(events_key, maxlen, 'e', 'cancelled', 'j', job_id, 'r', run_id, 'a', stopped,
              't', now, 'ty', jtype or '', 'q', queue, 'err', STOPPED)
         record_end(job_key, hist_key, own, run_id, stopped, 'cancelled', STOPPED)
-        release_active(job_key, retry_key, run_id, now)
+        release_active(job_key, retry_key, run_id, now, rkey)
         if lkey then lim_drop(prefix, lkey, run_id, retry_key, now) end
         skipped = skipped + 1
       elseif lkey and not lim_admit(prefix, lkey, run_id, retry_key, now, false) then

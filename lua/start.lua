@@ -159,7 +159,7 @@ for i = 1, n do
       if attempt > max_attempts then
         dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                     job_id, attempt - 1, err, jtype)
-        if ov == '1' then release_active(job_key, retry_key, run_id, now) end
+        if ov == '1' then release_active(job_key, retry_key, run_id, now, run_key) end
         free_slot(job_key, run_id)
         redis.call('XACK', stream_key, group, sid)
         state = nil
@@ -176,7 +176,7 @@ for i = 1, n do
       redis.call('HSET', run_key, F.state, st, F.ended_ms, now, F.error, why)
       emit(events_key, maxlen, 'e', st, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
            'ty', jtype, 'err', note)
-      if ov == '1' then release_active(job_key, retry_key, run_id, now) end
+      if ov == '1' then release_active(job_key, retry_key, run_id, now, run_key) end
       free_slot(job_key, run_id)
       redis.call('XACK', stream_key, group, sid)
     elseif state then

@@ -461,10 +461,18 @@ def test_a_job_page_edits_the_schedule_policy_at_its_version_and_backfills_once_
                   for s in (created_s - 10, created_s))
     page.fill("input[name=from]", start)
     page.fill("input[name=to]", end)
+    # The backfill's own policy, bufferAll by default: the 5 one after another.
     page.get_by_role("button", name="Backfill…").click()
     page.wait_for_selector("[data-test=backfill-counts]")
-    dry = stack.api.post(f"/jobs/{job.id}/backfill",
-                         json={"from": start, "to": end, "dryRun": True}).json()
+    assert text(page, "[data-test=backfill-counts]") == (
+        "1 would be queued, 0 already ran, 4 buffered by overlap")
+    assert text(page, "[data-test=backfill-confirm]") == "Queue 1 run(s), buffer 4"
+    page.locator("[data-test=backfill-overlap]").select_option("cancelPrevious")
+    assert page.locator("[data-test=backfill-confirm]").count() == 0  # for the other policy
+    page.get_by_role("button", name="Backfill…").click()
+    page.wait_for_selector("[data-test=backfill-counts] >> text=/skipped/")
+    dry = stack.api.post(f"/jobs/{job.id}/backfill", json={
+        "from": start, "to": end, "dryRun": True, "overlap": "cancelPrevious"}).json()
     # cancelPrevious, as if the 5 came at once: the first would be queued, the second wait and
     # ask it to stop (not started yet, it never runs), the rest be skipped.
     assert text(page, "[data-test=backfill-counts]") == (
@@ -508,7 +516,7 @@ def test_runs_the_overlap_policy_kept_from_running_read_as_such_not_as_red_error
     API serving it and an archiver beside the stack's processes."""
     job = stack.client.schedule("tick", cron="* * * * * *", overlap="skip", paused=True)
     now = stack.client.now_ms() // 1000 * 1000
-    res = stack.client.backfill(job.id, now - 3000, now)
+    res = stack.client.backfill(job.id, now - 3000, now, overlap="skip")
     assert (len(res.queued), len(res.skipped)) == (1, 2)
     port = free_port()
     env = dict(os.environ, RSCHED_REDIS_URL=stack.client.settings.redis_url, PYTHONUNBUFFERED="1",
