@@ -154,6 +154,9 @@ def test_a_run_asked_to_stop_whose_worker_died_is_cancelled_by_the_reclaim_not_r
 
     asyncio.run(scenario())
     assert run_of(client, a).error == STOPPED
+    # The history holds both attempts: the one its dead worker left, the one the reclaim ended.
+    ended = [(x.attempt, x.status, x.error) for x in client.runs(job_id) if x.run_id == a]
+    assert ended == [(2, "cancelled", STOPPED), (1, "abandoned", ended[1][2])]
 
 
 def test_a_run_asked_to_stop_while_still_in_its_queue_never_starts_its_handler(
