@@ -32,10 +32,11 @@ ARGV[8] tail: the job's 'bq_tail' as the caller read it ('' none): bufferAll onl
 ARGV[9] n   then ARGV[9+i] sched_ms_i
 Returns {code, status, c_1, ..., c_n}: code 1 done, -1 no such job, -2 job cancelled (status
   says so; nothing written), -3 (bufferAll) the job's 'bq_tail' is not ARGV[8]: status is the
-  job's, nothing written, call again with it; c_i: 1 queued, 0 a run of it exists already, 2 skipped by the overlap
-  policy (recorded as a 'skipped' run, in the job's history too), 3 buffered (overlap bufferOne:
-  starts when the active run ends; bufferAll: when the run before it has).  A dry run's reply ends with the active and buffered run ids its decisions leave
-  ('' for none), for its next chunk.
+  job's, nothing written, call again with it; c_i: 1 queued, 0 a run of it exists already,
+  2 skipped by the overlap policy (recorded as a 'skipped' run, in the job's history too),
+  3 buffered (overlap bufferOne: starts when the active run ends; bufferAll: when the run
+  before it has).  A dry run's reply ends with the active and buffered run ids its decisions
+  leave ('' for none), for its next chunk.
 The call's 'triggered' and 'skipped' events share one events-stream entry each (batch_flush).
 ]]
 --!include layout
