@@ -634,6 +634,40 @@ def test_raw_due_reads_give_the_pairs_redis_py_gives_on_either_protocol(
     rp.close()
 
 
+def test_each_partition_is_read_up_to_its_own_masters_clock_not_the_first_ones(
+    redis_url: str, client: Client
+) -> None:
+    """On a cluster a round learns each master's TIME offset; the entries it reads next round
+    reach past each partition's own master's clock.  Here the offsets say the first master runs
+    5 minutes behind the master of every partition (as a cluster with that skew would): a
+    trigger's run, due in the retry set by its own master's clock, is claimed in the round,
+    not 5 minutes late."""
+    job = client.schedule("t", run_at="2099-01-01T00:00:00Z")
+    run_id = client.trigger(job.id)
+
+    async def scenario() -> None:
+        async with aredis(redis_url) as ar:
+            owned = await LeaseKeeper(ar, "d1", PARTITIONS, LEASE_MS).run_once()
+            claimer = Claimer(ar, "d1")
+            claimer._offset_ms = -5 * MINUTE  # the first master's clock, as last read
+            claimer._offsets = dict.fromkeys(range(PARTITIONS), 0)  # each partition's own
+            assert (await claimer.run_once(owned)).dispatched == 1
+            # What is left is due in a minute by its own master's clock; the round's clock is
+            # the first master's, 5 minutes behind: the claimer says a minute, not six.
+            soon = client.schedule("t", run_at=client.now_ms() + MINUTE)
+            assert (await claimer.run_once(owned)).dispatched == 0
+            real = claimer._offset_ms
+            claimer._offset_ms = real - 5 * MINUTE
+            claimer._offsets = dict.fromkeys(range(PARTITIONS), real)
+            idle = await claimer.run_once(owned, skip_idle=True)  # reads nothing
+            assert idle.earliest_ms is not None and idle.now_ms is not None
+            wait_ms = idle.earliest_ms - idle.now_ms
+            assert soon.next_ms is not None and 0 < wait_ms <= MINUTE + 1000, wait_ms
+
+    asyncio.run(scenario())
+    assert client.get_run(run_id).state.value == "dispatched"
+
+
 def test_a_job_due_by_redis_time_but_past_the_clock_estimate_is_claimed_in_the_same_round(
     redis_url: str, client: Client
 ) -> None:
