@@ -18,7 +18,7 @@ from rsched.core.settings import Settings
 from rsched.core.views import forgotten, worker_record
 from rsched.core.wire import as_text
 from rsched.engine.worker._link import Link
-from rsched.engine.worker.inflight import NOT_OURS, STARTED, Inflight, Runs, request_stop
+from rsched.engine.worker.inflight import STARTED, Inflight, Runs, request_stop
 from rsched.engine.worker.reporter import Reporter
 from rsched.obs.metrics import RunMetrics
 from rsched.rdb import run_scripts, worker_registry, worker_streams
@@ -74,7 +74,7 @@ class Membership:
                     self.reporter.refused(fl, "heartbeat")
                     request_stop(fl)  # another worker runs it now: stop ours, report nothing
                 elif code == HeartbeatCode.GONE and fl.phase is STARTED and not fl.finished:
-                    fl.phase = NOT_OURS  # ended elsewhere (taken over while we were frozen)
+                    self.reporter.gone(fl)
                     request_stop(fl)
                 if code == HeartbeatCode.STOP:
                     if request_stop(fl):
