@@ -236,8 +236,9 @@ class Intake:
             whole = whole and not left
         entries = await self._ours(entries)
         if entries:
-            log.warning("worker %s missed its heartbeats: taking over %d of its runs", dead,
-                        len(entries))
+            whose = ("an earlier process under this worker's id" if dead == self.link.id
+                     else f"worker {dead}, which missed its heartbeats or died,")
+            log.warning("taking over %d runs of %s", len(entries), whose)
         return await self._start_reclaimed(entries), whole
 
     async def _ours(self, entries: list[Entry]) -> list[Entry]:

@@ -55,6 +55,7 @@ class Liveness:
         """Beat; after a silence past ``dead_after_ms``, check our runs; then take over the
         runs of the dead workers.  Returns how many runs it started."""
         mono = time.monotonic()
+        started = 0
         dead = await self.beat()
         silent_s = 0.0 if self._beat_at is None else mono - self._beat_at
         self._beat_at = mono
@@ -63,7 +64,6 @@ class Liveness:
                         "blocked): runs taken over meanwhile are stopped here, unreported",
                         silent_s)
             await self.check_runs()
-        started = 0
         for wid, beat_ms in dead.items() if self.taking else ():
             # An entry the dead worker touched within a beat is left alone: it may have woken
             # up since its beat was read.  One marked dead is gone for good.

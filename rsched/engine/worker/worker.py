@@ -213,6 +213,12 @@ class Worker:
                  ",".join(self.queues), self.concurrency)
         self.started.set()
         flusher = asyncio.create_task(self.flusher.run(stop))
+        # An earlier process under this id (a supervisor's restarted child) died with runs
+        # pending under it: take them over now, before reading anything new.
+        try:
+            await self.intake.take_over(self.id, 0)
+        except Exception as e:  # noqa: BLE001 - others take them over, or the backstop does
+            log.warning("could not take over runs left under this worker's id: %s", e)
         self.runner.progress_wake = asyncio.Event()
         progress = ProgressSender(
             lambda: self.membership.heartbeat_once(progress_only=True), self.runner.progress_wake,
@@ -342,8 +348,8 @@ async def show_alive(path: str, started: asyncio.Event, stop: asyncio.Event,
         else:
             with open(path, "ab"):
                 os.utime(path)
-        try:
-            await asyncio.wait_for(stop.wait(), defaults.ALIVE_EVERY_S)
+        try:  # until ready, look often: the supervisor needs the id as soon as it runs
+            await asyncio.wait_for(stop.wait(), defaults.ALIVE_EVERY_S if ready else 0.05)
         except TimeoutError:
             pass
 
