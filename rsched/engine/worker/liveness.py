@@ -34,7 +34,7 @@ class Liveness:
     check_runs: Callable[[], Awaitable[Any]]  # the run heartbeat: fences stop stale handlers
     dead_after_ms: int
     taking: bool = True  # off while draining (SIGTERM): the beat goes on, nothing is taken
-    _beat_at: float | None = None  # monotonic time of the last beat that got through
+    _beat_at: float | None = None  # monotonic time the last beat got through
 
     @property
     def every_s(self) -> float:
@@ -54,11 +54,11 @@ class Liveness:
     async def run_once(self) -> int:
         """Beat; after a silence past ``dead_after_ms``, check our runs; then take over the
         runs of the dead workers.  Returns how many runs it started."""
-        mono = time.monotonic()
         started = 0
         dead = await self.beat()
-        silent_s = 0.0 if self._beat_at is None else mono - self._beat_at
-        self._beat_at = mono
+        done = time.monotonic()  # a beat held up (a frozen connection) lands late: silent too
+        silent_s = 0.0 if self._beat_at is None else done - self._beat_at
+        self._beat_at = done
         if silent_s * 1000 >= self.dead_after_ms:
             log.warning("this worker gave no heartbeat for %.1f s (frozen, or its event loop "
                         "blocked): runs taken over meanwhile are stopped here, unreported",
