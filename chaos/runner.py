@@ -128,7 +128,7 @@ class Run:
         faults = Faults(nemesis.log)
         acks = read_acks(self.acks_path)
         a = Analyzer(acks=acks, executions=executions, history=history, faults=faults,
-                     client=client, crons=self.crons, visibility_ms=cfg.takeover_ms,
+                     client=client, crons=self.crons, visibility_ms=cfg.visibility_ms,
                      heartbeat_ms=cfg.heartbeat_ms,
                      agreement_sample=None if cfg.duration_s <= 120 else 3000,
                      vanished_is_lost=cfg.redis == "cluster")
