@@ -46,7 +46,7 @@ fleets, fleet, client = fleet_support.fleets, fleet_support.fleet, fleet_support
 
 DISPATCHER_BOUND_MS = 3000  # a killed dispatcher's partitions start their next job within this
 WORKER_BOUND_MS = 5000  # a dead or frozen worker's runs start again elsewhere within this
-RATE = 200  # jobs/s while a dispatcher is killed
+RATE = int(os.environ.get("RSCHED_RECOVERY_RATE", "200"))  # jobs/s while a dispatcher is killed
 KILLS = int(os.environ.get("RSCHED_RECOVERY_KILLS", "2"))  # more for the figures in the docs
 IN_FLIGHT = 16  # runs of the worker that dies
 LONG_S = 62  # the survivors' runs: longer than 60 s, never taken from a live worker
