@@ -8,8 +8,10 @@ Only runs still going after ``start_after_ms`` get a start script of their own
 (batched), which takes their fencing token before any heartbeat; a run's start thus costs
 nothing extra on the hot path, and a long run is recorded as running well within the
 visibility timeout.  Heartbeats (membership) keep the stream entries of long runs fresh so
-XAUTOCLAIM in other workers only takes runs whose worker really stopped.  Reclaimed runs are
-started (and fenced) before their handler runs.
+XAUTOCLAIM in other workers only takes runs whose worker really stopped; the process heartbeat
+(liveness, once a second for the whole process) lets other workers take over all the runs of a
+worker silent for dead-after at once.  Reclaimed runs are started (and fenced) before their
+handler runs.
 """
 
 from __future__ import annotations
