@@ -110,6 +110,8 @@ def test_sigterm_drains_every_worker_process_and_the_supervisor_exits_0(
         (["worker", "--app", "support.chaos_app:app", "--processes", "0"], "--processes"),
         (["--metrics-port", "abc", "worker", "--app", "support.chaos_app:app", "--processes", "2"],
          "--metrics-port"),
+        (["worker", "--app", "support.chaos_app:app", "--dead-after", "0.1"], "--dead-after"),
+        (["worker", "--app", "support.chaos_app:app", "--dead-after", "soon"], "--dead-after"),
     ],
 )
 def test_a_bad_processes_count_or_metrics_port_is_refused_naming_the_flag(
