@@ -131,7 +131,8 @@ class Fleet:
         else:
             argv += ["--app", "chaos.app:app", "--concurrency", str(c.concurrency),
                      "--visibility-ms", str(c.visibility_ms), "--heartbeat-ms",
-                     str(c.heartbeat_ms), "--grace", "2"]
+                     str(c.heartbeat_ms), "--dead-after", repr(c.dead_after_ms / 1000),
+                     "--grace", "2"]
         url = (self.redis_url if self.cluster is not None
                else f"redis://127.0.0.1:{self.proxy_ports[m.proxy]}/0")
         with open(self.out / "logs" / f"{m.id}.log", "wb") as log:

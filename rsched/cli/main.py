@@ -8,6 +8,7 @@ archiver and the SQL drivers it never uses (`python -X importtime` shows what ea
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -30,6 +31,7 @@ from rsched.engine import aio
 from rsched.obs import logs, metrics
 from rsched.rdb.connect import connect
 from rsched.rdb.setup import check_redis, is_unavailable
+from rsched.service.workers import release_worker
 
 
 def refuse_unsafe_redis(settings: Settings) -> None:
@@ -116,6 +118,11 @@ def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[s
 @click.option("--visibility-ms", default=defaults.VISIBILITY_MS, show_default=True,
               help="Idle time after which another worker reclaims a run.")
 @click.option("--heartbeat-ms", default=defaults.HEARTBEAT_MS, show_default=True)
+@click.option("--dead-after", "dead_after", default=defaults.DEAD_AFTER_MS / 1000,
+              show_default=True, type=click.FloatRange(min=defaults.MIN_DEAD_AFTER_MS / 1000),
+              metavar="SECONDS",
+              help="A worker whose process heartbeat (every third of this) is this old is "
+                   "dead: live workers take over all its runs at once.")
 @click.option("--grace", default=defaults.GRACE_S, show_default=True,
               help="Seconds to finish runs on SIGTERM.")
 @click.option("--start-after-ms", default=defaults.START_AFTER_MS, show_default=True,
@@ -140,7 +147,7 @@ def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[s
 @click.pass_context
 def worker(ctx: click.Context, app_specs: tuple[str, ...], queues: list[str], concurrency: int,
            visibility_ms: int, heartbeat_ms: int, grace: float, start_after_ms: int,
-           handler_wait: float, worker_id: str | None,
+           handler_wait: float, worker_id: str | None, dead_after: float,
            processes: int = defaults.PROCESSES,
            hung_after: float = defaults.HUNG_AFTER_S) -> None:
     """Run a worker for the handlers of APP."""
@@ -151,14 +158,15 @@ def worker(ctx: click.Context, app_specs: tuple[str, ...], queues: list[str], co
     if processes > 1:
         refuse_unsafe_redis(settings_of(ctx))  # else each child, restarted forever
         sys.exit(Supervisor(worker_argvs(ctx, processes, metrics_port), grace,
-                            hung_after_s=hung_after).run())
+                            hung_after_s=hung_after,
+                            release=functools.partial(release_worker, settings_of(ctx))).run())
     watch_parent()
     metrics.serve(metrics_port)
     from rsched.engine.worker.worker import serve as serve_worker
     serve_worker(app, settings_of(ctx), alive_file=os.environ.get(ENV_ALIVE), queues=queues,
           concurrency=concurrency, worker_id=worker_id, visibility_ms=visibility_ms,
           heartbeat_ms=heartbeat_ms, grace_s=grace, start_after_ms=start_after_ms,
-          handler_wait_s=handler_wait)
+          handler_wait_s=handler_wait, dead_after_ms=round(dead_after * 1000))
 
 
 def worker_argvs(ctx: click.Context, processes: int, metrics_port: str | None) -> list[list[str]]:
@@ -180,7 +188,8 @@ def worker_argvs(ctx: click.Context, processes: int, metrics_port: str | None) -
             "--concurrency", str(p["concurrency"]), "--visibility-ms", str(p["visibility_ms"]),
             "--heartbeat-ms", str(p["heartbeat_ms"]), "--grace", str(p["grace"]),
             "--start-after-ms", str(p["start_after_ms"]),
-            "--handler-wait", repr(p["handler_wait"]), "--processes", "1"]
+            "--handler-wait", repr(p["handler_wait"]), "--dead-after", repr(p["dead_after"]),
+            "--processes", "1"]
     host, _, port = str(metrics_port or "").rpartition(":")
     if metrics_port and not port.isdigit():
         raise click.BadParameter(f"expected PORT or HOST:PORT, got {metrics_port!r}",

@@ -48,13 +48,20 @@ TZ = "UTC"
 MAX_DEFERRALS = 100
 
 # Dispatcher.
-LEASE_MS = 10_000  # partition lease: renewed every LEASE_MS / 3, so it outlives two missed rounds
+# Partition lease: renewed every LEASE_MS / 4, so a dispatcher paused up to 1.5 s (GC, a slow
+# Redis reply) keeps it, and a dead one's partitions are taken over about LEASE_MS after its last
+# renewal (docs/guarantees.md, "Recovery").
+LEASE_MS = 2_000
 CLAIM_BATCH = 250  # jobs per claim script call: workers' reads and reports interleave
 MAX_SLEEP_MS = 1000  # longest idle sleep between rounds
 
 # Worker.
 CONCURRENCY = 16  # handlers running at once
-VISIBILITY_MS = 30_000  # idle time after which another worker reclaims a run
+VISIBILITY_MS = 30_000  # idle time after which another worker reclaims a run (the backstop)
+# A worker whose process heartbeat (every DEAD_AFTER_MS / 3, in keys.alive()) is this old is
+# dead: another worker takes over all its runs at once, under new fences (docs/workers.md).
+DEAD_AFTER_MS = 3_000
+MIN_DEAD_AFTER_MS = 300  # shorter: beats would cost Redis more than they save
 HEARTBEAT_MS = 5_000  # at most half of VISIBILITY_MS
 # A worker that missed this many heartbeats in a row is shown dead (status, dashboard, metrics);
 # its registry record goes after WORKER_FORGET_MS more, and `rsched status` stops listing it.

@@ -94,6 +94,12 @@ def start_lag() -> str:
     return f"{PREFIX}:startlag"
 
 
+def alive() -> str:
+    """ZSET: worker id -> its last process heartbeat (ms, Redis's clock; 0: left with runs to
+    take over now); lua/alive.lua writes and reads it."""
+    return f"{PREFIX}:alive"
+
+
 def parked() -> str:
     """HASH: JSON [queue, job type] -> how many times a worker lacking the type set runs of it
     aside (monotonic): a worker with the handler looks for them when the count moves."""

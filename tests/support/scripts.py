@@ -17,7 +17,7 @@ from rsched.core.settings import Settings
 from rsched.engine.dispatcher import LeaseKeeper
 from rsched.engine.dispatcher.claimer import Claimer
 from rsched.engine.worker.worker import Worker
-from rsched.rdb import keys, scripts
+from rsched.rdb import keys, scripts, worker_registry
 from rsched.service.dead_letters import DeadFilter, op_delete
 from rsched.service.listings import op_dead_letter_page
 from rsched.service.operations import (
@@ -123,6 +123,7 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         await until_done(wb, 1)
         assert await wa.flush_once() + await wb.flush_once() == 3
         assert await wb.heartbeat_once() == 0
+        assert await wb.liveness.beat() == {}  # the process heartbeat (alive): nobody dead
 
         (aside,) = all_jobs(client.schedule_many([
             JobSpec("ok", run_at=client.now_ms() - 1, idempotency_key=ka[2])]))
@@ -136,7 +137,8 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         assert await wa.fetch_once(block_ms=1) == 1
         await until_done(wa, 1)
         await wa.flush_once()  # bad dead-lettered
-        assert await w2.reclaim_once() == 1  # long, idle longer than w2's 0 ms visibility
+        await worker_registry.mark_dead(ar, "wb")  # as if wb left with long still pending
+        assert await w2.liveness_once() == 1  # long, taken over at once (take_over)
         gate.set()
         await until_done(wb, 1)
         await until_done(w2, 1)

@@ -111,8 +111,12 @@ class Dispatcher:
             while not stop.is_set():
                 try:
                     if time.monotonic() >= next_renew:
+                        t_lease = time.monotonic()
                         await self.leases.run_once()
                         next_renew = time.monotonic() + renew_every
+                        orphan_ms = self.leases.orphan_expiry_in_ms
+                        if orphan_ms is not None:  # a dead member's lease runs out: take it then
+                            next_renew = min(next_renew, t_lease + orphan_ms / 1000 + 0.005)
                     self._wake.clear()
                     t0 = time.monotonic()
                     res = await self.claim_once(skip_idle=True)

@@ -73,6 +73,10 @@ class Membership:
             for (fl, _), code in zip(items, run_scripts.heartbeat_codes(res), strict=False):
                 if code == HeartbeatCode.FENCED and fl.phase is STARTED:
                     self.reporter.refused(fl, "heartbeat")
+                    request_stop(fl)  # another worker runs it now: stop ours, report nothing
+                elif code == HeartbeatCode.GONE and fl.phase is STARTED and not fl.finished:
+                    self.reporter.gone(fl)
+                    request_stop(fl)
                 if code == HeartbeatCode.STOP:
                     if request_stop(fl):
                         log.info("run %s asked to stop: overlap cancelPrevious, a later "
@@ -133,7 +137,11 @@ class Membership:
 
     async def leave(self) -> None:
         """Leave the registry and the consumer groups, except where entries still wait for
-        reclaim under our name (deleting the consumer would drop them from the group)."""
+        reclaim under our name (deleting the consumer would drop them from the group): those
+        are marked dead at once for live workers to take over."""
         r, me = self.link.r, self.link.id
         await worker_registry.forget(r, [me])
-        await worker_streams.leave_groups(r, list(self.link.streams), me)
+        if await worker_streams.leave_groups(r, list(self.link.streams), me):
+            await worker_registry.mark_dead(r, me)  # live workers take them over at once
+        else:
+            await worker_registry.forget_alive(r, [me])

@@ -140,6 +140,15 @@ class Reporter:
                     "(reclaimed while this worker stalled); its outcome will not be recorded",
                     fl.run_id, what, extra={"job_id": fl.job_id, "run_id": fl.run_id})
 
+    def gone(self, fl: Inflight) -> None:
+        """The run heartbeat found our run ended or re-dispatched by others (taken over while
+        this worker was silent, and finished since): never write for it again."""
+        fl.phase = NOT_OURS
+        self.metrics.count("fenced", fl.type, fl.queue)
+        log.warning("run %s ended elsewhere (taken over while this worker was silent); its "
+                    "handler is stopped and its outcome will not be recorded", fl.run_id,
+                    extra={"job_id": fl.job_id, "run_id": fl.run_id})
+
     # --- outcomes ----------------------------------------------------------------------------
 
     def _take_batch(self) -> list[Outcome]:

@@ -21,7 +21,7 @@ from rsched.core.retry import retry_delay_ms
 from rsched.core.values import TOO_DEEP, VALUE_DEPTH, shallow_json, too_deep
 from rsched.core.wire import ENTRY_SPEC
 from rsched.engine.worker._failure import failure_text
-from rsched.engine.worker.inflight import Inflight, Outcome, Runs
+from rsched.engine.worker.inflight import NOT_OURS, Inflight, Outcome, Runs
 from rsched.engine.worker.reporter import Reporter
 from rsched.obs.metrics import RunMetrics
 
@@ -237,9 +237,11 @@ class Runner:
                 delay = retry_delay_ms(
                     fl.attempt, int(sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS)),
                     int(sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS)))
-                log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status,
-                            text.partition("\n")[0],
-                            extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
+                if fl.phase is not NOT_OURS:  # else said when Redis refused it to us
+                    log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status,
+                                text.partition("\n")[0], extra={
+                                    "job_id": fl.job_id, "run_id": fl.run_id,
+                                    "attempt": fl.attempt})
             self.metrics.duration.observe(jtype, duration / 1000)
             rep = self.reporter
             rep.done.append(Outcome(fl, status, duration, text, delay, jtype, fl.queue))

@@ -8,8 +8,10 @@ Only runs still going after ``start_after_ms`` get a start script of their own
 (batched), which takes their fencing token before any heartbeat; a run's start thus costs
 nothing extra on the hot path, and a long run is recorded as running well within the
 visibility timeout.  Heartbeats (membership) keep the stream entries of long runs fresh so
-XAUTOCLAIM in other workers only takes runs whose worker really stopped.  Reclaimed runs are
-started (and fenced) before their handler runs.
+XAUTOCLAIM in other workers only takes runs whose worker really stopped; the process heartbeat
+(liveness, once a second for the whole process) lets other workers take over all the runs of a
+worker silent for dead-after at once.  Reclaimed runs are started (and fenced) before their
+handler runs.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from rsched.engine.worker._link import Link
 from rsched.engine.worker.handback import Handback
 from rsched.engine.worker.inflight import Outcome, Runs
 from rsched.engine.worker.intake import Intake
+from rsched.engine.worker.liveness import Liveness
 from rsched.engine.worker.loops import FLUSHES_IN_FLIGHT, Every, Flusher, ProgressSender
 from rsched.engine.worker.membership import Membership
 from rsched.engine.worker.read_along import ReadAlong
@@ -76,6 +79,7 @@ class Worker:
         flush_ms: float = defaults.FLUSH_MS,
         start_after_ms: int = defaults.START_AFTER_MS,
         handler_wait_s: float = defaults.HANDLER_WAIT_S,
+        dead_after_ms: int = defaults.DEAD_AFTER_MS,
         call_many: CallMany | None = None,
     ) -> None:
         if heartbeat_ms * 2 > visibility_ms:
@@ -90,6 +94,10 @@ class Worker:
             # Heartbeats record every pending start first, so a start lands within
             # heartbeat_ms, well before the entry can look idle to other workers.
             raise ValidationError("startAfterMs", "must be 0 or more")
+        if dead_after_ms < defaults.MIN_DEAD_AFTER_MS:
+            least = defaults.MIN_DEAD_AFTER_MS / 1000
+            raise ValidationError("deadAfter", f"must be at least {least:g} seconds: a worker "
+                                  "beats every third of it")
         if not handler_wait_s > 0:
             raise ValidationError("handlerWait", "must be more than 0 seconds")
         if worker_id is not None and worker_id.startswith(keys.PARKED_CONSUMER):
@@ -135,6 +143,8 @@ class Worker:
                                      sorted(app.handlers), self.handback.wait_ms,
                                      heartbeat_ms)
         self.flusher = Flusher(self.reporter, self.runner, flush_ms)
+        self.liveness = Liveness(self.link, self.intake, self.membership.heartbeat_once,
+                                 dead_after_ms)
 
     # --- what other code and tests see ---------------------------------------------------------
 
@@ -183,6 +193,9 @@ class Worker:
     async def prune_consumers_once(self, idle_ms: int = defaults.CONSUMER_IDLE_MS) -> int:
         return await self.membership.prune_consumers_once(idle_ms)
 
+    async def liveness_once(self) -> int:
+        return await self.liveness.run_once()
+
     async def wait_handlers(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for the running handlers; returns how many still run."""
         tasks = list(self.runner.tasks)
@@ -202,6 +215,12 @@ class Worker:
                  ",".join(self.queues), self.concurrency)
         self.started.set()
         flusher = asyncio.create_task(self.flusher.run(stop))
+        # An earlier process under this id (a supervisor's restarted child) died with runs
+        # pending under it: take them over now, before reading anything new.
+        try:
+            await self.intake.take_over(self.id, 0)
+        except Exception as e:  # noqa: BLE001 - others take them over, or the backstop does
+            log.warning("could not take over runs left under this worker's id: %s", e)
         self.runner.progress_wake = asyncio.Event()
         progress = ProgressSender(
             lambda: self.membership.heartbeat_once(progress_only=True), self.runner.progress_wake,
@@ -210,6 +229,8 @@ class Worker:
         # Like heartbeats, starts (and timeouts) go on while running jobs drain.
         hb_stop = asyncio.Event()
         draining = [
+            asyncio.create_task(Every(self.liveness_once, self.liveness.every_s,
+                                      self.outage).run(hb_stop)),
             asyncio.create_task(Every(self.heartbeat_once, self.heartbeat_ms / 1000,
                                       self.outage).run(hb_stop)),
             asyncio.create_task(Every(self.start_once,
@@ -230,6 +251,7 @@ class Worker:
             await asyncio.gather(*(self._fetch_loop(stop, group) for group in groups))
         finally:
             self.read_along.close()
+            self.liveness.taking = False
             for t in fetching:
                 t.cancel()
             await self.handback.settle()
@@ -314,20 +336,22 @@ class Worker:
         await self.link.r.aclose()
 
 
-async def show_alive(path: str, started: asyncio.Event, stop: asyncio.Event) -> None:
+async def show_alive(path: str, started: asyncio.Event, stop: asyncio.Event,
+                     worker_id: str) -> None:
     """For a supervisor (rsched.cli._supervisor): touch ``path`` every ALIVE_EVERY_S from this
-    event loop, and write 'ready' to it once the worker started."""
+    event loop, and write 'ready <worker id>' to it once the worker started (the supervisor
+    hands that worker's runs over at once when the process dies)."""
     ready = False
     while not stop.is_set():
         if started.is_set() and not ready:
             with open(path, "wb") as f:
-                f.write(b"ready")
+                f.write(b"ready " + worker_id.encode())
             ready = True
         else:
             with open(path, "ab"):
                 os.utime(path)
-        try:
-            await asyncio.wait_for(stop.wait(), defaults.ALIVE_EVERY_S)
+        try:  # until ready, look often: the supervisor needs the id as soon as it runs
+            await asyncio.wait_for(stop.wait(), defaults.ALIVE_EVERY_S if ready else 0.05)
         except TimeoutError:
             pass
 
@@ -345,7 +369,7 @@ def serve(app: App, settings: Settings, alive_file: str | None = None, **options
             loop.add_signal_handler(sig, stop.set)
         worker = Worker(app, settings, **options)
         shown = None if alive_file is None else asyncio.create_task(
-            show_alive(alive_file, worker.started, stop))
+            show_alive(alive_file, worker.started, stop, worker.id))
         await worker.run(stop)
         if shown is not None:
             await shown
