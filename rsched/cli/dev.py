@@ -152,10 +152,14 @@ class Dev:
                   self.logs / "api.log", env),
             Child("dispatcher", [*base, *metrics(), "dispatcher"], self.logs / "dispatcher.log",
                   env),
-            Child("worker", [*base, *metrics(), "worker", *apps, "--queues",
+            # --http: HTTP target jobs run too; the SSRF guard lets them reach this API's host
+            # on its port only, unless RSCHED_HTTP_ALLOW says otherwise.
+            Child("worker", [*base, *metrics(), "worker", *apps, "--http", "--queues",
                              ",".join(self.opts.queues), "--concurrency", "8",
                              "--heartbeat-ms", "1000", "--grace", "10"],
-                  self.logs / "worker.log", env),
+                  self.logs / "worker.log",
+                  {**env, "RSCHED_HTTP_ALLOW": os.environ.get(
+                      "RSCHED_HTTP_ALLOW", f"{self.opts.host}:{self.opts.port}")}),
         ]
         if archive_url:  # history.db and its WAL files 0600
             plan.append(Child("archiver", [*base, *metrics(), "archiver"],
