@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shlex
 from dataclasses import replace
@@ -191,7 +192,11 @@ def _header_flags(given: tuple[str, ...]) -> dict[str, str] | None:
     return out or None
 
 
-jobs.add_command(jobs_add, "create")
+# `jobs create`: the same command under the name the HTTP target docs use (a copy, so that
+# each name has its own usage line).
+jobs_create = copy.copy(jobs_add)
+jobs_create.name = "create"
+jobs.add_command(jobs_create)
 
 
 def handler_warning(job_type: str, queue: str, workers: list[WorkerStatus]) -> str:

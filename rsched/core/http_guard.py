@@ -20,8 +20,8 @@ BLOCKED: tuple[tuple[Network, str], ...] = tuple(
         ("0.0.0.0/8", "unspecified"), ("10.0.0.0/8", "private"), ("100.64.0.0/10", "private"),
         ("127.0.0.0/8", "loopback"), ("169.254.0.0/16", "link-local"),
         ("172.16.0.0/12", "private"), ("192.168.0.0/16", "private"),
-        ("224.0.0.0/4", "multicast"), ("240.0.0.0/4", "reserved"),
-        ("255.255.255.255/32", "broadcast"),
+        ("224.0.0.0/4", "multicast"), ("255.255.255.255/32", "broadcast"),
+        ("240.0.0.0/4", "reserved"),
         ("::/128", "unspecified"), ("::1/128", "loopback"), ("fe80::/10", "link-local"),
         ("fc00::/7", "unique-local"), ("ff00::/8", "multicast")))
 
@@ -61,16 +61,17 @@ class Guard:
         An IPv4-mapped IPv6 address is judged as the IPv4 address it holds."""
         mapped = getattr(address, "ipv4_mapped", None)
         plain: Address = mapped if mapped is not None else address
+        shown = address if mapped is None else f"::ffff:{mapped}"
         for rule in self.deny:
             if rule.matches(host, plain, port):
-                return f"address {address} of {host}:{port} is denied by RSCHED_HTTP_DENY " \
+                return f"address {shown} of {host}:{port} is denied by RSCHED_HTTP_DENY " \
                        f"entry {rule.text!r}"
         for rule in self.allow:
             if rule.matches(host, plain, port):
                 return None
         for net, name in BLOCKED:
             if plain.version == net.version and plain in net:
-                return (f"address {address} of {host}:{port} is refused: {name} ({net}); "
+                return (f"address {shown} of {host}:{port} is refused: {name} ({net}); "
                         "allow it with RSCHED_HTTP_ALLOW")
         return None
 

@@ -32,7 +32,7 @@ MAX_HEADER_BYTES = 16 * 1024  # names and values together
 TARGET_FIELDS = ("url", "method", "headers", "body", "timeoutSeconds")
 # Headers a target may not set: the transport's own, and every Rsched- header (the worker's).
 FORBIDDEN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
-RSCHED_PREFIX = "rsched-"
+RESERVED_PREFIX = "rsched-"
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 token: a header name
 SIGNATURE_HEADER = "Rsched-Signature"
 SIGNING_TOLERANCE_S = 300  # what a receiver should accept of a signature's age (the docs' check)
@@ -123,7 +123,7 @@ def check_headers(value: Any, field: str = "target.headers") -> dict[str, str]:
             raise ValidationError(where, "a header name must be a token (letters, digits and "
                                   "!#$%&'*+-.^_`|~)")
         low = name.lower()
-        if low in FORBIDDEN_HEADERS or low.startswith(RSCHED_PREFIX):
+        if low in FORBIDDEN_HEADERS or low.startswith(RESERVED_PREFIX):
             raise ValidationError(where, "may not be set: Host, Content-Length, "
                                   "Transfer-Encoding, Connection and Rsched-* are rsched's")
         if low in seen:
