@@ -148,7 +148,8 @@ class Dev:
             env["RSCHED_ARCHIVE_URL"] = archive_url
         apps = [a for spec in self.apps for a in ("--app", spec)]
         plan = [
-            Child("api", [*base, "api", "--host", self.opts.host, "--port", str(self.opts.port)],
+            Child("api", [*base, "api", "--host", self.opts.host, "--port", str(self.opts.port),
+                          "--dev-echo"],
                   self.logs / "api.log", env),
             Child("dispatcher", [*base, *metrics(), "dispatcher"], self.logs / "dispatcher.log",
                   env),
@@ -197,7 +198,8 @@ class Dev:
                 problems: list[str] = []
                 quiet: set[str] = set()
                 if self.examples:
-                    created, existing, problems, quiet = schedule_samples(redis_url)
+                    created, existing, problems, quiet = schedule_samples(
+                        redis_url, f"http://{self.opts.host}:{self.opts.port}")
                 self.children = self.plan(redis_url, archive)
                 for child in self.children:
                     child.start(Path.cwd())

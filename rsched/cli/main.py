@@ -281,11 +281,14 @@ class _OneLineUsageError(click.ClickException):
 @click.option("--max-connections", default=defaults.MAX_CONNECTIONS, show_default=True,
               type=click.IntRange(min=1), help="Open connections; more are answered 503.")
 @click.option("--access-log/--no-access-log", default=False, show_default=True)
+@click.option("--dev-echo", is_flag=True, hidden=True,
+              help="rsched dev: serve /dev/echo, open to all, for the sample HTTP target job.")
 @click.pass_context
 def api(ctx: click.Context, host: str, port: int, no_auth: bool, no_auth_on_network: bool,
         allowed_hosts: tuple[str, ...], metrics_auth: bool, max_body_bytes: int,
         max_batch_bytes: int, max_head_bytes: int, max_headers: int, head_timeout: float,
-        body_timeout: float, keep_alive: int, max_connections: int, access_log: bool) -> None:
+        body_timeout: float, keep_alive: int, max_connections: int, access_log: bool,
+        dev_echo: bool = False) -> None:
     """Serve the HTTP API (uvicorn)."""
     from rsched.api.app import (
         NO_AUTH_WARNING,
@@ -296,6 +299,7 @@ def api(ctx: click.Context, host: str, port: int, no_auth: bool, no_auth_on_netw
         parse_hosts,
         serve,
     )
+    from rsched.api.echo import echo_routes
 
     if no_auth and not no_auth_on_network and not is_loopback(host):
         raise _OneLineUsageError(f"--no-auth with --host {host} (not loopback) would let "
@@ -308,7 +312,7 @@ def api(ctx: click.Context, host: str, port: int, no_auth: bool, no_auth_on_netw
         click.secho(f"WARNING: {NO_AUTH_WARNING}", fg="red", bold=True, err=True)
     app = create_app(settings, auth=not no_auth, max_body_bytes=max_body_bytes,
                      max_batch_bytes=max_batch_bytes, allowed_hosts=hosts,
-                     metrics_auth=metrics_auth)
+                     metrics_auth=metrics_auth, extra_routes=echo_routes() if dev_echo else ())
     limits = ServerLimits(max_head_bytes=max_head_bytes, max_headers=max_headers,
                           head_timeout_s=head_timeout, body_timeout_s=body_timeout,
                           keep_alive_s=keep_alive, max_connections=max_connections)

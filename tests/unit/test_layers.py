@@ -39,7 +39,7 @@ FACES = {"api", "cli"}
 # The one edge between faces, exactly (importing module, imported module): `rsched api` must
 # start the API, and cli.main is the process runner that puts every rsched process together;
 # every other cli module (the operator commands among them) never imports the API.
-PROCESS_RUNNERS = {("rsched.cli.main", "rsched.api.app")}
+PROCESS_RUNNERS = {("rsched.cli.main", "rsched.api.app"), ("rsched.cli.main", "rsched.api.echo")}
 
 # Imports inside a function, exactly (importing module, imported module): each defers a part a
 # process may never use, so that a worker's or dispatcher's start-up skips it (the SQL drivers,
@@ -48,6 +48,7 @@ DEFERRED = {
     ("rsched.archive.stores", "rsched.archive.postgres"),
     ("rsched.archive.stores", "rsched.archive.sqlite"),
     ("rsched.cli.main", "rsched.api.app"),
+    ("rsched.cli.main", "rsched.api.echo"),
     ("rsched.cli.main", "rsched.archive.archiver"),
     ("rsched.cli.main", "rsched.cli._supervisor"),
     ("rsched.cli.main", "rsched.cli.dev"),
