@@ -15,9 +15,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from support.http_receiver import Receiver, receiver  # noqa: F401 - the fixture
 from support.processes import Proc, wait_for
+from support.redis_server import free_port
 
 from rsched import Client, Job, Run
 
@@ -26,16 +28,20 @@ pytestmark = pytest.mark.slow
 SECRETS = ("new-secret", "old-secret")
 
 
+METRICS_PORT = free_port()
+
+
 @pytest.fixture
 def http_fleet(redis_url: str, receiver: Receiver, tmp_path: Path  # noqa: F811
                ) -> Iterator[list[Proc]]:
-    """A dispatcher and an --http worker, allowed to reach the receiver's port only."""
+    """A dispatcher and an --http worker (metrics on METRICS_PORT), allowed to reach the
+    receiver's port only."""
     env = dict(os.environ, RSCHED_REDIS_URL=redis_url, PYTHONUNBUFFERED="1",
                RSCHED_HTTP_ALLOW=f"127.0.0.1:{receiver.port}",
                RSCHED_HTTP_SIGNING_SECRETS=",".join(SECRETS))
     procs = [Proc("dispatcher", ["dispatcher", "--max-sleep-ms", "100"], env, tmp_path),
-             Proc("worker", ["worker", "--http", "--heartbeat-ms", "500", "--concurrency", "8"],
-                  env, tmp_path)]
+             Proc("worker", ["--metrics-port", str(METRICS_PORT), "worker", "--http",
+                             "--heartbeat-ms", "500", "--concurrency", "8"], env, tmp_path)]
     yield procs
     for p in procs:
         p.stop()
@@ -75,6 +81,19 @@ def test_a_request_carries_the_headers_the_body_and_a_signature_per_secret(
     for secret, sig in zip(SECRETS, given, strict=True):
         mac = hmac.new(secret.encode(), f"{t}.".encode() + req.body, hashlib.sha256)
         assert hmac.compare_digest(mac.hexdigest(), sig)
+
+
+def test_a_303_becomes_a_get_and_the_metrics_count_requests_by_status_class(
+        client: Client, receiver: Receiver, http_fleet: list[Proc]) -> None:  # noqa: F811
+    job = client.schedule_http(f"{receiver.base}/redirect?code=303&to=/ok", {"x": 1})
+    run = ended(client, job, http_fleet)
+    assert run.state == "succeeded" and run.result["body"] == "thanks"
+    [first] = receiver.of("/redirect")
+    [then] = receiver.of("/ok")
+    assert first.method == "POST" and then.method == "GET" and then.body == b""
+    text = httpx.get(f"http://127.0.0.1:{METRICS_PORT}/metrics").text
+    assert 'rsched_http_requests_total{queue="default",status_class="2xx"} 1.0' in text
+    assert 'rsched_http_request_seconds_count{queue="default"} 1.0' in text
 
 
 def test_a_503_with_retry_after_waits_at_least_that_long_then_succeeds(
