@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rsched.core.errors import ValidationError
-from rsched.core.handlers import AttemptFailed
+from rsched.core.handlers import AttemptFailed, JobContext
 from rsched.core.http_guard import Guard
 from rsched.core.http_target import (
     body_excerpt,
@@ -23,9 +23,10 @@ from rsched.core.http_target import (
     parse_secrets,
     retry_after_s,
     signature,
+    wrap,
 )
 from rsched.core.spec import JobSpec, prepare
-from rsched.engine.worker.http_target import GuardedResolver, Refused
+from rsched.engine.worker.http_target import GuardedResolver, HttpSettings, HttpTargets, Refused
 from rsched.engine.worker.runner import FINAL, failed_delay_ms
 from rsched.service.inputs import spec_from_json
 
@@ -167,3 +168,23 @@ def test_a_name_that_resolves_to_loopback_is_refused_without_an_allow_entry() ->
                                       r"loopback"):
         asyncio.run(resolve(Guard()))
     assert asyncio.run(resolve(Guard.of("localhost", None))) == ["127.0.0.1"]
+
+
+def test_the_handler_fails_finally_for_a_name_that_resolves_to_loopback() -> None:
+    """Through the handler and aiohttp's connector: the guard's refusal is the error, before
+    any connection is made."""
+    async def send() -> AttemptFailed:
+        handler = HttpTargets(HttpSettings(), 4)
+        target = check_target({"url": "http://localhost:9/hook"})
+        ctx = JobContext("0-x", "0-x@1", "http", 1, 1, wrap(target, None), "w")
+        try:
+            await handler(ctx)
+        except AttemptFailed as e:
+            return e
+        finally:
+            await handler.close()
+        raise AssertionError("sent")
+
+    e = asyncio.run(send())
+    assert e.final and str(e).startswith("refused by the SSRF guard: address 127.0.0.1 of "
+                                         "localhost:9 is refused: loopback")

@@ -167,7 +167,9 @@ class HttpTargets:
         status, headers and first RESULT_BODY_BYTES of body."""
         for _ in range(MAX_REDIRECTS + 1):
             host, port = self._check_url(url)
-            headers = {**user, **self._headers(ctx, body)}
+            own = self._headers(ctx, body)  # win over a user header of the same name
+            taken = {k.lower() for k in own}
+            headers = {k: v for k, v in user.items() if k.lower() not in taken} | own
             async with self.session().request(method, url, headers=headers, data=body,
                                               allow_redirects=False) as resp:
                 location = resp.headers.get("Location")
