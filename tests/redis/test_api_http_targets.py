@@ -64,3 +64,13 @@ def test_a_target_is_kept_beside_the_payload_and_a_payload_change_keeps_it(
     assert patched.json()["target"] == want and patched.json()["payload"] == {"n": 2}
     other = api.post("/jobs", json={"type": "mail", "payload": 1}).json()
     assert other["target"] is None
+
+
+def test_a_batch_takes_targets_each_item_with_its_own_error(api: TestClient) -> None:
+    res = api.post("/jobs/batch", json={"jobs": [
+        {"target": {"url": URL}, "payload": 1},
+        {"target": {"url": "http://hooks.example.com/", "headers": {"Connection": "close"}}}]})
+    assert res.status_code == 200, res.text
+    ok, bad = res.json()["results"]
+    assert ok["job"]["target"]["url"] == URL, ok
+    assert bad["error"]["errors"][0]["field"] == "jobs[1].target.headers.Connection", bad
