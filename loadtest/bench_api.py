@@ -18,21 +18,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support.redis_server import RedisServer, free_port  # noqa: E402
+from support.api_process import running_api  # noqa: E402
+from support.redis_server import RedisServer  # noqa: E402
 
 from rsched import Client, JobSpec  # noqa: E402
 from rsched.core.settings import Settings  # noqa: E402
 from rsched.rdb import keys  # noqa: E402
-from rsched.service.apikeys import op_create_key  # noqa: E402
 
 LOCUST = str(Path(sys.executable).parent / "locust")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -105,35 +102,18 @@ def main() -> None:
         sys.exit("redis-server not found: run `make redis`")
     tmp = Path(tempfile.mkdtemp(prefix="rsched-bench-api-"))
     results = []
-    with RedisServer(aof=True) as server:
-        settings = Settings.from_env(redis_url=server.url)
-        client = Client(settings=settings)
-        _, secret = client.run(op_create_key("bench", "admin"))
-        port = free_port()
-        env = dict(os.environ, RSCHED_REDIS_URL=server.url, RSCHED_API_KEY=secret)
-        log = open(tmp / "api.log", "wb")
-        api = subprocess.Popen(
-            [sys.executable, "-m", "rsched.cli", "--log-level", "WARNING", "api", "--port",
-             str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
-        )
-        host = f"http://127.0.0.1:{port}"
+    with RedisServer(aof=True) as server, \
+            running_api(server.url, tmp, log_level="WARNING") as api:
+        client = Client(settings=Settings.from_env(redis_url=server.url))
+        env = dict(os.environ, RSCHED_REDIS_URL=server.url, RSCHED_API_KEY=api.admin)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if httpx.get(f"{host}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if api.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((tmp / "api.log").read_text())
-                time.sleep(0.1)
             for cls in args.classes.split(","):
                 users = args.batch_users if cls == "BatchUser" else args.users
                 cls_env = dict(env)
                 if cls == "RunsUser":
                     cls_env["RSCHED_RUNS_JOBS"] = ",".join(history_jobs(client, 200, 50))
-                res = run_locust(cls, host, args.seconds, users, cls_env, api.pid)
+                res = run_locust(cls, api.base, args.seconds, users, cls_env,
+                                 api.proc.popen.pid)
                 if cls == "BatchUser":
                     res["jobs_per_s"] = round(res["rps"] * res["batch_size"])
                     res["api_cpu_us_per_job"] = round(
@@ -145,9 +125,6 @@ def main() -> None:
                 print(json.dumps(res), flush=True)
                 results.append(res)
         finally:
-            api.terminate()
-            api.wait(timeout=15)
-            log.close()
             client.close()
     load = os.getloadavg()[0]
     print(json.dumps({"results": results, "load_avg_1m": round(load, 1),

@@ -23,22 +23,19 @@ import argparse
 import json
 import multiprocessing
 import os
-import secrets
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import psycopg
 import redis
-from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from scratch_archive import add_store_args, scratch_archive  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
 
 from rsched.archive.lag import archive_lag  # noqa: E402
@@ -197,21 +194,16 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2000, help="events per partition per round")
     ap.add_argument("--rate", type=float, default=20_000, help="phase 2 events/s (0 = skip)")
     ap.add_argument("--seconds", type=float, default=10.0, help="phase 2 length")
-    ap.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
+    add_store_args(ap)
     ap.add_argument("--events-only", action="store_true",
                     help="write no job or run hashes: the job index reads nothing and deletes")
-    ap.add_argument("--pg-admin-dsn", default=os.environ.get(
-        "RSCHED_TEST_PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = ap.parse_args()
+    with scratch_archive(args, "rsched-bench-archive-") as (pg_url, _):
+        run(args, pg_url)
 
-    db = f"rsched_bench_{secrets.token_hex(4)}"
-    tmp = tempfile.TemporaryDirectory(prefix="rsched-bench-archive-")
-    if args.store == "postgres":
-        with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
-        pg_url = urlsplit(args.pg_admin_dsn)._replace(path=f"/{db}").geturl()
-    else:
-        pg_url = f"sqlite:///{tmp.name}/archive.db"
+
+def run(args: argparse.Namespace, pg_url: str) -> None:
+    """Both phases against a fresh Redis and the archive at ``pg_url``; prints the JSON."""
     server = RedisServer()
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -293,11 +285,6 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
         server.close()
-        tmp.cleanup()
-        if args.store == "postgres":
-            with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
-                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                    sql.Identifier(db)))
 
 
 if __name__ == "__main__":

@@ -18,23 +18,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import statistics
 import sys
-import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
-from psycopg import sql
 from starlette.testclient import TestClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from scratch_archive import add_store_args, scratch_archive  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
 
 from rsched.api.app import create_app  # noqa: E402
@@ -156,25 +154,14 @@ def measure(api: TestClient, params: dict[str, str]) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
-    ap.add_argument("--pg-admin-dsn", default=os.environ.get(
-        "RSCHED_TEST_PG_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    add_store_args(ap)
     args = ap.parse_args()
-
-    db = f"rsched_bench_{secrets.token_hex(4)}"
-    tmp = tempfile.TemporaryDirectory(prefix="rsched-bench-index-")
-    if args.store == "postgres":
-        with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db)))
-        url = urlsplit(args.pg_admin_dsn)._replace(path=f"/{db}").geturl()
-    else:
-        url = f"sqlite:///{tmp.name}/archive.db"
-    server = RedisServer()
-    try:
+    with scratch_archive(args, "rsched-bench-index-") as (url, tmp), \
+            closing(RedisServer()) as server:  # started once the store is filled
         store = open_store(url)
         store.connect()  # the migrations: an empty jobs table with its indexes
         fill_s = (fill_postgres(url, args.rows) if args.store == "postgres"
-                  else fill_sqlite(f"{tmp.name}/archive.db", args.rows))
+                  else fill_sqlite(str(tmp / "archive.db"), args.rows))
         measured = store.fetchall(f"SELECT * FROM jobs WHERE {MEASURED}")  # noqa: S608
         store.close()
         print(f"filled {args.rows} rows in {fill_s:.0f} s; {len(measured)} in Redis",
@@ -190,13 +177,6 @@ def main() -> None:
                 print(f"{name}: {results[name]}", file=sys.stderr)
         print(json.dumps({"rows": args.rows, "store": args.store, "fill_s": round(fill_s),
                           "load_avg_1m": round(os.getloadavg()[0], 2), "cases": results}))
-    finally:
-        server.close()
-        tmp.cleanup()
-        if args.store == "postgres":
-            with psycopg.connect(args.pg_admin_dsn, autocommit=True) as admin:
-                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(db)) +
-                              sql.SQL(" WITH (FORCE)"))
 
 
 if __name__ == "__main__":

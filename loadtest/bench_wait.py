@@ -25,13 +25,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support.redis_server import RedisServer, free_port  # noqa: E402
+from support.api_process import running_api  # noqa: E402
+from support.redis_server import RedisServer  # noqa: E402
 
 from rsched import Client, JobSpec  # noqa: E402
 from rsched.core.ids import run_id as make_run_id  # noqa: E402
@@ -104,42 +104,25 @@ def main() -> None:
     with RedisServer() as server:
         client = Client(settings=Settings.from_env(redis_url=server.url))
         r = redis.Redis.from_url(server.url)
-        port = free_port()
-        env = dict(os.environ, RSCHED_REDIS_URL=server.url)
-        log = open(tmp / "api.log", "wb")
-        api = subprocess.Popen(
-            [sys.executable, "-m", "rsched.cli", "--log-level", "WARNING", "api", "--no-auth",
-             "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if api.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((tmp / "api.log").read_text())
-                time.sleep(0.1)
+        # The admin and read keys running_api makes go unused: the API runs --no-auth.
+        with running_api(server.url, tmp, "--no-auth", log_level="WARNING") as api:
+            pid = api.proc.popen.pid
             procs = engine(server.url, tmp)
-            # The engine's own commands for N runs, without anyone waiting.
-            c0 = commands(r)
-            until_done(client, schedule(client, args.runs, 0.5))
-            engine_cmds = commands(r) - c0
-            # Then N runs due in 4 s, each waited for by a request opened before.
-            run_ids = schedule(client, args.runs, 4.0)
-            cpu0, c1 = cpu_s(api.pid), commands(r)
-            delays = sorted(asyncio.run(wait_all(port, run_ids)))
-            api_cpu, total_cmds = cpu_s(api.pid) - cpu0, commands(r) - c1
-            for p in procs:
-                p.terminate()
-                p.wait(timeout=15)
-        finally:
-            api.terminate()
-            api.wait(timeout=15)
-            log.close()
-            client.close()
+            try:
+                # The engine's own commands for N runs, without anyone waiting.
+                c0 = commands(r)
+                until_done(client, schedule(client, args.runs, 0.5))
+                engine_cmds = commands(r) - c0
+                # Then N runs due in 4 s, each waited for by a request opened before.
+                run_ids = schedule(client, args.runs, 4.0)
+                cpu0, c1 = cpu_s(pid), commands(r)
+                delays = sorted(asyncio.run(wait_all(api.port, run_ids)))
+                api_cpu, total_cmds = cpu_s(pid) - cpu0, commands(r) - c1
+            finally:
+                for p in procs:
+                    p.terminate()
+                    p.wait(timeout=15)
+                client.close()
     n = len(delays)
     out: dict[str, Any] = {
         "waiting_requests": n,

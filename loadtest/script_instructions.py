@@ -165,7 +165,8 @@ def measure(r: redis.Redis, cg: Callgrind) -> dict[str, float]:
     def claim(once: list[bytes], dispatched: int | None = None) -> None:
         ks = [keys.lease(P), keys.due(P), keys.retry(P), keys.events(P), keys.stats(P), stream,
               *(prefix + m for m in once), keys.dead(P)]
-        out = ev("claim", ks, ["d1", 7, t, 0, 1, 0, keys.GROUP, len(once), s.run_ttl_ms, *once])
+        out = ev("claim", ks, ["d1", 7, t, 0, 1, 0, keys.GROUP, len(once), s.run_ttl_ms,
+                              s.history_len, *once])
         assert int(out[0]) == (len(once) if dispatched is None else dispatched), out
 
     if A.backlog:

@@ -17,9 +17,11 @@ KEYS[4]        rsched:{pN}:events    STREAM history
 KEYS[5]        rsched:{pN}:stats     HASH   counters
 KEYS[5+q]      rsched:{pN}:q:<queue_q>  STREAM, q = 1..nq: every queue of the partition
 KEYS[5+nq+k]   k = 1..no: rsched:{pN}:job:<id> HASH of each one-off item
-KEYS[5+nq+no+2i-1], KEYS[5+nq+no+2i]  per item: rsched:{pN}:job:<id> HASH,
+KEYS[5+nq+no+3i-2], KEYS[5+nq+no+3i-1], KEYS[5+nq+no+3i]  per item: rsched:{pN}:job:<id> HASH,
                rsched:{pN}:run:<run id> HASH (a one-off job's first occurrence, its own run, is
-               kept in the job hash instead: see run_fields in util; the run key is then unused)
+               kept in the job hash instead: see run_fields in util; the run key is then unused),
+               rsched:{pN}:hist:<id> LIST (the job's history: skipped occurrences and runs
+               ended here are recorded in it like any other ended attempt, remember in util)
 KEYS[#KEYS-na+k-1]  k = 1..na: rsched:{pN}:run:<active_k> HASH, the active runs below
 KEYS[#KEYS]    rsched:{pN}:dead      ZSET   dead letters (a one-off job past its start deadline)
 Queue stream entries: r run id, t job type, a attempt (left out for a first attempt: 1), x packed
@@ -31,15 +33,17 @@ The call's 'dispatched' events share one events-stream entry (batch_flush in uti
 ARGV[1]  owner        ARGV[2] fence        ARGV[3] now_ms (0 = Redis TIME)
 ARGV[4]  events_maxlen (0 = unbounded)      ARGV[5] nq      ARGV[6] n items
 ARGV[7]  consumer group of the queue streams (acknowledged entries are trimmed)
-ARGV[8]  no: one-off items, then 1 value each (from ARGV[10]): job id.  Read from the due set
+ARGV[8]  no: one-off items, then 1 value each (from ARGV[11]): job id.  Read from the due set
          as due; the job's stored next_ms, due by Redis's clock, is the occurrence claimed
          (run id <job id>@<next_ms>): a one-off job's due score is its next_ms give or take
          0.49 (priority), so 'score due' and 'next_ms <= now' agree, and a job rescheduled
          meanwhile is judged by its new time.  Only a job's first occurrence is claimed this
          way: anything else (recurring, unknown queue, gone, or a one-off job run before) is
          handed back.  One past its startDeadlineSeconds (include life) is dead-lettered
-         instead, with the error 'missed start deadline' (its own run, attempt 0).
+         instead, with the error 'missed start deadline' (its own run, attempt 1, recorded
+         in the job's history like any other ended attempt).
 ARGV[9]  run_ttl_ms: how long the hash of a run skipped by its overlap policy is kept (0 = ever)
+ARGV[10] history_len: the job history list's bound (Settings.history_len; 0 = none kept)
 then per item 8 values: kind, job id, run id, score, expected, next_ms, next_score, fire
   kind 'j' (an occurrence the dispatcher read, with the next time computed for a recurring
            job): score = its due score, expected = the job's next_ms (compare-and-set);
@@ -66,7 +70,8 @@ then per item 8 values: kind, job id, run id, score, expected, next_ms, next_sco
            the stats hash's 'overlap_healed'; only a run among the active runs below is judged.
   kind 'r' (retry, replay or trigger of a run, or a buffered run let go): score = its due ms
            in the retry set; a retry of a run asked to stop (cancelPrevious) is recorded
-           'cancelled' instead
+           'cancelled' instead, one of a cancelled job 'abandoned': as the attempt it waited to
+           make (its hash's attempt + 1), in the job's history too
 then na values (na = what is left of ARGV, often none): active_1, ..., active_na: the active
   runs (job field 'active') of items under an overlap policy, as the dispatcher read them
 Limits (include limits): a run whose job has a limit key (job field 'lk') starts only with a
@@ -104,6 +109,7 @@ local maxlen, nq, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local group = ARGV[7]
 local no = tonumber(ARGV[8])
 local run_ttl = ARGV[9]
+local hlen = tonumber(ARGV[10])
 local dead_key = KEYS[#KEYS]
 local prefix = lim_prefix(due_key)  -- limit keys are built from it (include limits)
 
@@ -131,6 +137,15 @@ local function dispatch_event(run_id, attempt, jtype, queue)
   ev_r[k], ev_a[k], ev_ty[k], ev_q[k] = run_id, attempt, jtype, queue
 end
 
+-- Record a run's attempt that ends here (skipped, cancelled, abandoned, dead) in the job's
+-- history like any other ended attempt (remember in util): the job's runs list it, with its
+-- reason.  own: the run is the job's own (its records go into the job hash).
+local function record_end(job_key, hist_key, own, run_id, attempt, status, why)
+  remember(job_key, hist_key, hlen, own, 'ended-' .. now_s,
+           {run = run_id, attempt = tonumber(attempt), status = status,
+            sched_ms = tonumber(string.match(run_id, '@(%d+)$')), ended_ms = now, error = why})
+end
+
 -- Dispatch a one-off job's first occurrence, its own run: the run's fields go into the job hash
 -- (see run_fields in util), written with the job's own change in one HSET.
 -- jtype, spec: the job's as read; last: its last_run_id as read; lkey: its limit key (nil:
@@ -141,10 +156,12 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, jtype, queue, s
   local life = spec_life(spec)
   if life then
     if life[4] > 0 and now > tonumber(string.match(run_id, '@(%d+)$')) + life[4] then
+      -- Its first attempt, ended before it began: attempt 1, recorded as any other.
       redis.call('HSET', job_key, J.next_ms, '0', J.last_run_id, run_id, J.own_run, run_id,
-                 OWN.attempt, '0')
+                 OWN.attempt, '1')
       dead_letter(job_key, job_key, run_names(true), dead_key, events_key, stats_key, maxlen, now,
-                  run_id, job_id, '0', 'missed start deadline', jtype)
+                  run_id, job_id, '1', 'missed start deadline', jtype)
+      record_end(job_key, nil, true, run_id, 1, 'dead', 'missed start deadline')
       unindex[#unindex + 1] = job_id
       skipped = skipped + 1
       return
@@ -180,7 +197,7 @@ local function dispatch_own(job_key, stream_key, job_id, run_id, jtype, queue, s
 end
 for i = 1, no do
   -- A one-off job's first occurrence: one argument and one key, nothing computed in Python.
-  local job_id = ARGV[9 + i]
+  local job_id = ARGV[10 + i]
   local job_key = KEYS[5 + nq + i]
   local status, stored_next, jtype, queue, spec, cron, own_run, last_run, lkey = unpack(
     redis.call('HMGET', job_key, J.status, J.next_ms, J.type, J.queue, J.spec, J.cron, J.own_run,
@@ -204,7 +221,7 @@ for i = 1, no do
                  last_run, lkey)
   end
 end
-local a = 10 + no
+local a = 11 + no
 local base = 5 + nq + no
 -- Whether the active run run_id of a job has ended: its hash gone or its state final.  Only a
 -- run whose key the dispatcher passed (the tail of ARGV and KEYS, read on first use) is judged;
@@ -213,7 +230,7 @@ local actives = nil
 local function active_ended(run_id)
   if not actives then
     actives = {}
-    local first = 10 + no + 8 * n
+    local first = 11 + no + 8 * n
     local na = #ARGV - first + 1
     for k = 0, na - 1 do actives[ARGV[first + k]] = KEYS[#KEYS - na + k] end
   end
@@ -227,7 +244,8 @@ for i = 1, n do
   local kind, job_id, run_id, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local expected, next_ms, next_score, fire = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
   a = a + 8
-  local job_key, run_key = KEYS[base + 2 * i - 1], KEYS[base + 2 * i]
+  local k = base + 3 * i
+  local job_key, run_key, hist_key = KEYS[k - 2], KEYS[k - 1], KEYS[k]
 
   if kind ~= 'r' then
     -- Due by Redis's clock, and still the occurrence that was read (compare-and-set on status
@@ -257,10 +275,11 @@ for i = 1, n do
       if #fire > 1 then fire, gap = string.sub(fire, 1, 1), string.sub(fire, 3) end
       if gap ~= '' then
         local count, first, last = string.match(gap, '^(%d+) (%d+) (%d+)')
+        local why = 'catch-up: ' .. count .. ' occurrence(s) up to ' .. last ..
+                    ' missed by more than the catch-up window'
         emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', job_id .. '@' .. first,
-             't', now_s, 's', first, 'ty', jtype, 'q', queue,
-             'err', 'catch-up: ' .. count .. ' occurrence(s) up to ' .. last ..
-                    ' missed by more than the catch-up window')
+             't', now_s, 's', first, 'ty', jtype, 'q', queue, 'err', why)
+        record_end(job_key, hist_key, false, job_id .. '@' .. first, 0, 'skipped', why)
         redis.call('HSET', job_key, 'gap', gap)
         skipped = skipped + tonumber(count)
       end
@@ -274,7 +293,7 @@ for i = 1, n do
           -- The record heals: an active run that has ended (or whose hash is gone) is let go
           -- as its end would have, a buffered run taking its place.
           if active_ended(a[1]) then
-            release_active(job_key, retry_key, a[1], now_s)
+            release_active(job_key, retry_key, a[1], now_s, actives[a[1]])
             redis.call('HINCRBY', stats_key, 'overlap_healed', 1)
             held = nil
             if a[2] and a[2] ~= '' then held = {a[2], ''} end
@@ -297,6 +316,7 @@ for i = 1, n do
           if run_ttl ~= '0' then redis.call('PEXPIRE', run_key, run_ttl) end
           emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now_s,
                'ty', jtype, 'q', queue, 'err', why)
+          record_end(job_key, hist_key, false, run_id, 0, 'skipped', why)
           skipped = skipped + 1
         end
       elseif fire ~= '0' and lkey and not lim_admit(prefix, lkey, run_id, retry_key, now, true) then
@@ -328,6 +348,7 @@ for i = 1, n do
       elseif gap == '' then
         emit(events_key, maxlen, 'e', 'skipped', 'j', job_id, 'r', run_id, 't', now_s, 's', expected,
              'ty', jtype, 'q', queue, 'err', 'skipped')
+        record_end(job_key, hist_key, false, run_id, 0, 'skipped', 'skipped')
         skipped = skipped + 1
       end
       if once then
@@ -379,19 +400,26 @@ for i = 1, n do
       out[#out + 1] = run_id
     else
       redis.call('ZREM', retry_key, run_id)
+      -- A run ended here ends the attempt it waited to make: recorded as that attempt.
+      local stopped = string.format('%d', tonumber(attempt_s or '0') + 1)
       if not status or status == 'cancelled' then
-        redis.call('HSET', rkey, F.state, 'abandoned', F.ended_ms, now, F.error, 'job cancelled')
-        emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', attempt_s,
+        redis.call('HSET', rkey, F.state, 'abandoned', F.attempt, stopped, F.ended_ms, now,
+                   F.error, 'job cancelled')
+        emit(events_key, maxlen, 'e', 'abandoned', 'j', job_id, 'r', run_id, 'a', stopped,
              't', now, 'ty', jtype or '', 'q', queue, 'err', 'job cancelled before the retry ran')
-        if ov == '1' then release_active(job_key, retry_key, run_id, now) end
+        record_end(job_key, hist_key, own, run_id, stopped, 'abandoned',
+                   'job cancelled before the retry ran')
+        if ov == '1' then release_active(job_key, retry_key, run_id, now, rkey) end
         if lkey then lim_drop(prefix, lkey, run_id, retry_key, now) end
         skipped = skipped + 1
       elseif cancel == run_id and ov == '1' then  -- overlap cancelPrevious asked it to stop
-        redis.call('HSET', rkey, F.state, 'cancelled', F.ended_ms, now, F.error, STOPPED)
+        redis.call('HSET', rkey, F.state, 'cancelled', F.attempt, stopped, F.ended_ms, now,
+                   F.error, STOPPED)
         if run_ttl ~= '0' then redis.call('PEXPIRE', rkey, run_ttl) end
-        emit(events_key, maxlen, 'e', 'cancelled', 'j', job_id, 'r', run_id, 'a', attempt_s,
+        emit(events_key, maxlen, 'e', 'cancelled', 'j', job_id, 'r', run_id, 'a', stopped,
              't', now, 'ty', jtype or '', 'q', queue, 'err', STOPPED)
-        release_active(job_key, retry_key, run_id, now)
+        record_end(job_key, hist_key, own, run_id, stopped, 'cancelled', STOPPED)
+        release_active(job_key, retry_key, run_id, now, rkey)
         if lkey then lim_drop(prefix, lkey, run_id, retry_key, now) end
         skipped = skipped + 1
       elseif lkey and not lim_admit(prefix, lkey, run_id, retry_key, now, false) then

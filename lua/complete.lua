@@ -261,7 +261,7 @@ for i = 1, n do
           ev_st[k], ev_f[k] = '', ''
         end
       end
-      if ov then release_active(job_key, retry_key, run_id, now_s) end
+      if ov then release_active(job_key, retry_key, run_id, now_s, run_key) end
       ok_count = ok_count + 1
       out[i] = 1
     else
@@ -294,7 +294,7 @@ for i = 1, n do
         redis.call('HSET', run_key, F.state, 'cancelled', F.ended_ms, now, F.duration_ms, duration,
                    F.error, text)
         if run_ttl > 0 and not own then redis.call('PEXPIRE', run_key, ARGV[7]) end
-        if ov then release_active(job_key, retry_key, run_id, now) end
+        if ov then release_active(job_key, retry_key, run_id, now, run_key) end
         out[i] = 4
       elseif attempt < max_attempts and delay >= 0 then
         redis.call('HSET', run_key, F.state, 'retry_wait', F.ended_ms, now, F.duration_ms, duration,
@@ -308,7 +308,7 @@ for i = 1, n do
         redis.call('HSET', run_key, F.duration_ms, duration)
         dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                     job_id, attempt, text, jtype)
-        if ov then release_active(job_key, retry_key, run_id, now) end
+        if ov then release_active(job_key, retry_key, run_id, now, run_key) end
         out[i] = 3
       end
     end

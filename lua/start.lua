@@ -41,6 +41,8 @@ Returns {fence_1, attempt_1, ..., fence_n, attempt_n}; fence 0 = do not run this
   acknowledged), fence -1 = fenced: the entry is delivered to another consumer
   now (not acknowledged: it is theirs)
 The call's 'started' events share one events-stream entry (batch_flush in util).
+A run ended here without starting again (its job cancelled: 'abandoned'; cancelPrevious asked it
+to stop: 'cancelled') is recorded in the job's history like any other ended attempt.
 A run that ends here (dead-lettered, or not started again for its cancelled job) frees its
 limit slot if its job has a limit key; a reclaimed run that starts again keeps it (the slot
 belongs to the run id, now under the new fence).  include limits builds those keys from the
@@ -159,7 +161,7 @@ for i = 1, n do
       if attempt > max_attempts then
         dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, run_id,
                     job_id, attempt - 1, err, jtype)
-        if ov == '1' then release_active(job_key, retry_key, run_id, now) end
+        if ov == '1' then release_active(job_key, retry_key, run_id, now, run_key) end
         free_slot(job_key, run_id)
         redis.call('XACK', stream_key, group, sid)
         state = nil
@@ -172,11 +174,14 @@ for i = 1, n do
       local st, why, note = 'abandoned', 'job cancelled',
                             'job cancelled: its abandoned run is not started again'
       if js[1] ~= 'cancelled' then st, why, note = 'cancelled', STOPPED, STOPPED end
-      job_id = job_and_sched(run_id)
+      local sched_s
+      job_id, sched_s = job_and_sched(run_id)
       redis.call('HSET', run_key, F.state, st, F.ended_ms, now, F.error, why)
+      remember(job_key, hist_key, hlen, F == OWN_RUN, sid, {run = run_id, attempt = attempt,
+               status = st, sched_ms = tonumber(sched_s), ended_ms = now, error = why})
       emit(events_key, maxlen, 'e', st, 'j', job_id, 'r', run_id, 'a', attempt, 't', now,
            'ty', jtype, 'err', note)
-      if ov == '1' then release_active(job_key, retry_key, run_id, now) end
+      if ov == '1' then release_active(job_key, retry_key, run_id, now, run_key) end
       free_slot(job_key, run_id)
       redis.call('XACK', stream_key, group, sid)
     elseif state then

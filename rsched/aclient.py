@@ -21,7 +21,7 @@ from rsched.core import defaults
 from rsched.core.errors import RschedError
 from rsched.core.http_target import HTTP_TYPE, target_of
 from rsched.core.limits import Limit
-from rsched.core.models import Attempt, Job, Run
+from rsched.core.models import Attempt, BackfillOverlap, Job, Run
 from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
 from rsched.rdb import ops
@@ -186,11 +186,13 @@ class AsyncClient(ClientBase):
         """Run the job once now, outside its schedule; returns the new run id."""
         return await self.run(jobs.op_trigger(self, job_id))
 
-    async def backfill(self, job_id: str, start: Any, end: Any, *,
-                       dry_run: bool = False) -> Backfill:
-        """Run each occurrence of a recurring job's schedule in [start, end) once (see
-        Client.backfill); with ``dry_run``, write nothing and answer what each would become."""
-        return await self.run(op_backfill(self, job_id, *backfill_range(start, end), dry_run))
+    async def backfill(self, job_id: str, start: Any, end: Any, *, dry_run: bool = False,
+                       overlap: BackfillOverlap | str = defaults.BACKFILL_OVERLAP) -> Backfill:
+        """Run each occurrence of a recurring job's schedule in [start, end) once, under
+        ``overlap`` (see Client.backfill); with ``dry_run``, write nothing and answer what
+        each would become."""
+        return await self.run(op_backfill(self, job_id, *backfill_range(start, end), dry_run,
+                                          overlap))
 
     async def replay(self, run_id: str) -> Run:
         """Send a dead letter back for a new round of attempts (attempts counted from zero)."""

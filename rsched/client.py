@@ -19,7 +19,7 @@ from rsched.core import defaults
 from rsched.core.errors import RschedError
 from rsched.core.http_target import HTTP_TYPE, target_of
 from rsched.core.limits import Limit
-from rsched.core.models import Attempt, Job, Run
+from rsched.core.models import Attempt, BackfillOverlap, Job, Run
 from rsched.core.settings import Settings
 from rsched.core.spec import JobSpec
 from rsched.rdb import ops
@@ -228,12 +228,15 @@ class Client(ClientBase):
         """Run the job once now, outside its schedule; returns the new run id."""
         return self.run(jobs.op_trigger(self, job_id))
 
-    def backfill(self, job_id: str, start: Any, end: Any, *, dry_run: bool = False) -> Backfill:
+    def backfill(self, job_id: str, start: Any, end: Any, *, dry_run: bool = False,
+                 overlap: BackfillOverlap | str = defaults.BACKFILL_OVERLAP) -> Backfill:
         """Run each occurrence of a recurring job's schedule in [start, end) that has no run
-        yet, once, with its nominal time (times: epoch ms, aware datetimes or ISO-8601); with
-        ``dry_run``, write nothing and answer what each would become now.  Errors name the
-        API's fields, from and to."""
-        return self.run(op_backfill(self, job_id, *backfill_range(start, end), dry_run))
+        yet, once, with its nominal time (times: epoch ms, aware datetimes or ISO-8601), under
+        ``overlap``: bufferAll (default) one after another, never beside a run of the job, or
+        one of the job's policies; with ``dry_run``, write nothing and answer what each would
+        become now.  Errors name the API's fields, from, to and overlap."""
+        return self.run(op_backfill(self, job_id, *backfill_range(start, end), dry_run,
+                                    overlap))
 
     def replay(self, run_id: str) -> Run:
         """Send a dead letter back for a new round of attempts (attempts counted from zero)."""

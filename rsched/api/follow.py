@@ -21,9 +21,11 @@ from rsched.archive.events import EventRow
 from rsched.core.errors import NotFound, ValidationError
 from rsched.core.models import Run, job_of_run, partition_of
 from rsched.core.spec import QUEUE_PATTERN, TYPE_PATTERN
+from rsched.core.wire import parse_sid
 from rsched.service.inputs import known_job_id
 from rsched.service.jobs import op_read_run
 from rsched.service.run_events import (
+    ENDING,
     Cursor,
     check_event_id,
     check_wait,
@@ -155,7 +157,7 @@ async def _stream(request: Request, partitions: list[int], wanted: Callable[[Eve
     async with _subscribed(hub, partitions, deliver) as live_from:
         yield b": rsched events\n\n"
         if start is None:  # a new stream: from where the readers are
-            start = min(_sid(at)[0] for at in live_from.values())
+            start = min(parse_sid(at)[0] for at in live_from.values())
             resume: dict[int, tuple[int, int]] = {}
         else:  # resumed: every partition from its last event sent, or from the start
             resume = {p: sent.get(p, (start, -1)) for p in partitions}
@@ -163,7 +165,7 @@ async def _stream(request: Request, partitions: list[int], wanted: Callable[[Eve
 
         def fresh(event_id: str, row: EventRow) -> str | None:
             """The SSE id to send the event with; None: sent already."""
-            sid = _sid(event_id)
+            sid = parse_sid(event_id)
             if sid <= sent.get(row.part, (first, -1)):
                 return None
             sent[row.part] = sid
@@ -186,20 +188,15 @@ async def _stream(request: Request, partitions: list[int], wanted: Callable[[Eve
                 yield _sse(sse_id, item[1])
 
 
-def _sid(event_id: str) -> tuple[int, int]:
-    ms, _, seq = event_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 async def _until(c: AsyncClient, p: int, cur: Cursor, stop: str
                  ) -> AsyncIterator[tuple[str, EventRow]]:
     """Partition ``p``'s events from ``cur`` up to the event ``stop`` (inclusive), then no
     more: the ones after it reach the stream live."""
-    end = _sid(stop)
-    while _sid(cur.last_event) < end or cur.resume_after is not None:
+    end = parse_sid(stop)
+    while parse_sid(cur.last_event) < end or cur.resume_after is not None:
         events = await c.run(op_next_events(p, cur, 1))
         for event_id, row in events:
-            if _sid(event_id) > end:
+            if parse_sid(event_id) > end:
                 return
             yield event_id, row
         if not events and cur.resume_after is None:
@@ -242,18 +239,31 @@ async def events(request: Request) -> Response:
     return _event_stream(request, _stream(request, partitions, wanted, start, sent))
 
 
+QUEUES_KNOWN = 100_000  # jobs whose queue one /events stream remembers at most
+
+
 class _QueueOf:
     """The queue of an event's job: the event's own 'q' when it carries one, else the queue
-    last seen on an event of that job (dispatches carry it)."""
+    last seen on an event of that job (dispatches carry it).  A job is forgotten when its run
+    ends (its next dispatch names the queue again), and beyond ``QUEUES_KNOWN`` jobs in flight
+    the oldest is, so a long-lived stream holds a bounded map."""
 
     def __init__(self) -> None:
         self.known: dict[str, str] = {}
 
     def of(self, row: EventRow) -> str | None:
-        if row.queue is not None and row.job_id is not None:
-            self.known[row.job_id] = row.queue
+        job = row.job_id
+        if job is None:
             return row.queue
-        return self.known.get(row.job_id or "")
+        if row.event in ENDING:
+            known = self.known.pop(job, None)
+            return row.queue if row.queue is not None else known
+        if row.queue is not None:
+            if job not in self.known and len(self.known) >= QUEUES_KNOWN:
+                del self.known[next(iter(self.known))]
+            self.known[job] = row.queue
+            return row.queue
+        return self.known.get(job)
 
 
 __all__ = ["events", "get_run", "job_events"]

@@ -217,10 +217,11 @@ async def trigger_job(request: Request) -> Response:
 
 async def backfill_job(request: Request) -> Response:
     job_id = _job_id(request)
-    from_ms, to_ms, dry = backfill_from_json(
+    from_ms, to_ms, dry, overlap = backfill_from_json(
         await read_json(request, _limits(request).max_body_bytes))
     c = _client(request)
-    return JSON(backfill_json(await c.run(op_backfill(c, job_id, from_ms, to_ms, dry))))
+    return JSON(backfill_json(await c.run(op_backfill(c, job_id, from_ms, to_ms, dry,
+                                                      overlap))))
 
 
 async def job_runs(request: Request) -> Response:

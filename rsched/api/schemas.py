@@ -9,7 +9,7 @@ from typing import Any
 from rsched.archive.store import SORTS
 from rsched.core import defaults
 from rsched.core.http_target import MAX_HEADERS, MAX_TIMEOUT_S, MAX_URL_CHARS, METHODS
-from rsched.core.models import JobStatus
+from rsched.core.models import BackfillOverlap, JobStatus
 from rsched.core.spec import KEY_NAME_PATTERN, QUEUE_PATTERN, TYPE_PATTERN
 from rsched.core.values import VALUE_DEPTH
 
@@ -475,20 +475,26 @@ SCHEMAS: dict[str, Any] = {
     "BackfillRequest": {
         "type": "object", "additionalProperties": False, "required": ["from", "to"],
         "description": "Run each occurrence of the job's schedule in [from, to) that has no "
-                       "run yet (at most 10,000), with its nominal time, under the job's "
-                       "overlap policy; to may not be in the future.",
+                       "run yet (at most 10,000), with its nominal time, under the "
+                       "backfill's overlap policy; to may not be in the future.",
         "properties": {
             "from": {**TIME, "description": "Start (inclusive)."},
             "to": {**TIME, "description": "End (exclusive), not after now."},
             "dryRun": {"type": "boolean", "description": "true: write nothing, answer what "
                                                          "a backfill would do now (default "
                                                          "false)."},
+            "overlap": {"type": "string", "enum": [o.value for o in BackfillOverlap],
+                        "default": defaults.BACKFILL_OVERLAP,
+                        "description": "The backfill's overlap policy: bufferAll (default) "
+                                       "runs its occurrences one after another, the first "
+                                       "once the job's active run has ended; the job's "
+                                       "policies decide each against the job's active run."},
         },
     },
     "Backfill": {
         "type": "object",
-        "required": ["jobId", "from", "to", "dryRun", "count", "times", "counts", "queued",
-                     "alreadyRun", "skipped", "buffered"],
+        "required": ["jobId", "from", "to", "dryRun", "overlap", "count", "times", "counts",
+                     "queued", "alreadyRun", "skipped", "buffered"],
         "description": "The range's occurrences and what became of each (a dry run: what "
                        "would become of each now, decided as a backfill does, nothing "
                        "written): queued to run now, alreadyRun (a run of it existed: not "
@@ -496,6 +502,7 @@ SCHEMAS: dict[str, Any] = {
                        "the size of each list.",
         "properties": {
             "jobId": {"type": "string"}, "from": TIME, "to": TIME, "dryRun": {"type": "boolean"},
+            "overlap": {"type": "string", "enum": [o.value for o in BackfillOverlap]},
             "count": {"type": "integer"},
             "counts": {
                 "type": "object", "additionalProperties": False,

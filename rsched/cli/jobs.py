@@ -351,15 +351,19 @@ for _name, _doc, _note in (("pause", "Pause a job; a run in progress finishes.",
 @click.option("--to", "end", required=True, help="ISO-8601 end (exclusive), not after now.")
 @click.option("--dry-run", is_flag=True,
               help="Write nothing: list each occurrence and what a backfill would do with it.")
+@click.option("--overlap", default=defaults.BACKFILL_OVERLAP, show_default=True,
+              help="The backfill's overlap policy: bufferAll runs the occurrences one after "
+                   "another; allow, skip, bufferOne or cancelPrevious decide each against the "
+                   "job's active run.")
 @JSON_FLAG
 @click.pass_context
 def jobs_backfill(ctx: click.Context, job_id: str, start: str, end: str, dry_run: bool,
-                  as_json: bool) -> None:
+                  overlap: str, as_json: bool) -> None:
     """Run each occurrence of a recurring job's schedule in [--from, --to) once, with its
     nominal time; occurrences that have a run already are not run again."""
     c = client_of(ctx)
-    with naming_flags({"from": "--from", "to": "--to"}):
-        res = backfill_json(c.backfill(job_id, start, end, dry_run=dry_run))
+    with naming_flags({"from": "--from", "to": "--to", "overlap": "--overlap"}):
+        res = backfill_json(c.backfill(job_id, start, end, dry_run=dry_run, overlap=overlap))
     show(res, as_json, _render_backfill)
 
 

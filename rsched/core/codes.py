@@ -83,6 +83,7 @@ class BackfillCode(IntEnum):
     DONE = 1  # each occurrence's BackfillRun follows
     NOT_FOUND = -1
     REFUSED = -2  # the job is cancelled
+    OTHER_TAIL = -3  # bufferAll: the job's last bufferAll run is not the caller's (it is status)
 
 
 class BackfillRun(IntEnum):

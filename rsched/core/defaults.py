@@ -39,6 +39,7 @@ JITTER_MS = 0
 CATCH_UP_WINDOW_MS = 60_000  # occurrences missed by less than this all run (core.catchup)
 DEDUP_MODE = "ttl"  # a dedup window answers the first job for ttlSeconds (docs/dedup.md)
 OVERLAP = "allow"  # a recurring job's runs may overlap (docs/schedules.md says why)
+BACKFILL_OVERLAP = "bufferAll"  # a backfill's occurrences run one after another (Temporal's)
 TZ = "UTC"
 
 # Flow control (core.limits, docs/limits.md).

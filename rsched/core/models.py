@@ -65,6 +65,19 @@ class Overlap(str, enum.Enum):
     CANCEL_PREVIOUS = "cancelPrevious"  # the active run is asked to stop; one waits for that
 
 
+class BackfillOverlap(str, enum.Enum):
+    """A backfill's own overlap policy (Temporal's backfill takes one): the job's four, decided
+    against the job's active run as its occurrences are, or bufferAll (the default,
+    defaults.BACKFILL_OVERLAP): the backfill's occurrences run one after another, the first
+    once the job's active run has ended; decided in lua/backfill.lua."""
+
+    ALLOW = "allow"
+    SKIP = "skip"
+    BUFFER_ONE = "bufferOne"
+    CANCEL_PREVIOUS = "cancelPrevious"
+    BUFFER_ALL = "bufferAll"
+
+
 class Misfire(str, enum.Enum):
     """What happens to occurrences missed by more than the job's catch-up window (core.catchup)."""
 

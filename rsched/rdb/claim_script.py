@@ -21,23 +21,24 @@ _INF = float("inf")
 
 
 def call(p: int, owner: str, fence: int, now_ms: int, events_maxlen: int, run_ttl_ms: int,
-         queues: Sequence[str], items: Sequence[ClaimItem], once: Sequence[bytes] = (),
-         actives: Sequence[str] = ()) -> Call:
+         history_len: int, queues: Sequence[str], items: Sequence[ClaimItem],
+         once: Sequence[bytes] = (), actives: Sequence[str] = ()) -> Call:
     """The claim call of partition ``p`` under the lease ``owner`` holds with ``fence``:
     ``queues`` every queue of the partition (their streams are KEYS), ``items`` claim items,
     ``once`` one-off jobs' ids as read from the due set (bytes), ``actives`` the active runs of
     items under an overlap policy as read (the script lets go of one that has ended);
+    ``history_len`` the bound of a job's history list (runs ended in the claim are recorded);
     ``now_ms`` 0: Redis TIME."""
     ks: list[Any] = [keys.lease(p), keys.due(p), keys.retry(p), keys.events(p), keys.stats(p)]
     ks += [keys.stream(p, q) for q in queues]
     args: list[Any] = [owner, fence, now_ms, events_maxlen, len(queues), len(items),
-                       keys.GROUP, len(once), run_ttl_ms]
+                       keys.GROUP, len(once), run_ttl_ms, history_len]
     # One-off jobs: a key and their id each, the key the job key's prefix and the bytes read.
     prefix = keys.job(p, "").encode()
     ks += [prefix + m for m in once]
     args += once
     for it in items:
-        ks += [keys.job(p, it.job_id), keys.run(p, it.run_id)]
+        ks += [keys.job(p, it.job_id), keys.run(p, it.run_id), keys.history(p, it.job_id)]
         args += it
     ks += [keys.run(p, run_id) for run_id in actives]
     args += actives

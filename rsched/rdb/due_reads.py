@@ -43,12 +43,13 @@ class RoundRead(NamedTuple):
     parts: list[DueRead | Exception]
 
 
-async def read_round(r: Any, parts: Sequence[int], bounds: Sequence[float], horizon: int,
-                     batch: int, queues_known: Container[int]) -> RoundRead:
+async def read_round(r: Any, parts: Sequence[int], bounds: Sequence[float],
+                     horizons: Sequence[int], batch: int, queues_known: Container[int]
+                     ) -> RoundRead:
     """The clocks of the nodes holding ``parts`` (one TIME per master: rdb.cluster
     .clock_routes) and, per partition, its due-set members scored up to its ``bounds`` entry
     (without scores: Redis formats each score it sends with printf, a cost the claim can skip),
-    those from there to ``horizon`` with their scores, its retries up to ``horizon``, each
+    those from there to its ``horizons`` entry with their scores, its retries up to it, each
     set's head, and its queues unless ``queues_known`` holds it; at most ``batch`` entries a
     read.  One pipeline."""
     routes, clock_of = clock_routes(r, [keys.due(p) for p in parts])
@@ -59,7 +60,7 @@ async def read_round(r: Any, parts: Sequence[int], bounds: Sequence[float], hori
         else:
             pipe.execute_command("TIME", route_by=key)
     sizes = []
-    for p, bound in zip(parts, bounds, strict=True):
+    for p, bound, horizon in zip(parts, bounds, horizons, strict=True):
         due_key = keys.due(p)
         pipe.execute_command("ZRANGEBYSCORE", due_key, "-inf", bound, "LIMIT", 0, batch)
         pipe.execute_command("ZRANGEBYSCORE", due_key, f"({bound}", horizon, "LIMIT", 0,

@@ -30,6 +30,14 @@ def op_job_hash(job_id: str) -> Op[Hash]:
     return h
 
 
+def op_stop_asked(job_key: str, run_id: str) -> Op[bool]:
+    """Whether overlap cancelPrevious asked ``run_id`` to stop (its job's field 'cancel'
+    names it, lua/include/overlap.lua): read by a worker just before the run's handler would
+    start."""
+    (asked,) = yield Commands([cmd("hget", job_key, "cancel")])
+    return asked is not None and as_text(asked) == run_id
+
+
 def op_run_hashes(run_ids: Sequence[str]) -> Op[list[tuple[Hash, Hash]]]:
     """Each run's hash and its job's hash (a one-off job's own run keeps its fields there,
     models.run_fields)."""
@@ -160,4 +168,4 @@ def op_run_states(runs: Sequence[tuple[int, str]]) -> Op[list[list[Any]]]:
 __all__ = ["Hash", "op_dead_newest", "op_dead_oldest", "op_dead_after", "op_dead_scores",
            "op_hashes", "op_histories", "op_history", "op_index_reads", "op_job_filter_fields",
            "op_job_hash", "op_jobs_exist", "op_latest_runs", "op_run_hashes", "op_run_states",
-           "op_scan_jobs"]
+           "op_scan_jobs", "op_stop_asked"]

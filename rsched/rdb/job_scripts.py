@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from rsched.core.codes import BackfillCode, BackfillRun, ControlCode, DeleteDeadCode
 from rsched.core.ids import run_id as make_run_id
-from rsched.core.models import Overlap, job_of_run, partition_of
+from rsched.core.models import BackfillOverlap, Overlap, job_of_run, partition_of
 from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.scripts import Call
@@ -95,15 +95,23 @@ class ControlReply(NamedTuple):
         return cls(ControlCode(int(code)), as_text(status))
 
 
-def backfill(job_id: str, events_maxlen: int, run_ttl_ms: int, overlap: Overlap,
-             sched_ms: Sequence[int], dry: str) -> Call:
+# A backfill's overlap policy as backfill.lua takes it: the job's letters, and bufferAll.
+_BACKFILL_POLICY = {BackfillOverlap(o.value): c for o, c in _POLICY.items()} | {
+    BackfillOverlap.BUFFER_ALL: "a"}
+
+
+def backfill(job_id: str, events_maxlen: int, run_ttl_ms: int, history_len: int,
+             overlap: BackfillOverlap, sched_ms: Sequence[int], dry: str, tail: str = "") -> Call:
     """lua/backfill.lua over the occurrences ``sched_ms`` (one chunk); ``dry`` '' for a backfill,
-    '=' or '<active>|<buffered>' for a dry run (see its header)."""
+    '=' or '<active>|<buffered>' for a dry run; ``tail`` (bufferAll) the job's last bufferAll
+    run as read, '' for none (see its header)."""
     p = partition_of(job_id)
-    ks = [keys.job(p, job_id), keys.retry(p), keys.events(p),
+    tail_key = keys.run(p, tail or make_run_id(job_id, 0))  # unused without a tail
+    ks = [keys.job(p, job_id), keys.retry(p), keys.events(p), keys.history(p, job_id), tail_key,
           *(keys.run(p, make_run_id(job_id, t)) for t in sched_ms)]
-    return ("backfill", ks, [job_id, _NOW, events_maxlen, run_ttl_ms, _POLICY[overlap], dry,
-                             len(sched_ms), *sched_ms])
+    return ("backfill", ks, [job_id, _NOW, events_maxlen, run_ttl_ms,
+                             _BACKFILL_POLICY[overlap], dry, history_len, tail, len(sched_ms),
+                             *sched_ms])
 
 
 class BackfillReply(NamedTuple):

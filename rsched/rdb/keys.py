@@ -87,6 +87,13 @@ def workers() -> str:
     return f"{PREFIX}:workers"
 
 
+def start_lag() -> str:
+    """HASH: the cluster's start-lag histogram, which every worker adds its new observations to
+    at each heartbeat: '<i>' -> first attempts whose lag fell in bucket i of LAG_BUCKETS_S (i =
+    len: +Inf), 'sum' -> their lags' sum in seconds.  Kept when a worker dies."""
+    return f"{PREFIX}:startlag"
+
+
 def parked() -> str:
     """HASH: JSON [queue, job type] -> how many times a worker lacking the type set runs of it
     aside (monotonic): a worker with the handler looks for them when the count moves."""

@@ -115,22 +115,20 @@ class CountersRead(NamedTuple):
     group: dict[str, Any] | None
 
 
-def op_read_counters(partitions: Sequence[int]
-                     ) -> Op[tuple[dict[bytes, bytes], list[CountersRead]]]:
-    """The workers' registry (read again: their reports) and each partition's CountersRead, in
-    one round trip; a failed read counts as empty."""
-    cmds = [cmd("hgetall", keys.workers())]
+def op_read_counters(partitions: Sequence[int]) -> Op[list[CountersRead]]:
+    """Each partition's CountersRead, in one round trip; a failed read counts as empty."""
+    cmds = []
     for p in partitions:
         cmds += [cmd("hgetall", keys.stats(p)), cmd("xlen", keys.events(p)),
                  cmd("xinfo_groups", keys.events(p))]
     res = yield Commands(cmds, raise_on_error=False)
     out = []
     for i in range(len(partitions)):
-        stats, length, groups = res[1 + 3 * i: 4 + 3 * i]
+        stats, length, groups = res[3 * i: 3 + 3 * i]
         out.append(CountersRead(
             {as_text(k): int(v) for k, v in stats.items()} if isinstance(stats, dict) else {},
             length if isinstance(length, int) else 0, events_group(groups)))
-    return (res[0] if isinstance(res[0], dict) else {}), out
+    return out
 
 
 __all__ = ["CountersRead", "PartitionRead", "QueueRead", "StatusRead", "op_read_counters",

@@ -1,31 +1,61 @@
 """What workers keep in Redis besides their runs: the registry (HASH rsched:workers, worker id
--> packed record, core.views reads it), each partition's ``started`` count, and the counts of
+-> packed record, core.views reads it), each partition's ``started`` count, the cluster's
+start-lag histogram (HASH keys.start_lag(), read by read_start_lag), and the counts of
 runs set aside per queue and job type (HASH keys.parked(), '["<queue>", "<type>"]' -> count)
 that tell the workers with the handler to look."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from rsched.core.views import LAG_BUCKETS_S
 from rsched.core.wire import as_text
 from rsched.rdb import keys
+from rsched.rdb.ops import Commands, Op, cmd
 
 
-async def register(r: Any, worker_id: str, record: bytes, started: Mapping[int, int]
-                   ) -> list[int]:
-    """Store the worker's record and add ``started`` (partition -> runs started since the last
-    call) to each partition's ``started`` count, in one round trip; returns the partitions
-    whose count was added (the others: add them again next time).  A failed record raises."""
+async def register(r: Any, worker_id: str, record: bytes, started: Mapping[int, int],
+                   lag: Sequence[float] = ()) -> tuple[list[int], bool]:
+    """Store the worker's record, add ``started`` (partition -> runs started since the last
+    call) to each partition's ``started`` count and ``lag`` (the start-lag observations since
+    the last call: per bucket, then +Inf, then the sum; zeros are not sent) to the cluster's
+    histogram, in one round trip.  Returns the partitions whose count was added (the others:
+    add them again next time) and whether the lag was.  A failed record raises."""
     pipe = r.pipeline(transaction=False)  # keys in different slots
     pipe.hset(keys.workers(), worker_id, record)
     for p, n in started.items():
         pipe.hincrby(keys.stats(p), "started", n)
-    registered, *added = await pipe.execute(raise_on_error=False)
+    counts, total = list(lag[:-1]), (lag[-1] if lag else 0.0)
+    sent = 0
+    for i, seen in enumerate(counts):
+        if seen:
+            pipe.hincrby(keys.start_lag(), str(i), round(seen))
+            sent += 1
+    if total:
+        pipe.hincrbyfloat(keys.start_lag(), "sum", total)
+        sent += 1
+    registered, *rest = await pipe.execute(raise_on_error=False)
     if isinstance(registered, Exception):
         raise registered
-    return [p for p, res in zip(started, added, strict=True) if not isinstance(res, Exception)]
+    added, lagged = rest[:len(started)], rest[len(started):len(started) + sent]
+    return ([p for p, res in zip(started, added, strict=True) if not isinstance(res, Exception)],
+            not any(isinstance(res, Exception) for res in lagged))
+
+
+def op_start_lag() -> Op[list[float]]:
+    """The cluster's start-lag histogram: per LAG_BUCKETS_S bucket (not cumulative), then +Inf,
+    then the sum in seconds; zeros when nothing was added (or the read failed)."""
+    (h,) = yield Commands([cmd("hgetall", keys.start_lag())], raise_on_error=False)
+    out = [0.0] * (len(LAG_BUCKETS_S) + 2)
+    if isinstance(h, dict):
+        for k, v in h.items():
+            name = as_text(k)
+            at = len(out) - 1 if name == "sum" else int(name) if name.isdigit() else -1
+            if 0 <= at < len(out):
+                out[at] = float(v)
+    return out
 
 
 async def records(r: Any) -> dict[bytes, bytes]:
@@ -65,5 +95,5 @@ async def parked_counts(r: Any) -> dict[str, int]:
     return {as_text(raw): int(n) for raw, n in (await r.hgetall(keys.parked())).items()}
 
 
-__all__ = ["add_parked", "forget", "parked_counts", "parked_name", "parked_of", "records",
-           "register"]
+__all__ = ["add_parked", "forget", "op_start_lag", "parked_counts", "parked_name", "parked_of",
+           "records", "register"]

@@ -1,5 +1,6 @@
 """Backfill: run a recurring job's occurrences in a past time range, each once, with its nominal
-time, under the job's overlap policy (lua/backfill.lua decides each one in Redis).
+time, under the backfill's overlap policy (lua/backfill.lua decides each one in Redis): by
+default bufferAll, one after another, never beside a run of the job.
 
 A run id is ``<job id>@<nominal ms>``, so an occurrence has one run hash whoever runs it: the
 dispatcher, a trigger or a backfill.  The script leaves an occurrence alone when that hash exists,
@@ -18,13 +19,15 @@ from rsched.core import defaults
 from rsched.core.codes import BackfillCode, BackfillRun
 from rsched.core.cron import parse_cron
 from rsched.core.errors import Conflict, NotFound, ValidationError
-from rsched.core.models import Overlap, partition_of
+from rsched.core.ids import run_id as make_run_id
+from rsched.core.models import BackfillOverlap, partition_of
 from rsched.core.times import ms_to_iso
 from rsched.rdb import job_scripts
 from rsched.rdb.job_scripts import BackfillReply
 from rsched.rdb.ops import Blocking, Op, Scripts
 from rsched.rdb.scripts import Call
 from rsched.service.context import Service, op_wake
+from rsched.service.inputs import backfill_overlap
 from rsched.service.jobs import op_get
 
 
@@ -38,6 +41,7 @@ class Backfill:
     to_ms: int
     dry_run: bool
     times: list[int]
+    overlap: BackfillOverlap
     queued: list[int] = field(default_factory=list)
     existing: list[int] = field(default_factory=list)  # a run of it existed: not run again
     skipped: list[int] = field(default_factory=list)  # by the overlap policy
@@ -85,11 +89,14 @@ def _check_records(svc: Service, created_ms: int, times: list[int], now_ms: int)
             "could run them twice; give a later from")
 
 
-def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
-                dry_run: bool = False) -> Op[Backfill]:
-    """Run each occurrence of the job's schedule in [from_ms, to_ms) that has no run yet, in
-    one round trip of chunked script calls.  With ``dry_run``, backfill.lua decides each
-    occurrence the same way and writes nothing: the answer says what a backfill would do now."""
+def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int, dry_run: bool = False,
+                overlap: BackfillOverlap | str = defaults.BACKFILL_OVERLAP) -> Op[Backfill]:
+    """Run each occurrence of the job's schedule in [from_ms, to_ms) that has no run yet, under
+    ``overlap`` (BackfillOverlap), in one round trip of chunked script calls (bufferAll: one a
+    chunk, each chunk's runs queued behind the last one's).  With ``dry_run``, backfill.lua
+    decides each occurrence the same way and writes nothing: the answer says what a backfill
+    would do now."""
+    policy = backfill_overlap(overlap)
     now = yield from svc.op_now()
     check_range(from_ms, to_ms, now)
     job = yield from op_get(job_id)
@@ -102,7 +109,7 @@ def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
     hi = min(to_ms, life.end_at_ms + 1) if life.end_at_ms else to_ms
     # Up to BACKFILL_MAX cron steps (about 0.2 s for 10,000): off the API's event loop.
     times = (yield Blocking(partial(occurrences, job.cron, job.tz, lo, hi))) if lo < hi else []
-    out = Backfill(job_id, from_ms, to_ms, dry_run, times)
+    out = Backfill(job_id, from_ms, to_ms, dry_run, times, policy)
     _check_records(svc, job.created_ms, times, now)
     chunks = [times[c : c + defaults.BACKFILL_CHUNK]
               for c in range(0, len(times), defaults.BACKFILL_CHUNK)]
@@ -111,17 +118,45 @@ def op_backfill(svc: Service, job_id: str, from_ms: int, to_ms: int,
         # previous chunk's decisions leave, which no dry call writes.
         state = "="
         for chunk in chunks:
-            (res,) = yield Scripts([_call(svc, job.overlap, job_id, chunk, state)])
+            (res,) = yield Scripts([_call(svc, policy, job_id, chunk, state)])
             reply = _record(out, job_id, chunk, res)
             state = f"{reply.active}|{reply.buffered}"
         return out
-    results = yield Scripts((_call(svc, job.overlap, job_id, chunk, "") for chunk in chunks),
-                            durable=True)
-    for chunk, res in zip(chunks, results, strict=True):
-        _record(out, job_id, chunk, res)
+    if policy is BackfillOverlap.BUFFER_ALL:
+        yield from _buffer_all(svc, out, chunks)
+    else:
+        results = yield Scripts((_call(svc, policy, job_id, chunk, "") for chunk in chunks),
+                                durable=True)
+        for chunk, res in zip(chunks, results, strict=True):
+            _record(out, job_id, chunk, res)
     if out.queued:
         yield from op_wake([partition_of(job_id)])
     return out
+
+
+TAIL_TRIES = 5  # calls of one chunk while other bufferAll backfills of the job change its queue
+
+
+def _buffer_all(svc: Service, out: Backfill, chunks: list[list[int]]) -> Op[None]:
+    """bufferAll: each chunk's runs queue behind the last run the one before queued (the job's
+    'bq_tail'), so one call a chunk; a call that finds another tail (another bufferAll backfill
+    of the job came between) is made again behind it."""
+    tail = ""
+    for chunk in chunks:
+        for _ in range(TAIL_TRIES):
+            (res,) = yield Scripts([_call(svc, out.overlap, out.job_id, chunk, "", tail)],
+                                   durable=True)
+            if isinstance(res, Exception) or int(res[0]) != BackfillCode.OTHER_TAIL:
+                break
+            tail = BackfillReply.of(res, 0).status
+        else:
+            raise Conflict("overlap", "other bufferAll backfills of this job changed its queue "
+                                      f"{TAIL_TRIES} times meanwhile; try again")
+        reply = _record(out, out.job_id, chunk, res)
+        made = [t for t, c in zip(chunk, reply.runs, strict=True)
+                if c in (BackfillRun.QUEUED, BackfillRun.BUFFERED)]
+        if made:
+            tail = make_run_id(out.job_id, made[-1])
 
 
 def _record(out: Backfill, job_id: str, chunk: list[int], res: Any) -> BackfillReply:
@@ -140,8 +175,10 @@ def _record(out: Backfill, job_id: str, chunk: list[int], res: Any) -> BackfillR
     return reply
 
 
-def _call(svc: Service, overlap: Overlap, job_id: str, chunk: list[int], dry: str) -> Call:
+def _call(svc: Service, overlap: BackfillOverlap, job_id: str, chunk: list[int], dry: str,
+          tail: str = "") -> Call:
     """One backfill.lua call over a chunk of at most BACKFILL_CHUNK occurrences (bounded
-    arguments, short pauses of Redis); ``dry`` as its ARGV[6]."""
-    return job_scripts.backfill(job_id, svc.settings.events_maxlen, svc.settings.run_ttl_ms,
-                                overlap, chunk, dry)
+    arguments, short pauses of Redis); ``dry`` as its ARGV[6], ``tail`` its ARGV[8]."""
+    s = svc.settings
+    return job_scripts.backfill(job_id, s.events_maxlen, s.run_ttl_ms, s.history_len, overlap,
+                                chunk, dry, tail)

@@ -14,7 +14,7 @@ from typing import Any
 from rsched.core import defaults
 from rsched.core.errors import NotFound, ValidationError
 from rsched.core.http_target import HTTP_TYPE
-from rsched.core.models import job_of_run, partition_of
+from rsched.core.models import BackfillOverlap, job_of_run, partition_of
 from rsched.core.spec import MAX_TIME_MS, Dedup, JobSpec
 from rsched.core.times import to_ms
 from rsched.service.patch import UNSET, JobPatch
@@ -185,7 +185,17 @@ def spec_from_json(value: Any, where: str = "body") -> JobSpec:
     return JobSpec(**kw)
 
 
-BACKFILL_FIELDS = ("from", "to", "dryRun")
+BACKFILL_FIELDS = ("from", "to", "dryRun", "overlap")
+
+
+def backfill_overlap(value: Any, field: str = "overlap") -> BackfillOverlap:
+    """A backfill's overlap policy by its name; ValidationError naming ``field``."""
+    if isinstance(value, BackfillOverlap):
+        return value
+    known = {o.value: o for o in BackfillOverlap}
+    if isinstance(value, str) and value in known:
+        return known[value]
+    raise ValidationError(field, "must be " + ", ".join(repr(v) for v in known))
 
 
 def backfill_range(start: Any, end: Any) -> tuple[int, int]:
@@ -201,8 +211,8 @@ def backfill_range(start: Any, end: Any) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def backfill_from_json(value: Any) -> tuple[int, int, bool]:
-    """POST /jobs/{id}/backfill body -> (from ms, to ms, dry run)."""
+def backfill_from_json(value: Any) -> tuple[int, int, bool, BackfillOverlap]:
+    """POST /jobs/{id}/backfill body -> (from ms, to ms, dry run, overlap)."""
     d = as_object(value, "body")
     reject_unknown(d, BACKFILL_FIELDS)
     for name in ("from", "to"):
@@ -211,7 +221,8 @@ def backfill_from_json(value: Any) -> tuple[int, int, bool]:
         _string(d[name], name)
     start, end = backfill_range(d.get("from"), d.get("to"))
     dry = d.get("dryRun", False)
-    return start, end, _flag(dry, "dryRun")
+    overlap = backfill_overlap(d.get("overlap", defaults.BACKFILL_OVERLAP))
+    return start, end, _flag(dry, "dryRun"), overlap
 
 
 def patch_from_json(value: Any) -> JobPatch:

@@ -197,7 +197,8 @@ def backfill_json(b: Backfill) -> dict[str, Any]:
     """A backfill's answer: the range's times, what became of each (a dry run: what would
     become of each now) and how many of each."""
     out: dict[str, Any] = {"jobId": b.job_id, "from": ms_to_iso(b.from_ms),
-                           "to": ms_to_iso(b.to_ms), "dryRun": b.dry_run, "count": len(b.times),
+                           "to": ms_to_iso(b.to_ms), "dryRun": b.dry_run,
+                           "overlap": b.overlap.value, "count": len(b.times),
                            "times": [ms_to_iso_fast(t) for t in b.times]}
     groups = (("queued", b.queued), ("alreadyRun", b.existing), ("skipped", b.skipped),
               ("buffered", b.buffered))

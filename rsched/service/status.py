@@ -8,7 +8,6 @@ from collections.abc import Callable
 from rsched.archive.lag import Lag, archive_lag, unarchived
 from rsched.core.limits import resolver
 from rsched.core.views import (
-    LAG_BUCKETS_S,
     Cluster,
     DispatcherStatus,
     HandlerWait,
@@ -36,6 +35,7 @@ from rsched.rdb.status_reads import (
     op_read_status,
     op_read_workers,
 )
+from rsched.rdb.worker_registry import op_start_lag
 from rsched.service.context import Service
 
 
@@ -124,23 +124,13 @@ def _counters(p: int, read: CountersRead) -> PartitionCounters:
 
 def op_cluster(svc: Service) -> Op[Cluster]:
     """The status plus what only metrics show: each partition's counters, the archiver's lag,
-    the runs started (workers add them to the partitions' stats) and the start-lag buckets live
-    workers report."""
+    the runs started (workers add them to the partitions' stats) and the start-lag histogram
+    (workers add their observations to it: a dead worker's stay)."""
     status = yield from op_status(svc)
-    registry, reads = yield from op_read_counters([pt.partition for pt in status.partitions])
+    reads = yield from op_read_counters([pt.partition for pt in status.partitions])
     counters = tuple(_counters(pt.partition, read)
                      for pt, read in zip(status.partitions, reads, strict=True))
-    live = {w.id for w in status.workers if w.alive}
-    reports = []
-    for wid, raw in registry.items():
-        metrics = worker_record(raw).get("metrics") if as_text(wid) in live else None
-        if isinstance(metrics, dict):
-            reports.append(metrics)
-    lag = [0.0] * (len(LAG_BUCKETS_S) + 2)
-    for m in reports:
-        counts = m.get("lag") or ()
-        if len(counts) == len(lag):
-            lag = [a + b for a, b in zip(lag, counts, strict=True)]
+    lag = yield from op_start_lag()
     limits = yield from op_limit_view(len(status.partitions))
     return Cluster(status, counters, sum(pc.stats.get("started", 0) for pc in counters),
                    tuple(lag), limits)

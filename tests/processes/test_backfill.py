@@ -1,6 +1,8 @@
 """Backfill (POST /jobs/{id}/backfill, Client.backfill, `rsched jobs backfill`): each occurrence
 of a range runs once with its nominal time, whoever else ran or reaches it (a second backfill,
-the dispatcher), under the job's overlap policy; dry runs, the 10,000 limit, field errors."""
+the dispatcher), under the overlap policy it is given (allow here, where runs may overlap; its
+default bufferAll is in tests/redis/test_backfill_overlap.py); dry runs, the 10,000 limit, field
+errors."""
 
 from __future__ import annotations
 
@@ -69,10 +71,11 @@ def test_a_second_backfill_over_an_overlapping_range_runs_no_occurrence_twice(
     redis_url: str, client: Client
 ) -> None:
     job, now = every_second(client)
-    first = client.backfill(job.id, now - 30 * S, now - 10 * S)
+    first = client.backfill(job.id, now - 30 * S, now - 10 * S, overlap="allow")
     assert first.times == list(range(now - 30 * S, now - 10 * S, S))
     assert first.queued == first.times and not first.existing
-    second = client.backfill(job.id, ms_to_iso(now - 20 * S), ms_to_iso(now - 5 * S))
+    second = client.backfill(job.id, ms_to_iso(now - 20 * S), ms_to_iso(now - 5 * S),
+                             overlap="allow")
     assert second.existing == list(range(now - 20 * S, now - 10 * S, S))
     assert second.queued == list(range(now - 10 * S, now - 5 * S, S))
     log: list[tuple[str, int]] = []
@@ -85,7 +88,7 @@ def test_a_second_backfill_over_an_overlapping_range_runs_no_occurrence_twice(
     assert sorted(log) == [(f"{job.id}@{t}", t) for t in range(now - 30 * S, now - 5 * S, S)]
     assert client.get_run(f"{job.id}@{now - 30 * S}").state is RunState.SUCCEEDED
     # Once they ran, a third backfill still finds every run.
-    third = client.backfill(job.id, now - 40 * S, now - 5 * S)
+    third = client.backfill(job.id, now - 40 * S, now - 5 * S, overlap="allow")
     assert third.existing == list(range(now - 30 * S, now - 5 * S, S))
     assert len(third.queued) == 10
 
@@ -99,7 +102,7 @@ def test_an_occurrence_a_backfill_ran_is_not_dispatched_again_when_the_dispatche
     assert job.next_ms is not None
     time.sleep(3.2)
     now = client.now_ms()
-    done = client.backfill(job.id, job.next_ms, now // S * S)
+    done = client.backfill(job.id, job.next_ms, now // S * S, overlap="allow")
     assert len(done.queued) >= 2 and not done.existing
     log: list[tuple[str, int]] = []
 
@@ -130,7 +133,7 @@ def test_a_backfill_over_occurrences_the_dispatcher_ran_runs_none_of_them_again(
     asyncio.run(scenario())
     ran = sorted(t for _, t in log)
     assert len(ran) >= 3
-    res = client.backfill(job.id, ran[0] - 5 * S, ran[-1] + 1)
+    res = client.backfill(job.id, ran[0] - 5 * S, ran[-1] + 1, overlap="allow")
     assert res.existing == ran
     assert res.queued == list(range(ran[0] - 5 * S, ran[0], S))  # before the job existed
 
@@ -139,7 +142,7 @@ def test_a_dry_run_says_what_each_time_would_become_and_writes_nothing(
     client: Client, r: redis.Redis, api: TestClient
 ) -> None:
     job, now = every_second(client)
-    client.backfill(job.id, now - 2 * S, now - S)  # one of the three ran already
+    client.backfill(job.id, now - 2 * S, now - S, overlap="allow")  # one ran already
 
     def stored() -> dict[bytes, Any]:
         """Every key and its dump, but the overview samples the API's sampler may write."""
@@ -147,36 +150,39 @@ def test_a_dry_run_says_what_each_time_would_become_and_writes_nothing(
 
     before = stored()
     res = api.post(f"/jobs/{job.id}/backfill", json={
-        "from": ms_to_iso(now - 3 * S), "to": ms_to_iso(now), "dryRun": True})
+        "from": ms_to_iso(now - 3 * S), "to": ms_to_iso(now), "dryRun": True,
+        "overlap": "allow"})
     assert res.status_code == 200, res.text
     times = [ms_to_iso(now - k * S) for k in (3, 2, 1)]
     assert res.json() == {"jobId": job.id, "from": ms_to_iso(now - 3 * S), "to": ms_to_iso(now),
-                          "dryRun": True, "count": 3, "times": times,
+                          "dryRun": True, "overlap": "allow", "count": 3, "times": times,
                           "counts": {"queued": 2, "alreadyRun": 1, "skipped": 0, "buffered": 0},
                           "queued": [times[0], times[2]], "alreadyRun": [times[1]],
                           "skipped": [], "buffered": []}
     assert stored() == before
     real = api.post(f"/jobs/{job.id}/backfill", json={
-        "from": ms_to_iso(now - 3 * S), "to": ms_to_iso(now)}).json()
+        "from": ms_to_iso(now - 3 * S), "to": ms_to_iso(now), "overlap": "allow"}).json()
     assert {k: real[k] for k in ("counts", "queued", "alreadyRun")} == {
         k: res.json()[k] for k in ("counts", "queued", "alreadyRun")}
     assert real["dryRun"] is False
 
 
-@pytest.mark.parametrize("overlap", ["allow", "skip", "bufferOne", "cancelPrevious"])
+@pytest.mark.parametrize("overlap",
+                         ["allow", "skip", "bufferOne", "cancelPrevious", "bufferAll"])
 def test_a_dry_run_decides_each_occurrence_as_the_backfill_then_does(
     client: Client, r: redis.Redis, overlap: str
 ) -> None:
     """Over more occurrences than one script call takes (each chunk's decisions depend on the
     runs the previous chunk's made active or buffered), with some that ran and some recorded
     skipped."""
-    job, now = every_second(client, overlap=overlap)
+    job, now = every_second(client, overlap="allow" if overlap == "bufferAll" else overlap)
     start = now - 1200 * S
-    client.backfill(job.id, start + 100 * S, start + 103 * S)
+    client.backfill(job.id, start + 100 * S, start + 103 * S, overlap=overlap)
     # As if the runs that backfill started ended: a policy's first occurrence may run again.
-    r.hset(keys.job(job.partition, job.id), mapping={"active": "", "buffered": ""})
-    dry = client.backfill(job.id, start, now, dry_run=True)
-    real = client.backfill(job.id, start, now)
+    r.hset(keys.job(job.partition, job.id), mapping={"active": "", "buffered": "", "bq": "",
+                                                     "bq_tail": ""})
+    dry = client.backfill(job.id, start, now, dry_run=True, overlap=overlap)
+    real = client.backfill(job.id, start, now, overlap=overlap)
     assert len(dry.times) == 1200
     assert (dry.queued, dry.existing, dry.skipped, dry.buffered) == (
         real.queued, real.existing, real.skipped, real.buffered)
@@ -199,8 +205,8 @@ def test_at_most_10000_occurrences_a_call_and_more_is_a_422_naming_to(
 ) -> None:
     job, now = every_second(client)
     start = now - 20_000 * S
-    res = client.backfill(job.id, start, start + 10_000 * S)
-    assert len(res.queued) == 10_000
+    res = client.backfill(job.id, start, start + 10_000 * S)  # bufferAll: 20 chunks in a row
+    assert (len(res.queued), len(res.buffered)) == (1, 9_999)
     dry = client.backfill(job.id, start, start + 10_000 * S, dry_run=True)  # 20 chunks
     assert len(dry.existing) == 10_000
     body = problem_of(api.post(f"/jobs/{job.id}/backfill", json={
@@ -260,21 +266,22 @@ def test_under_skip_and_buffer_one_a_backfill_runs_what_the_policy_lets_run(
     client: Client
 ) -> None:
     skip, now = every_second(client, overlap="skip")
-    res = client.backfill(skip.id, now - 3 * S, now)
+    res = client.backfill(skip.id, now - 3 * S, now, overlap="skip")
     assert (len(res.queued), len(res.skipped)) == (1, 2)
     assert client.get_run(f"{skip.id}@{now - 2 * S}").error == (
         f"overlap: run {skip.id}@{now - 3 * S} of this job is still active")
     buffer_one, _ = every_second(client, overlap="bufferOne")
-    res = client.backfill(buffer_one.id, now - 3 * S, now)
+    res = client.backfill(buffer_one.id, now - 3 * S, now, overlap="bufferOne")
     assert [len(res.queued), len(res.buffered), len(res.skipped)] == [1, 1, 1]
     assert client.get_run(f"{buffer_one.id}@{now - 2 * S}").state is RunState.BUFFERED
 
 
 def test_the_cli_backfills_and_names_its_flags(redis_url: str, client: Client) -> None:
     job, now = every_second(client, overlap="skip")
-    base = ["--redis-url", redis_url, "--log-level", "ERROR", "jobs", "backfill", job.id]
+    base = ["--redis-url", redis_url, "--log-level", "ERROR", "jobs", "backfill", job.id,
+            "--overlap", "skip"]
     rng = ["--from", ms_to_iso(now - 3 * S) or "", "--to", ms_to_iso(now) or ""]
-    client.backfill(job.id, now - 3 * S, now - 2 * S)  # ran already, and the job's active run
+    client.backfill(job.id, now - 3 * S, now - 2 * S, overlap="skip")  # the job's active run
     dry = CliRunner().invoke(cli, [*base, *rng, "--dry-run"], catch_exceptions=False)
     assert dry.exit_code == 0, dry.output
     assert dry.stdout.splitlines() == [
@@ -304,13 +311,14 @@ def test_the_real_cli_dry_run_counts_and_writes_nothing_and_then_the_backfill_do
     end = client.now_ms() // (10 * S) * (10 * S)
     rng = ["--from", ms_to_iso(end - 3600 * S) or "", "--to", ms_to_iso(end) or ""]
     before = r.dbsize()
-    dry = run_main(redis_url, "jobs", "backfill", job.id, *rng, "--dry-run")
+    dry = run_main(redis_url, "jobs", "backfill", job.id, *rng, "--dry-run", "--overlap",
+                   "allow")
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
     assert len(lines) == 362 and all(x.endswith("  would be queued") for x in lines[:360])
     assert lines[360].endswith(": 360 would be queued, 0 already ran")
     assert r.dbsize() == before and not client.runs(job.id)
-    done = run_main(redis_url, "jobs", "backfill", job.id, *rng)
+    done = run_main(redis_url, "jobs", "backfill", job.id, *rng, "--overlap", "allow")
     assert done.stdout.strip().endswith(": 360 queued, 0 already ran"), done.stderr
 
 
@@ -326,8 +334,8 @@ def test_real_processes_run_each_backfilled_occurrence_once(
         (fleet.dispatcher if name.startswith("d") else fleet.worker)(name)
     wait_for(lambda: started(r, names), 30, "processes to start", fleet)
     job, now = every_second(client)
-    a = client.backfill(job.id, now - 60 * S, now - 20 * S)
-    b = client.backfill(job.id, now - 40 * S, now)
+    a = client.backfill(job.id, now - 60 * S, now - 20 * S, overlap="allow")
+    b = client.backfill(job.id, now - 40 * S, now, overlap="allow")
     assert len(a.queued) == 40 and len(b.queued) == 20 and len(b.existing) == 20
     want = {f"{job.id}@{t}" for t in range(now - 60 * S, now, S)}
 
@@ -361,7 +369,8 @@ def test_start_lag_counts_from_when_a_run_was_meant_to_start_not_its_nominal_tim
     would fire on every backfill)."""
     job, now = every_second(client)
     hour = 3600 * S
-    assert len(client.backfill(job.id, now - hour, now - hour + 10 * S).queued) == 10
+    assert len(client.backfill(job.id, now - hour, now - hour + 10 * S,
+                               overlap="allow").queued) == 10
     client.schedule("record", run_at=now - hour)
     log: list[tuple[str, int]] = []
     lags: list[float] = []

@@ -461,10 +461,18 @@ def test_a_job_page_edits_the_schedule_policy_at_its_version_and_backfills_once_
                   for s in (created_s - 10, created_s))
     page.fill("input[name=from]", start)
     page.fill("input[name=to]", end)
+    # The backfill's own policy, bufferAll by default: the 5 one after another.
     page.get_by_role("button", name="Backfill…").click()
     page.wait_for_selector("[data-test=backfill-counts]")
-    dry = stack.api.post(f"/jobs/{job.id}/backfill",
-                         json={"from": start, "to": end, "dryRun": True}).json()
+    assert text(page, "[data-test=backfill-counts]") == (
+        "1 would be queued, 0 already ran, 4 buffered by overlap")
+    assert text(page, "[data-test=backfill-confirm]") == "Queue 1 run(s), buffer 4"
+    page.locator("[data-test=backfill-overlap]").select_option("cancelPrevious")
+    assert page.locator("[data-test=backfill-confirm]").count() == 0  # for the other policy
+    page.get_by_role("button", name="Backfill…").click()
+    page.wait_for_selector("[data-test=backfill-counts] >> text=/skipped/")
+    dry = stack.api.post(f"/jobs/{job.id}/backfill", json={
+        "from": start, "to": end, "dryRun": True, "overlap": "cancelPrevious"}).json()
     # cancelPrevious, as if the 5 came at once: the first would be queued, the second wait and
     # ask it to stop (not started yet, it never runs), the rest be skipped.
     assert text(page, "[data-test=backfill-counts]") == (
@@ -508,7 +516,7 @@ def test_runs_the_overlap_policy_kept_from_running_read_as_such_not_as_red_error
     API serving it and an archiver beside the stack's processes."""
     job = stack.client.schedule("tick", cron="* * * * * *", overlap="skip", paused=True)
     now = stack.client.now_ms() // 1000 * 1000
-    res = stack.client.backfill(job.id, now - 3000, now)
+    res = stack.client.backfill(job.id, now - 3000, now, overlap="skip")
     assert (len(res.queued), len(res.skipped)) == (1, 2)
     port = free_port()
     env = dict(os.environ, RSCHED_REDIS_URL=stack.client.settings.redis_url, PYTHONUNBUFFERED="1",
@@ -541,6 +549,39 @@ def test_runs_the_overlap_policy_kept_from_running_read_as_such_not_as_red_error
     finally:
         for proc in procs:
             proc.stop()
+
+
+def test_runs_skipped_by_overlap_are_listed_with_their_reason_from_redis_alone(
+    page: Any, stack: Stack
+) -> None:
+    """The stack's API has no archive: a job's runs come from Redis's own history, which
+    records each occurrence skipped while the job's run is still active."""
+    gate = stack.gate.with_name("skip-gate")
+    hold = Path(f"{gate}-0")  # the run goes on while it exists
+    hold.touch()
+    try:
+        job = stack.client.schedule("stepped", {"gate": str(gate), "steps": []},
+                                    cron="* * * * * *", overlap="skip")
+
+        def skipped() -> list[dict[str, Any]]:
+            runs = stack.api.get(f"/jobs/{job.id}/runs").json()["runs"]
+            return [a for a in runs if a["status"] == "skipped"]
+
+        stack.wait("two skipped occurrences", lambda: len(skipped()) >= 2)
+        stack.client.pause(job.id)
+        shown = skipped()[:2]
+        active = stack.client.get_run(shown[0]["runId"]).error or ""
+        assert active.startswith("overlap: run ") and active.endswith(" is still active")
+        page.goto(f"{stack.base}/ui/#/jobs/{job.id}")
+        for a in shown:
+            assert a["error"] == active and a["attempt"] == 0
+            item = page.locator(f"li[data-run='{a['runId']}']")
+            item.wait_for()
+            assert "t-skipped" in (item.get_attribute("class") or "")
+            assert item.locator("[data-test=reason]").inner_text() == active
+        shot(page, "job-skipped-runs-redis")
+    finally:
+        hold.unlink()
 
 
 def ms_of(iso: str) -> int:

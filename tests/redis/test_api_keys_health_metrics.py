@@ -119,3 +119,36 @@ def test_cluster_runs_started_does_not_drop_when_a_worker_dies(
     text = metrics.render(cluster).decode()
     fam = {f.name: f for f in text_string_to_metric_families(text)}["rsched_cluster_runs_started"]
     assert [s.value for s in fam.samples if s.name.endswith("_total")] == [5]
+
+
+def test_cluster_start_lag_keeps_a_dead_workers_share_and_adds_a_restarted_ones_once(
+    redis_url: str, client: Client, r: redis.Redis
+) -> None:
+    """Each worker adds its new observations to Redis at each heartbeat: the figure does not
+    lose a killed worker's runs, nor count a beat's twice."""
+
+    async def run(n: int, worker_id: str) -> None:
+        client.schedule_many([JobSpec(type="ok") for _ in range(n)])
+        async with Rig(redis_url, _ok_app(), worker_id=worker_id) as rig:
+            done = 0
+            for _ in range(20):  # a fetch takes one entry per stream
+                done += (await rig.cycle())[2]
+                if done == n:
+                    break
+            await rig.worker.heartbeat_once()
+            await rig.worker.heartbeat_once()  # nothing new: adds nothing
+
+    def lag_count() -> float:
+        cluster = client.run(op_cluster(client))
+        fam = {f.name: f for f in text_string_to_metric_families(
+            metrics.render(cluster).decode())}["rsched_cluster_start_lag_seconds"]
+        [count] = [s.value for s in fam.samples if s.name.endswith("_count")]
+        assert sum(cluster.start_lag[:-1]) == count and cluster.start_lag[-1] >= 0
+        return count
+
+    asyncio.run(run(4, "w-first"))
+    assert lag_count() == 4
+    r.hdel(keys.workers(), "w-first")  # killed, then pruned: its record is gone
+    assert lag_count() == 4
+    asyncio.run(run(3, "w-first"))  # the same worker id, restarted: its counts start at 0
+    assert lag_count() == 7

@@ -16,6 +16,8 @@ import redis
 from support.helpers import ManualClock, Rig, job_field, run_of
 
 from rsched import App, Client, JobContext, RunState
+from rsched.core.models import partition_of
+from rsched.rdb import keys
 
 MINUTE = 60_000
 STOPPED = "cancelled: overlap cancelPrevious, a later occurrence replaces it"
@@ -152,3 +154,77 @@ def test_a_run_asked_to_stop_whose_worker_died_is_cancelled_by_the_reclaim_not_r
 
     asyncio.run(scenario())
     assert run_of(client, a).error == STOPPED
+    # The history holds both attempts: the one its dead worker left, the one the reclaim ended.
+    ended = [(x.attempt, x.status, x.error) for x in client.runs(job_id) if x.run_id == a]
+    assert ended == [(2, "cancelled", STOPPED), (1, "abandoned", ended[1][2])]
+
+
+def test_a_run_asked_to_stop_while_still_in_its_queue_never_starts_its_handler(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """The stop comes before the worker reads the run: the worker asks its job's record just
+    before the handler would start, not waiting for its first heartbeat."""
+    job_id, t0 = cancel_previous(client, "async")
+    a, b = f"{job_id}@{t0}", f"{job_id}@{t0 + MINUTE}"
+    log: list[str] = []
+
+    async def scenario() -> None:
+        async with Rig(redis_url, slow_app(log), clock=clock) as rig:
+            clock.ms = t0
+            assert (await rig.claim()).dispatched == 1  # a, queued: no worker has read it
+            clock.ms = t0 + MINUTE
+            assert (await rig.claim()).dispatched == 0  # b waits; a is asked to stop
+            assert job_field(r, job_id, "cancel") == a
+            assert await rig.fetch() == 1  # a is read, and ends before its handler starts
+            assert await rig.finish() == 1
+            assert log == []
+            stopped = run_of(client, a)
+            assert (stopped.state, stopped.error) == (RunState.CANCELLED, STOPPED)
+            assert (await rig.claim()).dispatched == 1  # now b, which starts
+            assert await rig.fetch() == 1
+            await asyncio.sleep(0.05)
+            assert log == [f"start {b}"]
+
+    asyncio.run(scenario())
+
+
+def test_a_run_asked_to_stop_while_waiting_for_a_worker_slot_never_starts_its_handler(
+    redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
+) -> None:
+    """The worker has read the run but its one slot is taken: the heartbeat's stop reaches the
+    run before its turn, and its turn ends it unrun."""
+    log: list[str] = []
+    app = slow_app(log)
+    release, held = asyncio.Event(), asyncio.Event()
+
+    @app.job("hold")
+    async def hold(ctx: JobContext) -> None:
+        held.set()
+        await release.wait()
+
+    job_id, t0 = cancel_previous(client, "async")
+    a = f"{job_id}@{t0}"
+    holder = client.schedule("hold", queue="first", run_at=t0)
+
+    async def scenario() -> None:
+        one_slot = {"concurrency": 1, "queues": ["first", "default"]}
+        async with Rig(redis_url, app, clock=clock, worker_kw=one_slot) as rig:
+            clock.ms = t0
+            await rig.claim()
+            # One read of both streams takes an entry of each, the holder's first: it takes the
+            # one slot and a waits for it.
+            streams = [keys.stream(holder.partition, "first"),
+                       keys.stream(partition_of(job_id), "default")]
+            assert await rig.worker.intake.fetch_once(block_ms=20, streams=streams) == 2
+            await asyncio.wait_for(held.wait(), 5)
+            clock.ms = t0 + MINUTE
+            await rig.claim()
+            assert job_field(r, job_id, "cancel") == a
+            assert await rig.worker.heartbeat_once() == 0  # tells the worker: a is to stop
+            release.set()
+            assert await rig.finish() == 2
+            assert log == []
+            assert run_of(client, a).state is RunState.CANCELLED
+            assert run_of(client, f"{holder.id}@{holder.next_ms}").state is RunState.SUCCEEDED
+
+    asyncio.run(scenario())

@@ -299,7 +299,7 @@ def test_a_recurring_job_advances_by_compare_and_set_so_a_claim_applied_twice_di
     # First seen, a recurring job goes as a one-off item (ARGV[8] counts them) and comes back from
     # the claim script for its next time in Python, then goes again as an item of kind 'j'.
     assert [(c[2][5], c[2][7]) for c in calls] == [(0, 1), (1, 0)]
-    assert calls[1][2][9] == "j"  # after ARGV[9], the run ttl
+    assert calls[1][2][10] == "j"  # after ARGV[10], the history list's bound
     nxt = parse_cron("*/5 * * * *", "UTC").next_after(job.next_ms)
     assert client.get(job.id).next_ms == nxt
     assert r.zscore(keys.due(job.partition), job.id) == nxt
@@ -632,6 +632,40 @@ def test_raw_due_reads_give_the_pairs_redis_py_gives_on_either_protocol(
     plain = rp.zrangebyscore("z", "-inf", "+inf", start=0, num=10, withscores=True)
     assert [tuple(p) for p in pairs(raw)] == [tuple(p) for p in plain] and pairs([]) == []
     rp.close()
+
+
+def test_each_partition_is_read_up_to_its_own_masters_clock_not_the_first_ones(
+    redis_url: str, client: Client
+) -> None:
+    """On a cluster a round learns each master's TIME offset; the entries it reads next round
+    reach past each partition's own master's clock.  Here the offsets say the first master runs
+    5 minutes behind the master of every partition (as a cluster with that skew would): a
+    trigger's run, due in the retry set by its own master's clock, is claimed in the round,
+    not 5 minutes late."""
+    job = client.schedule("t", run_at="2099-01-01T00:00:00Z")
+    run_id = client.trigger(job.id)
+
+    async def scenario() -> None:
+        async with aredis(redis_url) as ar:
+            owned = await LeaseKeeper(ar, "d1", PARTITIONS, LEASE_MS).run_once()
+            claimer = Claimer(ar, "d1")
+            claimer._offset_ms = -5 * MINUTE  # the first master's clock, as last read
+            claimer._offsets = dict.fromkeys(range(PARTITIONS), 0)  # each partition's own
+            assert (await claimer.run_once(owned)).dispatched == 1
+            # What is left is due in a minute by its own master's clock; the round's clock is
+            # the first master's, 5 minutes behind: the claimer says a minute, not six.
+            soon = client.schedule("t", run_at=client.now_ms() + MINUTE)
+            assert (await claimer.run_once(owned)).dispatched == 0
+            real = claimer._offset_ms
+            claimer._offset_ms = real - 5 * MINUTE
+            claimer._offsets = dict.fromkeys(range(PARTITIONS), real)
+            idle = await claimer.run_once(owned, skip_idle=True)  # reads nothing
+            assert idle.earliest_ms is not None and idle.now_ms is not None
+            wait_ms = idle.earliest_ms - idle.now_ms
+            assert soon.next_ms is not None and 0 < wait_ms <= MINUTE + 1000, wait_ms
+
+    asyncio.run(scenario())
+    assert client.get_run(run_id).state.value == "dispatched"
 
 
 def test_a_job_due_by_redis_time_but_past_the_clock_estimate_is_claimed_in_the_same_round(

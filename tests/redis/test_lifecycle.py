@@ -241,7 +241,15 @@ def test_a_one_off_job_claimed_past_its_start_deadline_is_dead_lettered_never_ru
     late_run = f"{late.id}@{late.next_ms}"
     assert ran == [f"{in_time.id}@{in_time.next_ms}"]
     dead = run_of(client, late_run)
-    assert (dead.state, dead.error, dead.attempt) == (RunState.DEAD, "missed start deadline", 0)
+    # Its first attempt, ended before it began: attempt 1 in the run, its history and the
+    # events (the archive's view), like any other ended attempt.
+    assert (dead.state, dead.error, dead.attempt) == (RunState.DEAD, "missed start deadline", 1)
+    [kept] = client.runs(late.id)
+    assert (kept.run_id, kept.attempt, kept.status, kept.error, kept.dead_lettered) == (
+        late_run, 1, "dead", "missed start deadline", True)
+    [seen] = client.history(late.id).items
+    assert (seen.run_id, seen.attempt, seen.status, seen.error) == (
+        late_run, 1, "dead", "missed start deadline")
     assert client.get(late.id).status is JobStatus.DEAD
     assert r.zscore(keys.dead(late.partition), late_run) is not None
 

@@ -72,9 +72,9 @@ def send_all(s: socket.socket, data: bytes) -> bool:
 
 @contextmanager
 def running_api(redis_url: str, cwd: Path, *args: str, env: dict[str, str] | None = None,
-                again: Api | None = None) -> Iterator[Api]:
-    """`rsched api --port P *args` on an emptied Redis, with an admin and a read key; or, with
-    ``again``, another API on the Redis as it is, with that one's keys."""
+                again: Api | None = None, log_level: str = "INFO") -> Iterator[Api]:
+    """`rsched --log-level L api --port P *args` on an emptied Redis, with an admin and a read
+    key; or, with ``again``, another API on the Redis as it is, with that one's keys."""
     if again is None:
         with redis.Redis.from_url(redis_url) as r:
             r.flushall()
@@ -86,8 +86,8 @@ def running_api(redis_url: str, cwd: Path, *args: str, env: dict[str, str] | Non
         admin, read = again.admin, again.read
     port = free_port()
     full_env = dict(os.environ, RSCHED_REDIS_URL=redis_url, PYTHONUNBUFFERED="1", **(env or {}))
-    proc = Proc("api" if again is None else f"api-{port}", ["api", "--port", str(port), *args],
-                full_env, cwd)
+    proc = Proc("api" if again is None else f"api-{port}",
+                ["--log-level", log_level, "api", "--port", str(port), *args], full_env, cwd)
     api = Api(port, admin, read, proc)
     try:
         # A connection per check: a kept-alive one would count against --max-connections.

@@ -157,7 +157,11 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         assert client.run(op_delete(client, [bad_run], "test")) == [False]  # replayed: kept
         client.trigger(tick.id)
         created = client.get(tick.id).created_ms
-        assert len(client.backfill(tick.id, created - 180_000, created).queued) >= 2
+        assert len(client.backfill(tick.id, created - 180_000, created,
+                                   overlap="allow").queued) >= 2
+        # bufferAll: a chain behind the job's active run, and a second one behind its tail.
+        assert len(client.backfill(tick.id, created - 360_000, created - 180_000).buffered) >= 2
+        assert len(client.backfill(tick.id, created - 540_000, created - 360_000).buffered) >= 2
         client.update(tick.id, JobPatch(priority=5))
         client.pause(tick.id)
         client.resume(tick.id)

@@ -41,20 +41,22 @@ def held(job_id: str, *, own: bool, fence: int = 0, t0: float = 10.0) -> Infligh
 def test_a_claim_call_holds_keys_and_arguments_where_claims_header_lists_them() -> None:
     item = ClaimItem(CLAIM_RETRY, JOBS[1], f"{JOBS[1]}@{NOW}", NOW, 0, 0, 0, 1)
     once = [JOBS[0].encode(), JOBS[2].encode()]
-    name, ks, args = claim_script.call(P, "d1", 7, 0, 77, 1000, ["a", "b"], [item], once)
+    name, ks, args = claim_script.call(P, "d1", 7, 0, 77, 1000, 9, ["a", "b"], [item], once)
     assert name == "claim"
     fixed = check_keys(name, list(ks), P)
     assert list(ks[len(fixed):]) == [
         keys.stream(P, "a"), keys.stream(P, "b"),
         keys.job(P, JOBS[0]).encode(), keys.job(P, JOBS[2]).encode(),
-        keys.job(P, JOBS[1]), keys.run(P, item.run_id), keys.dead(P)]
+        keys.job(P, JOBS[1]), keys.run(P, item.run_id), keys.history(P, JOBS[1]), keys.dead(P)]
     listed = check_args(name, list(args), {
         "owner": "d1", "fence": 7, "now_ms": 0, "events_maxlen": 77, "nq": 2, "n items": 1,
-        "consumer group": keys.GROUP, "no": 2, "run_ttl_ms": 1000})
+        "consumer group": keys.GROUP, "no": 2, "run_ttl_ms": 1000,
+        "history_len": 9})
     assert list(args[len(listed):]) == [*once, *item]
     # The active runs of overlap items: after the items' arguments, their keys before dead.
     active = f"{JOBS[1]}@{NOW - 60_000}"
-    _, ks2, args2 = claim_script.call(P, "d1", 7, 0, 77, 1000, ["a", "b"], [item], once, [active])
+    _, ks2, args2 = claim_script.call(P, "d1", 7, 0, 77, 1000, 9, ["a", "b"], [item], once,
+                                      [active])
     assert list(ks2) == [*ks[:-1], keys.run(P, active), keys.dead(P)]
     assert list(args2) == [*args, active]
 

@@ -18,7 +18,7 @@ from rsched.core.codes import (
 )
 from rsched.core.ids import partition_for_key, random_job_ids
 from rsched.core.layout import J
-from rsched.core.models import Overlap, partition_of
+from rsched.core.models import BackfillOverlap, Overlap, partition_of
 from rsched.core.spec import OWN_FIELDS, SHARED_FIELDS, Dedup, JobSpec, prepare
 from rsched.rdb import job_scripts, keys, schedule_script
 from rsched.rdb.job_scripts import BackfillReply, ControlReply
@@ -69,13 +69,20 @@ def test_a_control_reply_reads_as_its_code_and_status() -> None:
 
 def test_a_backfill_call_lists_a_run_key_per_occurrence_after_its_header_keys() -> None:
     times = [NOW - 120_000, NOW - 60_000]
-    name, ks, args = job_scripts.backfill(JOB, 77, 3_600_000, Overlap.SKIP, times, "=")
+    name, ks, args = job_scripts.backfill(JOB, 77, 3_600_000, 9, BackfillOverlap.SKIP, times,
+                                          "=")
     fixed = check_keys(name, list(ks), P)
     assert list(ks[len(fixed):]) == [keys.run(P, f"{JOB}@{t}") for t in times]
     listed = check_args(name, list(args), {
         "job id": JOB, "now_ms": 0, "events_maxlen": 77, "run_ttl_ms": 3_600_000,
-        "overlap": "s", "dry": "=", "n": 2})
+        "overlap": "s", "dry": "=", "history_len": 9, "tail": "", "n": 2})
     assert list(args[len(listed):]) == times
+    # bufferAll, behind the job's last bufferAll run: its key in place of the unused one.
+    tail = f"{JOB}@{NOW - 180_000}"
+    _, ks2, args2 = job_scripts.backfill(JOB, 77, 0, 9, BackfillOverlap.BUFFER_ALL, times, "",
+                                         tail)
+    assert ks2[4] == keys.run(P, tail) and ks2[:4] == ks[:4] and ks2[5:] == ks[5:]
+    assert (args2[4], args2[7]) == ("a", tail)
 
 
 def test_a_backfill_reply_reads_as_codes_per_occurrence_and_a_dry_runs_state() -> None:

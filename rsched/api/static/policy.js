@@ -96,6 +96,10 @@ export function backfillForm(job) {
   const now = Date.now();
   const from = isoInput("from", now - 3600_000);
   const to = isoInput("to", now);
+  // The backfill's own overlap policy: bufferAll (the API's default) runs its occurrences one
+  // after another; the job's policies decide each against the job's active run.
+  const overlap = el("select", { name: "backfill-overlap", "data-test": "backfill-overlap" },
+    ["bufferAll", ...OVERLAPS].map((o) => el("option", { value: o }, o)));
   const out = el("div", { "data-test": "backfill-result" });
   const path = `/jobs/${encodeURIComponent(job.id)}/backfill`;
   let busy = false;
@@ -138,16 +142,18 @@ export function backfillForm(job) {
   }
 
   async function preview() {
-    const range = { from: from.value.trim(), to: to.value.trim() };
+    const range = { from: from.value.trim(), to: to.value.trim(), overlap: overlap.value };
     const res = await send({ ...range, dryRun: true });
     if (res) out.replaceChildren(...confirmation(res, range));
   }
-  for (const input of [from, to]) input.addEventListener("input", () => out.replaceChildren());
+  for (const input of [from, to, overlap]) input.addEventListener("input", () => out.replaceChildren());
   return el("section", { class: "panel" }, el("h3", {}, "Backfill"),
     el("p", { class: "muted small" }, "Runs each occurrence in [from, to) once, with its nominal time, "
-      + "under the job's overlap policy; at most 10,000 a call, to not in the future. "
+      + "under the overlap policy chosen (bufferAll: one after another, never beside a run of "
+      + "the job); at most 10,000 a call, to not in the future. "
       + "You see what it would do and confirm it first."),
     el("div", { class: "filters" }, el("label", {}, "From ", from), el("label", {}, "To ", to),
+      el("label", {}, "Overlap ", overlap),
       el("button", { type: "button", class: "secondary", onclick: preview }, "Backfill…")),
     out);
 }

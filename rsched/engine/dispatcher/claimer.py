@@ -21,6 +21,7 @@ from typing import Any
 
 from rsched.core import defaults
 from rsched.core.models import job_of_run
+from rsched.core.settings import Settings
 from rsched.core.wire import CLAIM_RETRY, ClaimItem
 from rsched.engine._calls import CallMany
 from rsched.engine.dispatcher._recurring import Due as _Due
@@ -60,6 +61,8 @@ class Claimer:
     full_read_s: float = FULL_READ_S  # skip_idle rounds still read every partition this often
     call_many: CallMany = scripts.acall_many  # how the claim scripts are sent
     run_ttl_ms: int = 0  # how long a run its overlap policy skipped is kept (Settings; 0 = ever)
+    # A job's history list bound (Settings): runs the claim skips or ends are recorded in it.
+    history_len: int = field(default_factory=lambda: Settings().history_len)
     horizon_ms: int = HORIZON_MS  # how far the clock estimate may lag Redis's TIME
 
     _offset_ms: int = 0  # Redis clock minus local clock, from the last round's TIME
@@ -101,8 +104,10 @@ class Claimer:
             return out
         now_est = self.clock() if self.clock else self._estimate_now()
         # Only entries due by (estimated Redis time + margin) come back, plus each set's head for
-        # the sleep computation: a round costs O(due), not O(batch), when little is due.
-        horizon = now_est + self.horizon_ms
+        # the sleep computation: a round costs O(due), not O(batch), when little is due.  Each
+        # partition's estimate is its own master's clock (on a cluster a master whose clock runs
+        # ahead of the first one's would otherwise see its jobs up to that skew late).
+        horizon = self._horizons(now_est)
         self._forgotten.clear()
         parts = self._parts_to_read(owned, horizon, skip_idle)
         if not parts:
@@ -118,7 +123,17 @@ class Claimer:
         out.earliest_ms = self._earliest(owned)
         return out
 
-    def _parts_to_read(self, owned: dict[int, int], horizon: int, skip_idle: bool) -> list[int]:
+    def _horizons(self, now_est: int) -> Callable[[int], int]:
+        """Each partition's horizon: how far its due entries are read, by its own master's clock
+        as estimated (the first master's estimate ``now_est`` shifted by the two masters' last
+        TIME offsets; with an injected clock, that clock)."""
+        if self.clock:
+            return lambda p: now_est + self.horizon_ms
+        first = self._offset_ms
+        return lambda p: now_est + self._offsets.get(p, first) - first + self.horizon_ms
+
+    def _parts_to_read(self, owned: dict[int, int], horizon: Callable[[int], int],
+                       skip_idle: bool) -> list[int]:
         """The partitions this round reads (see run_once); forgets those no longer owned."""
         known = self._next
         for p in [p for p in known if p not in owned]:
@@ -127,9 +142,9 @@ class Claimer:
         if not skip_idle or mono - self._full_at >= self.full_read_s:
             self._full_at = mono
             return sorted(owned)
-        return [p for p in sorted(owned) if known.get(p, horizon) <= horizon]
+        return [p for p in sorted(owned) if known.get(p, horizon(p)) <= horizon(p)]
 
-    async def _read_due(self, parts: list[int], horizon: int
+    async def _read_due(self, parts: list[int], horizon: Callable[[int], int]
                         ) -> tuple[int, dict[int, int], list[int], list[DueRead]]:
         """The round's clocks, then per partition its due and retry entries up to the horizon,
         each set's head, and its queues until known (one pipeline: rdb.due_reads.read_round).
@@ -151,7 +166,7 @@ class Claimer:
         bounds = [(injected if injected is not None
                    else local + self._offsets.get(p, self._offset_ms)) + 0.5 for p in parts]
         times, clock_of, reads = await read_round(
-            self.r, parts, bounds, horizon, self.batch, self._queues)
+            self.r, parts, bounds, [horizon(p) for p in parts], self.batch, self._queues)
         local = int(time.time() * 1000)
         nows = [None if isinstance(t, Exception) else t for t in times]
         known = [n for n in nows if n is not None]
@@ -248,8 +263,14 @@ class Claimer:
                 self._next.pop(p, None)
 
     def _earliest(self, owned: dict[int, int]) -> int | None:
-        """The earliest due ms known in the owned partitions (None: all empty or unknown)."""
-        e = min((self._next.get(p, float("inf")) for p in owned), default=float("inf"))
+        """The earliest due ms known in the owned partitions (None: all empty or unknown), by
+        the round's clock (ClaimResult.now_ms, the first master's): each partition's entry is
+        due by its own master's clock, shifted by the two clocks' last offsets, so the
+        dispatcher does not sleep a skew too long (an injected clock is every partition's)."""
+        first = self._offset_ms
+        shift = (lambda p: 0) if self.clock else (lambda p: first - self._offsets.get(p, first))
+        e = min((self._next.get(p, float("inf")) + shift(p) for p in owned),
+                default=float("inf"))
         return None if e == float("inf") else int(round(e))
 
     async def _claim(self, calls_by_part: dict[int, list[ClaimItem]], owned: dict[int, int],
@@ -318,7 +339,7 @@ class Claimer:
         """The claim script call of one partition; ``once``: one-off jobs' ids as read,
         ``actives``: the active runs of its overlap items as read."""
         return claim_script.call(p, self.owner, fence, now, self.events_maxlen, self.run_ttl_ms,
-                                 self._queues.get(p) or [], items, once, actives)
+                                 self.history_len, self._queues.get(p) or [], items, once, actives)
 
 
 def retry_item(run_id: str, due_ms: float) -> ClaimItem:

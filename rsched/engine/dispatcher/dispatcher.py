@@ -66,7 +66,8 @@ class Dispatcher:
                                   call_many=self.call_many)
         self.claimer = Claimer(self.r, self.id, self.batch, self.settings.events_maxlen,
                                self.clock, full_read_s=self.full_read_s,
-                               call_many=self.call_many, run_ttl_ms=self.settings.run_ttl_ms)
+                               call_many=self.call_many, run_ttl_ms=self.settings.run_ttl_ms,
+                               history_len=self.settings.history_len)
 
     async def claim_once(self, *, skip_idle: bool = False) -> ClaimResult:
         """One claim round (see Claimer.run_once; the loop below skips idle partitions)."""

@@ -41,6 +41,7 @@ class Membership:
     handler_wait_ms: int  # how long runs of a type no live worker serves wait (the CLI says it)
     heartbeat_ms: int = defaults.HEARTBEAT_MS  # in its record: readers judge its silence by it
     started_added: dict[int, int] = field(default_factory=dict)  # started_in, as added to Redis
+    lag_added: list[float] = field(default_factory=list)  # metrics.lag.total(), as added to Redis
 
     async def join(self) -> None:
         """Create the consumer group of every stream (an existing one is fine)."""
@@ -86,7 +87,8 @@ class Membership:
     async def _register(self) -> None:
         """This worker's registry entry, for the CLI, the dashboard and the cluster metrics,
         and the runs it started since the last beat, added to each partition's ``started``
-        count (a cluster-wide total that does not drop when the worker dies)."""
+        count, and their start lags, added to the cluster's histogram (cluster-wide totals that
+        do not drop when the worker dies)."""
         record = msgpack.packb({
             "queues": self.queues, "inflight": len(self.runs), "pid": os.getpid(),
             "host": socket.gethostname(), "beat_ms": int(time.time() * 1000),
@@ -98,8 +100,15 @@ class Membership:
         now = dict(self.metrics.started_in)
         added = {p: n - self.started_added.get(p, 0) for p, n in now.items()
                  if n > self.started_added.get(p, 0)}
-        for p in await worker_registry.register(self.link.r, self.link.id, record, added):
+        lag = self.metrics.lag.total()
+        base = self.lag_added or [0.0] * len(lag)
+        new_lag = [n - b for n, b in zip(lag, base, strict=True)]
+        parts, lagged = await worker_registry.register(self.link.r, self.link.id, record, added,
+                                                       new_lag)
+        for p in parts:
             self.started_added[p] = now[p]  # the others: added at the next beat
+        if lagged:
+            self.lag_added = lag  # else added at the next beat
 
     async def prune_consumers_once(self, idle_ms: int = defaults.CONSUMER_IDLE_MS) -> int:
         """Delete consumers of killed workers: idle for ``idle_ms`` with nothing pending; and

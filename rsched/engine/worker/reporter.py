@@ -34,6 +34,8 @@ from rsched.engine.worker.inflight import (
 from rsched.engine.worker.read_along import ReadAlong
 from rsched.obs.metrics import RunMetrics
 from rsched.rdb import run_scripts, scripts
+from rsched.rdb.job_reads import op_stop_asked
+from rsched.rdb.ops import arun
 from rsched.rdb.run_scripts import ADOPTED, FRESH, RECLAIMED
 from rsched.rdb.setup import UNAVAILABLE
 
@@ -110,6 +112,10 @@ class Reporter:
         if isinstance(res[0], Exception):
             raise res[0]
         return run_scripts.expired(res[0]) == ExpireCode.DEAD_LETTERED
+
+    async def stop_asked(self, fl: Inflight) -> bool:
+        """Whether overlap cancelPrevious has asked ``fl`` to stop (its job's record)."""
+        return await arun(self.link.r, op_stop_asked(fl.job_key, fl.run_id))
 
     def _took_start(self, fl: Inflight, fence: int, attempt: int, reclaimed: bool) -> None:
         """One run's start result: a token, or not ours to run (never asked again)."""

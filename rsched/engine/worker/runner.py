@@ -17,7 +17,7 @@ from typing import Any
 from rsched.core import defaults
 from rsched.core.handlers import App, AttemptFailed, JobContext, RateLimited
 from rsched.core.lifecycle import life_of
-from rsched.core.models import PACKED_NONE, unpack_payload, unpack_spec
+from rsched.core.models import PACKED_NONE, Overlap, unpack_payload, unpack_spec
 from rsched.core.retry import retry_delay_ms
 from rsched.core.values import TOO_DEEP, VALUE_DEPTH, shallow_json, too_deep
 from rsched.core.wire import ENTRY_SPEC
@@ -52,6 +52,7 @@ class Spec:
     sp: dict[str, Any]  # unpack_spec's dict, shared: only read
     timeout_s: float
     start_deadline: bool  # the job has startDeadlineSeconds: a first attempt asks expire.lua
+    stoppable: bool  # overlap cancelPrevious: asks whether the run was asked to stop first
     payload: Any  # still packed: unpacked per run, so no handler sees another's changes;
     # None for a packed None (a job without payload), which each run would unpack to None
 
@@ -62,6 +63,7 @@ class Spec:
         payload = sp.get("payload")
         return cls(sp, int(sp.get("timeout_ms") or defaults.TIMEOUT_MS) / 1000,
                    bool(life) and life_of(life).start_deadline_ms > 0,
+                   sp.get("overlap") == Overlap.CANCEL_PREVIOUS.value,
                    None if payload == PACKED_NONE else payload)
 
 
@@ -184,6 +186,8 @@ class Runner:
                 await self._wait_turn()
             if spec.start_deadline and fl.attempt == 1 and await self._missed_start(fl):
                 return
+            if spec.stoppable and not fl.stop and await self._stop_asked(fl):
+                fl.stop = True  # asked while it was queued: its handler never starts (below)
             t0 = time.perf_counter()
             loop = asyncio.get_running_loop()
             fl.deadline = loop.time() + timeout_s
@@ -272,6 +276,17 @@ class Runner:
             log.warning("run %s missed its start deadline: dead-lettered, not run", fl.run_id,
                         extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
         return missed
+
+    async def _stop_asked(self, fl: Inflight) -> bool:
+        """Whether cancelPrevious asked this run to stop while it was queued: one read of its
+        job's record, so it is not run until its first heartbeat says so.  Unread (Redis
+        unavailable), it runs: its heartbeat still tells."""
+        try:
+            return await self.reporter.stop_asked(fl)
+        except Exception as e:  # noqa: BLE001 - the heartbeat is the guarantee; this saves time
+            log.warning("run %s: whether it was asked to stop could not be read (%s)",
+                        fl.run_id, e, extra={"job_id": fl.job_id, "run_id": fl.run_id})
+            return False
 
     async def _in_thread(self, fl: Inflight, fn: Any, ctx: JobContext) -> Any:
         """A sync handler in the pool.  Past its timeout Python cannot stop its thread, so the
