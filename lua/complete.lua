@@ -44,7 +44,8 @@ then per run, group by group (from ARGV[9 + 2g]) 6 values: run id, fence ('0' = 
   recorded yet), duration_ms, text (JSON result when succeeded, error message otherwise), stream
   entry id, elapsed_ms (since the handler started); then, unless the group's kind ends in 's',
   2 more: outcome ('succeeded' | 'failed' | 'timed_out' | 'cancelled' | 'deferred'),
-  retry_delay_ms
+  retry_delay_ms (-1 with 'failed': final, the run is dead-lettered at once whatever attempts
+  remain: the handler raised AttemptFailed(final=True), as an HTTP target's 404 does)
 The groups save arguments on the hottest path (a one-off job's own run that succeeded: 7 instead
 of 12; Redis parses each).
 Returns {code_1, ..., code_n}
@@ -295,7 +296,7 @@ for i = 1, n do
         if run_ttl > 0 and not own then redis.call('PEXPIRE', run_key, ARGV[7]) end
         if ov then release_active(job_key, retry_key, run_id, now, run_key) end
         out[i] = 4
-      elseif attempt < max_attempts then
+      elseif attempt < max_attempts and delay >= 0 then
         redis.call('HSET', run_key, F.state, 'retry_wait', F.ended_ms, now, F.duration_ms, duration,
                    F.error, text)
         redis.call('ZADD', retry_key, now + delay, run_id)

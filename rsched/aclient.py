@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from rsched.client import ClientBase, resolve_settings
 from rsched.core import defaults
 from rsched.core.errors import RschedError
+from rsched.core.http_target import HTTP_TYPE, target_of
 from rsched.core.limits import Limit
 from rsched.core.models import Attempt, BackfillOverlap, Job, Run
 from rsched.core.settings import Settings
@@ -64,6 +65,15 @@ class AsyncClient(ClientBase):
         """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict."""
         job, _ = await self.schedule_spec(JobSpec(type=type, payload=payload, **options))
         return job
+
+    async def schedule_http(self, url: str, payload: Any = None, *, method: str | None = None,
+                      headers: dict[str, str] | None = None, body: Any = None,
+                      timeout_s: float | None = None, **options: Any) -> Job:
+        """Schedule an HTTP target job (docs/http-targets.md): a worker started with --http
+        calls ``url`` at each run, signed, with ``body`` (default ``payload``) as JSON; see
+        JobSpec for the other options (run_at, cron, max_attempts, ...)."""
+        return await self.schedule(HTTP_TYPE, payload, target=target_of(url, method, headers, body,
+                                                                   timeout_s), **options)
 
     async def schedule_spec(self, spec: JobSpec) -> tuple[Job, bool]:
         """Schedule one job, batched with concurrent callers; (job, created by this call)."""

@@ -17,6 +17,7 @@ from redis import Redis
 
 from rsched.core import defaults
 from rsched.core.errors import RschedError
+from rsched.core.http_target import HTTP_TYPE, target_of
 from rsched.core.limits import Limit
 from rsched.core.models import Attempt, BackfillOverlap, Job, Run
 from rsched.core.settings import Settings
@@ -145,6 +146,15 @@ class Client(ClientBase):
         if isinstance(res, Exception):
             raise res
         return res
+
+    def schedule_http(self, url: str, payload: Any = None, *, method: str | None = None,
+                      headers: dict[str, str] | None = None, body: Any = None,
+                      timeout_s: float | None = None, **options: Any) -> Job:
+        """Schedule an HTTP target job (docs/http-targets.md): a worker started with --http
+        calls ``url`` at each run, signed, with ``body`` (default ``payload``) as JSON; see
+        JobSpec for the other options (run_at, cron, max_attempts, ...)."""
+        return self.schedule(HTTP_TYPE, payload, target=target_of(url, method, headers, body,
+                                                                   timeout_s), **options)
 
     def schedule_many(self, specs: Sequence[JobSpec]) -> list[Job | RschedError]:
         """Schedule many jobs, one round trip per few hundred; each gets a Job or its own error."""

@@ -235,8 +235,29 @@ PARTITIONS_OWNED = Gauge("rsched_partitions_owned", "Partitions this dispatcher 
 CLAIM_ROUND = Histogram("rsched_claim_round_seconds", "One claim round over owned partitions",
                         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
                         registry=None)
+# An HTTP target worker's requests (rsched worker --http; docs/http-targets.md), registered by
+# export_http.
+HTTP_REQUESTS = Counter("rsched_http_requests", "HTTP target requests by queue and status class "
+                        "(2xx, 3xx, 4xx, 5xx, or error: no response)", ["queue", "status_class"],
+                        registry=None)
+HTTP_LATENCY = Histogram("rsched_http_request_seconds", "HTTP target request latency, to the "
+                         "response's body read", ["queue"], buckets=DURATION_BUCKETS_S,
+                         registry=None)
+_HTTP = (HTTP_REQUESTS, HTTP_LATENCY)
 _DISPATCHING = (DISPATCHED, SKIPPED, LEASE_CHANGES, PARTITIONS_OWNED, CLAIM_ROUND)
 _dispatching_exported: list[bool] = []
+
+
+def export_http() -> None:
+    """Export the HTTP target metrics from this process (once)."""
+    with _lock:
+        if not _http_exported:
+            for m in _HTTP:
+                REGISTRY.register(m)
+            _http_exported.append(True)
+
+
+_http_exported: list[bool] = []
 
 
 def export_dispatching() -> None:

@@ -73,7 +73,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "jitterSeconds": secs[job.jitter_ms], "lastRunId": job.last_run_id,
         "createdAt": times[job.created_ms], "updatedAt": times[job.updated_ms],
         "catchUpWindowSeconds": secs[job.catch_up_window_ms], "overlap": _TEXT[job.overlap],
-        "version": job.version, "limitKey": job.limit_key,
+        "version": job.version, "limitKey": job.limit_key, "target": job.target,
         "lastGap": gap_json(job.last_gap) if job.last_gap else None,
         **(life_json(job) if job.life is not NO_LIFE or job.fail_streak or job.paused
            or job.resumed else _NO_LIFE_JSON),

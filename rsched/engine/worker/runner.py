@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -14,13 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsched.core import defaults
-from rsched.core.handlers import App, JobContext, RateLimited
+from rsched.core.handlers import App, AttemptFailed, JobContext, RateLimited
 from rsched.core.lifecycle import life_of
 from rsched.core.models import PACKED_NONE, Overlap, unpack_payload, unpack_spec
 from rsched.core.retry import retry_delay_ms
 from rsched.core.values import TOO_DEEP, VALUE_DEPTH, shallow_json, too_deep
 from rsched.core.wire import ENTRY_SPEC
-from rsched.engine.worker._failure import failure_text
+from rsched.engine.worker._failure import MAX_ERROR_CHARS, failure_text
 from rsched.engine.worker.inflight import NOT_OURS, Inflight, Outcome, Runs
 from rsched.engine.worker.reporter import Reporter
 from rsched.obs.metrics import RunMetrics
@@ -28,6 +29,7 @@ from rsched.obs.metrics import RunMetrics
 log = logging.getLogger("rsched.worker")
 
 MAX_RESULT_BYTES = 16 * 1024
+FINAL = -1  # a failed attempt's retry delay that dead-letters its run at once (complete.lua)
 STOPPED = "cancelled: overlap cancelPrevious, a later occurrence replaces it"  # as in the Lua
 SPEC_CACHE = 4096  # distinct packed specs kept unpacked...
 SPEC_CACHE_BYTES = 512  # ...of at most this size (a spec holds the payload: keep memory small)
@@ -202,7 +204,7 @@ class Runner:
                 payload = spec.payload
                 ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, fl.sched_ms,
                                  unpack_payload(payload) if payload else None, self.worker_id,
-                                 reporter=self._progress_of(fl, loop))
+                                 reporter=self._progress_of(fl, loop), queue=fl.queue)
                 fl.ctx = ctx
                 if fl.stop:  # asked to stop before its handler started: it never starts
                     raise asyncio.CancelledError
@@ -221,6 +223,9 @@ class Runner:
             except RateLimited as e:  # waits, no attempt spent (complete.lua 'deferred')
                 status, text = "deferred", str(e)
                 fl.defer_ms = int(e.retry_after * 1000)
+            except AttemptFailed as e:  # the handler's own reason, no traceback
+                status, text = "failed", str(e)[:MAX_ERROR_CHARS]
+                fl.failed = e
             except Exception as e:  # noqa: BLE001 - any handler error is a failed attempt
                 status, text = "failed", failure_text(e)
             finally:
@@ -234,9 +239,11 @@ class Runner:
                 delay = fl.defer_ms
             elif status != "succeeded":
                 sp = spec.sp
+                cap = int(sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS))
                 delay = retry_delay_ms(
-                    fl.attempt, int(sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS)),
-                    int(sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS)))
+                    fl.attempt, int(sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS)), cap)
+                if fl.failed is not None:
+                    delay = failed_delay_ms(fl.failed, delay, cap)
                 if fl.phase is not NOT_OURS:  # else said when Redis refused it to us
                     log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status,
                                 text.partition("\n")[0], extra={
@@ -336,6 +343,16 @@ class Runner:
             await asyncio.wait(list(self.tasks), timeout=wait_s)
         self.deadlines.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def failed_delay_ms(e: AttemptFailed, backoff_ms: int, cap_ms: int) -> int:
+    """The retry delay of an attempt that raised AttemptFailed: FINAL, or the backoff raised
+    to its retry_after (at most the job's backoff cap)."""
+    if e.final:
+        return FINAL
+    if e.retry_after is None:
+        return backoff_ms
+    return max(backoff_ms, min(int(math.ceil(e.retry_after * 1000)), cap_ms))
 
 
 def encode_result(result: Any) -> str:

@@ -22,7 +22,7 @@ import os
 import threading
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
@@ -41,6 +41,9 @@ from rsched.engine.worker.membership import Membership
 from rsched.engine.worker.read_along import ReadAlong
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
+
+if TYPE_CHECKING:
+    from rsched.engine.worker.http_target import HttpTargets
 from rsched.obs.metrics import RunMetrics
 from rsched.rdb import keys, scripts
 from rsched.rdb.cluster import same_slot_groups
@@ -81,6 +84,7 @@ class Worker:
         handler_wait_s: float = defaults.HANDLER_WAIT_S,
         dead_after_ms: int = defaults.DEAD_AFTER_MS,
         call_many: CallMany | None = None,
+        http: bool = False,
     ) -> None:
         if heartbeat_ms * 2 > visibility_ms:
             raise ValidationError(
@@ -103,6 +107,13 @@ class Worker:
         if worker_id is not None and worker_id.startswith(keys.PARKED_CONSUMER):
             raise ValidationError("id", f"must not start with {keys.PARKED_CONSUMER!r}: that "
                                   "names the runs set aside for a job type")
+        # --http: the built-in handler of HTTP target jobs, its settings from the environment
+        # (imported only then: aiohttp is a tenth of a second of a worker's start)
+        self.http: HttpTargets | None = None
+        if http:
+            from rsched.engine.worker.http_target import HttpSettings, HttpTargets
+            self.http = HttpTargets(HttpSettings.from_env(), concurrency)
+            app = self.http.register(app)
         self.app = app
         self.settings = settings
         self.queues = list(queues)
@@ -332,6 +343,8 @@ class Worker:
         ``wait_s``; their runs are left to be reclaimed, unreported), then the timeout timer,
         the handler threads and the connection.  ``run`` calls it after its drain."""
         await self.runner.close(wait_s)
+        if self.http is not None:
+            await self.http.close()
         await self.link.held.release()
         await self.link.r.aclose()
 
