@@ -41,6 +41,11 @@ class Settings:
     # Approximate cap on each partition's events stream; 0 keeps every event until the archiver
     # trims it, which is what "nothing lost" needs when Postgres is down.
     events_maxlen: int = 0
+    # While no consumer group (archiver) reads a partition's events stream, the dispatcher
+    # trims it to this many entries and to entries younger than events_keep_ms (0 = no such
+    # bound); a stream an archiver reads is trimmed to what it has read (lua/trim_streams.lua).
+    events_keep: int = defaults.EVENTS_KEEP
+    events_keep_ms: int = defaults.EVENTS_KEEP_MS
     # Allow a Redis that may evict keys or has AOF off: tests and throwaway setups only.
     allow_unsafe_redis: bool = False
     # Replicas that must confirm each client-facing write (see rdb.durable); -1: by URL.
@@ -69,6 +74,8 @@ class Settings:
             max_payload_bytes=_int_env("RSCHED_MAX_PAYLOAD_BYTES", d.max_payload_bytes),
             history_len=_int_env("RSCHED_HISTORY_LEN", d.history_len),
             events_maxlen=_int_env("RSCHED_EVENTS_MAXLEN", d.events_maxlen),
+            events_keep=_int_env("RSCHED_EVENTS_KEEP", d.events_keep),
+            events_keep_ms=_int_env("RSCHED_EVENTS_KEEP_MS", d.events_keep_ms),
             run_ttl_ms=_int_env("RSCHED_RUN_TTL_MS", d.run_ttl_ms),
             finished_ttl_ms=_int_env("RSCHED_FINISHED_TTL_MS", d.finished_ttl_ms),
             allow_unsafe_redis=os.environ.get("RSCHED_ALLOW_UNSAFE_REDIS", "") in ("1", "true"),
@@ -82,6 +89,10 @@ class Settings:
             raise ValidationError("RSCHED_PARTITIONS", "must be between 1 and 1024")
         if s.wait_replicas < -1:
             raise ValidationError("RSCHED_WAIT_REPLICAS", "must be -1 (by URL), 0 or more")
+        if s.events_keep < 0:
+            raise ValidationError("RSCHED_EVENTS_KEEP", "must be 0 (no length bound) or more")
+        if s.events_keep_ms < 0:
+            raise ValidationError("RSCHED_EVENTS_KEEP_MS", "must be 0 (no age bound) or more")
         if s.wait_timeout_ms < 1:
             raise ValidationError("RSCHED_WAIT_TIMEOUT_MS", "must be 1 or more")
         if not 100 <= s.stats_sample_ms <= 3_600_000:

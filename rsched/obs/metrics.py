@@ -235,7 +235,11 @@ PARTITIONS_OWNED = Gauge("rsched_partitions_owned", "Partitions this dispatcher 
 CLAIM_ROUND = Histogram("rsched_claim_round_seconds", "One claim round over owned partitions",
                         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
                         registry=None)
-_DISPATCHING = (DISPATCHED, SKIPPED, LEASE_CHANGES, PARTITIONS_OWNED, CLAIM_ROUND)
+EVENTS_TRIMMED = Counter("rsched_events_trimmed", "Events stream entries this dispatcher trimmed "
+                         "(to the archivers' read point, or to RSCHED_EVENTS_KEEP(_MS))",
+                         registry=None)
+_DISPATCHING = (DISPATCHED, SKIPPED, LEASE_CHANGES, PARTITIONS_OWNED, CLAIM_ROUND,
+                EVENTS_TRIMMED)
 _dispatching_exported: list[bool] = []
 
 

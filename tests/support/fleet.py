@@ -96,14 +96,15 @@ class Fleet:
         return self._spawn(name, ["dispatcher", "--lease-ms", str(lease_ms)])
 
     def worker(
-        self, name: str, *, queues: str = "default", grace_s: float = 5.0, concurrency: int = 16
+        self, name: str, *, queues: str = "default", grace_s: float = 5.0, concurrency: int = 16,
+        app: str = "support.chaos_app:app",
     ) -> Proc:
         return self._spawn(
             name,
             [
                 "worker",
                 "--app",
-                "support.chaos_app:app",
+                app,
                 "--queues",
                 queues,
                 "--concurrency",
