@@ -80,7 +80,10 @@ class Fleet:
         self.log_dir = log_dir
         self.unsafe = unsafe
         self.procs: dict[str, Proc] = {}
-        self.env = dict(os.environ, RSCHED_REDIS_URL=redis_url, RSCHED_PARTITIONS=str(PARTITIONS))
+        # The fleet tests read every event their runs made (events, event_counts): the events
+        # streams keep them all unless a test sets a bound (test_memory_bound.py).
+        self.env = dict(os.environ, RSCHED_REDIS_URL=redis_url, RSCHED_PARTITIONS=str(PARTITIONS),
+                        RSCHED_EVENTS_KEEP="0", RSCHED_EVENTS_KEEP_MS="0")
         self.env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p
         )
