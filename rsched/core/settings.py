@@ -10,6 +10,20 @@ from rsched.core import defaults
 from rsched.core.errors import ValidationError
 
 
+def _retention_env(name: str) -> tuple[tuple[str, int], ...]:
+    """``queue=ms,queue=ms``: a retention per queue (see Settings.queue_retention_ms)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ()
+    out: dict[str, int] = {}
+    for item in raw.split(","):
+        queue, sep, ms = item.strip().partition("=")
+        if not sep or not queue.strip() or not ms.strip().isdigit():
+            raise ValidationError(name, f"expected queue=ms[,queue=ms...], got {item!r}")
+        out[queue.strip()] = int(ms)
+    return tuple(out.items())
+
+
 def _int_env(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -38,6 +52,9 @@ class Settings:
     # millions of one-off jobs do not fill it; 0 = forever.  The archive keeps the history, and
     # the job's idempotency key is remembered as long as the job.  Dead jobs never expire.
     finished_ttl_ms: int = 7 * 86_400_000
+    # Per queue, how long its finished runs and completed one-off jobs stay instead of run_ttl_ms
+    # and finished_ttl_ms ((queue, ms) pairs; 0 = forever); applied by the workers that end them.
+    queue_retention_ms: tuple[tuple[str, int], ...] = ()
     # Approximate cap on each partition's events stream; 0 keeps every event until the archiver
     # trims it, which is what "nothing lost" needs when Postgres is down.
     events_maxlen: int = 0
@@ -54,6 +71,13 @@ class Settings:
     # How often (ms) an API process samples the cluster's counters for the overview's history
     # charts; a minute suits the last hour they show (tests sample faster).
     stats_sample_ms: int = defaults.STATS_SAMPLE_MS
+
+    def retention_of(self, queue: str) -> tuple[int, int]:
+        """(run_ttl_ms, finished_ttl_ms) for the runs of ``queue``."""
+        for name, ms in self.queue_retention_ms:
+            if name == queue:
+                return ms, ms
+        return self.run_ttl_ms, self.finished_ttl_ms
 
     @property
     def initial_partitions(self) -> int:
@@ -78,6 +102,7 @@ class Settings:
             events_keep_ms=_int_env("RSCHED_EVENTS_KEEP_MS", d.events_keep_ms),
             run_ttl_ms=_int_env("RSCHED_RUN_TTL_MS", d.run_ttl_ms),
             finished_ttl_ms=_int_env("RSCHED_FINISHED_TTL_MS", d.finished_ttl_ms),
+            queue_retention_ms=_retention_env("RSCHED_QUEUE_RETENTION_MS"),
             allow_unsafe_redis=os.environ.get("RSCHED_ALLOW_UNSAFE_REDIS", "") in ("1", "true"),
             wait_replicas=_int_env("RSCHED_WAIT_REPLICAS", d.wait_replicas),
             wait_timeout_ms=_int_env("RSCHED_WAIT_TIMEOUT_MS", d.wait_timeout_ms),
