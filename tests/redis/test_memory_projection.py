@@ -8,9 +8,12 @@ import json
 from typing import cast
 
 import redis
+from starlette.testclient import TestClient
 from support.cli import as_json
+from support.helpers import settings
 
 from rsched import Client, JobSpec
+from rsched.api.app import create_app
 from rsched.core import defaults
 from rsched.core.wire import as_text
 from rsched.rdb import keys
@@ -60,3 +63,14 @@ def test_doctor_lists_the_projection_in_mb(client: Client, redis_url: str) -> No
     for part in ("scheduled", "finished", "events", "dead letters", "total"):
         assert rows[f"memory {part}"]["level"] == "ok"
     assert rows["memory scheduled"]["message"].split(" MB: ")[1].startswith("50 due x ")
+
+
+def test_get_memory_answers_the_projection_doctor_lists(client: Client, redis_url: str) -> None:
+    client.schedule_many([JobSpec("t", run_at="2030-01-01T00:00:00Z") for _ in range(20)])
+    with TestClient(create_app(settings(redis_url), auth=False)) as api:
+        res = api.get("/memory")
+    assert res.status_code == 200
+    got = res.json()["parts"]
+    want = _parts(client)
+    assert [p["part"] for p in got] == list(want)
+    assert [(p["bytes"], p["how"]) for p in got] == [(w.bytes, w.how) for w in want.values()]
