@@ -92,6 +92,15 @@ class Dispatcher:
         assert self.leases
         return await self.trimmer.run_once(self.leases.owned)
 
+    async def _trim(self) -> None:
+        """trim_once, off the claim's path: a failed trim is tried again next time, and never
+        holds up a claim round (Redis down: the claim round says so)."""
+        try:
+            await self.trim_once()
+        except Exception as e:  # noqa: BLE001 - the next round trims what this one did not
+            if not is_unavailable(e):
+                log.warning("trimming the streams failed: %s", e)
+
     async def _listen(self) -> None:
         """Wake the loop when a client schedules a job earlier than anything we knew of."""
         while True:
@@ -124,7 +133,7 @@ class Dispatcher:
                         next_renew = time.monotonic() + renew_every
                     if time.monotonic() >= next_trim:
                         next_trim = time.monotonic() + self.trim_every_ms / 1000
-                        await self.trim_once()
+                        await self._trim()
                     self._wake.clear()
                     t0 = time.monotonic()
                     res = await self.claim_once(skip_idle=True)
