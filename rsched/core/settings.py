@@ -48,9 +48,10 @@ class Settings:
     # How long a finished run's hash stays in Redis; the job's history list and the archive keep
     # the record after that.  Dead letters never expire.
     run_ttl_ms: int = 86_400_000
-    # How long a completed one-off job (its hash, own run and attempts) stays in Redis, so
-    # millions of one-off jobs do not fill it; 0 = forever.  The archive keeps the history, and
-    # the job's idempotency key is remembered as long as the job.  Dead jobs never expire.
+    # How long a completed or cancelled one-off job (its hash, own run and attempts) stays in
+    # Redis, so millions of one-off jobs do not fill it; 0 = forever.  The archive keeps the
+    # history, and the job's idempotency key is remembered as long as the job.  Dead jobs never
+    # expire.
     finished_ttl_ms: int = 7 * 86_400_000
     # Per queue, how long its finished runs and completed one-off jobs stay instead of run_ttl_ms
     # and finished_ttl_ms ((queue, ms) pairs; 0 = forever); applied by the workers that end them.

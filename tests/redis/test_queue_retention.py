@@ -1,5 +1,6 @@
-"""Retention per queue (RSCHED_QUEUE_RETENTION_MS): a queue's completed one-off jobs and finished
-runs expire after its own time; other queues keep RSCHED_FINISHED_TTL_MS and RSCHED_RUN_TTL_MS."""
+"""How long finished jobs stay: per queue (RSCHED_QUEUE_RETENTION_MS) a queue's completed one-off
+jobs and finished runs expire after its own time, other queues' after RSCHED_FINISHED_TTL_MS and
+RSCHED_RUN_TTL_MS; a cancelled one-off job expires like a completed one."""
 
 from __future__ import annotations
 
@@ -56,3 +57,13 @@ def test_a_retention_per_queue_is_read_from_the_environment(monkeypatch: pytest.
     s = Settings.from_env()
     assert s.retention_of("brief") == (1000, 1000) and s.retention_of("reports") == (0, 0)
     assert s.retention_of("default") == (s.run_ttl_ms, s.finished_ttl_ms)
+
+
+def test_a_cancelled_one_off_job_expires_like_a_completed_one_and_a_recurring_one_stays(
+        client: Client, r: redis.Redis) -> None:
+    once = client.schedule("ok", run_at="2030-01-01T00:00:00Z")
+    cron = client.schedule("ok", cron="0 3 * * *")
+    for job in (once, cron):
+        assert client.cancel(job.id).status is JobStatus.CANCELLED
+    assert 0 < r.pttl(keys.job(once.partition, once.id)) <= client.settings.finished_ttl_ms
+    assert r.pttl(keys.job(cron.partition, cron.id)) == -1
