@@ -1,11 +1,13 @@
 """Redis memory with a bound and no archiver: 100,000 one-off jobs through a real dispatcher and
 worker, the dispatcher trimming the events streams to RSCHED_EVENTS_KEEP entries (checked while
 the jobs run and after), and the finished jobs expiring after RSCHED_FINISHED_TTL_MS, so Redis's
-used memory goes back to where it started."""
+used memory goes back to where it started.  With an archiver, the same trimming keeps every
+event until it is archived, whatever the bounds say."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -14,6 +16,7 @@ from support import fleet as fleet_support
 from support.fleet import PARTITIONS, Fleet, wait_for
 
 from rsched import Client, JobSpec
+from rsched.archive import open_store
 from rsched.core import defaults
 from rsched.rdb import keys
 
@@ -106,3 +109,41 @@ def test_a_hundred_thousand_jobs_without_an_archiver_leave_redis_memory_where_it
     print(f"streams: {_streams(r)} B in {sum(_lengths(r))} entries; {size} keys")
     print(f"100,000 jobs in {samples[-1][0]:.1f} s: {added} stream entries added, longest "
           f"stream {peak} while running; used_memory grew {grown} B")
+
+
+def test_with_an_archiver_the_trimming_keeps_every_event_until_it_is_archived(
+        fleet: Fleet, client: Client, r: redis.Redis, tmp_path: Path) -> None:
+    jobs = 20_000
+    url = f"sqlite:///{tmp_path}/archive.db"
+    fleet.env.update(RSCHED_EVENTS_KEEP="1", RSCHED_EVENTS_KEEP_MS="1")  # would drop almost all
+    fleet.archiver("a1", url)
+
+    def groups() -> bool | None:
+        pipe = r.pipeline(transaction=False)
+        for p in range(PARTITIONS):
+            pipe.xinfo_groups(keys.events(p))
+        return all(g for g in pipe.execute(raise_on_error=False)
+                   if not isinstance(g, Exception)) or None
+
+    wait_for(lambda: r.exists(keys.events(PARTITIONS - 1)) and groups(), 60,
+             "the archiver's groups", fleet)
+    fleet.dispatcher("d1")
+    fleet.worker("w1", app="support.dashboard_app:app", concurrency=200)
+    t0 = time.monotonic()
+    for _ in range(0, jobs, 1_000):  # over 3 trim rounds or more, the archiver reading along
+        client.schedule_many([JobSpec("tick") for _ in range(1_000)])
+        time.sleep(3 * TRIM_S / (jobs / 1_000))
+    wait_for(lambda: _succeeded(r) >= jobs or None, 300, "every job to run", fleet)
+    assert time.monotonic() - t0 >= 3 * TRIM_S
+    store = open_store(url)
+    try:
+        def archived() -> int | None:
+            n = int(store.fetchall("SELECT count(*) FROM events WHERE event = 'succeeded'")[0][0])
+            return n if n >= jobs else None
+
+        assert wait_for(archived, 60, "every succeeded event in the archive", fleet) == jobs
+        assert int(store.fetchall("SELECT count(*) FROM events WHERE event = 'scheduled'")[0][0]) \
+            == jobs
+    finally:
+        store.close()
+    assert "trimming the streams failed" not in fleet.logs()

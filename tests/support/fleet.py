@@ -121,6 +121,9 @@ class Fleet:
             ],
         )
 
+    def archiver(self, name: str, archive_url: str) -> Proc:
+        return self._spawn(name, ["archiver", "--archive-url", archive_url, "--poll-ms", "20"])
+
     def logs(self) -> str:
         return "\n".join(p.tail() for p in self.procs.values())
 
