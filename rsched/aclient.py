@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from rsched.client import ClientBase, resolve_settings
+from rsched.client import ClientBase, JobHandle, resolve_settings
 from rsched.core import defaults
 from rsched.core.errors import RschedError
 from rsched.core.http_target import HTTP_TYPE, target_of
@@ -40,6 +40,16 @@ T = TypeVar("T")
 COALESCE_MAX = 1000  # single schedules sent in one batch at most
 
 
+class AsyncScheduledJob(JobHandle):
+    """AsyncClient.schedule's answer: the Job, and ``await result(timeout)`` for its run."""
+
+    __slots__ = ()
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """ScheduledJob.result, awaited."""
+        return await self.client.result(self, timeout)
+
+
 class AsyncClient(ClientBase):
     """One per event loop: `Client`'s constructor and operations, as coroutines.  Single
     schedules of concurrent callers go to Redis in one batch (schedule_spec); without a URL or
@@ -61,10 +71,12 @@ class AsyncClient(ClientBase):
 
     # --- scheduling --------------------------------------------------------------------------
 
-    async def schedule(self, type: str, payload: Any = None, **options: Any) -> Job:
-        """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict."""
+    async def schedule(self, type: str, payload: Any = None, **options: Any
+                       ) -> AsyncScheduledJob:
+        """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict.
+        The Job it answers also waits for a one-off job's result: ``await .result(timeout)``."""
         job, _ = await self.schedule_spec(JobSpec(type=type, payload=payload, **options))
-        return job
+        return AsyncScheduledJob.of(job, self)
 
     async def schedule_http(self, url: str, payload: Any = None, *, method: str | None = None,
                       headers: dict[str, str] | None = None, body: Any = None,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from redis import Redis
 
@@ -37,6 +38,39 @@ from rsched.service.patch import UNSET, JobPatch
 from rsched.service.shapes import event_json
 
 T = TypeVar("T")
+
+
+class JobHandle(Job):
+    """A Job as scheduled, with the client that scheduled it: what Client.schedule returns.
+    It is the Job (every field, equal to the same job read back by get), and waits for its run."""
+
+    __slots__ = ("client",)
+    client: Any  # the Client or AsyncClient that scheduled it
+
+    @classmethod
+    def of(cls, job: Job, client: Any) -> Self:
+        """The job, with ``client`` to wait through."""
+        handle = cls(**{f.name: getattr(job, f.name) for f in fields(Job)})
+        handle.client = client
+        return handle
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Job):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(Job))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like Job
+
+
+class ScheduledJob(JobHandle):
+    """Client.schedule's answer: the Job, and ``result(timeout)`` waiting for its run."""
+
+    __slots__ = ()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The one-off job's result once its run has ended (Client.result): TimeoutError after
+        ``timeout`` seconds (None: none), RunFailed when it ended without succeeding."""
+        return self.client.result(self, timeout)
 
 
 def dev_urls(data_dir: Path = Path(defaults.DEV_DATA_DIR)) -> tuple[str, str | None] | None:
@@ -140,12 +174,13 @@ class Client(ClientBase):
         """Redis's clock, in epoch ms: the clock every due time is judged by."""
         return self.run(self.op_now())
 
-    def schedule(self, type: str, payload: Any = None, **options: Any) -> Job:
-        """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict."""
+    def schedule(self, type: str, payload: Any = None, **options: Any) -> ScheduledJob:
+        """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict.
+        The Job it answers also waits for a one-off job's result: ``.result(timeout)``."""
         res = self.schedule_many([JobSpec(type=type, payload=payload, **options)])[0]
         if isinstance(res, Exception):
             raise res
-        return res
+        return ScheduledJob.of(res, self)
 
     def schedule_http(self, url: str, payload: Any = None, *, method: str | None = None,
                       headers: dict[str, str] | None = None, body: Any = None,

@@ -78,6 +78,7 @@ API_ROUTES: list[tuple[str, str, Endpoint, str | None]] = [
     ("POST", "/operations/{operationId}/cancel", routes.cancel_operation, "admin"),
     ("GET", "/schedules/preview", routes.preview, "read"),
     ("GET", "/status", routes.status, "read"),
+    ("GET", "/memory", routes.memory, "read"),
     ("GET", "/stats/failures", routes.stats_failures, "read"),
     ("GET", "/stats/durations", routes.stats_durations, "read"),
     ("GET", "/stats/overview", routes.stats_overview, "read"),

@@ -284,6 +284,13 @@ PATHS: dict[str, Any] = {
         "get": _op("getStatus", "operations", "Partitions, dispatchers, workers, queues",
                    {200: _json("Status", "The cluster's state.")}, []),
     },
+    "/memory": {
+        "get": _op("getMemory", "operations", "Projected Redis memory: the scheduled backlog, "
+                   "finished jobs kept at the current rate, the events streams at their bound, "
+                   "dead letters (docs/memory.md)",
+                   {200: _json("MemoryProjection", "The projection's parts, the total last.")},
+                   []),
+    },
     "/stats/failures": {
         "get": _stats("listFailures", "Failed, timed-out and abandoned attempts in a time "
                       "range, newest first", "FailurePage", "A page of failures.",

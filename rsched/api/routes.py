@@ -49,6 +49,7 @@ from rsched.service.inputs import (
 from rsched.service.job_listing import JobFilter, op_job_listing
 from rsched.service.last_runs import op_last_runs
 from rsched.service.listings import op_dead_letter_page
+from rsched.service.memory import op_projection
 from rsched.service.preview import fire_times, job_fire_times
 from rsched.service.samples import op_samples
 from rsched.service.shapes import (
@@ -65,6 +66,7 @@ from rsched.service.shapes import (
     limit_json,
     limit_view_json,
     listing_json,
+    memory_json,
     operation_json,
     run_json,
     runs_json,
@@ -395,6 +397,12 @@ async def preview(request: Request) -> Response:
 async def status(request: Request) -> Response:
     c = _client(request)
     return JSON(status_json(await c.run(op_status(c))))
+
+
+async def memory(request: Request) -> Response:
+    """Projected Redis memory (rsched.service.memory): what `rsched doctor` lists."""
+    c = _client(request)
+    return JSON(memory_json(await c.run(op_projection(c, await c.run(c.op_partitions())))))
 
 
 async def healthz(request: Request) -> Response:

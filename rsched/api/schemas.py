@@ -535,6 +535,20 @@ SCHEMAS: dict[str, Any] = {
             "jobId": {"type": "string"},
         },
     },
+    "MemoryProjection": {
+        "type": "object",
+        "required": ["parts"],
+        "properties": {"parts": {"type": "array", "items": {
+            "type": "object",
+            "required": ["part", "bytes", "how"],
+            "properties": {
+                "part": {"type": "string", "enum": ["scheduled", "finished", "events",
+                                                    "dead letters", "total"]},
+                "bytes": {"type": "integer", "minimum": 0},
+                "how": {"type": "string", "description": "How the bytes were reckoned."},
+            },
+        }}},
+    },
     "Status": {
         "type": "object",
         "required": ["now", "partitions", "dispatchers", "workers", "queues", "dueBacklog",

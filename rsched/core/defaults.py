@@ -48,6 +48,16 @@ TZ = "UTC"
 MAX_DEFERRALS = 100
 
 # Dispatcher.
+# The events streams' bound while no archiver reads them (lua/trim_streams.lua, docs/memory.md).
+EVENTS_KEEP = 2_000  # entries kept per partition's stream (one to 100 events each)
+EVENTS_KEEP_MS = 86_400_000  # ... and none older than a day
+EVENTS_TRIM_EVERY_MS = 5_000  # how often a dispatcher trims the streams of its partitions
+STREAM_NODE_ENTRIES = 100  # Redis's stream-node-max-entries: `~` trimming leaves up to a node
+# Sizes `rsched doctor` projects with where none can be read live (rsched.service.memory):
+# tests/processes/test_memory_bound.py's 100,000 no-op one-off jobs, docs/memory.md.
+SCHEDULED_JOB_BYTES = 340  # a scheduled one-off job (loadtest/bench_memory.py)
+FINISHED_JOB_BYTES = 325  # a succeeded one-off job kept RSCHED_FINISHED_TTL_MS, its run inside
+EVENT_ENTRY_BYTES = 100  # an events stream entry of one event (batched entries hold up to 100)
 # Partition lease: renewed every LEASE_MS / 4, so a dispatcher paused up to 1.5 s (GC, a slow
 # Redis reply) keeps it, and a dead one's partitions are taken over about LEASE_MS after its last
 # renewal (docs/guarantees.md, "Recovery").

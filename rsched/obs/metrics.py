@@ -244,7 +244,11 @@ HTTP_LATENCY = Histogram("rsched_http_request_seconds", "HTTP target request lat
                          "response's body read", ["queue"], buckets=DURATION_BUCKETS_S,
                          registry=None)
 _HTTP = (HTTP_REQUESTS, HTTP_LATENCY)
-_DISPATCHING = (DISPATCHED, SKIPPED, LEASE_CHANGES, PARTITIONS_OWNED, CLAIM_ROUND)
+EVENTS_TRIMMED = Counter("rsched_events_trimmed", "Events stream entries this dispatcher trimmed "
+                         "(to the archivers' read point, or to RSCHED_EVENTS_KEEP(_MS))",
+                         registry=None)
+_DISPATCHING = (DISPATCHED, SKIPPED, LEASE_CHANGES, PARTITIONS_OWNED, CLAIM_ROUND,
+                EVENTS_TRIMMED)
 _dispatching_exported: list[bool] = []
 
 

@@ -195,6 +195,11 @@ def stream(p: int, queue: str) -> str:
     return _pk(p, f"q:{queue}")
 
 
+def queue_of(stream_key: str) -> str:
+    """The queue a work queue stream's key (stream) names."""
+    return stream_key.split("}:q:", 1)[1]
+
+
 def job(p: int, job_id: str) -> str:
     """HASH: the job (see models.Job)."""
     return _pk(p, f"job:{job_id}")

@@ -31,6 +31,7 @@ NAMES = (
     "pause", "resume", "cancel", "replay", "trigger", "update", "delete_dead", "expire", "park",
     "backfill", "dead_page", "operation_step", "operation_cancel", "limit",
     "alive", "take_over",
+    "trim_streams",
 )
 
 

@@ -27,6 +27,7 @@ from rsched.service.job_listing import Listing
 from rsched.service.last_runs import LastRun
 from rsched.service.limits import LimitView
 from rsched.service.listings import DeadLetter, Page
+from rsched.service.memory import MemoryPart
 from rsched.service.operations import Operation
 
 iso = ms_to_iso_fast  # a batch's jobs share their creation and run times: cached
@@ -272,6 +273,11 @@ def _worker_json(w: WorkerStatus) -> dict[str, Any]:
         "lastHeartbeatAt": ms_to_iso(w.last_heartbeat_ms), "alive": w.alive,
         "deadSince": ms_to_iso(w.dead_since_ms),
     }
+
+
+def memory_json(parts: list[MemoryPart]) -> dict[str, Any]:
+    """GET /memory: the projection's parts, the total last."""
+    return {"parts": [{"part": p.part, "bytes": p.bytes, "how": p.how} for p in parts]}
 
 
 def status_json(s: Status) -> dict[str, Any]:

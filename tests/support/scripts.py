@@ -16,6 +16,7 @@ from rsched.client import JobPatch
 from rsched.core.settings import Settings
 from rsched.engine.dispatcher import LeaseKeeper
 from rsched.engine.dispatcher.claimer import Claimer
+from rsched.engine.dispatcher.trimmer import StreamTrimmer
 from rsched.engine.worker.worker import Worker
 from rsched.rdb import keys, scripts, worker_registry
 from rsched.service.dead_letters import DeadFilter, op_delete
@@ -92,7 +93,8 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
     """Schedule, lease, claim, start, heartbeat, complete (success, retry, dead letter, fenced),
     reclaim, a run set aside by a worker without its handler and taken by one with it (park),
     replay, delete_dead, trigger, update, pause, resume, cancel, a limit set and deleted, a
-    limited run that waits and is admitted, and release, on two partitions."""
+    limited run that waits and is admitted, the events streams trimmed, and release, on two
+    partitions."""
     app, gate = scenario_app()
     s = client.settings
     ka, kb = keys_in_partition(PA, 3, "a"), keys_in_partition(PB, 2, "b")
@@ -188,6 +190,8 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         clock.ms = max(clock(), client.now_ms() + 1)
         assert (await claimer.run_once(owned)).dispatched == 1
         client.delete_limit(lk)
+        trimmed = await StreamTrimmer(ar, 5, 0, clock).run_once(owned)  # no archiver: to 5
+        assert (trimmed.bounded, trimmed.read) == (PARTITIONS, 0)
         await leases.release_all()
     finally:
         for w in (wa, wb, w2, wx):  # each closes the shared client too: the scenario is over

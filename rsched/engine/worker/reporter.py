@@ -170,7 +170,8 @@ class Reporter:
         return batch
 
     async def flush_once(self) -> int:
-        """Report finished runs, one complete script per partition; keep them on Redis errors."""
+        """Report finished runs, one complete script per partition (and retention); keep them
+        on Redis errors."""
         batch = self._take_batch()
         if not batch:
             return 0
@@ -198,7 +199,7 @@ class Reporter:
             if read_cmds is not None and read is None:
                 along.took(None)
         retry_later: list[Outcome] = []
-        for (p, items), res in zip(parts.items(), results, strict=False):
+        for (p, items), res in zip(parts, results, strict=False):
             if isinstance(res, Exception):
                 log.error("complete on partition %d failed: %s", p, res)
                 retry_later += items
