@@ -581,8 +581,9 @@ SCHEMAS: dict[str, Any] = {
                     "inflight": {"type": "integer"}, "concurrency": {"type": "integer"},
                     "host": {"type": "string"}, "pid": {"type": "integer"},
                     "lastHeartbeatAt": NTIME,
-                    "alive": {"type": "boolean", "description": "Heard from within its last "
-                              f"{defaults.WORKER_DEAD_AFTER_BEATS} heartbeat intervals."},
+                    "alive": {"type": "boolean", "description": "Heard from within its "
+                              "--dead-after (its process heartbeat): a dead worker's runs go to "
+                              "other workers."},
                     "deadSince": {**NTIME, "description": "Not alive: when its heartbeats "
                                   "stopped counting (the record is dropped "
                                   f"{defaults.WORKER_FORGET_MS // 1000} s later)."},

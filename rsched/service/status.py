@@ -17,8 +17,8 @@ from rsched.core.views import (
     QueueDepth,
     Status,
     WorkerStatus,
-    dead_after_ms,
     forgotten,
+    liveness,
     worker_record,
 )
 from rsched.core.wire import as_text
@@ -70,7 +70,7 @@ def op_status(svc: Service) -> Op[Status]:
         agg[1] += qr.pending
         for name, n in qr.set_aside:
             aside[(q, name)] = aside.get((q, name), 0) + n
-    workers = _workers(read.workers, now)
+    workers = _workers(read.workers, read.beats, now)
     return Status(
         now_ms=now, partitions=tuple(partitions),
         dispatchers=tuple(DispatcherStatus(d, exp, tuple(held[d]))
@@ -83,23 +83,21 @@ def op_status(svc: Service) -> Op[Status]:
     )
 
 
-def _workers(raw: dict[bytes, bytes], now: int) -> list[WorkerStatus]:
+def _workers(raw: dict[bytes, bytes], beats: dict[bytes, int], now: int) -> list[WorkerStatus]:
     out = []
     for wid, blob in sorted(raw.items()):
         rec = worker_record(blob)
         if forgotten(rec, now):
             continue
-        beat = int(rec["beat_ms"])
-        dead_at = beat + dead_after_ms(rec)
-        alive = now < dead_at
+        life = liveness(rec, beats.get(wid), now)
         out.append(WorkerStatus(
             id=as_text(wid), queues=tuple(str(q) for q in rec.get("queues") or []),
             inflight=int(rec.get("inflight") or 0),
             concurrency=int(rec.get("concurrency") or 0),
             host=str(rec.get("host") or ""), pid=int(rec.get("pid") or 0),
-            last_heartbeat_ms=beat, alive=alive,
+            last_heartbeat_ms=life.last_beat_ms, alive=life.alive,
             types=tuple(str(t) for t in rec.get("types") or []),
-            dead_since_ms=None if alive else dead_at,
+            dead_since_ms=life.dead_since_ms,
             handler_wait_ms=int(rec["handler_wait_ms"]) if rec.get("handler_wait_ms") else None,
         ))
     return out
@@ -109,7 +107,7 @@ def op_workers(svc: Service) -> Op[list[WorkerStatus]]:
     """The registered workers alone (one round trip): what `rsched jobs add` checks a new
     job's type against."""
     now = yield from svc.op_now()
-    return _workers((yield from op_read_workers()), now)
+    return _workers(*(yield from op_read_workers()), now)
 
 
 # --- the metrics' cluster view -------------------------------------------------------------------

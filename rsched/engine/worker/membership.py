@@ -40,6 +40,7 @@ class Membership:
     types: list[str]  # the job types it has handlers for, so the CLI can warn of a missing one
     handler_wait_ms: int  # how long runs of a type no live worker serves wait (the CLI says it)
     heartbeat_ms: int = defaults.HEARTBEAT_MS  # in its record: readers judge its silence by it
+    dead_after_ms: int = defaults.DEAD_AFTER_MS  # in its record: ... by its process heartbeat
     started_added: dict[int, int] = field(default_factory=dict)  # started_in, as added to Redis
     lag_added: list[float] = field(default_factory=list)  # metrics.lag.total(), as added to Redis
 
@@ -97,7 +98,7 @@ class Membership:
             "queues": self.queues, "inflight": len(self.runs), "pid": os.getpid(),
             "host": socket.gethostname(), "beat_ms": int(time.time() * 1000),
             "concurrency": self.concurrency, "types": self.types,
-            "heartbeat_ms": self.heartbeat_ms,
+            "heartbeat_ms": self.heartbeat_ms, "dead_after_ms": self.dead_after_ms,
             "handler_wait_ms": self.handler_wait_ms,
             "metrics": self.metrics.heartbeat(),
         })

@@ -152,7 +152,7 @@ class Worker:
         self.membership = Membership(self.link, settings, self.runs, self.reporter,
                                      self.metrics, self.queues, concurrency,
                                      sorted(app.handlers), self.handback.wait_ms,
-                                     heartbeat_ms)
+                                     heartbeat_ms, dead_after_ms)
         self.flusher = Flusher(self.reporter, self.runner, flush_ms)
         self.liveness = Liveness(self.link, self.intake, self.membership.heartbeat_once,
                                  dead_after_ms)
