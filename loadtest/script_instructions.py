@@ -46,6 +46,9 @@ ap.add_argument("--limit-key", choices=("none", "distinct", "one"), default="non
                 help="give every job a limit key under a concurrency limit it never reaches: "
                      "its own (distinct: the family k-*) or one shared key (one); checkouts "
                      "without limits take only none")
+ap.add_argument("--jobs", type=int, default=1_000,
+                help="jobs claimed and measured (a multiple of 100; with --limit-key distinct, "
+                     "as many distinct keys, and 100 more claimed unmeasured)")
 ap.add_argument("--backlog", type=int, default=0,
                 help="first park this many runs of one saturated key in the partition (they "
                      "wait for its limit), to see what such a backlog costs the other jobs")
@@ -60,7 +63,8 @@ from rsched.rdb import keys, scripts  # noqa: E402
 P, PARTITIONS = 0, 16
 COMPLETE_SHAPES = ((1, 100), (8, 40), (45, 10))  # (runs a call, calls)
 STARTS, START_K = 160, 8
-CLAIM_CALLS, CLAIM_K = 10, 100
+CLAIM_K = 100
+CLAIM_CALLS = A.jobs // CLAIM_K
 JOBS = CLAIM_CALLS * CLAIM_K + 100  # the last claim call is not counted
 
 

@@ -345,4 +345,5 @@ end
 if ok_count > 0 then redis.call('HINCRBY', stats_key, 'succeeded', ok_count) end
 batch_flush(succeeded_events)
 if fail_count > 0 then redis.call('HINCRBY', stats_key, 'failed', fail_count) end
+lim_index(prefix)
 return out

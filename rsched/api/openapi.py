@@ -55,6 +55,8 @@ LIMIT_NAME = _param("name", "path", {"type": "string", "minLength": 1, "maxLengt
                                      "pattern": r"^[^*/\x00-\x1f\x7f-\x9f]*\*?$"},
                     "A limit key, or a family: a prefix ending in '*'.")
 CURSOR = _param("cursor", "query", {"type": "string"}, "nextCursor of the previous page.")
+BUSIEST = _param("busiest", "query", {"type": "integer", "minimum": 0, "maximum": 100},
+                 "Give each definition its busiestKeys, at most this many (0: none).")
 LAST_EVENT_ID = _param("Last-Event-ID", "header", {"type": "string"},
                        "The id of the last event received: the stream resumes after it.")
 IF_MATCH = _param("If-Match", "header", {"type": "string", "pattern": "^[0-9]{1,18}$"},
@@ -306,11 +308,11 @@ PATHS: dict[str, Any] = {
     "/limits": {
         "get": _op("listLimits", "limits", "List limit definitions by name",
                    {200: _json("LimitPage", "A page of definitions.")}, [422],
-                   params=[LIMIT, CURSOR]),
+                   params=[LIMIT, CURSOR, BUSIEST]),
     },
     "/limits/{name}": {
         "get": _op("getLimit", "limits", "A limit definition; a key's own with its inFlight "
-                   "and waiting counts",
+                   "and waiting counts; its busiest keys",
                    {200: _json("Limit", "The definition.")}, [404, 422], params=[LIMIT_NAME]),
         "put": _op("putLimit", "limits", "Define or replace a limit; it applies within a "
                    "second to runs not yet started",

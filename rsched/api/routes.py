@@ -53,6 +53,7 @@ from rsched.service.preview import fire_times, job_fire_times
 from rsched.service.samples import op_samples
 from rsched.service.shapes import (
     backfill_json,
+    busy_key_json,
     created_json,
     dead_letter_json,
     durations_json,
@@ -427,10 +428,16 @@ async def readyz(request: Request) -> Response:
 
 
 async def list_limits(request: Request) -> Response:
-    page = await _client(request).run(limit_ops.op_list_limits(
+    c = _client(request)
+    page = await c.run(limit_ops.op_list_limits(
         int_param(request, "limit", defaults.PAGE_LIMIT), request.query_params.get("cursor")))
-    return JSON({"limits": [limit_json(lim) for lim in page.items],
-                 "nextCursor": page.next_cursor})
+    items = [limit_json(lim) for lim in page.items]
+    n = int_param(request, "busiest", 0)
+    if n or "busiest" in request.query_params:  # ?busiest=N: each item's N busiest keys
+        by_name = await c.run(limit_ops.op_busiest_keys(c, n))
+        for item in items:
+            item["busiestKeys"] = [busy_key_json(k) for k in by_name.get(item["name"], ())]
+    return JSON({"limits": items, "nextCursor": page.next_cursor})
 
 
 async def get_limit(request: Request) -> Response:

@@ -26,6 +26,9 @@ BACKFILL_CHUNK = 500  # occurrences per backfill script call, all sent in one ro
 
 # Reads (clients, service, API, CLI).
 PAGE_LIMIT = 50  # items per page when the caller names no limit
+LIMIT_KEYS_PAGE = 500  # limit keys lua/limit_keys.lua looks at a call (SSCAN's COUNT)
+BUSIEST_KEYS = 10  # a limit definition's busiest keys shown (GET /limits/{name}, dashboard)
+BUSIEST_KEYS_MAX = 100  # the most GET /limits?busiest=N asks for
 
 # A job's settings when the caller gives none (core.spec.JobSpec; core.models.Job reads a spec
 # blob without them with the same values).

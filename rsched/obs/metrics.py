@@ -370,11 +370,15 @@ def cluster_families(c: Cluster) -> Iterator[Metric]:
                                 "definition name (docs/limits.md)", labels=["limit"])
     deferred = CounterMetricFamily("rsched_limit_deferred", "Runs that started waiting for a "
                                    "limit, by definition name", labels=["limit"])
+    in_flight = GaugeMetricFamily("rsched_limit_in_flight", "Runs holding a slot of a limit "
+                                  "key, by definition name", labels=["limit"])
     for lim in c.limits:
         waiting.add_metric([lim.name], lim.waiting)
         deferred.add_metric([lim.name], lim.deferred)
+        in_flight.add_metric([lim.name], lim.in_flight)
     yield waiting
     yield deferred
+    yield in_flight
 
 
 def _queue_and_member_families(c: Cluster) -> Iterator[Metric]:

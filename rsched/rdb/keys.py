@@ -226,6 +226,12 @@ def limits_waiting(p: int) -> str:
     return _pk(p, "limwait")
 
 
+def limits_running(p: int) -> str:
+    """SET: limit keys of the partition that took a slot since lua/limit_keys.lua last found
+    them idle (include limits adds them)."""
+    return _pk(p, "limrun")
+
+
 def limit_stats(p: int) -> str:
     """HASH: limit definition name -> runs that started waiting for it (include limits)."""
     return _pk(p, "limstats")

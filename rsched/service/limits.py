@@ -6,26 +6,37 @@ same call, so a change holds for runs not yet started as soon as the write retur
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from rsched.core import defaults
 from rsched.core.cursor import check_limit, decode_cursor, encode_cursor
-from rsched.core.errors import NotFound
+from rsched.core.errors import NotFound, ValidationError
 from rsched.core.ids import partition_for_key
 from rsched.core.limits import Limit, check_name, limit_of
-from rsched.rdb.limit_scripts import op_key_state, op_limit, op_limits, op_write_limit
+from rsched.rdb.limit_scripts import (
+    BusyKey,
+    op_busy_keys,
+    op_key_state,
+    op_limit,
+    op_limits,
+    op_write_limit,
+)
 from rsched.rdb.ops import Op
 from rsched.service.context import Service
 
 
 @dataclass(frozen=True, slots=True)
 class LimitView:
-    """A definition and, for a key's own one (no family), its key's counts now."""
+    """A definition and, for a key's own one (no family), its key's counts now; its busiest
+    keys (a family's, or the key itself while busy)."""
 
     limit: Limit
     in_flight: int | None = None
     waiting: int | None = None
+    busiest: tuple[BusyKey, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +68,39 @@ def op_get_limit(svc: Service, name: str) -> Op[LimitView]:
     limit = yield from op_limit(check_name(name))
     if limit is None:
         raise NotFound("limit", name)
-    if limit.family:
-        return LimitView(limit)
     P = yield from svc.op_store_partitions()
+    if limit.family:
+        busy = yield from op_busy_keys(range(P))
+        return LimitView(limit, busiest=tuple(busiest(busy).get(name, ())))
+    p = partition_for_key(name, P)
     now = yield from svc.op_now()
-    state = yield from op_key_state(partition_for_key(name, P), name,
-                                    now - (limit.period_ms or 0))
-    return LimitView(limit, state.in_flight, state.waiting)
+    state = yield from op_key_state(p, name, now - (limit.period_ms or 0))
+    busy = yield from op_busy_keys([p])
+    return LimitView(limit, state.in_flight, state.waiting, tuple(busiest(busy).get(name, ())))
+
+
+def busiest(keys: Iterable[BusyKey],
+            n: int = defaults.BUSIEST_KEYS) -> dict[str, list[BusyKey]]:
+    """Per definition name, its ``n`` busiest keys: most runs in flight and waiting, then most
+    starts in the rate window (then by key, so the order is stable)."""
+    by_name: dict[str, list[BusyKey]] = {}
+    for k in keys:
+        by_name.setdefault(k.name, []).append(k)
+    return {name: heapq.nsmallest(n, ks, key=lambda k: (-(k.in_flight + k.waiting),
+                                                        -k.recent_starts, k.key))
+            for name, ks in by_name.items()}
+
+
+def op_busiest_keys(svc: Service, n: int) -> Op[dict[str, list[BusyKey]]]:
+    """Every definition's ``n`` busiest keys (0 to 100), read in one walk of every partition's
+    busy keys; keys with no definition under ''."""
+    if not 0 <= n <= defaults.BUSIEST_KEYS_MAX:
+        raise ValidationError("busiest", f"expected 0 to {defaults.BUSIEST_KEYS_MAX}, got {n}")
+    if n == 0:
+        return {}
+    P = yield from svc.op_store_partitions()
+    busy = yield from op_busy_keys(range(P))
+    return busiest(busy, n)
 
 
 def op_delete_limit(svc: Service, name: str) -> Op[None]:
@@ -92,6 +129,6 @@ def op_list_limits(limit: int = defaults.PAGE_LIMIT, cursor: str | None = None) 
     return LimitPage(page, encode_cursor(page[-1].name) if more else None)
 
 
-__all__ = ["LimitPage", "LimitView", "limit_from_args", "op_all_limits", "op_delete_limit",
-           "op_get_limit",
+__all__ = ["LimitPage", "LimitView", "busiest", "limit_from_args", "op_all_limits",
+           "op_busiest_keys", "op_delete_limit", "op_get_limit",
            "op_list_limits", "op_set_limit"]

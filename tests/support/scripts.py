@@ -92,7 +92,8 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
     """Schedule, lease, claim, start, heartbeat, complete (success, retry, dead letter, fenced),
     reclaim, a run set aside by a worker without its handler and taken by one with it (park),
     replay, delete_dead, trigger, update, pause, resume, cancel, a limit set and deleted, a
-    limited run that waits and is admitted, and release, on two partitions."""
+    limited run that waits and is admitted, its key read busy, and release, on two
+    partitions."""
     app, gate = scenario_app()
     s = client.settings
     ka, kb = keys_in_partition(PA, 3, "a"), keys_in_partition(PB, 2, "b")
@@ -181,6 +182,9 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         assert await wb.flush_once() == 1  # frees the slot: the second is due now
         clock.ms = max(clock(), client.now_ms() + 1)
         assert (await claimer.run_once(owned)).dispatched == 1
+        # limit_keys: the key is busy (the second run holds its slot), counted under its name.
+        busy = client.get_limit(lk).busiest
+        assert [(k.key, k.name, k.in_flight, k.waiting) for k in busy] == [(lk, lk, 1, 0)]
         client.delete_limit(lk)
         await leases.release_all()
     finally:
