@@ -67,13 +67,21 @@ def limits_list(ctx: click.Context, as_json: bool) -> None:
 @JSON_FLAG
 @click.pass_context
 def limits_show(ctx: click.Context, name: str, as_json: bool) -> None:
-    """One limit; a key's own with its runs in flight and waiting."""
+    """One limit; a key's own with its runs in flight and waiting; its busiest keys."""
     c = client_of(ctx)
     with naming_flags(FLAGS):
         view = limit_view_json(c.run(limit_ops.op_get_limit(c, name)))
-    show(view, as_json, lambda d: table(
-        ["name", "concurrency", "rate", "in flight", "waiting"],
-        [[*_row(d), d.get("inFlight", "-"), d.get("waiting", "-")]]))
+    show(view, as_json, _view_text)
+
+
+def _view_text(d: dict[str, Any]) -> str:
+    text = table(["name", "concurrency", "rate", "in flight", "waiting"],
+                 [[*_row(d), d.get("inFlight", "-"), d.get("waiting", "-")]])
+    if d["busiestKeys"]:
+        text += "\n\nbusiest keys\n" + table(
+            ["key", "in flight", "waiting", "recent starts"],
+            [[k["key"], k["inFlight"], k["waiting"], k["recentStarts"]] for k in d["busiestKeys"]])
+    return text
 
 
 @limits.command("delete")

@@ -12,6 +12,7 @@ import asyncio
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
+from support.cli import ok
 from support.helpers import ManualClock, Rig, all_jobs, keys_in_partition, redis_now_ms, xrange
 from support.worker import fast_reclaim, gated_app
 
@@ -154,6 +155,9 @@ def test_a_concurrency_limit_parks_runs_over_it_and_each_end_admits_the_earliest
             view = client.get_limit("acme")
             assert (view.in_flight, view.waiting) == (2, 3)
             assert [(k.key, k.in_flight, k.waiting) for k in view.busiest] == [("acme", 2, 3)]
+            shown_cli = ok(redis_url, "limits", "show", "acme").splitlines()
+            assert shown_cli[-3:] == ["busiest keys", "KEY   IN FLIGHT  WAITING  RECENT STARTS",
+                                      "acme  2          3        0"]
             shown = client.runs(runs[2].partition("@")[0])[0]  # as the job's page shows it
             assert (shown.status, shown.error) == ("waiting", "waiting for limit acme")
             assert limit_metrics(client) == {("rsched_limit_waiting", "acme"): 3,
