@@ -12,9 +12,10 @@ batches pay per run.  Run the scripts of another checkout with --code DIR (befor
 on the same inputs); --keep DIR keeps each callgrind dump there, named after its row, for
 `callgrind_annotate --inclusive=yes` (where a script's instructions go).  --limit-key gives
 every job a limit key under a concurrency limit it never reaches (the cost of the check alone):
-each its own key of one family, or one shared key; --jobs sets how many (10,000: as many keys).  --backlog N first parks N runs of another,
-saturated key in the partition (the jobs measured then share it with that backlog).  Prints a
-table, then a last line of JSON.
+each its own key of one family, or one shared key; --jobs sets how many jobs are measured
+(10,000: as many keys).  --backlog N first parks N runs of another, saturated key in the
+partition (the jobs measured then share it with that backlog).  Prints a table, then a last
+line of JSON.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Per-key limits on a real 3-master Redis Cluster: a family's keys spread over partitions on
 every master, each key's runs placed in its partition, so each check is one script on one slot;
 a dispatcher's and a worker's real loops run them (async handlers that count their own overlap
-per key), and no key ever runs more than its limit; nothing is left in flight."""
+per key), and no key ever runs more than its limit; nothing is left in flight, and the walk of
+the busy keys (lua/limit_keys.lua) reads each key's starts on its own master."""
 
 from __future__ import annotations
 
@@ -44,13 +45,18 @@ def test_each_key_of_a_family_is_limited_on_its_own_across_every_master(url: str
     # One key in each of partitions 0, 3, 5, 8 and 13: on all three masters (keys.tag).
     limited = [keys_in_partition(p, 1, f"tenant-{p}-")[0] for p in (0, 3, 5, 8, 13)]
     with Client(settings=Settings(redis_url=url, wait_replicas=0)) as c:
-        c.set_limit("tenant-*", concurrency=2)
+        # A rate it never reaches keeps each key's starts in its window after the runs end.
+        c.set_limit("tenant-*", concurrency=2, rate=(1000, 3600))
         specs = [JobSpec("t", {"key": k}, limit_key=k) for k in limited for _ in range(8)]
         jobs = c.schedule_many(specs)
         assert all(isinstance(j, Job) for j in jobs)
         asyncio.run(run_engine(url, app, lambda: len(done) >= len(specs), timeout_s=60,
                                settings_kw=NO_WAIT))
         left = [c.run(op_key_state(int(k.split("-")[1]), k, 0)) for k in limited]
+        # The busy-key walk reads every partition on its master: each key's 8 starts.
+        busiest = c.get_limit("tenant-*").busiest
     assert len(done) == len(set(done)) == len(specs)
     assert all(most[k] == 2 for k in limited), dict(most)  # each key on its own, at its limit
     assert all(state.in_flight == state.waiting == 0 for state in left), left
+    assert sorted((b.key, b.in_flight, b.waiting, b.recent_starts) for b in busiest) == [
+        (k, 0, 0, 8) for k in sorted(limited)]
