@@ -67,6 +67,7 @@ from rsched.service.shapes import (
     limit_view_json,
     listing_json,
     operation_json,
+    queue_limit_json,
     run_json,
     runs_json,
     status_json,
@@ -456,6 +457,26 @@ async def put_limit(request: Request) -> Response:
 async def delete_limit(request: Request) -> Response:
     c = _client(request)
     await c.run(limit_ops.op_delete_limit(c, request.path_params["name"]))
+    return Response(status_code=204)
+
+
+async def get_queue_limit(request: Request) -> Response:
+    c = _client(request)
+    return JSON(queue_limit_json(await c.run(limit_ops.op_get_queue_limit(
+        c, request.path_params["queue"]))))
+
+
+async def put_queue_limit(request: Request) -> Response:
+    limit = limit_ops.queue_limit_of(request.path_params["queue"], await read_json(
+        request, _limits(request).max_body_bytes))
+    c = _client(request)
+    stored = await c.run(limit_ops.op_set_queue_limit(c, limit))
+    return JSON(queue_limit_json(limit_ops.LimitView(stored)))
+
+
+async def delete_queue_limit(request: Request) -> Response:
+    c = _client(request)
+    await c.run(limit_ops.op_delete_queue_limit(c, request.path_params["queue"]))
     return Response(status_code=204)
 
 

@@ -382,6 +382,20 @@ SCHEMAS: dict[str, Any] = {
                                "runs in flight and waiting first, then most recent starts."},
         },
     },
+    "QueueLimit": {
+        "type": "object", "required": ["queue", "concurrency", "rate"],
+        "properties": {
+            "queue": {"type": "string"},
+            "concurrency": _n("integer"),
+            "rate": {"type": ["object", "null"],
+                     "properties": {"limit": {"type": "integer"},
+                                    "periodSeconds": {"type": "number"}}},
+            "inFlight": {"type": "integer", "description": "GET: permits held now (runs of "
+                                                           "the queue running, and permits "
+                                                           "reserved for woken waiting runs)."},
+            "waiting": {"type": "integer", "description": "GET: runs waiting for a permit."},
+        },
+    },
     "BusyKey": {
         "type": "object", "required": ["key", "inFlight", "waiting", "recentStarts"],
         "properties": {

@@ -45,7 +45,8 @@ from rsched.core.views import LAG_BUCKETS_S, Cluster
 
 DURATION_BUCKETS_S = (0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 RUN_EVENTS = ("started", "succeeded", "failed", "timed_out", "retried", "reclaimed", "fenced",
-              "dead_lettered", "cancelled", "deferred")  # deferred: RateLimited (also retried)
+              "dead_lettered", "cancelled", "deferred", "held")  # deferred: RateLimited,
+# held: its queue's limit gave it no permit (both also retried)
 
 OTHER = "other"  # the label value every type (or queue) past the cap shares
 

@@ -30,7 +30,7 @@ NAMES = (
     "schedule", "lease", "claim", "start", "heartbeat", "complete",
     "pause", "resume", "cancel", "replay", "trigger", "update", "delete_dead", "expire", "park",
     "backfill", "dead_page", "operation_step", "operation_cancel", "limit",
-    "limit_keys",
+    "limit_keys", "queue_permit", "queue_wake",
 )
 
 

@@ -7,6 +7,7 @@ same call, so a change holds for runs not yet started as soon as the write retur
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from rsched.core.cursor import check_limit, decode_cursor, encode_cursor
 from rsched.core.errors import NotFound, ValidationError
 from rsched.core.ids import partition_for_key
 from rsched.core.limits import Limit, check_name, limit_of
+from rsched.core.spec import QUEUE_PATTERN
 from rsched.rdb.limit_scripts import (
     BusyKey,
     op_busy_keys,
@@ -25,7 +27,10 @@ from rsched.rdb.limit_scripts import (
     op_write_limit,
 )
 from rsched.rdb.ops import Op
+from rsched.rdb.queue_limits import op_queue_counts, op_queue_limit, op_write_queue_limit
 from rsched.service.context import Service
+
+_QUEUE = re.compile(QUEUE_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +54,63 @@ def limit_from_args(name: str, concurrency: int | None = None,
                     rate: tuple[int, float] | None = None) -> Limit:
     """A definition from Python arguments (``rate``: (limit, period seconds)), checked as the
     API's body is: errors name the API's fields."""
+    return limit_of(name, _body(concurrency, rate))
+
+
+def queue_limit_from_args(queue: str, concurrency: int | None = None,
+                          rate: tuple[int, float] | None = None) -> Limit:
+    """A queue's limit from Python arguments, checked as the API's body is."""
+    return queue_limit_of(queue, _body(concurrency, rate))
+
+
+def _body(concurrency: int | None, rate: tuple[int, float] | None) -> dict[str, Any]:
     body: dict[str, Any] = {"concurrency": concurrency, "rate": None}
     if rate is not None:
         limit, seconds = rate
         body["rate"] = {"limit": limit, "periodSeconds": seconds}
-    return limit_of(name, body)
+    return body
+
+
+def check_queue(queue: Any) -> str:
+    """A queue's name, as jobs name it (core.spec.QUEUE_PATTERN)."""
+    if not isinstance(queue, str) or not _QUEUE.fullmatch(queue):
+        raise ValidationError("queue", "must be 1-64 characters of letters, digits, _ . -")
+    return queue
+
+
+def queue_limit_of(queue: Any, body: Any) -> Limit:
+    """A queue's limit from a PUT's JSON body (the body of PUT /limits/{name}), the queue's
+    name as its name."""
+    limit = limit_of("queue", body)
+    return Limit(check_queue(queue), limit.concurrency, limit.rate_limit, limit.period_ms)
+
+
+def op_set_queue_limit(svc: Service, limit: Limit) -> Op[Limit]:
+    """Store (or replace) a queue's limit; waiting runs a raise lets start start now."""
+    yield from op_write_queue_limit(limit.name, limit.packed())
+    return limit
+
+
+def _op_existing_queue_limit(queue: str) -> Op[Limit]:
+    limit = yield from op_queue_limit(check_queue(queue))
+    if limit is None:
+        raise NotFound("queue limit", queue)
+    return limit
+
+
+def op_get_queue_limit(svc: Service, queue: str) -> Op[LimitView]:
+    """A queue's limit with its permits held now and its runs waiting.  NotFound if none."""
+    limit = yield from _op_existing_queue_limit(queue)
+    now = yield from svc.op_now()
+    held, waiting = yield from op_queue_counts(queue, now)
+    return LimitView(limit, held, waiting)
+
+
+def op_delete_queue_limit(svc: Service, queue: str) -> Op[None]:
+    """Delete a queue's limit: its waiting runs start (up to 1,000 at once, the others at their
+    recheck).  NotFound if there was none."""
+    yield from _op_existing_queue_limit(queue)
+    yield from op_write_queue_limit(queue, "")
 
 
 def op_set_limit(svc: Service, limit: Limit) -> Op[Limit]:
@@ -129,6 +186,7 @@ def op_list_limits(limit: int = defaults.PAGE_LIMIT, cursor: str | None = None) 
     return LimitPage(page, encode_cursor(page[-1].name) if more else None)
 
 
-__all__ = ["LimitPage", "LimitView", "busiest", "limit_from_args", "op_all_limits",
-           "op_busiest_keys", "op_delete_limit", "op_get_limit",
+__all__ = ["LimitPage", "LimitView", "busiest", "check_queue", "limit_from_args", "op_all_limits",
+           "op_busiest_keys", "op_delete_limit", "op_delete_queue_limit", "op_get_limit",
+           "op_get_queue_limit", "op_set_queue_limit", "queue_limit_from_args", "queue_limit_of",
            "op_list_limits", "op_set_limit"]

@@ -225,6 +225,16 @@ def limit_view_json(view: LimitView) -> dict[str, Any]:
     return out
 
 
+def queue_limit_json(view: LimitView) -> dict[str, Any]:
+    """A queue's limit; with its counts: permits held (runs of the queue running, and
+    reservations for woken runs) and runs waiting."""
+    out = body_of(view.limit)
+    out = {"queue": out.pop("name"), **out}
+    if view.in_flight is not None:
+        out["inFlight"], out["waiting"] = view.in_flight, view.waiting
+    return out
+
+
 def busy_key_json(k: BusyKey) -> dict[str, Any]:
     """One limit key's counts now: runs holding a slot, waiting, starts in its rate window."""
     return {"key": k.key, "inFlight": k.in_flight, "waiting": k.waiting,

@@ -10,7 +10,6 @@ same queue run while the keys are saturated, and no slot is left in flight at th
 
 from __future__ import annotations
 
-import signal
 import time
 from collections import defaultdict
 from typing import cast
@@ -29,7 +28,7 @@ from support.fleet import (
     started,
     wait_for,
 )
-from support.overlap import KILLED, most_at_once
+from support.overlap import kill_mid_run, most_at_once
 
 from rsched import Client, JobSpec
 from rsched.core.ids import partition_for_key
@@ -107,11 +106,7 @@ def run_fleet_with_limits(r: redis.Redis, fleet: Fleet, client: Client, kill: bo
         # Mid-run: a worker running keyed runs is killed; d1 goes too (its partitions' waiting
         # runs are admitted by d2 once it takes them over).
         name = wait_for(lambda: running_keyed(r, key_of), 30, "keyed runs to start", fleet)
-        victim = workers[name]
-        victim.send(signal.SIGKILL)
-        victim.popen.wait(10)
-        r.rpush(LOG, f"{KILLED} {name}")
-        fleet.procs["d1"].send(signal.SIGKILL)
+        kill_mid_run(r, fleet, workers[name], name)
     # Unkeyed jobs do not wait behind the saturated keys (their own ~0.05 s runs, at once).
     wait_for(lambda: all(run_state(r, f"{j.id}@{j.next_ms}").get("state") == "succeeded"
                          for j in unkeyed), 30, "the unkeyed jobs to finish", fleet)

@@ -3,7 +3,13 @@ limits' fleet tests compare with each key's limit."""
 
 from __future__ import annotations
 
+import signal
 from collections import defaultdict
+
+import redis
+
+from support.chaos_app import LOG
+from support.fleet import Fleet, Proc
 
 KILLED = "KILLED"  # a log line the test writes once a worker is dead: "KILLED <worker id>"
 
@@ -31,3 +37,12 @@ def most_at_once(log: list[str], key_of: dict[str, str]) -> dict[str, int]:
         elif open_by_worker[worker].pop(run_id, None) is not None:
             now[key] -= 1
     return dict(most)
+
+
+def kill_mid_run(r: redis.Redis, fleet: Fleet, worker: Proc, name: str) -> None:
+    """kill -9 of the worker ``name`` (its death logged, so its unfinished runs end there in
+    most_at_once) and of dispatcher d1."""
+    worker.send(signal.SIGKILL)
+    worker.popen.wait(10)
+    r.rpush(LOG, f"{KILLED} {name}")
+    fleet.procs["d1"].send(signal.SIGKILL)
