@@ -14,13 +14,17 @@ workers put them back in their partition's retry set, no attempt spent, with a r
 a give (or any call that finds room while runs wait) reserves a permit for the earliest waiting
 runs ('> <run id>', expiring after ARGV[3]) and returns them, for the caller to make them due
 now (lua/queue_wake.lua); a fresh run is refused while runs wait, so they start in order.  A
-run refused for the rate is told when the window lets it start and is not queued.
+run refused for the rate is not queued there: it is told when to ask again, its turn among the
+runs already told (KEYS[5]): when the start it would replace leaves the window, one period
+later for each `rate` of them ahead, so a backlog asks about once a run, not once a run per
+window; an entry not back ARGV[3] after its time is dropped.
 
 KEYS[1] rsched:{ql:<queue>}:qlim   STRING  the definition, 'concurrency rate period_ms' (0 = none);
                                            absent: the queue is not limited (every take granted)
 KEYS[2] rsched:{ql:<queue>}:qheld  ZSET    permit or reservation -> expires ms
 KEYS[3] rsched:{ql:<queue>}:qlog   ZSET    '<run id> <ms>' -> start ms: the rate's sliding window
 KEYS[4] rsched:{ql:<queue>}:qwait  ZSET    '<partition> <run id>' -> scheduled ms: waiting runs
+KEYS[5] rsched:{ql:<queue>}:qrate  ZSET    run id -> ms it was told to ask again (rate waits)
 ARGV[1] now_ms (0 = Redis TIME)   ARGV[2] permit ttl ms   ARGV[3] reservation ttl ms
 ARGV[4] recheck ms for the first waiting runs   ARGV[5] recheck ms for the later ones
 then 4 values an operation: op, run id, worker id, partition
@@ -34,7 +38,7 @@ Returns {result_1, ..., result_n, wake_1, ...}: a result per operation, then the
   given a reservation, '<partition> <run id>' each
 ]]
 --!include util
-local def_key, held_key, log_key, wait_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local def_key, held_key, log_key, wait_key, rate_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = now_ms(ARGV[1])
 local ttl, reserve_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local recheck_first, recheck_later = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -90,15 +94,23 @@ local function take(run_id, member, waiter, sched)
   if rate > 0 then
     redis.call('ZREMRANGEBYSCORE', log_key, '-inf', now - period)
     if redis.call('ZCARD', log_key) >= rate then
-      local first = redis.call('ZRANGE', log_key, 0, 0, 'WITHSCORES')
-      -- Not queued: it asks again when the window lets it start (its reservation goes).
+      -- Not queued in KEYS[4]: it asks again at its turn (its reservation goes), when the
+      -- start it would replace leaves the window: the (ahead mod rate)-th oldest, that many
+      -- periods later again for each `rate` runs told before it.
       if reserved then redis.call('ZREM', held_key, reservation) end
       redis.call('ZREM', wait_key, waiter)
-      return math.max(1, tonumber(first[2]) + period - now)
+      redis.call('ZREMRANGEBYSCORE', rate_key, '-inf', now - reserve_ms)
+      -- Behind every run told before it (one asking again, too: its siblings keep their turns).
+      local ahead = redis.call('ZCARD', rate_key) - redis.call('ZREM', rate_key, run_id)
+      local slot = redis.call('ZRANGE', log_key, ahead % rate, ahead % rate, 'WITHSCORES')
+      local at = tonumber(slot[2]) + period * (1 + math.floor(ahead / rate))
+      redis.call('ZADD', rate_key, string.format('%d', at), run_id)
+      return math.max(1, at - now)
     end
     local at = string.format('%d', now)
     redis.call('ZADD', log_key, at, run_id .. ' ' .. at)
     redis.call('PEXPIRE', log_key, period)
+    redis.call('ZREM', rate_key, run_id)
   end
   if reserved then redis.call('ZREM', held_key, reservation) end
   redis.call('ZREM', wait_key, waiter)

@@ -130,6 +130,11 @@ def queue_limit_log(queue: str) -> str:
     return _qk(queue, "qlog")
 
 
+def queue_limit_told(queue: str) -> str:
+    """ZSET: run id -> ms a run held by the queue's rate was told to ask again."""
+    return _qk(queue, "qrate")
+
+
 def queue_limit_waiting(queue: str) -> str:
     """ZSET: '<partition> <run id>' -> scheduled ms, runs waiting for the queue's limit."""
     return _qk(queue, "qwait")

@@ -35,7 +35,8 @@ def queue_permit(queue: str, ops: Sequence[PermitOp], ttl_ms: int, now_ms: int =
     for o in ops:
         args += [o.op, o.run_id, o.worker, o.partition]
     return ("queue_permit", [keys.queue_limit(queue), keys.queue_permits(queue),
-                             keys.queue_limit_log(queue), keys.queue_limit_waiting(queue)], args)
+                             keys.queue_limit_log(queue), keys.queue_limit_waiting(queue),
+                             keys.queue_limit_told(queue)], args)
 
 
 class PermitReply(NamedTuple):
@@ -91,7 +92,7 @@ def op_write_queue_limit(queue: str, packed: str) -> Op[int]:
                   cmd("set", keys.queue_limit(queue), packed)]
     else:
         writes = [cmd("hdel", keys.queue_limits_index(), queue),
-                  cmd("delete", keys.queue_limit(queue))]
+                  cmd("delete", keys.queue_limit(queue), keys.queue_limit_told(queue))]
     yield Commands(writes[:1], durable=True)
     yield Commands(writes[1:], durable=True)
     (raw,) = yield Scripts([queue_permit(queue, [PermitOp(RESERVE, "", "", "")], 0)],
