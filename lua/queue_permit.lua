@@ -30,7 +30,8 @@ ARGV[4] recheck ms for the first waiting runs   ARGV[5] recheck ms for the later
 then 4 values an operation: op, run id, worker id, partition
   op 't' take: 0 granted (or held already), else the ms the run waits before it asks again
      (a concurrency wait: ARGV[4] for the runs among the first 2 x concurrency waiting, ARGV[5]
-     after them, woken earlier by a give; a rate wait: until the window lets it start)
+     up to 20 x concurrency, 10 x ARGV[5] after them, each woken earlier by a give once it is
+     the earliest; a rate wait: its turn, see above)
   op 'k' keep: 1 kept, 0 the permit is gone (expired: the worker stalled past its ttl)
   op 'g' give: 1 given back, 0 it was not held
   op 'p' (run id, worker id and partition '') reserve for waiting runs while there is room: 0
@@ -88,7 +89,8 @@ local function take(run_id, member, waiter, sched)
       if ahead and room() then reserve() end  -- room nobody took (a reservation expired)
       local rank = redis.call('ZRANK', wait_key, waiter)
       if rank and rank < 2 * conc then return recheck_first end
-      return recheck_later
+      if rank and rank < 20 * conc then return recheck_later end
+      return 10 * recheck_later  -- deep in a large backlog: only a lost pop needs it
     end
   end
   if rate > 0 then
