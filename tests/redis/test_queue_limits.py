@@ -72,6 +72,22 @@ def test_a_queue_rate_is_a_sliding_window_and_a_deleted_limit_grants_every_take(
     assert permit(client, T0 + 1002, (TAKE, runs[3], "w1", 0))[0] == [0]
 
 
+def test_a_raised_limit_reserves_permits_for_waiting_runs_and_a_lowered_one_starts_none(
+    client: Client, r: redis.Redis
+) -> None:
+    client.set_queue_limit(Q, concurrency=1)
+    a, b, c = (f"j{i}@{T0 + i}" for i in range(3))
+    now = client.now_ms()
+    assert permit(client, now, (TAKE, a, "w1", 0), (TAKE, b, "w1", 1))[0] == [0, 2000]
+    client.set_queue_limit(Q, concurrency=2)  # b's permit is reserved at once
+    assert r.zscore(keys.queue_permits(Q), f"> {b}") is not None
+    assert permit(client, now + 1, (TAKE, c, "w2", 2))[0] == [2000]  # not before b
+    assert permit(client, now + 2, (TAKE, b, "w1", 1))[0] == [0]
+    client.set_queue_limit(Q, concurrency=1)  # two held: none starts until one is left
+    assert permit(client, now + 3, (GIVE, a, "w1", 0), (TAKE, c, "w2", 2))[0] == [1, 2000]
+    assert permit(client, now + 4, (GIVE, b, "w1", 1)) == ([1], [(2, c)])
+
+
 def engine_app(most: list[int], done: list[str], starts: list[float]) -> App:
     app = App("queue-limits")
     running = [0]
