@@ -1,15 +1,18 @@
-"""Per-key concurrency limits through a Sentinel failover, with real processes: two dispatchers
-and two workers on a Sentinel group (a primary, a replica, three Sentinels), sync handlers
-that log each start and finish to a sink Redis outside the group (what they log survives the
-failover), and the primary replaced mid-run, by SENTINEL FAILOVER or by kill -9.
+"""Per-key and queue-wide concurrency limits through a Sentinel failover, with real processes:
+two dispatchers and two workers on a Sentinel group (a primary, a replica, three Sentinels),
+sync handlers that log each start and finish to a sink Redis outside the group (what they log
+survives the failover), and the primary replaced mid-run, by SENTINEL FAILOVER or by kill -9.
 
 A key's slots live on the primary with the rest of its state and move with it: the handlers'
 own log never shows more runs of a key at once than its limit, every run ends succeeded, the
-limits are used, and nothing is left holding or waiting for a slot at the end.
+limits are used, and nothing is left holding or waiting for a slot at the end.  The queue's
+limit (below the keys' sum) is held too; asserted through the graceful failover (a kill -9 can
+lose the last permits taken, docs/limits.md).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import cast
 
@@ -32,6 +35,7 @@ fleets = fleet_support.fleets  # fixture
 
 LIMIT, PER_KEY, SLEEP_S = 2, 12, 0.3
 KEYS = ["tenant-a", "tenant-b", "tenant-c"]
+QUEUE_LIMIT = 5  # below the keys' 3 x 2: the queue's cap binds too
 
 
 def left_in_flight(r: redis.Redis) -> dict[str, tuple[int, int]]:
@@ -69,6 +73,8 @@ def test_no_key_runs_more_than_its_limit_through_a_sentinel_failover(
     client = Client(settings=Settings(redis_url=group.url, wait_timeout_ms=300))
     wait_for(lambda: started(client.r, ["d1", "d2", "w1", "w2"]), 60, "the fleet", fleet)
     client.set_limit("tenant-*", concurrency=LIMIT)
+    client.set_queue_limit("default", concurrency=QUEUE_LIMIT)
+    time.sleep(1)  # the workers read the queues' limits every 0.5 s
     jobs = schedule(client, [JobSpec("sleep", {"sleeps": [SLEEP_S]}, limit_key=key)
                              for _ in range(PER_KEY) for key in KEYS])
     key_of = {j.id: str(j.limit_key) for j in jobs}
@@ -87,8 +93,13 @@ def test_no_key_runs_more_than_its_limit_through_a_sentinel_failover(
     log = [x.decode() for x in cast(list[bytes], r_sink.lrange(LOG, 0, -1))]
     most = most_at_once(log, key_of)
     assert most == dict.fromkeys(KEYS, LIMIT), most  # never above, and the limit is used
+    queue_most = most_at_once(log, dict.fromkeys(key_of, "default"))
+    # The queue's permits move with a graceful failover; a kill -9 may lose the last ones taken
+    # (asynchronous replication, docs/limits.md): there the figure is only printed.
+    if how == "SENTINEL FAILOVER":
+        assert queue_most == {"default": QUEUE_LIMIT}, queue_most
     wait_for(lambda: not left_in_flight(client.r), 10, "no slot left in flight", fleet)
     assert all(p.alive() for p in fleet.procs.values()), fleet.logs()
     client.close()
-    print(f"LIMITS FAILOVER sentinel ({how}): most at once {most}, {len(log) // 2} starts "
-          f"logged for {len(jobs)} runs")
+    print(f"LIMITS FAILOVER sentinel ({how}): most at once {most}, queue {queue_most}, "
+          f"{len(log) // 2} starts logged for {len(jobs)} runs")

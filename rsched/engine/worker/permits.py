@@ -53,11 +53,11 @@ class Permits:
                 queue_permit(fl.queue, [op], self.ttl_ms)])
             if isinstance(raw, Exception):
                 raise raw
+            reply = permit_reply(raw, 1)
         except Exception as e:  # noqa: BLE001 - not run without a permit; it asks again
             log.warning("run %s: no permit of queue %s could be taken (%s); it waits",
                         fl.run_id, fl.queue, e, extra={"job_id": fl.job_id, "run_id": fl.run_id})
             return defaults.QUEUE_RECHECK_MS
-        reply = permit_reply(raw, 1)
         await self._wake(reply.wake)
         wait = reply.results[0]
         if wait == 0:
