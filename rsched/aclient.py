@@ -216,6 +216,20 @@ class AsyncClient(ClientBase):
         return await self.run(limits.op_set_limit(
             self, limits.limit_from_args(name, concurrency, rate)))
 
+    async def set_queue_limit(self, queue: str, *, concurrency: int | None = None,
+                              rate: tuple[int, float] | None = None) -> Limit:
+        """Cap the whole queue ``queue``; see Client.set_queue_limit."""
+        return await self.run(limits.op_set_queue_limit(
+            self, limits.queue_limit_from_args(queue, concurrency, rate)))
+
+    async def get_queue_limit(self, queue: str) -> limits.LimitView:
+        """The queue's limit, its runs in flight and waiting."""
+        return await self.run(limits.op_get_queue_limit(self, queue))
+
+    async def delete_queue_limit(self, queue: str) -> None:
+        """Delete the queue's limit; its waiting runs start."""
+        await self.run(limits.op_delete_queue_limit(self, queue))
+
     async def get_limit(self, name: str) -> limits.LimitView:
         """The definition ``name``, and for a key's own its in-flight and waiting counts."""
         return await self.run(limits.op_get_limit(self, name))

@@ -284,6 +284,22 @@ class Client(ClientBase):
         such window.  It applies at once, across every dispatcher and worker."""
         return self.run(limits.op_set_limit(self, limits.limit_from_args(name, concurrency, rate)))
 
+    def set_queue_limit(self, queue: str, *, concurrency: int | None = None,
+                        rate: tuple[int, float] | None = None) -> Limit:
+        """Cap the whole queue ``queue`` (every job of it, with or without a limit key), across
+        every worker and dispatcher: at most ``concurrency`` of its runs at once, at most
+        ``rate`` = (limit, period seconds) starts in any such window."""
+        return self.run(limits.op_set_queue_limit(
+            self, limits.queue_limit_from_args(queue, concurrency, rate)))
+
+    def get_queue_limit(self, queue: str) -> limits.LimitView:
+        """The queue's limit (its ``name`` is the queue), its runs in flight and waiting."""
+        return self.run(limits.op_get_queue_limit(self, queue))
+
+    def delete_queue_limit(self, queue: str) -> None:
+        """Delete the queue's limit; its waiting runs start."""
+        self.run(limits.op_delete_queue_limit(self, queue))
+
     def get_limit(self, name: str) -> limits.LimitView:
         """The definition ``name``, and for a key's own its in-flight and waiting counts."""
         return self.run(limits.op_get_limit(self, name))

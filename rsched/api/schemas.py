@@ -400,6 +400,35 @@ SCHEMAS: dict[str, Any] = {
                                                            "holding a slot now."},
             "waiting": {"type": "integer", "description": "GET of a key's own name: runs "
                                                           "waiting for a slot or the rate."},
+            "busiestKeys": {
+                "type": "array", "items": ref("BusyKey"),
+                "description": "GET of a name, or GET /limits?busiest=N: the definition's "
+                               "busiest keys (of a key's own, the key itself while busy), most "
+                               "runs in flight and waiting first, then most recent starts."},
+        },
+    },
+    "QueueLimit": {
+        "type": "object", "required": ["queue", "concurrency", "rate"],
+        "properties": {
+            "queue": {"type": "string"},
+            "concurrency": _n("integer"),
+            "rate": {"type": ["object", "null"],
+                     "properties": {"limit": {"type": "integer"},
+                                    "periodSeconds": {"type": "number"}}},
+            "inFlight": {"type": "integer", "description": "GET: permits held now (runs of "
+                                                           "the queue running, and permits "
+                                                           "reserved for woken waiting runs)."},
+            "waiting": {"type": "integer", "description": "GET: runs waiting for a permit."},
+        },
+    },
+    "BusyKey": {
+        "type": "object", "required": ["key", "inFlight", "waiting", "recentStarts"],
+        "properties": {
+            "key": {"type": "string"},
+            "inFlight": {"type": "integer", "description": "Runs holding a slot now."},
+            "waiting": {"type": "integer", "description": "Runs waiting for it now."},
+            "recentStarts": {"type": "integer", "description": "Starts in the rate's window "
+                                                               "now (0 without a rate)."},
         },
     },
     "LimitPage": {

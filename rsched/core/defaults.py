@@ -26,6 +26,17 @@ BACKFILL_CHUNK = 500  # occurrences per backfill script call, all sent in one ro
 
 # Reads (clients, service, API, CLI).
 PAGE_LIMIT = 50  # items per page when the caller names no limit
+LIMIT_KEYS_PAGE = 500  # limit keys lua/limit_keys.lua looks at a call (SSCAN's COUNT)
+BUSIEST_KEYS = 10  # a limit definition's busiest keys shown (GET /limits/{name}, dashboard)
+BUSIEST_KEYS_MAX = 100  # the most GET /limits?busiest=N asks for
+# Queue-wide limits (docs/limits.md, lua/queue_permit.lua): a permit reserved for a woken
+# waiting run is kept this long for it; a run refused for the concurrency asks again after the
+# first delay (among the first 2 x concurrency waiting) or the second (later ones; a give
+# wakes them earlier); workers read the queues' limits this often.
+QUEUE_RESERVE_MS = 5_000
+QUEUE_RECHECK_MS = 2_000
+QUEUE_RECHECK_LATER_MS = 60_000
+QUEUE_LIMITS_REFRESH_S = 0.5
 
 # A job's settings when the caller gives none (core.spec.JobSpec; core.models.Job reads a spec
 # blob without them with the same values).

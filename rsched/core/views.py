@@ -167,6 +167,7 @@ class LimitCounts:
     name: str
     waiting: int  # runs of its keys waiting now
     deferred: int  # runs that started waiting for it, ever (monotonic)
+    in_flight: int = 0  # runs of its keys holding a slot now
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,8 @@ from rsched.core.views import LAG_BUCKETS_S, Cluster
 
 DURATION_BUCKETS_S = (0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 RUN_EVENTS = ("started", "succeeded", "failed", "timed_out", "retried", "reclaimed", "fenced",
-              "dead_lettered", "cancelled", "deferred")  # deferred: RateLimited (also retried)
+              "dead_lettered", "cancelled", "deferred", "held")  # deferred: RateLimited,
+# held: its queue's limit gave it no permit (both also retried)
 
 OTHER = "other"  # the label value every type (or queue) past the cap shares
 
@@ -395,11 +396,15 @@ def cluster_families(c: Cluster) -> Iterator[Metric]:
                                 "definition name (docs/limits.md)", labels=["limit"])
     deferred = CounterMetricFamily("rsched_limit_deferred", "Runs that started waiting for a "
                                    "limit, by definition name", labels=["limit"])
+    in_flight = GaugeMetricFamily("rsched_limit_in_flight", "Runs holding a slot of a limit "
+                                  "key, by definition name", labels=["limit"])
     for lim in c.limits:
         waiting.add_metric([lim.name], lim.waiting)
         deferred.add_metric([lim.name], lim.deferred)
+        in_flight.add_metric([lim.name], lim.in_flight)
     yield waiting
     yield deferred
+    yield in_flight
 
 
 def _queue_and_member_families(c: Cluster) -> Iterator[Metric]:

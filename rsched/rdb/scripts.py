@@ -32,6 +32,7 @@ NAMES = (
     "backfill", "dead_page", "operation_step", "operation_cancel", "limit",
     "alive", "take_over",
     "trim_streams",
+    "limit_keys", "queue_permit", "queue_wake",
 )
 
 

@@ -20,6 +20,7 @@ from rsched.core.models import Attempt, Job, JobStatus, Misfire, Overlap, Run
 from rsched.core.times import ms_to_iso, ms_to_iso_fast
 from rsched.core.values import jsonable, read_json
 from rsched.core.views import DispatcherStatus, PartitionStatus, Status, WorkerStatus
+from rsched.rdb.limit_scripts import BusyKey
 from rsched.service.apikeys import ApiKey
 from rsched.service.backfill import Backfill
 from rsched.service.doctor import Finding
@@ -218,11 +219,28 @@ def limit_json(limit: Limit) -> dict[str, Any]:
 
 
 def limit_view_json(view: LimitView) -> dict[str, Any]:
-    """A definition; a key's own with its inFlight and waiting counts."""
+    """A definition; a key's own with its inFlight and waiting counts; its busiest keys."""
     out = body_of(view.limit)
     if view.in_flight is not None:
         out["inFlight"], out["waiting"] = view.in_flight, view.waiting
+    out["busiestKeys"] = [busy_key_json(k) for k in view.busiest]
     return out
+
+
+def queue_limit_json(view: LimitView) -> dict[str, Any]:
+    """A queue's limit; with its counts: permits held (runs of the queue running, and
+    reservations for woken runs) and runs waiting."""
+    out = body_of(view.limit)
+    out = {"queue": out.pop("name"), **out}
+    if view.in_flight is not None:
+        out["inFlight"], out["waiting"] = view.in_flight, view.waiting
+    return out
+
+
+def busy_key_json(k: BusyKey) -> dict[str, Any]:
+    """One limit key's counts now: runs holding a slot, waiting, starts in its rate window."""
+    return {"key": k.key, "inFlight": k.in_flight, "waiting": k.waiting,
+            "recentStarts": k.recent_starts}
 
 
 def operation_json(op: Operation) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rsched.archive.lag import Lag, archive_lag, unarchived
-from rsched.core.limits import resolver
 from rsched.core.views import (
     Cluster,
     DispatcherStatus,
@@ -24,7 +23,7 @@ from rsched.core.views import (
 from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.connect import connect
-from rsched.rdb.limit_scripts import op_limit_counts, op_limits
+from rsched.rdb.limit_scripts import op_busy_keys, op_limit_deferred
 from rsched.rdb.ops import Op
 from rsched.rdb.redis_api import RedisError
 from rsched.rdb.setup import stored_partitions
@@ -135,17 +134,19 @@ def op_cluster(svc: Service) -> Op[Cluster]:
 
 
 def op_limit_view(partitions: int) -> Op[tuple[LimitCounts, ...]]:
-    """Per limit definition: its keys' waiting runs now and the runs that started waiting for
-    it; a key whose definition is gone counts under '' (it runs unlimited once admitted)."""
-    deferred, waiting_by_key = yield from op_limit_counts(partitions)
+    """Per limit definition (never per key): its keys' runs in flight and waiting now, and the
+    runs that started waiting for it; keys with no definition count under '' (they run
+    unlimited, counted)."""
+    deferred = yield from op_limit_deferred(partitions)
+    busy = yield from op_busy_keys(range(partitions))
+    in_flight: dict[str, int] = {}
     waiting: dict[str, int] = {}
-    if waiting_by_key:
-        name_of = resolver(lim.name for lim in (yield from op_limits()))
-        for key, n in waiting_by_key.items():
-            name = name_of(key) or ""
-            waiting[name] = waiting.get(name, 0) + n
-    return tuple(LimitCounts(name, waiting.get(name, 0), deferred.get(name, 0))
-                 for name in sorted(set(waiting) | set(deferred)))
+    for k in busy:
+        in_flight[k.name] = in_flight.get(k.name, 0) + k.in_flight
+        waiting[k.name] = waiting.get(k.name, 0) + k.waiting
+    return tuple(LimitCounts(name, waiting.get(name, 0), deferred.get(name, 0),
+                             in_flight.get(name, 0))
+                 for name in sorted(set(in_flight) | set(deferred)))
 
 
 def archive_lag_reader(redis_url: str) -> Callable[[], Lag | None]:

@@ -23,6 +23,7 @@ from rsched.core.values import TOO_DEEP, VALUE_DEPTH, shallow_json, too_deep
 from rsched.core.wire import ENTRY_SPEC
 from rsched.engine.worker._failure import MAX_ERROR_CHARS, failure_text
 from rsched.engine.worker.inflight import NOT_OURS, Inflight, Outcome, Runs
+from rsched.engine.worker.permits import Permits
 from rsched.engine.worker.reporter import Reporter
 from rsched.obs.metrics import RunMetrics
 
@@ -128,6 +129,7 @@ class Runner:
         self._running = 0
         self._queued: deque[asyncio.Future[None]] = deque()
         self._specs: dict[bytes | None, Spec] = {}
+        self.permits: Permits | None = None  # queue-wide limits (set by the Worker)
 
     def run(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
         """Start a run's handler now."""
@@ -188,6 +190,14 @@ class Runner:
                 return
             if spec.stoppable and not fl.stop and await self._stop_asked(fl):
                 fl.stop = True  # asked while it was queued: its handler never starts (below)
+            permits = self.permits
+            if permits is not None and not fl.stop and fl.queue in permits.limited:
+                wait = await permits.take(fl)
+                if wait:  # its queue is at its limit: not run, it waits (no attempt spent)
+                    self._leave()
+                    self._finish(Outcome(fl, "held", 0, f"held by the limit of queue {fl.queue}",
+                                         wait, jtype, fl.queue))
+                    return
             t0 = time.perf_counter()
             loop = asyncio.get_running_loop()
             fl.deadline = loop.time() + timeout_s
@@ -219,6 +229,8 @@ class Runner:
                 elif not fl.stop:
                     self.runs.by_id.pop(fl.run_id, None)
                     self.slot.set()
+                    if permits is not None:  # a sync handler may still run: its permit expires
+                        permits.held.pop(fl.run_id, None)
                     raise  # shutdown past the grace period: no report, the run will be reclaimed
             except RateLimited as e:  # waits, no attempt spent (complete.lua 'deferred')
                 status, text = "deferred", str(e)
@@ -231,6 +243,8 @@ class Runner:
             finally:
                 self._leave()
                 fl.deadline = float("inf")
+                if permits is not None and fl.run_id in permits.held:
+                    await permits.give(fl)
             if fl.stop and status != "timed_out":  # whatever the handler did once asked
                 status, text = "cancelled", STOPPED
             duration = int((time.perf_counter() - t0) * 1000)
@@ -250,17 +264,21 @@ class Runner:
                                     "job_id": fl.job_id, "run_id": fl.run_id,
                                     "attempt": fl.attempt})
             self.metrics.duration.observe(jtype, duration / 1000)
-            rep = self.reporter
-            rep.done.append(Outcome(fl, status, duration, text, delay, jtype, fl.queue))
-            runs = self.runs
-            runs.finished += 1
-            fl.finished = True
-            if runs.finished == len(runs.by_id):
-                rep.settled.set()
-            rep.wake.set()
-            self.slot.set()
+            self._finish(Outcome(fl, status, duration, text, delay, jtype, fl.queue))
         finally:
             self.tasks.discard(fl.task)
+
+    def _finish(self, outcome: Outcome) -> None:
+        """A run's outcome to the reporter; its slot is free."""
+        rep = self.reporter
+        rep.done.append(outcome)
+        runs = self.runs
+        runs.finished += 1
+        outcome.fl.finished = True
+        if runs.finished == len(runs.by_id):
+            rep.settled.set()
+        rep.wake.set()
+        self.slot.set()
 
     async def _missed_start(self, fl: Inflight) -> bool:
         """A job with startDeadlineSeconds: True if Redis dead-lettered this run for starting

@@ -38,6 +38,7 @@ from rsched.engine.worker.intake import Intake
 from rsched.engine.worker.liveness import Liveness
 from rsched.engine.worker.loops import FLUSHES_IN_FLIGHT, Every, Flusher, ProgressSender
 from rsched.engine.worker.membership import Membership
+from rsched.engine.worker.permits import Permits
 from rsched.engine.worker.read_along import ReadAlong
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
@@ -156,6 +157,10 @@ class Worker:
         self.flusher = Flusher(self.reporter, self.runner, flush_ms)
         self.liveness = Liveness(self.link, self.intake, self.membership.heartbeat_once,
                                  dead_after_ms)
+        # Queue-wide limits: a permit expires when not kept for the visibility timeout, when
+        # the run it covered would be reclaimed too.
+        self.permits = Permits(self.link, self.queues, visibility_ms)
+        self.runner.permits = self.permits
 
     # --- what other code and tests see ---------------------------------------------------------
 
@@ -181,6 +186,7 @@ class Worker:
         n = await aensure_partitions(r, self.settings.initial_partitions,
                                      self.settings.strict_partitions)
         self.link.streams = {keys.stream(p, q): (p, q) for p in range(n) for q in self.queues}
+        await self.permits.refresh_once()
         await self.membership.join()
 
     async def fetch_once(self, block_ms: int = 1000, streams: Sequence[str] | None = None) -> int:
@@ -199,7 +205,12 @@ class Worker:
         return await self.reporter.flush_once()
 
     async def heartbeat_once(self) -> int:
-        return await self.membership.heartbeat_once()
+        lost = await self.membership.heartbeat_once()
+        await self.permits.keep_once()
+        return lost
+
+    async def refresh_limits_once(self) -> int:
+        return await self.permits.refresh_once()
 
     async def prune_consumers_once(self, idle_ms: int = defaults.CONSUMER_IDLE_MS) -> int:
         return await self.membership.prune_consumers_once(idle_ms)
@@ -252,6 +263,8 @@ class Worker:
             asyncio.create_task(Every(self.reclaim_once,
                                       max(self.visibility_ms / 4000, 0.1)).run(stop)),
             asyncio.create_task(Every(self.prune_consumers_once, PRUNE_EVERY_S).run(stop)),
+            asyncio.create_task(Every(self.refresh_limits_once,
+                                      defaults.QUEUE_LIMITS_REFRESH_S).run(stop)),
             asyncio.create_task(self._adopt_loop(stop)),
         ]
         groups = same_slot_groups(self.link.r, self.link.streams)
