@@ -226,6 +226,10 @@ class AsyncClient(ClientBase):
         """The queue's limit, its runs in flight and waiting."""
         return await self.run(limits.op_get_queue_limit(self, queue))
 
+    async def list_queue_limits(self) -> list[limits.LimitView]:
+        """Every queue's limit by queue, each with its runs in flight and waiting."""
+        return await self.run(limits.op_queue_limit_views(self))
+
     async def delete_queue_limit(self, queue: str) -> None:
         """Delete the queue's limit; its waiting runs start."""
         await self.run(limits.op_delete_queue_limit(self, queue))

@@ -296,6 +296,10 @@ class Client(ClientBase):
         """The queue's limit (its ``name`` is the queue), its runs in flight and waiting."""
         return self.run(limits.op_get_queue_limit(self, queue))
 
+    def list_queue_limits(self) -> list[limits.LimitView]:
+        """Every queue's limit by queue, each with its runs in flight and waiting."""
+        return self.run(limits.op_queue_limit_views(self))
+
     def delete_queue_limit(self, queue: str) -> None:
         """Delete the queue's limit; its waiting runs start."""
         self.run(limits.op_delete_queue_limit(self, queue))

@@ -86,6 +86,7 @@ API_ROUTES: list[tuple[str, str, Endpoint, str | None]] = [
     ("GET", "/limits/{name}", routes.get_limit, "read"),
     ("PUT", "/limits/{name}", routes.put_limit, "write"),
     ("DELETE", "/limits/{name}", routes.delete_limit, "write"),
+    ("GET", "/queues/limits", routes.list_queue_limits, "read"),
     ("GET", "/queues/{queue}/limits", routes.get_queue_limit, "read"),
     ("PUT", "/queues/{queue}/limits", routes.put_queue_limit, "write"),
     ("DELETE", "/queues/{queue}/limits", routes.delete_queue_limit, "write"),

@@ -331,6 +331,11 @@ PATHS: dict[str, Any] = {
                       {204: {"description": "Deleted."}}, [404, 422], params=[LIMIT_NAME],
                       scope="write"),
     },
+    "/queues/limits": {
+        "get": _op("listQueueLimits", "limits", "Every queue's limit by queue, each with its "
+                   "runs in flight and waiting", {200: _json("QueueLimitList", "The limits.")},
+                   []),
+    },
     "/queues/{queue}/limits": {
         "get": _op("getQueueLimit", "limits", "A queue's limit, with its runs in flight and "
                    "waiting", {200: _json("QueueLimit", "The limit.")}, [404, 422],

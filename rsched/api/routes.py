@@ -469,6 +469,12 @@ async def delete_limit(request: Request) -> Response:
     return Response(status_code=204)
 
 
+async def list_queue_limits(request: Request) -> Response:
+    c = _client(request)
+    views = await c.run(limit_ops.op_queue_limit_views(c))
+    return JSON({"queueLimits": [queue_limit_json(v) for v in views]})
+
+
 async def get_queue_limit(request: Request) -> Response:
     c = _client(request)
     return JSON(queue_limit_json(await c.run(limit_ops.op_get_queue_limit(

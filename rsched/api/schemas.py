@@ -415,11 +415,20 @@ SCHEMAS: dict[str, Any] = {
             "rate": {"type": ["object", "null"],
                      "properties": {"limit": {"type": "integer"},
                                     "periodSeconds": {"type": "number"}}},
-            "inFlight": {"type": "integer", "description": "GET: permits held now (runs of "
+            "inFlight": {"type": "integer", "description": "GET (of one queue or of all): "
+                                                           "permits held now (runs of "
                                                            "the queue running, and permits "
                                                            "reserved for woken waiting runs)."},
-            "waiting": {"type": "integer", "description": "GET: runs waiting for a permit."},
+            "waiting": {"type": "integer", "description": "GET (of one queue or of all): runs "
+                                                          "waiting for a permit."},
         },
+    },
+    "QueueLimitList": {
+        "type": "object", "required": ["queueLimits"],
+        "properties": {"queueLimits": {
+            "type": "array", "items": ref("QueueLimit"),
+            "description": "Every queue's limit by queue name, each with inFlight and waiting "
+                           "(not paged: one per limited queue)."}},
     },
     "BusyKey": {
         "type": "object", "required": ["key", "inFlight", "waiting", "recentStarts"],

@@ -77,10 +77,27 @@ def limits_set(ctx: click.Context, name: str | None, queue: str | None,
 @JSON_FLAG
 @click.pass_context
 def limits_list(ctx: click.Context, as_json: bool) -> None:
-    """List every limit by name."""
-    items = [limit_json(lim) for lim in client_of(ctx).run(limit_ops.op_all_limits())]
-    show(items, as_json, lambda ds: table(["name", "concurrency", "rate"],
-                                           [_row(d) for d in ds]))
+    """List every limit by name, then every queue's limit with its runs in flight and waiting
+    (--json: {"limits": [...], "queueLimits": [...]}, as GET /limits and GET /queues/limits)."""
+    c = client_of(ctx)
+    shown = {"limits": [limit_json(lim) for lim in c.run(limit_ops.op_all_limits())],
+             "queueLimits": [queue_limit_json(v)
+                             for v in c.run(limit_ops.op_queue_limit_views(c))]}
+    show(shown, as_json, _list_text)
+
+
+def _list_text(d: dict[str, Any]) -> str:
+    text = table(["name", "concurrency", "rate"], [_row(x) for x in d["limits"]])
+    if d["queueLimits"]:
+        text += "\n\nqueue limits\n" + table(
+            ["queue", "concurrency", "rate", "in flight", "waiting"],
+            [_queue_row(q) for q in d["queueLimits"]])
+    return text
+
+
+def _queue_row(d: dict[str, Any]) -> list[Any]:
+    return [d["queue"], "-" if d["concurrency"] is None else d["concurrency"], _rate(d),
+            d["inFlight"], d["waiting"]]
 
 
 @limits.command("show")
@@ -100,9 +117,7 @@ def limits_show(ctx: click.Context, name: str | None, queue: str | None, as_json
             view = limit_view_json(c.run(limit_ops.op_get_limit(c, target)))
     if is_queue:
         show(qview, as_json, lambda d: table(
-            ["queue", "concurrency", "rate", "in flight", "waiting"],
-            [[d["queue"], "-" if d["concurrency"] is None else d["concurrency"], _rate(d),
-              d["inFlight"], d["waiting"]]]))
+            ["queue", "concurrency", "rate", "in flight", "waiting"], [_queue_row(d)]))
         return
     show(view, as_json, _view_text)
 

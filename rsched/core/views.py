@@ -171,6 +171,15 @@ class LimitCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueLimitCounts:
+    """One limited queue's counts for the metrics (by queue name)."""
+
+    queue: str
+    in_flight: int  # permits held now (runs running, and reservations for woken runs)
+    waiting: int  # runs waiting for a permit now
+
+
+@dataclass(frozen=True, slots=True)
 class Cluster:
     """The /metrics cluster view: the status, per-partition counters and what live workers
     report in their heartbeats (start-lag bucket counts), and the runs started in the cluster
@@ -181,3 +190,4 @@ class Cluster:
     runs_started: int
     start_lag: tuple[float, ...]  # per LAG_BUCKETS_S bound, then +Inf, then the sum
     limits: tuple[LimitCounts, ...] = ()  # per definition that has waited or waits
+    queue_limits: tuple[QueueLimitCounts, ...] = ()  # per queue with a limit

@@ -405,6 +405,18 @@ def cluster_families(c: Cluster) -> Iterator[Metric]:
     yield waiting
     yield deferred
     yield in_flight
+    # Queue-wide limits, per queue name: each is one an operator defined, so the series are
+    # as few as the definitions (docs/limits.md#queue-wide-limits).
+    q_in_flight = GaugeMetricFamily("rsched_queue_limit_in_flight", "Permits of a queue's "
+                                    "limit held now (runs running, and reservations for woken "
+                                    "runs), by queue", labels=["queue"])
+    q_waiting = GaugeMetricFamily("rsched_queue_limit_waiting", "Runs waiting for a permit of "
+                                  "their queue's limit, by queue", labels=["queue"])
+    for q in c.queue_limits:
+        q_in_flight.add_metric([q.queue], q.in_flight)
+        q_waiting.add_metric([q.queue], q.waiting)
+    yield q_in_flight
+    yield q_waiting
 
 
 def _queue_and_member_families(c: Cluster) -> Iterator[Metric]:

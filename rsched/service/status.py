@@ -14,6 +14,7 @@ from rsched.core.views import (
     PartitionCounters,
     PartitionStatus,
     QueueDepth,
+    QueueLimitCounts,
     Status,
     WorkerStatus,
     forgotten,
@@ -36,6 +37,7 @@ from rsched.rdb.status_reads import (
 )
 from rsched.rdb.worker_registry import op_start_lag
 from rsched.service.context import Service
+from rsched.service.limits import op_queue_limit_views
 
 
 def op_status(svc: Service) -> Op[Status]:
@@ -129,8 +131,11 @@ def op_cluster(svc: Service) -> Op[Cluster]:
                      for pt, read in zip(status.partitions, reads, strict=True))
     lag = yield from op_start_lag()
     limits = yield from op_limit_view(len(status.partitions))
+    queues = yield from op_queue_limit_views(svc)
     return Cluster(status, counters, sum(pc.stats.get("started", 0) for pc in counters),
-                   tuple(lag), limits)
+                   tuple(lag), limits,
+                   tuple(QueueLimitCounts(v.limit.name, v.in_flight or 0, v.waiting or 0)
+                         for v in queues))
 
 
 def op_limit_view(partitions: int) -> Op[tuple[LimitCounts, ...]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -166,14 +167,86 @@ def test_each_definitions_busiest_keys_show_their_runs_in_flight_waiting_and_rat
     stack.http.delete("/limits/acct-*").raise_for_status()
 
 
+def qcell(page: Any, queue: str, test: str) -> str:
+    return str(page.inner_text(f"tr[data-queue-limit='{queue}'] [data-test={test}]")).strip()
+
+
+def test_a_queue_limit_is_listed_beside_the_keys_with_its_runs_and_edited_and_deleted(
+    page: Any, stack: Stack
+) -> None:
+    """The worker reads the queue 'default': a limit of 1 holds the second run of two back;
+    raising it to 2 starts it; deleting the limit removes the row, as the API then says."""
+    page.click("nav a[data-nav=limits]")
+    page.wait_for_selector("[data-test=queue-limits] >> text=No queue limits")
+    page.select_option("[data-test=limit-kind]", "queue")
+    # The API's 422 names the queue: the page shows it under the name, stores nothing.
+    fill(page, name="bad name", concurrency="1")
+    page.click("[data-test=limit-form] button[type=submit]")
+    err = page.wait_for_selector("[data-error=name]:not([hidden])")
+    assert err.inner_text().startswith("queue: must be 1-64 characters")
+    assert stack.http.get("/queues/limits").json() == {"queueLimits": []}
+    fill(page, name="default", concurrency="1")
+    page.click("[data-test=limit-form] button[type=submit]")
+    page.wait_for_selector("tr[data-queue-limit='default']")
+    assert stack.http.get("/queues/default/limits").json() == {
+        "queue": "default", "concurrency": 1, "rate": None, "inFlight": 0, "waiting": 0}
+    assert page.locator("tr[data-limit='default']").count() == 0  # not a key's definition
+    # A change applies within 1 s (the worker reads its queues' limits every 0.5 s): a run
+    # sent sooner to a worker only just started may start unlimited.
+    stack.wait("the worker's heartbeat", lambda: stack.http.get("/status").json()["workers"])
+    time.sleep(1.0)
+    gates = [stack.gate.with_name(f"gate-queue-{i}") for i in range(2)]
+    try:
+        jobs = [stack.stepped(f"queue-{i}", []) for i in range(2)]
+        row = "tr[data-queue-limit='default']"
+        page.wait_for_selector(f"{row} [data-test=in-flight] >> text='1'")
+        page.wait_for_selector(f"{row} [data-test=waiting] >> text='1'")
+        listed = stack.http.get("/queues/limits").json()["queueLimits"]
+        assert [(q["queue"], q["inFlight"], q["waiting"]) for q in listed] == [("default", 1, 1)]
+        # Edit: the form takes the row's values and the queue's kind; Save raises the limit and
+        # the waiting run starts.
+        page.locator(row).get_by_role("button", name="Edit").click()
+        assert page.input_value("input[name=concurrency]") == "1"
+        assert page.input_value("input[name=name]") == "default"
+        assert page.is_disabled("[data-test=limit-kind]")
+        fill(page, concurrency="2", rate_limit="50", rate_periodSeconds="60")
+        page.get_by_role("button", name="Save").click()
+        page.wait_for_selector(f"{row} [data-test=concurrency] >> text='2'")
+        assert qcell(page, "default", "rate") == "50 per 60 s"
+        page.wait_for_selector(f"{row} [data-test=in-flight] >> text='2'")
+        page.wait_for_selector(f"{row} [data-test=waiting] >> text='0'")
+        assert stack.http.get("/queues/default/limits").json() == {
+            "queue": "default", "concurrency": 2, "rate": {"limit": 50, "periodSeconds": 60},
+            "inFlight": 2, "waiting": 0}
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-queue-limits.png"), full_page=True)
+        page.locator(row).get_by_role("button", name="Delete").click()
+        page.locator(row).get_by_role("button", name="Really delete?").click()
+        page.wait_for_selector(row, state="detached")
+        assert stack.http.get("/queues/default/limits").status_code == 404
+        assert page.is_enabled("[data-test=limit-kind]")
+        for gate in gates:
+            Path(f"{gate}-0").unlink()
+        for job in jobs:
+            stack.wait("the queue's runs end", lambda job=job: stack.http.get(
+                f"/jobs/{job}").json()["status"] == "completed")
+    finally:
+        stack.http.delete("/queues/default/limits")  # the module's other tests run unlimited
+        for gate in gates:
+            Path(f"{gate}-0").unlink(missing_ok=True)
+
+
 def test_a_read_only_key_sees_the_limits_but_no_form_or_button(browser: Any, stack: Stack) -> None:
     stack.http.put("/limits/viewer-*", json={"concurrency": 3}).raise_for_status()
+    stack.http.put("/queues/viewed/limits", json={"concurrency": 4}).raise_for_status()
     with dashboard_page(browser, stack.api.base, stack.api.read, "http-reader") as p:
         p.goto(f"{stack.api.base}/ui/#/limits")
         p.wait_for_selector("tr[data-limit='viewer-*']")
+        p.wait_for_selector("tr[data-queue-limit='viewed'] [data-test=concurrency] >> text='4'")
         p.wait_for_selector("text=need a write key")
         assert p.locator("[data-test=limit-form]").count() == 0
-        assert p.locator("tr[data-limit] button").count() == 0
+        assert p.locator("tr[data-limit] button, tr[data-queue-limit] button").count() == 0
+    stack.http.delete("/queues/viewed/limits").raise_for_status()
 
 
 def _without_progress(route: Any) -> None:

@@ -3,7 +3,8 @@ every master, each key's runs placed in its partition, so each check is one scri
 a dispatcher's and a worker's real loops run them (async handlers that count their own overlap
 per key), and no key ever runs more than its limit; a queue's limit, its permits on a slot of
 their own, holds for its runs on every master; nothing is left in flight, and the walk of
-the busy keys (lua/limit_keys.lua) reads each key's starts on its own master."""
+the busy keys (lua/limit_keys.lua) reads each key's starts on its own master, and the listing
+of queue limits each queue's counts on its own."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from rsched.core.models import Job
 from rsched.core.settings import Settings
 from rsched.rdb import keys
 from rsched.rdb.limit_scripts import op_key_state
+from rsched.rdb.queue_limits import TAKE, PermitOp, op_permit
 
 NO_WAIT: dict[str, object] = {"wait_replicas": 0}  # the test cluster has no replicas
 
@@ -90,3 +92,23 @@ def test_a_queue_limit_holds_across_every_master(url: str, cluster: RedisCluster
     assert len(masters) == 3  # the queue's runs on every master
     assert most[0] == 3 and len(set(done)) == len(jobs)
     assert (view.in_flight, view.waiting) == (0, 0)
+
+
+def test_queue_limits_on_every_master_are_listed_with_each_queues_own_counts(
+    url: str, cluster: RedisCluster
+) -> None:
+    """Queues whose slots are on all three masters: the listing's one pipeline reads each
+    queue's permits and waiting runs where they live."""
+    queues = [f"q{i}" for i in range(12)]
+    masters = {id(cluster.master_of_slot(keys.slot(keys.queue_limit(q)))) for q in queues}
+    assert len(masters) == 3
+    with Client(settings=Settings(redis_url=url, wait_replicas=0)) as c:
+        for i, q in enumerate(queues):
+            c.set_queue_limit(q, concurrency=i + 1)
+            now = c.now_ms()
+            # i + 3 takes: i + 1 granted, 2 left waiting (each run id once).
+            c.run(op_permit(q, [PermitOp(TAKE, f"j{n}@{now + n}", "w1", 0)
+                                for n in range(i + 3)], 60_000))
+        listed = [(v.limit.name, v.limit.concurrency, v.in_flight, v.waiting)
+                  for v in c.list_queue_limits()]
+    assert listed == sorted((q, i + 1, i + 1, 2) for i, q in enumerate(queues))

@@ -174,4 +174,4 @@ def test_the_cli_sets_lists_shows_and_deletes_limits(redis_url: str) -> None:
     shown = run_main(redis_url, "limits", "set", "x", "--rate", "10/1d")  # as a shell sees it
     assert shown.returncode != 0 and "--rate" in shown.stderr and "Traceback" not in shown.stderr
     assert "deleted" in ok(redis_url, "limits", "delete", "tenant-*")
-    assert as_json(redis_url, "limits", "list") == []
+    assert as_json(redis_url, "limits", "list") == {"limits": [], "queueLimits": []}

@@ -1,6 +1,7 @@
-// Limits: every definition a page at a time, with a key's own in-flight and waiting counts and
-// each definition's busiest keys (in flight, waiting, rate use), all from one GET
-// /limits?busiest=N; a write key creates, edits (PUT replaces the definition) and deletes them.
+// Limits: every queue's limit with its permits in flight and runs waiting (GET /queues/limits),
+// then every key definition a page at a time, with a key's own in-flight and waiting counts and
+// each definition's busiest keys (in flight, waiting, rate use), from one GET
+// /limits?busiest=N; a write key creates, edits (PUT replaces the limit) and deletes both kinds.
 // The API checks every field: a 422 is shown next to the field it names.
 
 import { del, get, put, query } from "./api.js";
@@ -21,14 +22,23 @@ function num(text) {
   return /^-?\d+(\.\d+)?([eE][+-]?\d+)?$/.test(v) ? Number(v) : v;
 }
 
+// A key's limit or a queue's, as the API names it.
+function limitPath(queue, name) {
+  return queue ? `/queues/${encodeURIComponent(name)}/limits` : `/limits/${encodeURIComponent(name)}`;
+}
+
 function rateText(rate) {
   return rate ? `${rate.limit} per ${rate.periodSeconds} s` : "—";
 }
 
 export function limitsPage(main, session) {
   const write = session.can("write");
-  let limits = [], cursors = [null], next = null, editing = null, stopped = false;
+  let limits = [], queueLimits = [], cursors = [null], next = null, editing = null, stopped = false;
 
+  // What the form writes: a key's limit (PUT /limits/{name}) or a queue's (PUT
+  // /queues/{queue}/limits); the name input holds the key's name or the queue's.
+  const kind = el("select", { name: "kind", "data-test": "limit-kind", onchange: () => named() },
+    el("option", { value: "key" }, "a limit key"), el("option", { value: "queue" }, "a whole queue"));
   const inputs = {
     name: el("input", { name: "name", placeholder: "tenant-42 or tenant-*", class: "mono" }),
     concurrency: el("input", { name: "concurrency", placeholder: "at once", class: "narrow", inputmode: "numeric" }),
@@ -42,9 +52,10 @@ export function limitsPage(main, session) {
   const cancel = el("button", { type: "button", class: "secondary", hidden: true, onclick: () => reset() }, "Cancel");
   const field = (label, f) => el("label", {}, label, " ", inputs[f], errs[f]);
   const form = el("form", { class: "limit-form", "data-test": "limit-form", onsubmit: (e) => { e.preventDefault(); save(); } },
-    field("Name", "name"), field("Concurrency", "concurrency"),
+    el("label", {}, "Limit of ", kind), field("Name", "name"), field("Concurrency", "concurrency"),
     el("span", {}, field("Rate", "rate.limit"), field("starts per", "rate.periodSeconds"), " s"),
     el("span", { class: "nowrap" }, submit, " ", cancel, errs.form));
+  const qlist = el("section", { class: "panel", "data-test": "queue-limits" }, el("p", { class: "muted" }, "Loading…"));
   const list = el("section", { class: "panel" }, el("p", { class: "muted" }, "Loading…"));
   const prev = el("button", { class: "secondary", onclick: () => { cursors.pop(); load(); } }, "← Previous");
   const more = el("button", { class: "secondary", onclick: () => { cursors.push(next); load(); } }, "Next →");
@@ -52,10 +63,18 @@ export function limitsPage(main, session) {
     el("p", { class: "muted" }, "A limit caps the runs of a job's limit key: how many run at once, how many start " +
       "per window. A name ending in * applies to each key it starts (each key counted on its own); " +
       "in-flight and waiting runs are counted per key, so they show for a key's own definition; " +
-      "each definition lists its busiest keys, with their starts in the rate's window."),
+      "each definition lists its busiest keys, with their starts in the rate's window. " +
+      "A queue's limit caps every run of the queue, keyed or not, across all workers."),
     write ? el("section", { class: "panel" }, title, form)
       : el("p", { class: "muted" }, "Creating, editing and deleting limits need a write key."),
-    list, el("div", { class: "toolbar" }, prev, more));
+    qlist, list, el("div", { class: "toolbar" }, prev, more));
+
+  // The name input's hint and the form's title follow the kind of limit.
+  function named() {
+    const queue = kind.value === "queue";
+    inputs.name.placeholder = queue ? "emails" : "tenant-42 or tenant-*";
+    if (!editing) title.textContent = queue ? "New queue limit" : "New limit";
+  }
 
   function showErrors(byField) {
     for (const [f, span] of Object.entries(errs)) {
@@ -69,20 +88,26 @@ export function limitsPage(main, session) {
     editing = null;
     for (const i of Object.values(inputs)) i.value = "";
     inputs.name.readOnly = false;
-    title.textContent = "New limit";
+    kind.disabled = false;
+    named();
     submit.textContent = "Create";
     cancel.hidden = true;
     showErrors({});
   }
 
+  // Edit a key's limit (lim.name) or a queue's (lim.queue).
   function edit(lim) {
-    editing = lim.name;
-    inputs.name.value = lim.name;
+    const queue = lim.queue !== undefined;
+    editing = queue ? lim.queue : lim.name;
+    kind.value = queue ? "queue" : "key";
+    kind.disabled = true;
+    named();
+    inputs.name.value = editing;
     inputs.name.readOnly = true;
     inputs.concurrency.value = lim.concurrency ?? "";
     inputs["rate.limit"].value = lim.rate ? lim.rate.limit : "";
     inputs["rate.periodSeconds"].value = lim.rate ? lim.rate.periodSeconds : "";
-    title.textContent = `Edit limit ${lim.name}`;
+    title.textContent = queue ? `Edit the limit of queue ${editing}` : `Edit limit ${editing}`;
     submit.textContent = "Save";
     cancel.hidden = false;
     showErrors({});
@@ -99,22 +124,29 @@ export function limitsPage(main, session) {
     const limit = num(inputs["rate.limit"].value), period = num(inputs["rate.periodSeconds"].value);
     const body = { concurrency: num(inputs.concurrency.value),
       rate: limit === null && period === null ? null : { limit, periodSeconds: period } };
+    const queue = kind.value === "queue";
     try {
-      const got = await put(`/limits/${encodeURIComponent(name)}`, body);
-      toast(`${editing ? "Saved" : "Created"} limit ${got.name}`);
+      const got = await put(limitPath(queue, name), body);
+      toast(`${editing ? "Saved" : "Created"} ${queue ? `limit of queue ${got.queue}` : `limit ${got.name}`}`);
       reset();
       await load();
     } catch (err) {
       const bad = err.body && Array.isArray(err.body.errors) ? err.body.errors : [];
       const byField = {};
-      for (const e of bad) byField[FIELDS.includes(e.field) ? e.field : "form"] = `${e.field}: ${e.reason}`;
+      for (const e of bad) {
+        const f = e.field === "queue" ? "name" : e.field;  // a queue's name is in the name input
+        byField[FIELDS.includes(f) ? f : "form"] = `${e.field}: ${e.reason}`;
+      }
       if (!bad.length) byField.form = err.message;
       showErrors(byField);
     }
   }
 
+  // A key's limit (lim.name) or a queue's (lim.queue): its Edit and Delete buttons.
   function buttons(lim) {
     if (!write) return "";
+    const queue = lim.queue !== undefined, name = queue ? lim.queue : lim.name;
+    const what = queue ? `limit of queue ${name}` : `limit ${name}`;
     const delBtn = el("button", { class: "small danger", onclick: async (e) => {
       if (!e.target.dataset.armed) {
         e.target.dataset.armed = "1";
@@ -122,9 +154,9 @@ export function limitsPage(main, session) {
         return;
       }
       try {
-        await del(`/limits/${encodeURIComponent(lim.name)}`);
-        toast(`Deleted limit ${lim.name}`);
-        if (editing === lim.name) reset();
+        await del(limitPath(queue, name));
+        toast(`Deleted ${what}`);
+        if (editing === name && (kind.value === "queue") === queue) reset();
       } catch (err) {
         toast(`Delete failed: ${err.message}`, "bad");
       }
@@ -155,6 +187,16 @@ export function limitsPage(main, session) {
   }
 
   function render() {
+    clear(qlist).append(el("h3", {}, "Queue limits"),
+      table(["Queue", "Concurrency", "Rate", "In flight", "Waiting", ""],
+        queueLimits.map((q) => el("tr", { "data-queue-limit": q.queue },
+          el("td", { class: "mono" }, q.queue),
+          el("td", { class: "num", "data-test": "concurrency" }, q.concurrency ?? "—"),
+          el("td", { "data-test": "rate" }, rateText(q.rate)),
+          el("td", { class: "num", "data-test": "in-flight" }, String(q.inFlight)),
+          el("td", { class: "num", "data-test": "waiting" }, String(q.waiting)),
+          el("td", {}, buttons(q)))),
+        "No queue limits: every queue runs as its workers allow."));
     clear(list).append(el("h3", {}, `Definitions, page ${cursors.length} (${limits.length}${next ? ", more" : ""})`),
       table(["Name", "Concurrency", "Rate", "In flight", "Waiting", "Busiest keys", ""],
         limits.map((lim) => el("tr", { "data-limit": lim.name },
@@ -172,10 +214,12 @@ export function limitsPage(main, session) {
 
   async function load() {
     try {
-      const res = await get("/limits" + query({ limit: PAGE, cursor: cursors[cursors.length - 1],
-        busiest: BUSIEST }));
+      const [res, queues] = await Promise.all([
+        get("/limits" + query({ limit: PAGE, cursor: cursors[cursors.length - 1], busiest: BUSIEST })),
+        get("/queues/limits")]);
       if (stopped) return;
       limits = res.limits;
+      queueLimits = queues.queueLimits;
       next = res.nextCursor;
       render();
     } catch (err) {
