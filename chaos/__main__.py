@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
             s.add_argument("--seeds", default="1,2,3,4")
         s.add_argument("--duration", type=float, default=45.0, help="seconds of faults, per run")
         s.add_argument("--rate", type=int, default=150, help="one-off jobs per second")
-        s.add_argument("--drain", type=float, default=30.0)
+        s.add_argument("--drain", type=float, default=45.0)
         s.add_argument("--no-faults", action="store_true")
         s.add_argument("--redis", choices=REDIS_KINDS, default="single",
                        help="single: one AOF redis-server; cluster: 3 masters + 3 replicas, "

@@ -39,7 +39,8 @@ class RunConfig:
     concurrency: int = 64
     slow_s: tuple[float, float] = (3.5, 4.5)  # longer than dead-after: only beats keep them
     max_attempts: int = 10  # flaky jobs fail up to 2 attempts; faults cost attempts too
-    drain_s: float = 30.0  # after the faults: how long everything acknowledged may take
+    drain_s: float = 45.0  # after the faults: how long everything acknowledged may take (past
+    # the visibility timeout, the backstop after a Redis data loss)
     fault_gap_s: tuple[float, float] = (0.5, 2.0)  # quiet time between two faults
     redis_fault_every_s: float = 12.0  # at least this long between two Redis faults
     aof_window_s: float = 1.0  # appendfsync everysec: the unsynced tail a machine loss drops
