@@ -1,8 +1,10 @@
 """The processes of one run: the Redis under test (AOF), the sink, the proxy host, dispatchers
-and workers (each through a proxy of its own) and the load generator.  With `redis="cluster"`
-the Redis under test is a 3-master + 3-replica cluster (AOF on every node) and processes connect
-to it directly with a redis+cluster:// URL: a cluster client learns every node's real address
-from CLUSTER SLOTS, which one proxy per process cannot stand in for.
+and workers (each through proxies of its own) and the load generator.  With `redis="cluster"`
+the Redis under test is a 3-master + 3-replica cluster (AOF on every node); each dispatcher and
+worker gets a proxy per node, and a redis+cluster:// URL whose seeds are its proxies and whose
+`address_remap` maps every node's advertised address to its proxy for that node, so every
+connection it makes (slot map, commands, pub/sub, after a failover too: a restarted node keeps
+its port) goes through its own proxies.  The runner and the load generator connect directly.
 
 Everything is started from the main thread (children die with the thread that started them, see
 tests/support/redis_server._die_with_parent).  Each restart of a dispatcher or worker is a new
@@ -23,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from support.redis_server import (  # tests/support, see __init__
+from support.redis_probe import HOST  # tests/support, see __init__
+from support.redis_server import (
     RedisCluster,
     RedisServer,
     _die_with_parent,
@@ -73,7 +76,7 @@ class Fleet:
         self.members += [Member(f"w{i + 1}", "worker", cfg.dispatchers + i)
                          for i in range(cfg.workers)]
         self.by_slot = {m.slot: m for m in self.members}
-        self.proxy_ports: list[int] = []
+        self.proxy_ports: list[list[int]] = []  # per member: its proxy of each upstream node
         self._proxyd: subprocess.Popen[str] | None = None
         self.load: subprocess.Popen[bytes] | None = None
         self.exits: list[dict[str, Any]] = []  # processes that exited on their own
@@ -85,14 +88,20 @@ class Fleet:
         """What the runner and the load generator connect with."""
         return self.cluster.cluster_url if self.cluster is not None else self.redis.url
 
+    @property
+    def upstreams(self) -> list[RedisServer]:
+        """The servers the processes' proxies lead to: the Redis under test, or every node."""
+        return self.cluster.nodes if self.cluster is not None else [self.redis]
+
     def start_servers(self) -> None:
         self.sink.start()
         if self.cluster is not None:
             self.cluster.start()
-            return
-        self.redis.start()
+        else:
+            self.redis.start()
+        ports = ",".join(str(n.port) for n in self.upstreams)
         self._proxyd = subprocess.Popen(
-            [sys.executable, "-m", "chaos.proxyd", str(self.redis.port), str(len(self.members))],
+            [sys.executable, "-m", "chaos.proxyd", ports, str(len(self.members))],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             preexec_fn=_die_with_parent)
         assert self._proxyd.stdout is not None
@@ -120,6 +129,16 @@ class Fleet:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         return env
 
+    def member_url(self, m: Member) -> str:
+        """The URL a dispatcher or worker connects with: through its own proxies."""
+        ports = self.proxy_ports[m.proxy]
+        if self.cluster is None:
+            return f"redis://{HOST}:{ports[0]}/0"
+        seeds = ",".join(f"{HOST}:{p}" for p in ports)
+        remap = ",".join(f"{HOST}:{n.port}={HOST}:{p}"
+                         for n, p in zip(self.upstreams, ports, strict=True))
+        return f"redis+cluster://{seeds}?address_remap={remap}"
+
     def spawn(self, slot: str) -> str:
         m = self.by_slot[slot]
         m.incarnation += 1
@@ -132,8 +151,7 @@ class Fleet:
             argv += ["--app", "chaos.app:app", "--concurrency", str(c.concurrency),
                      "--visibility-ms", str(c.visibility_ms), "--heartbeat-ms",
                      str(c.heartbeat_ms), "--grace", "2"]
-        url = (self.redis_url if self.cluster is not None
-               else f"redis://127.0.0.1:{self.proxy_ports[m.proxy]}/0")
+        url = self.member_url(m)
         with open(self.out / "logs" / f"{m.id}.log", "wb") as log:
             m.popen = subprocess.Popen(argv, env=self.env(url), cwd=ROOT,
                                        stdin=subprocess.DEVNULL, stdout=log,
@@ -198,6 +216,9 @@ class Fleet:
         if self._proxyd is not None:
             self._proxyd.kill()
             self._proxyd.wait(10)
+            for pipe in (self._proxyd.stdin, self._proxyd.stdout):
+                if pipe is not None:
+                    pipe.close()
         if self.cluster is not None:
             for i, node in enumerate(self.cluster.nodes):
                 node.kill()

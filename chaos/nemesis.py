@@ -7,11 +7,12 @@ AOF; lose the machine under redis-server (restart from the AOF as of a simulated
 0.2-1 s before the kill, chaos.aof).  The first faults cover every kind once in a seeded order;
 after that kinds are drawn at random, Redis faults at most every `redis_fault_every_s`.
 
-On a cluster (`redis="cluster"`) there are no proxies (no freeze, no drop), and the Redis fault
-is `redis_master_kill`: pause a master's replica and cut its replication link, for 1-2 s (it
-lags: writes the master takes meanwhile are not on it), kill -9 the master, resume the replica,
-wait until it is promoted, then restart the old master from its AOF so it rejoins as a replica
-of the new one, and wait until the cluster is healthy again.
+On a cluster (`redis="cluster"`) a process's proxies are one per node (chaos.fleet): a freeze
+or drop acts on all of them at once.  The Redis fault there is `redis_master_kill`: pause a
+master's replica and cut its replication link, for 1-2 s (it lags: writes the master takes
+meanwhile are not on it), kill -9 the master, resume the replica, wait until it is promoted,
+then restart the old master from its AOF so it rejoins as a replica of the new one, and wait
+until the cluster is healthy again.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ PROCESS_KINDS = ("kill_worker", "kill_dispatcher", "stop_worker", "stop_dispatch
                  "freeze_worker", "freeze_dispatcher", "drop")
 REDIS_KINDS = ("redis_kill", "redis_lose")
 KINDS = PROCESS_KINDS + REDIS_KINDS
-CLUSTER_PROCESS_KINDS = tuple(k for k in PROCESS_KINDS
-                              if not k.startswith("freeze") and k != "drop")
+CLUSTER_PROCESS_KINDS = PROCESS_KINDS
 CLUSTER_REDIS_KINDS = ("redis_master_kill",)
 CLUSTER_KINDS = CLUSTER_PROCESS_KINDS + CLUSTER_REDIS_KINDS
 

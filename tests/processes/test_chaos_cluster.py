@@ -1,6 +1,7 @@
 """The fault checker's cluster scenario (`python -m chaos run --redis cluster`,
 docs/internals/fault-checker.md): the fleet on a 3-master + 3-replica cluster while the nemesis
-kills masters whose replica lags, then the same analysis as the single-Redis run.
+kills masters whose replica lags (and freezes, drops, stops and kills processes), then the same
+analysis as the single-Redis run.
 
 Two runs: with the durability setting (WAIT for a replica, the cluster default) nothing
 acknowledged may be lost; with it off (RSCHED_WAIT_REPLICAS=0) the checker must report the
@@ -63,6 +64,9 @@ def test_killing_cluster_masters_whose_replica_lags_loses_no_acknowledged_job(
     # The run checked something: load flowed, the failover rolled back work that then ran again
     # under its original run id, and the killed master's partitions came back.
     assert report["acknowledged"] > 2000
+    # Frozen and dropped connections too: each process reaches the nodes through proxies of its
+    # own (test_chaos_cluster_proxies.py), and seed 1's first faults include both kinds.
+    assert {"freeze_worker", "freeze_dispatcher", "drop"} <= set(report["faults"]), report["faults"]
     assert report["duplicates"]["explained_by"].get("redis_master_kill", 0) > 0
     assert all(r["first_execution_s"] is not None for r in report["redis_restarts"])
 
