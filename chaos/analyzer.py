@@ -46,6 +46,9 @@ from .sink import Execution
 
 EXAMPLES = 5
 SLACK_MS = 1500
+# The recovery bound (docs/guarantees.md, "Recovery"): how late a job may start after it was due.
+HEALTHY_LATE_MS = 2000  # no fault touched it
+FAULT_LATE_MS = 5000  # one fault of a worker or dispatcher did
 
 
 # appendfsync everysec: while a background fsync runs, Redis postpones write()ing its AOF buffer
@@ -377,6 +380,35 @@ class Analyzer:
     def lags(self) -> dict[str, int]:
         return _pct([self.x[a.run_id][0].started_ms - _sched(a.run_id)
                      for a in self.acks if a.run_id in self.x])
+
+    def late_starts(self) -> dict[str, Any]:
+        """The recovery bound: a job no fault touched starts at most HEALTHY_LATE_MS after it
+        was due, one a single process fault touched at most FAULT_LATE_MS; jobs a Redis fault
+        or two overlapping faults touched are counted apart (their delay has no bound here).
+        A fault touches a job when it began before the job's first start and ended less than
+        FAULT_LATE_MS before the job was due (after that, everything has been taken over)."""
+        spans = [(f["t0"], f.get("t1", f["t0"]), f["op"].startswith("redis_"))
+                 for f in self.faults.log if "t0" in f]
+        out: dict[str, Any] = {"over_5s": 0, "redis": 0, "overlapping": 0, "over_bound": 0,
+                               "examples": []}
+        for a in self.acks:
+            if a.run_id not in self.x:
+                continue
+            due, start = _sched(a.run_id), self.x[a.run_id][0].started_ms
+            late = start - due
+            out["over_5s"] += late > FAULT_LATE_MS
+            touching = [redis for t0, t1, redis in spans
+                        if t0 <= start and t1 + FAULT_LATE_MS >= due]
+            if any(touching):
+                out["redis"] += 1
+            elif len(touching) > 1:
+                out["overlapping"] += 1
+            elif late > (FAULT_LATE_MS if touching else HEALTHY_LATE_MS):
+                out["over_bound"] += 1
+                if len(out["examples"]) < EXAMPLES:
+                    out["examples"].append({"run": a.run_id, "late_ms": late,
+                                            "faults_touching": len(touching)})
+        return out
 
     def recoveries(self) -> list[dict[str, Any]]:
         out = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rsched.core import defaults
+
 # Every cron job fires every 2 or 3 seconds (6 fields, seconds first), in zones with whole-hour,
 # half-hour and 45-minute offsets, and with and without DST.
 CRON_ZONES = (
@@ -28,11 +30,14 @@ class RunConfig:
     dispatchers: int = 2
     workers: int = 3
     partitions: int = 16
-    lease_ms: int = 1500
-    visibility_ms: int = 2000
-    heartbeat_ms: int = 400
+    # The defaults of rsched: a dead worker's runs are taken over by its missed process
+    # heartbeats (dead_after_ms), a dead dispatcher's partitions when its lease runs out.
+    lease_ms: int = defaults.LEASE_MS
+    visibility_ms: int = defaults.VISIBILITY_MS
+    heartbeat_ms: int = defaults.HEARTBEAT_MS
+    dead_after_ms: int = defaults.DEAD_AFTER_MS
     concurrency: int = 64
-    slow_s: tuple[float, float] = (2.5, 3.5)  # longer than the visibility timeout
+    slow_s: tuple[float, float] = (3.5, 4.5)  # longer than dead-after: only beats keep them
     max_attempts: int = 10  # flaky jobs fail up to 2 attempts; faults cost attempts too
     drain_s: float = 30.0  # after the faults: how long everything acknowledged may take
     fault_gap_s: tuple[float, float] = (0.5, 2.0)  # quiet time between two faults
@@ -53,6 +58,11 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.redis not in REDIS_KINDS:
             raise ValueError(f"--redis: {self.redis!r} is not one of {', '.join(REDIS_KINDS)}")
+
+    @property
+    def takeover_ms(self) -> int:
+        """How long a worker's silence lasts at most before its runs are taken over."""
+        return min(self.visibility_ms, self.dead_after_ms)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

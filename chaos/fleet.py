@@ -121,6 +121,9 @@ class Fleet:
         env = dict(os.environ, RSCHED_REDIS_URL=redis_url,
                    RSCHED_PARTITIONS=str(self.cfg.partitions))
         env[SINK_URL_ENV] = self.sink.url
+        # The checker reads every event the run made (chaos/history.py): no archiver runs, so
+        # the dispatchers must not trim the events streams to their default bound.
+        env.update(RSCHED_EVENTS_KEEP="0", RSCHED_EVENTS_KEEP_MS="0")
         if self.cluster is not None:
             # A write waits this long for its replica: while the nemesis pauses a replica
             # (lag_s) the load generator's writes to its master are refused (NotReplicated)
@@ -150,7 +153,8 @@ class Fleet:
         else:
             argv += ["--app", "chaos.app:app", "--concurrency", str(c.concurrency),
                      "--visibility-ms", str(c.visibility_ms), "--heartbeat-ms",
-                     str(c.heartbeat_ms), "--grace", "2"]
+                     str(c.heartbeat_ms), "--dead-after", repr(c.dead_after_ms / 1000),
+                     "--grace", "2"]
         url = self.member_url(m)
         with open(self.out / "logs" / f"{m.id}.log", "wb") as log:
             m.popen = subprocess.Popen(argv, env=self.env(url), cwd=ROOT,

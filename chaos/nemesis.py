@@ -1,7 +1,7 @@
 """The nemesis: seeded faults, one at a time, each logged with wall-clock times (ms).
 
 Kinds: kill -9 a worker or dispatcher (restarted 0.3-1.5 s later as a new incarnation); SIGSTOP
-one past its visibility timeout or lease (1.3-2x) and SIGCONT; freeze its proxy as long (bytes
+one past its dead-after or lease (1.3-2x) and SIGCONT; freeze its proxy as long (bytes
 held both ways) and thaw; drop its connections; kill -9 redis-server and restart it from its
 AOF; lose the machine under redis-server (restart from the AOF as of a simulated last fsync
 0.2-1 s before the kill, chaos.aof).  The first faults cover every kind once in a seeded order;
@@ -141,13 +141,13 @@ class Nemesis:
         self._kill(entry, "dispatcher")
 
     def _stop_worker(self, entry: dict[str, Any]) -> None:
-        self._stop(entry, "worker", self.cfg.visibility_ms)
+        self._stop(entry, "worker", self.cfg.takeover_ms)
 
     def _stop_dispatcher(self, entry: dict[str, Any]) -> None:
         self._stop(entry, "dispatcher", self.cfg.lease_ms)
 
     def _freeze_worker(self, entry: dict[str, Any]) -> None:
-        self._freeze(entry, "worker", self.cfg.visibility_ms)
+        self._freeze(entry, "worker", self.cfg.takeover_ms)
 
     def _freeze_dispatcher(self, entry: dict[str, Any]) -> None:
         self._freeze(entry, "dispatcher", self.cfg.lease_ms)

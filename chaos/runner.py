@@ -134,6 +134,7 @@ class Run:
                      vanished_is_lost=cfg.redis == "cluster")
         lost = a.lost()
         dups = a.duplicates()
+        late = a.late_starts()
         limits = a.limits(cfg.limit_concurrency, _retrying(
             lambda: self._limits_left(client, acks), "reading the limit keys")) \
             if cfg.limit_keys else None
@@ -164,6 +165,7 @@ class Run:
             "redis_restarts": a.recoveries(),
             "faults": dict(Counter(f["op"] for f in nemesis.log)),
             "start_lag_ms": a.lags(),
+            "late_starts": late,
             "drained_s": drained_s,
             "events": dict(sorted(history.counts.items())),
             "config": cfg.to_json(),
@@ -179,6 +181,8 @@ class Run:
             failures.append("processes exited on their own")
         if report["cron"]["missing"]:
             failures.append("cron occurrences missing")
+        if late["over_bound"]:
+            failures.append("jobs started later than the recovery bound")
         if agreement["disagreements"]:
             failures.append("final state disagrees with the sink")
         if limits is not None and limits["over_limit"]:

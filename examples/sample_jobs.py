@@ -28,3 +28,13 @@ SAMPLE_JOBS = [
     JobSpec(type="always_fails", payload={"invoice": 42}, cron="0 * * * * *", max_attempts=3,
             backoff_base_ms=500, idempotency_key="example-always-fails"),
 ]
+
+
+def http_jobs(base_url: str) -> list[JobSpec]:
+    """An HTTP target (docs/http-targets.md) against the dev API's own /dev/echo, every 30
+    seconds; its key names the port, so a dev on another port schedules its own."""
+    port = base_url.rsplit(":", 1)[1]
+    return [JobSpec(type="http", payload={"from": "rsched dev"}, cron="*/30 * * * * *",
+                    target={"url": f"{base_url}/dev/echo", "method": "POST"},
+                    idempotency_key=f"example-http-echo-{port}")]
+

@@ -136,8 +136,10 @@ def wait_for(r: Any, partitions: int, target: int, timeout: float) -> float:
 def start_engine(url: str, a: argparse.Namespace) -> list[subprocess.Popen[bytes]]:
     """One dispatcher and one worker process on `url` (acknowledged on the primary's word: the
     CPU runs have no replicas; the durability cost is measured apart, bench_cluster.py)."""
+    # RSCHED_EVENTS_KEEP(_MS) 0: the start lag, lost and duplicates are read from every event.
     env = dict(os.environ, RSCHED_REDIS_URL=url, RSCHED_PARTITIONS=str(a.partitions),
-               PYTHONPATH=str(ROOT), RSCHED_ALLOW_UNSAFE_REDIS="1", RSCHED_WAIT_REPLICAS="0")
+               PYTHONPATH=str(ROOT), RSCHED_ALLOW_UNSAFE_REDIS="1", RSCHED_WAIT_REPLICAS="0",
+               RSCHED_EVENTS_KEEP="0", RSCHED_EVENTS_KEEP_MS="0")
     cli = [sys.executable, "-m", "rsched.cli", "--log-level", "WARNING"]
     return [subprocess.Popen(cli + ["dispatcher"], env=env, cwd=str(ROOT)),
             subprocess.Popen(cli + ["worker", "--app", "loadtest.noop_app:app", "--concurrency",

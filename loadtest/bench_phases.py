@@ -172,9 +172,10 @@ def phase(name: str, watch: Watch, r: redis.Redis, run: Any, n: int) -> dict[str
 
 
 def engine(url: str, what: list[str]) -> subprocess.Popen[bytes]:
+    # RSCHED_EVENTS_KEEP(_MS) 0: the claim timeline is read from every 'dispatched' event.
     env = dict(os.environ, RSCHED_REDIS_URL=url, RSCHED_PARTITIONS=str(A.partitions),
                PYTHONPATH=str(A.code.resolve()), RSCHED_ALLOW_UNSAFE_REDIS="1",
-               RSCHED_WAIT_REPLICAS="0")
+               RSCHED_WAIT_REPLICAS="0", RSCHED_EVENTS_KEEP="0", RSCHED_EVENTS_KEEP_MS="0")
     return subprocess.Popen([sys.executable, "-m", "rsched.cli", "--log-level", "WARNING", *what],
                             env=env, cwd=str(HERE))
 

@@ -12,9 +12,10 @@ batches pay per run.  Run the scripts of another checkout with --code DIR (befor
 on the same inputs); --keep DIR keeps each callgrind dump there, named after its row, for
 `callgrind_annotate --inclusive=yes` (where a script's instructions go).  --limit-key gives
 every job a limit key under a concurrency limit it never reaches (the cost of the check alone):
-each its own key of one family, or one shared key.  --backlog N first parks N runs of another,
-saturated key in the partition (the jobs measured then share it with that backlog).  Prints a
-table, then a last line of JSON.
+each its own key of one family, or one shared key; --jobs sets how many jobs are measured
+(10,000: as many keys).  --backlog N first parks N runs of another, saturated key in the
+partition (the jobs measured then share it with that backlog).  Prints a table, then a last
+line of JSON.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ ap.add_argument("--limit-key", choices=("none", "distinct", "one"), default="non
                 help="give every job a limit key under a concurrency limit it never reaches: "
                      "its own (distinct: the family k-*) or one shared key (one); checkouts "
                      "without limits take only none")
+ap.add_argument("--jobs", type=int, default=1_000,
+                help="jobs claimed and measured (a multiple of 100; with --limit-key distinct, "
+                     "as many distinct keys, and 100 more claimed unmeasured)")
 ap.add_argument("--backlog", type=int, default=0,
                 help="first park this many runs of one saturated key in the partition (they "
                      "wait for its limit), to see what such a backlog costs the other jobs")
@@ -60,7 +64,8 @@ from rsched.rdb import keys, scripts  # noqa: E402
 P, PARTITIONS = 0, 16
 COMPLETE_SHAPES = ((1, 100), (8, 40), (45, 10))  # (runs a call, calls)
 STARTS, START_K = 160, 8
-CLAIM_CALLS, CLAIM_K = 10, 100
+CLAIM_K = 100
+CLAIM_CALLS = A.jobs // CLAIM_K
 JOBS = CLAIM_CALLS * CLAIM_K + 100  # the last claim call is not counted
 
 

@@ -84,7 +84,8 @@ and come back through the retry set holding their slot; one held by the rate com
 the window allows.  include limits builds the keys of a limit key's state from the partition's
 prefix (read off KEYS[2]), the partition's limits hash among them, and may PUBLISH on the wake
 channel; 'limit_deferred' in the stats hash counts runs made to wait, rsched:{pN}:limstats
-(built there too) per definition name.
+(built there too) per definition name; the keys that took a slot go into rsched:{pN}:limrun
+(one SADD a call: lua/limit_keys.lua reads it).
 Returns {dispatched, skipped, earliest, needs_1, ..., needs_k}
   {-1} when the caller's lease or fence is stale; nothing was written
   earliest: the earliest due score left in the due or retry set ('' when both are empty)
@@ -459,6 +460,7 @@ end
 if dispatched > 0 then redis.call('HINCRBY', stats_key, 'dispatched', dispatched) end
 if waiting > 0 then redis.call('HINCRBY', stats_key, 'limit_deferred', waiting) end
 batch_flush(dispatched_events)
+lim_index(prefix)
 
 -- Drop entries every worker has acknowledged: everything before the oldest pending entry, or
 -- up to the last delivered one when nothing is pending.  Cheaper than an XDEL per run.

@@ -21,7 +21,9 @@ Outcome 'cancelled' (the worker stopped a run overlap cancelPrevious asked to st
 heartbeat.lua) is final: no retry, no dead letter, the active-run record released.
 Outcome 'deferred' (the handler raised rsched.RateLimited) puts the run back in the retry set
 after retry_delay_ms with its attempt given back, at most MAX_DEFERRALS times a run (counted in
-its field 'dfr'), after which it is a failed attempt.  Any accepted outcome of a run whose job
+its field 'dfr'), after which it is a failed attempt.  Outcome 'held' (the run's queue-wide
+limit gave it no permit, lua/queue_permit.lua: its handler never started) is recorded as a
+'deferred' one that is not counted in 'dfr', its state 'waiting' for 'queue <queue>'.  Any accepted outcome of a run whose job
 has a limit key (job field 'lk') frees the run's slot (include limits, which builds its keys
 from the partition's prefix and may PUBLISH on the wake channel).
 
@@ -43,8 +45,9 @@ then per group 2 values (from ARGV[9]): n runs, kind: own ('1': one-off jobs' ow
 then per run, group by group (from ARGV[9 + 2g]) 6 values: run id, fence ('0' = start not
   recorded yet), duration_ms, text (JSON result when succeeded, error message otherwise), stream
   entry id, elapsed_ms (since the handler started); then, unless the group's kind ends in 's',
-  2 more: outcome ('succeeded' | 'failed' | 'timed_out' | 'cancelled' | 'deferred'),
-  retry_delay_ms
+  2 more: outcome ('succeeded' | 'failed' | 'timed_out' | 'cancelled' | 'deferred' | 'held'),
+  retry_delay_ms (-1 with 'failed': final, the run is dead-lettered at once whatever attempts
+  remain: the handler raised AttemptFailed(final=True), as an HTTP target's 404 does)
 The groups save arguments on the hottest path (a one-off job's own run that succeeded: 7 instead
 of 12; Redis parses each).
 Returns {code_1, ..., code_n}
@@ -269,8 +272,11 @@ for i = 1, n do
       if starting then
         redis.call('HSET', run_key, F.worker, worker, F.fence, fence, F.started_ms, started_ms)
       end
+      local held = outcome == 'held'  -- held by its queue's limit: deferred, not counted
+      if held then outcome = 'deferred' end
       -- RateLimited: at most MAX_DEFERRALS times a run, then a failed attempt like any other.
-      if outcome == 'deferred' and redis.call('HINCRBY', run_key, 'dfr', 1) > MAX_DEFERRALS then
+      if outcome == 'deferred' and not held
+          and redis.call('HINCRBY', run_key, 'dfr', 1) > MAX_DEFERRALS then
         outcome = 'failed'
         text = text .. ' (deferred ' .. MAX_DEFERRALS .. ' times: counted as a failed attempt)'
       end
@@ -285,6 +291,7 @@ for i = 1, n do
         -- The attempt is given back: the retry's dispatch counts it again.
         redis.call('HSET', run_key, F.state, 'retry_wait', F.attempt, format('%d', attempt - 1),
                    F.ended_ms, now, F.duration_ms, duration, F.error, text)
+        if held then redis.call('HSET', run_key, F.state, 'waiting', F.waiting, 'queue ' .. queue) end
         redis.call('ZADD', retry_key, now + delay, run_id)
         emit(events_key, maxlen, 'e', 'retry_scheduled', 'j', job_id, 'r', run_id, 'a', attempt,
              't', now, 'at', now + delay, 'ty', jtype)
@@ -295,7 +302,7 @@ for i = 1, n do
         if run_ttl > 0 and not own then redis.call('PEXPIRE', run_key, ARGV[7]) end
         if ov then release_active(job_key, retry_key, run_id, now, run_key) end
         out[i] = 4
-      elseif attempt < max_attempts then
+      elseif attempt < max_attempts and delay >= 0 then
         redis.call('HSET', run_key, F.state, 'retry_wait', F.ended_ms, now, F.duration_ms, duration,
                    F.error, text)
         redis.call('ZADD', retry_key, now + delay, run_id)
@@ -345,4 +352,5 @@ end
 if ok_count > 0 then redis.call('HINCRBY', stats_key, 'succeeded', ok_count) end
 batch_flush(succeeded_events)
 if fail_count > 0 then redis.call('HINCRBY', stats_key, 'failed', fail_count) end
+lim_index(prefix)
 return out

@@ -39,6 +39,7 @@ dead_letter(run_key, job_key, F, dead_key, events_key, stats_key, maxlen, now, r
 if j[3] then
   local prefix = lim_prefix(events_key)
   lim_drop(prefix, j[3], run_id, lim_key(prefix, nil, 'retry'), now)
+  lim_index(prefix)
 end
 redis.call('XACK', stream_key, group, sid)
 return 1

@@ -58,4 +58,5 @@ for _, lkey in ipairs(redis.call('SMEMBERS', limwait_key)) do
   admitted = admitted + lim_promote(prefix, lkey, retry_key, now)
 end
 if admitted > 0 then lim_wake(prefix) end
+lim_index(prefix)
 return admitted

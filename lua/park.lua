@@ -78,7 +78,10 @@ for i = 1, n do
                   'no live worker serves type ' .. jtype .. ' on queue ' .. queue .. ' for '
                   .. string.format('%g', wait / 1000) .. ' s', jtype)
       if r[5] == '1' then release_active(job_key, retry_key, run_id, now, run_key) end
-      if j[2] then lim_drop(lim_prefix(events_key), j[2], run_id, retry_key, now) end
+      if j[2] then
+        lim_drop(lim_prefix(events_key), j[2], run_id, retry_key, now)
+        lim_index(lim_prefix(events_key))
+      end
       redis.call('XACK', stream_key, group, sid)
       out[i] = 2
     else

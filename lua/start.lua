@@ -208,4 +208,5 @@ for i = 1, n do
   out[2 * i] = attempt_out
 end
 batch_flush(started_events)
+lim_index(prefix)
 return out

@@ -11,7 +11,7 @@ from rsched.core.errors import (
     ScheduleError,
     ValidationError,
 )
-from rsched.core.handlers import App, JobContext, RateLimited
+from rsched.core.handlers import App, AttemptFailed, JobContext, RateLimited
 from rsched.core.models import Attempt, Job, JobStatus, Run, RunState
 from rsched.core.spec import Dedup, JobSpec
 
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "App", "AsyncClient", "Attempt", "Client", "Conflict", "Dedup", "Job", "JobContext",
-    "JobSpec", "JobStatus", "NotFound", "RateLimited", "Run", "RunFailed", "RunState",
+    "App", "AsyncClient", "Attempt", "AttemptFailed", "Client", "Conflict", "Dedup", "Job",
+    "JobContext", "JobSpec", "JobStatus", "NotFound", "RateLimited", "Run", "RunFailed", "RunState",
     "RschedError", "ScheduleError", "ValidationError",
     "__version__",
 ]

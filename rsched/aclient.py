@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from rsched.client import ClientBase, resolve_settings
+from rsched.client import ClientBase, JobHandle, resolve_settings
 from rsched.core import defaults
 from rsched.core.errors import RschedError
+from rsched.core.http_target import HTTP_TYPE, target_of
 from rsched.core.limits import Limit
 from rsched.core.models import Attempt, BackfillOverlap, Job, Run
 from rsched.core.settings import Settings
@@ -37,6 +38,16 @@ from rsched.service.shapes import event_json
 T = TypeVar("T")
 
 COALESCE_MAX = 1000  # single schedules sent in one batch at most
+
+
+class AsyncScheduledJob(JobHandle):
+    """AsyncClient.schedule's answer: the Job, and ``await result(timeout)`` for its run."""
+
+    __slots__ = ()
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """ScheduledJob.result, awaited."""
+        return await self.client.result(self, timeout)
 
 
 class AsyncClient(ClientBase):
@@ -60,10 +71,21 @@ class AsyncClient(ClientBase):
 
     # --- scheduling --------------------------------------------------------------------------
 
-    async def schedule(self, type: str, payload: Any = None, **options: Any) -> Job:
-        """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict."""
+    async def schedule(self, type: str, payload: Any = None, **options: Any
+                       ) -> AsyncScheduledJob:
+        """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict.
+        The Job it answers also waits for a one-off job's result: ``await .result(timeout)``."""
         job, _ = await self.schedule_spec(JobSpec(type=type, payload=payload, **options))
-        return job
+        return AsyncScheduledJob.of(job, self)
+
+    async def schedule_http(self, url: str, payload: Any = None, *, method: str | None = None,
+                      headers: dict[str, str] | None = None, body: Any = None,
+                      timeout_s: float | None = None, **options: Any) -> Job:
+        """Schedule an HTTP target job (docs/http-targets.md): a worker started with --http
+        calls ``url`` at each run, signed, with ``body`` (default ``payload``) as JSON; see
+        JobSpec for the other options (run_at, cron, max_attempts, ...)."""
+        return await self.schedule(HTTP_TYPE, payload, target=target_of(url, method, headers, body,
+                                                                   timeout_s), **options)
 
     async def schedule_spec(self, spec: JobSpec) -> tuple[Job, bool]:
         """Schedule one job, batched with concurrent callers; (job, created by this call)."""
@@ -193,6 +215,20 @@ class AsyncClient(ClientBase):
         """Define (or replace) the limit ``name``; see Client.set_limit."""
         return await self.run(limits.op_set_limit(
             self, limits.limit_from_args(name, concurrency, rate)))
+
+    async def set_queue_limit(self, queue: str, *, concurrency: int | None = None,
+                              rate: tuple[int, float] | None = None) -> Limit:
+        """Cap the whole queue ``queue``; see Client.set_queue_limit."""
+        return await self.run(limits.op_set_queue_limit(
+            self, limits.queue_limit_from_args(queue, concurrency, rate)))
+
+    async def get_queue_limit(self, queue: str) -> limits.LimitView:
+        """The queue's limit, its runs in flight and waiting."""
+        return await self.run(limits.op_get_queue_limit(self, queue))
+
+    async def delete_queue_limit(self, queue: str) -> None:
+        """Delete the queue's limit; its waiting runs start."""
+        await self.run(limits.op_delete_queue_limit(self, queue))
 
     async def get_limit(self, name: str) -> limits.LimitView:
         """The definition ``name``, and for a key's own its in-flight and waiting counts."""

@@ -10,13 +10,15 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from redis import Redis
 
 from rsched.core import defaults
 from rsched.core.errors import RschedError
+from rsched.core.http_target import HTTP_TYPE, target_of
 from rsched.core.limits import Limit
 from rsched.core.models import Attempt, BackfillOverlap, Job, Run
 from rsched.core.settings import Settings
@@ -36,6 +38,39 @@ from rsched.service.patch import UNSET, JobPatch
 from rsched.service.shapes import event_json
 
 T = TypeVar("T")
+
+
+class JobHandle(Job):
+    """A Job as scheduled, with the client that scheduled it: what Client.schedule returns.
+    It is the Job (every field, equal to the same job read back by get), and waits for its run."""
+
+    __slots__ = ("client",)
+    client: Any  # the Client or AsyncClient that scheduled it
+
+    @classmethod
+    def of(cls, job: Job, client: Any) -> Self:
+        """The job, with ``client`` to wait through."""
+        handle = cls(**{f.name: getattr(job, f.name) for f in fields(Job)})
+        handle.client = client
+        return handle
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Job):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(Job))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like Job
+
+
+class ScheduledJob(JobHandle):
+    """Client.schedule's answer: the Job, and ``result(timeout)`` waiting for its run."""
+
+    __slots__ = ()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The one-off job's result once its run has ended (Client.result): TimeoutError after
+        ``timeout`` seconds (None: none), RunFailed when it ended without succeeding."""
+        return self.client.result(self, timeout)
 
 
 def dev_urls(data_dir: Path = Path(defaults.DEV_DATA_DIR)) -> tuple[str, str | None] | None:
@@ -139,12 +174,22 @@ class Client(ClientBase):
         """Redis's clock, in epoch ms: the clock every due time is judged by."""
         return self.run(self.op_now())
 
-    def schedule(self, type: str, payload: Any = None, **options: Any) -> Job:
-        """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict."""
+    def schedule(self, type: str, payload: Any = None, **options: Any) -> ScheduledJob:
+        """Schedule one job; see JobSpec for the options. Raises on invalid input or conflict.
+        The Job it answers also waits for a one-off job's result: ``.result(timeout)``."""
         res = self.schedule_many([JobSpec(type=type, payload=payload, **options)])[0]
         if isinstance(res, Exception):
             raise res
-        return res
+        return ScheduledJob.of(res, self)
+
+    def schedule_http(self, url: str, payload: Any = None, *, method: str | None = None,
+                      headers: dict[str, str] | None = None, body: Any = None,
+                      timeout_s: float | None = None, **options: Any) -> Job:
+        """Schedule an HTTP target job (docs/http-targets.md): a worker started with --http
+        calls ``url`` at each run, signed, with ``body`` (default ``payload``) as JSON; see
+        JobSpec for the other options (run_at, cron, max_attempts, ...)."""
+        return self.schedule(HTTP_TYPE, payload, target=target_of(url, method, headers, body,
+                                                                   timeout_s), **options)
 
     def schedule_many(self, specs: Sequence[JobSpec]) -> list[Job | RschedError]:
         """Schedule many jobs, one round trip per few hundred; each gets a Job or its own error."""
@@ -238,6 +283,22 @@ class Client(ClientBase):
         ``concurrency`` runs at once, at most ``rate`` = (limit, period seconds) starts in any
         such window.  It applies at once, across every dispatcher and worker."""
         return self.run(limits.op_set_limit(self, limits.limit_from_args(name, concurrency, rate)))
+
+    def set_queue_limit(self, queue: str, *, concurrency: int | None = None,
+                        rate: tuple[int, float] | None = None) -> Limit:
+        """Cap the whole queue ``queue`` (every job of it, with or without a limit key), across
+        every worker and dispatcher: at most ``concurrency`` of its runs at once, at most
+        ``rate`` = (limit, period seconds) starts in any such window."""
+        return self.run(limits.op_set_queue_limit(
+            self, limits.queue_limit_from_args(queue, concurrency, rate)))
+
+    def get_queue_limit(self, queue: str) -> limits.LimitView:
+        """The queue's limit (its ``name`` is the queue), its runs in flight and waiting."""
+        return self.run(limits.op_get_queue_limit(self, queue))
+
+    def delete_queue_limit(self, queue: str) -> None:
+        """Delete the queue's limit; its waiting runs start."""
+        self.run(limits.op_delete_queue_limit(self, queue))
 
     def get_limit(self, name: str) -> limits.LimitView:
         """The definition ``name``, and for a key's own its in-flight and waiting counts."""

@@ -87,6 +87,16 @@ def aof_redis(redis_available: None) -> Iterator[RedisServer]:
         server.close()
 
 
+@pytest.fixture()
+def sink(redis_available: None) -> Iterator[RedisServer]:
+    """A Redis of its own, outside the one a test fails over: what handlers log there stays."""
+    s = RedisServer().start()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Chromium for this module's browser tests (support.browser says how)."""

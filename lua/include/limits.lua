@@ -16,9 +16,13 @@
 --   <prefix>:limwait         SET   keys that have waiting runs (a definition's change looks
 --                                  at them: lua/limit.lua)
 --   <prefix>:limstats        HASH  definition name -> runs that started waiting for it
+--   <prefix>:limrun          SET   keys that took a slot since lua/limit_keys.lua last found
+--                                  them idle: what the metrics and the busiest keys read;
+--                                  lim_take notes the key, lim_index adds a call's keys in one
+--                                  SADD at the end of the script
 --   <prefix>:retry           ZSET  the partition's retry set (expire.lua is not given it)
 -- rsched.rdb.keys names the same keys (limits, limit_running, limit_waiting, limit_log,
--- limits_waiting, retry).
+-- limits_waiting, limits_running, retry).
 -- A slot belongs to a run id: a reclaim's new fenced attempt keeps it, and only an ending
 -- accepted under the run's current fence (complete.lua, start.lua, expire.lua) frees it.
 -- A run that waits spends no attempt: its state is 'waiting' and it is in no queue stream; it
@@ -90,14 +94,32 @@ local function lim_room(prefix, lkey, run_key, d, now)
   return true
 end
 
+-- The keys that took a slot in this call, for lim_index (one SADD a call, not one a run).
+local LIM_TAKEN, LIM_TAKEN_LIST = {}, {}
+
 local function lim_take(prefix, lkey, run_key, d, run_id, now)
   redis.call('SADD', run_key, run_id)
+  if not LIM_TAKEN[lkey] then
+    LIM_TAKEN[lkey] = true
+    LIM_TAKEN_LIST[#LIM_TAKEN_LIST + 1] = lkey
+  end
   if d and d.rate > 0 then
     local log_key = lim_key(prefix, lkey, 'log')
     local at = string.format('%d', now)
     redis.call('ZADD', log_key, at, run_id .. ' ' .. at)
     redis.call('PEXPIRE', log_key, d.period)
   end
+end
+
+-- Add the keys that took a slot in this call to the partition's limrun set: every script that
+-- may take one calls it before it returns.
+local function lim_index(prefix)
+  if #LIM_TAKEN_LIST == 0 then return end
+  local limrun_key = lim_key(prefix, nil, 'limrun')
+  for k = 1, #LIM_TAKEN_LIST, 1000 do
+    redis.call('SADD', limrun_key, unpack(LIM_TAKEN_LIST, k, math.min(k + 999, #LIM_TAKEN_LIST)))
+  end
+  LIM_TAKEN_LIST = {}
 end
 
 -- Admit waiting runs of lkey in order while there is room.  Without a rate, each takes its slot
@@ -145,7 +167,7 @@ local function lim_admit(prefix, lkey, run_id, retry_key, now, fresh)
   if not fresh and redis.call('SISMEMBER', run_key, run_id) == 1 then return true end
   local d = lim_def(prefix, lkey)
   if not d then  -- unlimited, but counted: a definition made later counts its runs
-    redis.call('SADD', run_key, run_id)
+    lim_take(prefix, lkey, run_key, d, run_id, now)
     return true
   end
   local wait_key = lim_key(prefix, lkey, 'wait')
@@ -217,3 +239,4 @@ local function lim_drop(prefix, lkey, run_id, retry_key, now)
   if waited and lim_promote(prefix, lkey, retry_key, now) > 0 then lim_wake(prefix) end
   return false
 end
+

@@ -55,6 +55,10 @@ LIMIT_NAME = _param("name", "path", {"type": "string", "minLength": 1, "maxLengt
                                      "pattern": r"^[^*/\x00-\x1f\x7f-\x9f]*\*?$"},
                     "A limit key, or a family: a prefix ending in '*'.")
 CURSOR = _param("cursor", "query", {"type": "string"}, "nextCursor of the previous page.")
+QUEUE_NAME = _param("queue", "path", {"type": "string", "pattern": r"^[A-Za-z0-9_.\-]{1,64}$"},
+                    "A queue's name.")
+BUSIEST = _param("busiest", "query", {"type": "integer", "minimum": 0, "maximum": 100},
+                 "Give each definition its busiestKeys, at most this many (0: none).")
 LAST_EVENT_ID = _param("Last-Event-ID", "header", {"type": "string"},
                        "The id of the last event received: the stream resumes after it.")
 IF_MATCH = _param("If-Match", "header", {"type": "string", "pattern": "^[0-9]{1,18}$"},
@@ -284,6 +288,13 @@ PATHS: dict[str, Any] = {
         "get": _op("getStatus", "operations", "Partitions, dispatchers, workers, queues",
                    {200: _json("Status", "The cluster's state.")}, []),
     },
+    "/memory": {
+        "get": _op("getMemory", "operations", "Projected Redis memory: the scheduled backlog, "
+                   "finished jobs kept at the current rate, the events streams at their bound, "
+                   "dead letters (docs/memory.md)",
+                   {200: _json("MemoryProjection", "The projection's parts, the total last.")},
+                   []),
+    },
     "/stats/failures": {
         "get": _stats("listFailures", "Failed, timed-out and abandoned attempts in a time "
                       "range, newest first", "FailurePage", "A page of failures.",
@@ -306,11 +317,11 @@ PATHS: dict[str, Any] = {
     "/limits": {
         "get": _op("listLimits", "limits", "List limit definitions by name",
                    {200: _json("LimitPage", "A page of definitions.")}, [422],
-                   params=[LIMIT, CURSOR]),
+                   params=[LIMIT, CURSOR, BUSIEST]),
     },
     "/limits/{name}": {
         "get": _op("getLimit", "limits", "A limit definition; a key's own with its inFlight "
-                   "and waiting counts",
+                   "and waiting counts; its busiest keys",
                    {200: _json("Limit", "The definition.")}, [404, 422], params=[LIMIT_NAME]),
         "put": _op("putLimit", "limits", "Define or replace a limit; it applies within a "
                    "second to runs not yet started",
@@ -319,6 +330,18 @@ PATHS: dict[str, Any] = {
         "delete": _op("deleteLimit", "limits", "Delete a limit; its keys' waiting runs start",
                       {204: {"description": "Deleted."}}, [404, 422], params=[LIMIT_NAME],
                       scope="write"),
+    },
+    "/queues/{queue}/limits": {
+        "get": _op("getQueueLimit", "limits", "A queue's limit, with its runs in flight and "
+                   "waiting", {200: _json("QueueLimit", "The limit.")}, [404, 422],
+                   params=[QUEUE_NAME]),
+        "put": _op("putQueueLimit", "limits", "Cap the whole queue (every worker and "
+                   "dispatcher): concurrency and rate; it applies within a second",
+                   {200: _json("QueueLimit", "The limit stored.")}, [],
+                   params=[QUEUE_NAME], body="LimitBody", scope="write"),
+        "delete": _op("deleteQueueLimit", "limits", "Delete a queue's limit; its waiting runs "
+                      "start", {204: {"description": "Deleted."}}, [404, 422],
+                      params=[QUEUE_NAME], scope="write"),
     },
     "/api-keys": {
         "get": _op("listApiKeys", "keys", "List API keys (never their secrets)",

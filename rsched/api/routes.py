@@ -49,10 +49,12 @@ from rsched.service.inputs import (
 from rsched.service.job_listing import JobFilter, op_job_listing
 from rsched.service.last_runs import op_last_runs
 from rsched.service.listings import op_dead_letter_page
+from rsched.service.memory import op_projection
 from rsched.service.preview import fire_times, job_fire_times
 from rsched.service.samples import op_samples
 from rsched.service.shapes import (
     backfill_json,
+    busy_key_json,
     created_json,
     dead_letter_json,
     durations_json,
@@ -65,7 +67,9 @@ from rsched.service.shapes import (
     limit_json,
     limit_view_json,
     listing_json,
+    memory_json,
     operation_json,
+    queue_limit_json,
     run_json,
     runs_json,
     status_json,
@@ -397,6 +401,12 @@ async def status(request: Request) -> Response:
     return JSON(status_json(await c.run(op_status(c))))
 
 
+async def memory(request: Request) -> Response:
+    """Projected Redis memory (rsched.service.memory): what `rsched doctor` lists."""
+    c = _client(request)
+    return JSON(memory_json(await c.run(op_projection(c, await c.run(c.op_partitions())))))
+
+
 async def healthz(request: Request) -> Response:
     return JSON({"status": "ok"})
 
@@ -428,10 +438,16 @@ async def readyz(request: Request) -> Response:
 
 
 async def list_limits(request: Request) -> Response:
-    page = await _client(request).run(limit_ops.op_list_limits(
+    c = _client(request)
+    page = await c.run(limit_ops.op_list_limits(
         int_param(request, "limit", defaults.PAGE_LIMIT), request.query_params.get("cursor")))
-    return JSON({"limits": [limit_json(lim) for lim in page.items],
-                 "nextCursor": page.next_cursor})
+    items = [limit_json(lim) for lim in page.items]
+    n = int_param(request, "busiest", 0)
+    if n or "busiest" in request.query_params:  # ?busiest=N: each item's N busiest keys
+        by_name = await c.run(limit_ops.op_busiest_keys(c, n))
+        for item in items:
+            item["busiestKeys"] = [busy_key_json(k) for k in by_name.get(item["name"], ())]
+    return JSON({"limits": items, "nextCursor": page.next_cursor})
 
 
 async def get_limit(request: Request) -> Response:
@@ -450,6 +466,26 @@ async def put_limit(request: Request) -> Response:
 async def delete_limit(request: Request) -> Response:
     c = _client(request)
     await c.run(limit_ops.op_delete_limit(c, request.path_params["name"]))
+    return Response(status_code=204)
+
+
+async def get_queue_limit(request: Request) -> Response:
+    c = _client(request)
+    return JSON(queue_limit_json(await c.run(limit_ops.op_get_queue_limit(
+        c, request.path_params["queue"]))))
+
+
+async def put_queue_limit(request: Request) -> Response:
+    limit = limit_ops.queue_limit_of(request.path_params["queue"], await read_json(
+        request, _limits(request).max_body_bytes))
+    c = _client(request)
+    stored = await c.run(limit_ops.op_set_queue_limit(c, limit))
+    return JSON(queue_limit_json(limit_ops.LimitView(stored)))
+
+
+async def delete_queue_limit(request: Request) -> Response:
+    c = _client(request)
+    await c.run(limit_ops.op_delete_queue_limit(c, request.path_params["queue"]))
     return Response(status_code=204)
 
 

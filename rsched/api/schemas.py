@@ -8,6 +8,7 @@ from typing import Any
 
 from rsched.archive.store import SORTS
 from rsched.core import defaults
+from rsched.core.http_target import MAX_HEADERS, MAX_TIMEOUT_S, MAX_URL_CHARS, METHODS
 from rsched.core.models import BackfillOverlap, JobStatus
 from rsched.core.spec import KEY_NAME_PATTERN, QUEUE_PATTERN, TYPE_PATTERN
 from rsched.core.values import VALUE_DEPTH
@@ -58,6 +59,24 @@ LIFE_OUTPUT: dict[str, Any] = {
                                                           "pauseAfterFailures (rsched paused it)."},
     "pauseNote": _NSTR, "pausedReason": _NSTR, "resumedAt": NTIME, "resumedBy": _NSTR,
     "resumeNote": _NSTR,
+}
+
+# An HTTP target (core.http_target.check_target enforces each bound).
+TARGET: dict[str, Any] = {
+    "additionalProperties": False, "required": ["url"],
+    "properties": {
+        "url": {"type": "string", "maxLength": MAX_URL_CHARS, "format": "uri",
+                "description": "http or https, no user info."},
+        "method": {"type": ["string", "null"], "enum": [*METHODS, None],
+                   "description": "Default POST."},
+        "headers": {"type": ["object", "null"], "maxProperties": MAX_HEADERS,
+                    "additionalProperties": {"type": "string"},
+                    "description": "At most 50, 16 KiB in all; not Host, Content-Length, "
+                                   "Transfer-Encoding, Connection or Rsched-*."},
+        "body": {"description": "Any JSON value, sent as JSON; default: the job's payload."},
+        "timeoutSeconds": {"type": ["number", "null"], "exclusiveMinimum": 0,
+                           "maximum": MAX_TIMEOUT_S, "description": "Per attempt; default 30."},
+    },
 }
 
 SCHEMAS: dict[str, Any] = {
@@ -115,6 +134,10 @@ SCHEMAS: dict[str, Any] = {
                                        "job is placed in the key's partition. A key without "
                                        "a definition runs unlimited."),
             **LIFE_INPUT,
+            "target": {**TARGET, "type": ["object", "null"], "description":
+                       "An HTTP target (docs/http-targets.md): a worker started with --http "
+                       "calls the URL at each run, signed; needs type http (the default "
+                       "with a target). The body defaults to the payload, sent as JSON."},
             "dedup": {
                 "type": ["object", "null"], "additionalProperties": False,
                 "required": ["key", "ttlSeconds"],
@@ -170,7 +193,7 @@ SCHEMAS: dict[str, Any] = {
                      "nextRunAt", "maxAttempts", "backoff", "priority", "timeoutSeconds",
                      "idempotencyKey", "misfire", "jitterSeconds", "lastRunId", "createdAt",
                      "updatedAt", "catchUpWindowSeconds", "lastGap", "overlap", "version",
-                     "limitKey", *LIFE_OUTPUT],
+                     "limitKey", "target", *LIFE_OUTPUT],
         "properties": {
             "id": {"type": "string"}, "type": {"type": "string"}, "queue": {"type": "string"},
             "status": {"type": "string", "enum": [s.value for s in JobStatus]},
@@ -189,6 +212,8 @@ SCHEMAS: dict[str, Any] = {
                         "description": "1, plus one per change (PATCH, pause, resume, cancel); "
                                        "send it as If-Match to change only this version."},
             "limitKey": _n("string"),
+            "target": {**TARGET, "type": ["object", "null"],
+                       "description": "An http job's target (null for any other job)."},
             "lastGap": {
                 "type": ["object", "null"], "required": ["count", "exact", "from", "to"],
                 "description": "The latest occurrences missed by more than the catch-up "
@@ -375,6 +400,35 @@ SCHEMAS: dict[str, Any] = {
                                                            "holding a slot now."},
             "waiting": {"type": "integer", "description": "GET of a key's own name: runs "
                                                           "waiting for a slot or the rate."},
+            "busiestKeys": {
+                "type": "array", "items": ref("BusyKey"),
+                "description": "GET of a name, or GET /limits?busiest=N: the definition's "
+                               "busiest keys (of a key's own, the key itself while busy), most "
+                               "runs in flight and waiting first, then most recent starts."},
+        },
+    },
+    "QueueLimit": {
+        "type": "object", "required": ["queue", "concurrency", "rate"],
+        "properties": {
+            "queue": {"type": "string"},
+            "concurrency": _n("integer"),
+            "rate": {"type": ["object", "null"],
+                     "properties": {"limit": {"type": "integer"},
+                                    "periodSeconds": {"type": "number"}}},
+            "inFlight": {"type": "integer", "description": "GET: permits held now (runs of "
+                                                           "the queue running, and permits "
+                                                           "reserved for woken waiting runs)."},
+            "waiting": {"type": "integer", "description": "GET: runs waiting for a permit."},
+        },
+    },
+    "BusyKey": {
+        "type": "object", "required": ["key", "inFlight", "waiting", "recentStarts"],
+        "properties": {
+            "key": {"type": "string"},
+            "inFlight": {"type": "integer", "description": "Runs holding a slot now."},
+            "waiting": {"type": "integer", "description": "Runs waiting for it now."},
+            "recentStarts": {"type": "integer", "description": "Starts in the rate's window "
+                                                               "now (0 without a rate)."},
         },
     },
     "LimitPage": {
@@ -510,6 +564,20 @@ SCHEMAS: dict[str, Any] = {
             "jobId": {"type": "string"},
         },
     },
+    "MemoryProjection": {
+        "type": "object",
+        "required": ["parts"],
+        "properties": {"parts": {"type": "array", "items": {
+            "type": "object",
+            "required": ["part", "bytes", "how"],
+            "properties": {
+                "part": {"type": "string", "enum": ["scheduled", "finished", "events",
+                                                    "dead letters", "total"]},
+                "bytes": {"type": "integer", "minimum": 0},
+                "how": {"type": "string", "description": "How the bytes were reckoned."},
+            },
+        }}},
+    },
     "Status": {
         "type": "object",
         "required": ["now", "partitions", "dispatchers", "workers", "queues", "dueBacklog",
@@ -542,8 +610,9 @@ SCHEMAS: dict[str, Any] = {
                     "inflight": {"type": "integer"}, "concurrency": {"type": "integer"},
                     "host": {"type": "string"}, "pid": {"type": "integer"},
                     "lastHeartbeatAt": NTIME,
-                    "alive": {"type": "boolean", "description": "Heard from within its last "
-                              f"{defaults.WORKER_DEAD_AFTER_BEATS} heartbeat intervals."},
+                    "alive": {"type": "boolean", "description": "Heard from within its "
+                              "--dead-after (its process heartbeat): a dead worker's runs go to "
+                              "other workers."},
                     "deadSince": {**NTIME, "description": "Not alive: when its heartbeats "
                                   "stopped counting (the record is dropped "
                                   f"{defaults.WORKER_FORGET_MS // 1000} s later)."},

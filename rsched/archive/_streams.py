@@ -70,8 +70,14 @@ class EventStreams:
         self._claim_cursor: dict[int, str] = {}
 
     def setup(self) -> None:
-        """Create the consumer group on every events stream (from the first entry ever)."""
-        self.redis.create_groups()
+        """Create the consumer group on every events stream (from its oldest entry); say what
+        the streams lost before, while no archiver read them."""
+        lost = self.redis.create_groups()
+        if lost:
+            log.warning("archiver group created now: %d events stream entries trimmed before it "
+                        "(RSCHED_EVENTS_KEEP, RSCHED_EVENTS_KEEP_MS bound the streams while no "
+                        "archiver reads them) are not archived; the archive starts from the "
+                        "oldest entry each stream still holds", lost)
 
     def read(self) -> Batch:
         """One pipelined XREADGROUP per partition: our own pending entries first (after a

@@ -39,14 +39,15 @@ def admin_key(redis_url: str, key_file: Path) -> str:
     return secret
 
 
-def schedule_samples(redis_url: str) -> tuple[int, int, list[str], set[str]]:
-    """Schedule examples/sample_jobs.py: (created, already there, problems, the ids of the jobs
-    that fail on purpose)."""
+def schedule_samples(redis_url: str, base_url: str) -> tuple[int, int, list[str], set[str]]:
+    """Schedule examples/sample_jobs.py, its HTTP target against the API at ``base_url`` too:
+    (created, already there, problems, the ids of the jobs that fail on purpose)."""
     root = str(examples_root())
     if root not in sys.path:
         sys.path.insert(0, root)
     module = importlib.import_module("examples.sample_jobs")
     jobs, failing = module.SAMPLE_JOBS, set(getattr(module, "FAIL_ON_PURPOSE", ()))
+    jobs = [*jobs, *module.http_jobs(base_url)]
     client = Client(redis_url)
     try:
         results = client.run(client.op_schedule_created(jobs))

@@ -39,7 +39,7 @@ POLL_S = 0.2  # how often the supervisor looks at its children
 KILL_MARGIN_S = 15.0  # past the grace period, a child that has not exited gets SIGKILL
 ENV_PARENT = "RSCHED_SUPERVISOR_PID"  # set for a child: the supervisor's pid
 ENV_ALIVE = "RSCHED_ALIVE_FILE"  # set for a child: the file it touches while alive
-READY = b"ready"  # what a child writes to its file once its worker started
+READY = b"ready"  # what a child writes to its file once its worker started, and its worker id
 
 
 def watch_parent() -> None:
@@ -117,10 +117,16 @@ class Slot:
         return silent if silent > after_s else None
 
     def ready(self) -> bool:
+        return self.worker_id() is not None
+
+    def worker_id(self) -> str | None:
+        """The worker id the child wrote once its worker started (None: not started)."""
         try:
-            return self.alive_file.read_bytes() == READY
+            said = self.alive_file.read_bytes()
         except FileNotFoundError:
-            return False
+            return None
+        word, _, wid = said.partition(b" ")
+        return wid.decode() if word == READY else None
 
 
 class Supervisor:
@@ -129,13 +135,15 @@ class Supervisor:
     def __init__(self, argvs: Sequence[list[str]], grace_s: float,
                  backoff: Callable[[], Backoff] = Backoff,
                  hung_after_s: float = defaults.HUNG_AFTER_S,
-                 start_tries: int = defaults.START_TRIES) -> None:
+                 start_tries: int = defaults.START_TRIES,
+                 release: Callable[[str], None] | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="rsched-supervisor-"))
         self.slots = [Slot(i, argv, self.dir / f"worker-{i}.alive", backoff())
                       for i, argv in enumerate(argvs)]
         self.grace_s = grace_s
         self.hung_after_s = hung_after_s
         self.start_tries = start_tries
+        self.release = release  # hands a dead child's runs over to the live workers at once
         self.stop = threading.Event()
         self.failed = False  # a child never started, START_TRIES times in a row
 
@@ -171,6 +179,7 @@ class Supervisor:
                 slot.proc.kill()
                 slot.proc.wait()
             if slot.proc is not None and (code := slot.proc.poll()) is not None:
+                self._release(slot)
                 slot.failed_starts = 0 if slot.ready() else slot.failed_starts + 1
                 if slot.failed_starts >= self.start_tries:
                     log.error("worker process %d exited with %s before it started, %d times in "
@@ -187,6 +196,20 @@ class Supervisor:
                 slot.start()
                 started += 1
         return started
+
+    def _release(self, slot: Slot) -> None:
+        """A child died (or was killed hung): its runs go to the live workers now, not once
+        its heartbeats are missed."""
+        wid = slot.worker_id()
+        if wid is None or self.release is None or slot.proc is None or slot.proc.returncode == 0:
+            return
+        try:
+            self.release(wid)
+        except Exception as e:  # noqa: BLE001 - their heartbeats tell the workers anyway
+            log.warning("could not hand over the runs of worker %s: %s", wid, e)
+        else:
+            log.info("worker process %d (%s) died: its runs handed over to live workers",
+                     slot.index, wid)
 
     def shutdown(self) -> int:
         """SIGTERM every child, wait for their drain (SIGKILL past grace + margin)."""

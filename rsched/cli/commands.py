@@ -30,6 +30,8 @@ from rsched.core.times import ms_to_iso, to_ms
 from rsched.core.views import Status
 from rsched.service.doctor import judge, op_redis_facts
 from rsched.service.inputs import known_job_id
+from rsched.service.memory import findings as memory_findings
+from rsched.service.memory import op_projection
 from rsched.service.preview import fire_times, job_fire_times
 from rsched.service.shapes import finding_json, status_json
 from rsched.service.status import op_status
@@ -114,11 +116,14 @@ def preview(ctx: click.Context, cron: str | None, tz: str | None, job_id: str | 
 @JSON_FLAG
 @click.pass_context
 def doctor(ctx: click.Context, as_json: bool) -> None:
-    """Check Redis: version, eviction policy, AOF and fsync, partition count."""
+    """Check Redis: version, eviction policy, AOF and fsync, partition count; and project its
+    memory: the scheduled backlog, finished jobs kept, the events streams at their bound."""
     c = client_of(ctx, checked=False)  # a replica shortfall is a finding here, not a refusal
     c.check(replicas=False)
-    findings = judge(c.run(op_redis_facts()), c.settings.partitions,
-                            c.wait_replicas)
+    facts = c.run(op_redis_facts())
+    findings = judge(facts, c.settings.partitions, c.wait_replicas)
+    if facts.get("partitions"):  # what Redis's memory will come to (docs/memory.md)
+        findings += memory_findings(c.run(op_projection(c, facts["partitions"])))
     rows = [finding_json(f) for f in findings]
     show(rows, as_json, lambda rs: table(["check", "level", "message"],
                                           [[r["check"], r["level"].upper(), r["message"]]

@@ -148,14 +148,19 @@ class Dev:
             env["RSCHED_ARCHIVE_URL"] = archive_url
         apps = [a for spec in self.apps for a in ("--app", spec)]
         plan = [
-            Child("api", [*base, "api", "--host", self.opts.host, "--port", str(self.opts.port)],
+            Child("api", [*base, "api", "--host", self.opts.host, "--port", str(self.opts.port),
+                          "--dev-echo"],
                   self.logs / "api.log", env),
             Child("dispatcher", [*base, *metrics(), "dispatcher"], self.logs / "dispatcher.log",
                   env),
-            Child("worker", [*base, *metrics(), "worker", *apps, "--queues",
+            # --http: HTTP target jobs run too; the SSRF guard lets them reach this API's host
+            # on its port only, unless RSCHED_HTTP_ALLOW says otherwise.
+            Child("worker", [*base, *metrics(), "worker", *apps, "--http", "--queues",
                              ",".join(self.opts.queues), "--concurrency", "8",
                              "--heartbeat-ms", "1000", "--grace", "10"],
-                  self.logs / "worker.log", env),
+                  self.logs / "worker.log",
+                  {**env, "RSCHED_HTTP_ALLOW": os.environ.get(
+                      "RSCHED_HTTP_ALLOW", f"{self.opts.host}:{self.opts.port}")}),
         ]
         if archive_url:  # history.db and its WAL files 0600
             plan.append(Child("archiver", [*base, *metrics(), "archiver"],
@@ -193,7 +198,8 @@ class Dev:
                 problems: list[str] = []
                 quiet: set[str] = set()
                 if self.examples:
-                    created, existing, problems, quiet = schedule_samples(redis_url)
+                    created, existing, problems, quiet = schedule_samples(
+                        redis_url, f"http://{self.opts.host}:{self.opts.port}")
                 self.children = self.plan(redis_url, archive)
                 for child in self.children:
                     child.start(Path.cwd())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shlex
 from dataclasses import replace
@@ -48,7 +49,9 @@ ADD_FLAGS = {"type": "--type", "payload": "--payload", "runAt": "--run-at", "cro
              "jitterSeconds": "--jitter", "paused": "--paused",
              "backoff.baseSeconds": "--backoff-base", "backoff.capSeconds": "--backoff-cap",
              "dedup.key": "--dedup-key", "dedup.ttlSeconds": "--dedup-ttl",
-             "dedup.mode": "--dedup-mode", "limitKey": "--limit-key"}
+             "dedup.mode": "--dedup-mode", "limitKey": "--limit-key", "target.url": "--url",
+             "target.method": "--method", "target.timeoutSeconds": "--http-timeout",
+             "target": "--header"}
 """`jobs add`'s flags by the API field each sets: its errors name the flag."""
 
 
@@ -58,8 +61,20 @@ def jobs() -> None:
 
 
 @jobs.command("add")
-@click.option("--type", "job_type", required=True, help="Registered handler name.")
+@click.option("--type", "job_type", default=None,
+              help="Registered handler name (http, the default, with --url).")
 @click.option("--payload", default=None, help="JSON payload.")
+@click.option("--url", default=None,
+              help="An HTTP target: the URL a worker started with --http calls at each run "
+                   "(docs/http-targets.md).")
+@click.option("--method", default=None, help="With --url: GET, POST (default), PUT, PATCH or "
+                                             "DELETE.")
+@click.option("--header", "headers", multiple=True, metavar="NAME:VALUE",
+              help="With --url: a request header (repeatable).")
+@click.option("--body", default=None,
+              help="With --url: the JSON body to send (default: the payload).")
+@click.option("--http-timeout", type=float, default=None,
+              help="With --url: seconds per attempt for the request (default 30).")
 @click.option("--run-at", default=None, help="ISO-8601 time for a one-off job (default now).")
 @click.option("--cron", default=None, help="Cron expression for a recurring job.")
 @click.option("--tz", default=None, help="IANA time zone of the cron expression.")
@@ -112,18 +127,28 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
              start_deadline: float | None, timeout: float | None, backoff_base: float | None,
              backoff_cap: float | None, jitter: float | None, paused: bool | None,
              dedup_key: str | None, dedup_ttl: float | None, dedup_mode: str | None,
-             limit_key: str | None, as_json: bool) -> None:
-    """Schedule a job and print its id."""
-    try:
-        body = json.loads(payload) if payload is not None else None
-    except ValueError as e:
-        raise ValidationError("--payload", f"not JSON: {e}") from None
-    except RecursionError:
-        raise ValidationError("--payload", f"{TOO_DEEP}; the limit is {VALUE_DEPTH}") from None
+             limit_key: str | None, as_json: bool, url: str | None = None,
+             method: str | None = None, headers: tuple[str, ...] = (), body: str | None = None,
+             http_timeout: float | None = None) -> None:
+    """Schedule a job and print its id (`jobs create` is the same command)."""
+    value = _json_flag(payload, "--payload")
+    target = None
+    if url is not None:
+        target = {"url": url, "method": method, "headers": _header_flags(headers),
+                  "timeoutSeconds": http_timeout, "body": _json_flag(body, "--body")}
+    else:
+        for flag, given in (("--method", method), ("--header", headers), ("--body", body),
+                            ("--http-timeout", http_timeout)):
+            if given:
+                raise ValidationError(flag, "applies to an HTTP target only (give --url)")
+        if job_type is None:
+            raise ValidationError("--type", "required: the name of a registered handler "
+                                  "(or --url for an HTTP target)")
     c = client_of(ctx)
     with naming_flags(ADD_FLAGS):
         spec = spec_from_json({
-            "type": job_type, "payload": body, "runAt": run_at, "cron": cron, "timeZone": tz,
+            "type": job_type, "target": target, "payload": value, "runAt": run_at,
+            "cron": cron, "timeZone": tz,
             "queue": queue, "maxAttempts": max_attempts, "priority": priority,
             "idempotencyKey": idempotency_key, "misfire": misfire,
             "catchUpWindowSeconds": catch_up, "overlap": overlap, "startAt": start_at,
@@ -142,6 +167,36 @@ def jobs_add(ctx: click.Context, job_type: str, payload: str | None, run_at: str
     workers = c.run(op_workers(c))
     if not any(w.serves(job.type, job.queue) for w in workers):
         click.echo(handler_warning(job.type, job.queue, workers), err=True)
+
+
+def _json_flag(text: str | None, flag: str) -> Any:
+    """A flag's JSON value (None when not given), errors naming the flag."""
+    try:
+        return json.loads(text) if text is not None else None
+    except ValueError as e:
+        raise ValidationError(flag, f"not JSON: {e}") from None
+    except RecursionError:
+        raise ValidationError(flag, f"{TOO_DEEP}; the limit is {VALUE_DEPTH}") from None
+
+
+def _header_flags(given: tuple[str, ...]) -> dict[str, str] | None:
+    """--header NAME:VALUE flags as a dict (the value's surrounding blanks dropped)."""
+    out: dict[str, str] = {}
+    for h in given:
+        name, sep, value = h.partition(":")
+        if not sep:
+            raise ValidationError("--header", f"{h!r}: expected NAME:VALUE")
+        if name in out:
+            raise ValidationError("--header", f"{name!r} given twice")
+        out[name] = value.strip()
+    return out or None
+
+
+# `jobs create`: the same command under the name the HTTP target docs use (a copy, so that
+# each name has its own usage line).
+jobs_create = copy.copy(jobs_add)
+jobs_create.name = "create"
+jobs.add_command(jobs_create)
 
 
 def handler_warning(job_type: str, queue: str, workers: list[WorkerStatus]) -> str:

@@ -8,6 +8,7 @@ archiver and the SQL drivers it never uses (`python -X importtime` shows what ea
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -24,12 +25,14 @@ from rsched.cli.commands import COMMANDS
 from rsched.cli.context import settings_of
 from rsched.core import defaults
 from rsched.core.errors import RschedError
+from rsched.core.handlers import App
 from rsched.core.settings import Settings
 from rsched.core.spec import QUEUE_PATTERN
 from rsched.engine import aio
 from rsched.obs import logs, metrics
 from rsched.rdb.connect import connect
 from rsched.rdb.setup import check_redis, is_unavailable
+from rsched.service.workers import release_worker
 
 
 def refuse_unsafe_redis(settings: Settings) -> None:
@@ -108,14 +111,20 @@ def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[s
 
 
 @cli.command()
-@click.option("--app", "app_specs", required=True, multiple=True,
-              help="module:attr of an rsched.App; repeat it to serve the handlers of several.")
+@click.option("--app", "app_specs", multiple=True,
+              help="module:attr of an rsched.App; repeat it to serve the handlers of several "
+                   "(none with --http: HTTP target jobs only).")
 @click.option("--queues", default=defaults.QUEUE, show_default=True, callback=queue_list,
               help="Comma-separated queues.")
 @click.option("--concurrency", default=defaults.CONCURRENCY, show_default=True)
 @click.option("--visibility-ms", default=defaults.VISIBILITY_MS, show_default=True,
               help="Idle time after which another worker reclaims a run.")
 @click.option("--heartbeat-ms", default=defaults.HEARTBEAT_MS, show_default=True)
+@click.option("--dead-after", "dead_after", default=defaults.DEAD_AFTER_MS / 1000,
+              show_default=True, type=click.FloatRange(min=defaults.MIN_DEAD_AFTER_MS / 1000),
+              metavar="SECONDS",
+              help="A worker whose process heartbeat (every third of this) is this old is "
+                   "dead: live workers take over all its runs at once.")
 @click.option("--grace", default=defaults.GRACE_S, show_default=True,
               help="Seconds to finish runs on SIGTERM.")
 @click.option("--start-after-ms", default=defaults.START_AFTER_MS, show_default=True,
@@ -137,28 +146,37 @@ def queue_list(ctx: click.Context, param: click.Parameter, value: str) -> list[s
               type=click.FloatRange(min=1), metavar="SECONDS",
               help="With --processes: a worker process silent this long (frozen, or its event "
                    "loop blocked) is killed and restarted.")
+@click.option("--http/--no-http", "http", default=False, show_default=True,
+              envvar="RSCHED_HTTP",
+              help="Run HTTP target jobs (type http) with the built-in handler "
+                   "(docs/http-targets.md); RSCHED_HTTP_SIGNING_SECRETS, RSCHED_HTTP_ALLOW and "
+                   "RSCHED_HTTP_DENY configure it.")
 @click.pass_context
 def worker(ctx: click.Context, app_specs: tuple[str, ...], queues: list[str], concurrency: int,
            visibility_ms: int, heartbeat_ms: int, grace: float, start_after_ms: int,
-           handler_wait: float, worker_id: str | None,
+           handler_wait: float, worker_id: str | None, dead_after: float,
            processes: int = defaults.PROCESSES,
-           hung_after: float = defaults.HUNG_AFTER_S) -> None:
-    """Run a worker for the handlers of APP."""
+           hung_after: float = defaults.HUNG_AFTER_S, http: bool = False) -> None:
+    """Run a worker for the handlers of APP (and HTTP target jobs with --http)."""
     sys.path.insert(0, ".")
-    app = load_apps(app_specs)  # in the supervisor too: a bad --app fails once, at once
+    if not app_specs and not http:
+        raise click.UsageError("give --app module:attr, or --http for HTTP target jobs")
+    # in the supervisor too: a bad --app fails once, at once
+    app = load_apps(app_specs) if app_specs else App("http")
     metrics_port = ctx.find_root().params.get("metrics_port")
     from rsched.cli._supervisor import ENV_ALIVE, Supervisor, watch_parent
     if processes > 1:
         refuse_unsafe_redis(settings_of(ctx))  # else each child, restarted forever
         sys.exit(Supervisor(worker_argvs(ctx, processes, metrics_port), grace,
-                            hung_after_s=hung_after).run())
+                            hung_after_s=hung_after,
+                            release=functools.partial(release_worker, settings_of(ctx))).run())
     watch_parent()
     metrics.serve(metrics_port)
     from rsched.engine.worker.worker import serve as serve_worker
     serve_worker(app, settings_of(ctx), alive_file=os.environ.get(ENV_ALIVE), queues=queues,
           concurrency=concurrency, worker_id=worker_id, visibility_ms=visibility_ms,
           heartbeat_ms=heartbeat_ms, grace_s=grace, start_after_ms=start_after_ms,
-          handler_wait_s=handler_wait)
+          handler_wait_s=handler_wait, dead_after_ms=round(dead_after * 1000), http=http)
 
 
 def worker_argvs(ctx: click.Context, processes: int, metrics_port: str | None) -> list[list[str]]:
@@ -180,7 +198,8 @@ def worker_argvs(ctx: click.Context, processes: int, metrics_port: str | None) -
             "--concurrency", str(p["concurrency"]), "--visibility-ms", str(p["visibility_ms"]),
             "--heartbeat-ms", str(p["heartbeat_ms"]), "--grace", str(p["grace"]),
             "--start-after-ms", str(p["start_after_ms"]),
-            "--handler-wait", repr(p["handler_wait"]), "--processes", "1"]
+            "--handler-wait", repr(p["handler_wait"]), "--dead-after", repr(p["dead_after"]),
+            "--processes", "1", "--http" if p["http"] else "--no-http"]
     host, _, port = str(metrics_port or "").rpartition(":")
     if metrics_port and not port.isdigit():
         raise click.BadParameter(f"expected PORT or HOST:PORT, got {metrics_port!r}",
@@ -270,11 +289,14 @@ class _OneLineUsageError(click.ClickException):
 @click.option("--max-connections", default=defaults.MAX_CONNECTIONS, show_default=True,
               type=click.IntRange(min=1), help="Open connections; more are answered 503.")
 @click.option("--access-log/--no-access-log", default=False, show_default=True)
+@click.option("--dev-echo", is_flag=True, hidden=True,
+              help="rsched dev: serve /dev/echo, open to all, for the sample HTTP target job.")
 @click.pass_context
 def api(ctx: click.Context, host: str, port: int, no_auth: bool, no_auth_on_network: bool,
         allowed_hosts: tuple[str, ...], metrics_auth: bool, max_body_bytes: int,
         max_batch_bytes: int, max_head_bytes: int, max_headers: int, head_timeout: float,
-        body_timeout: float, keep_alive: int, max_connections: int, access_log: bool) -> None:
+        body_timeout: float, keep_alive: int, max_connections: int, access_log: bool,
+        dev_echo: bool = False) -> None:
     """Serve the HTTP API (uvicorn)."""
     from rsched.api.app import (
         NO_AUTH_WARNING,
@@ -285,6 +307,7 @@ def api(ctx: click.Context, host: str, port: int, no_auth: bool, no_auth_on_netw
         parse_hosts,
         serve,
     )
+    from rsched.api.echo import echo_routes
 
     if no_auth and not no_auth_on_network and not is_loopback(host):
         raise _OneLineUsageError(f"--no-auth with --host {host} (not loopback) would let "
@@ -297,7 +320,7 @@ def api(ctx: click.Context, host: str, port: int, no_auth: bool, no_auth_on_netw
         click.secho(f"WARNING: {NO_AUTH_WARNING}", fg="red", bold=True, err=True)
     app = create_app(settings, auth=not no_auth, max_body_bytes=max_body_bytes,
                      max_batch_bytes=max_batch_bytes, allowed_hosts=hosts,
-                     metrics_auth=metrics_auth)
+                     metrics_auth=metrics_auth, extra_routes=echo_routes() if dev_echo else ())
     limits = ServerLimits(max_head_bytes=max_head_bytes, max_headers=max_headers,
                           head_timeout_s=head_timeout, body_timeout_s=body_timeout,
                           keep_alive_s=keep_alive, max_connections=max_connections)

@@ -26,6 +26,17 @@ BACKFILL_CHUNK = 500  # occurrences per backfill script call, all sent in one ro
 
 # Reads (clients, service, API, CLI).
 PAGE_LIMIT = 50  # items per page when the caller names no limit
+LIMIT_KEYS_PAGE = 500  # limit keys lua/limit_keys.lua looks at a call (SSCAN's COUNT)
+BUSIEST_KEYS = 10  # a limit definition's busiest keys shown (GET /limits/{name}, dashboard)
+BUSIEST_KEYS_MAX = 100  # the most GET /limits?busiest=N asks for
+# Queue-wide limits (docs/limits.md, lua/queue_permit.lua): a permit reserved for a woken
+# waiting run is kept this long for it; a run refused for the concurrency asks again after the
+# first delay (among the first 2 x concurrency waiting) or the second (later ones; a give
+# wakes them earlier); workers read the queues' limits this often.
+QUEUE_RESERVE_MS = 5_000
+QUEUE_RECHECK_MS = 2_000
+QUEUE_RECHECK_LATER_MS = 60_000
+QUEUE_LIMITS_REFRESH_S = 0.5
 
 # A job's settings when the caller gives none (core.spec.JobSpec; core.models.Job reads a spec
 # blob without them with the same values).
@@ -48,13 +59,30 @@ TZ = "UTC"
 MAX_DEFERRALS = 100
 
 # Dispatcher.
-LEASE_MS = 10_000  # partition lease: renewed every LEASE_MS / 3, so it outlives two missed rounds
+# The events streams' bound while no archiver reads them (lua/trim_streams.lua, docs/memory.md).
+EVENTS_KEEP = 2_000  # entries kept per partition's stream (one to 100 events each)
+EVENTS_KEEP_MS = 86_400_000  # ... and none older than a day
+EVENTS_TRIM_EVERY_MS = 5_000  # how often a dispatcher trims the streams of its partitions
+STREAM_NODE_ENTRIES = 100  # Redis's stream-node-max-entries: `~` trimming leaves up to a node
+# Sizes `rsched doctor` projects with where none can be read live (rsched.service.memory):
+# tests/processes/test_memory_bound.py's 100,000 no-op one-off jobs, docs/memory.md.
+SCHEDULED_JOB_BYTES = 340  # a scheduled one-off job (loadtest/bench_memory.py)
+FINISHED_JOB_BYTES = 325  # a succeeded one-off job kept RSCHED_FINISHED_TTL_MS, its run inside
+EVENT_ENTRY_BYTES = 100  # an events stream entry of one event (batched entries hold up to 100)
+# Partition lease: renewed every LEASE_MS / 4, so a dispatcher paused up to 1.5 s (GC, a slow
+# Redis reply) keeps it, and a dead one's partitions are taken over about LEASE_MS after its last
+# renewal (docs/guarantees.md, "Recovery").
+LEASE_MS = 2_000
 CLAIM_BATCH = 250  # jobs per claim script call: workers' reads and reports interleave
 MAX_SLEEP_MS = 1000  # longest idle sleep between rounds
 
 # Worker.
 CONCURRENCY = 16  # handlers running at once
-VISIBILITY_MS = 30_000  # idle time after which another worker reclaims a run
+VISIBILITY_MS = 30_000  # idle time after which another worker reclaims a run (the backstop)
+# A worker whose process heartbeat (every DEAD_AFTER_MS / 3, in keys.alive()) is this old is
+# dead: another worker takes over all its runs at once, under new fences (docs/workers.md).
+DEAD_AFTER_MS = 3_000
+MIN_DEAD_AFTER_MS = 300  # shorter: beats would cost Redis more than they save
 HEARTBEAT_MS = 5_000  # at most half of VISIBILITY_MS
 # A worker that missed this many heartbeats in a row is shown dead (status, dashboard, metrics);
 # its registry record goes after WORKER_FORGET_MS more, and `rsched status` stops listing it.

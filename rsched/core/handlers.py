@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from rsched.core import defaults
+
 Handler = Callable[["JobContext"], Any]
 MAX_PROGRESS_MESSAGE = 500  # characters of a progress message
 MAX_PROGRESS_BYTES = 4096  # JSON of one progress report (value, message, time)
@@ -31,6 +33,8 @@ class JobContext:
     it).  A sync handler should check it and return; an async one is cancelled instead."""
     reporter: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
     """Where progress goes (the worker sets it; None: progress is dropped)."""
+    queue: str = defaults.QUEUE
+    """The queue the run came from."""
 
     def progress(self, value: Any, message: str | None = None) -> None:
         """Report how far the run is: a number from 0 to 100, or any small JSON object, and an
@@ -75,6 +79,22 @@ class RateLimited(Exception):  # noqa: N818 - the name users raise, as a 429 rea
             raise ValueError("RateLimited(retry_after=...) takes 0 to 86400 seconds")
         super().__init__(f"rate limited: retry after {retry_after:g} s")
         self.retry_after = retry_after
+
+
+class AttemptFailed(Exception):  # noqa: N818 - the name users raise, as RateLimited
+    """Raised by a handler: the attempt failed for the reason given (recorded as the error,
+    without a traceback).  ``retry_after``: the next attempt waits at least these seconds
+    (capped by the job's backoff cap); ``final``: the run is dead-lettered at once, whatever
+    attempts remain (an HTTP target's 404, say)."""
+
+    def __init__(self, reason: str, *, retry_after: float | None = None,
+                 final: bool = False) -> None:
+        if retry_after is not None and (isinstance(retry_after, bool) or not isinstance(
+                retry_after, (int, float)) or not retry_after >= 0):
+            raise ValueError("AttemptFailed(retry_after=...) takes seconds >= 0")
+        super().__init__(reason)
+        self.retry_after = retry_after
+        self.final = final
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,8 @@ import msgpack
 from rsched.core import defaults
 from rsched.core.catchup import Gap
 from rsched.core.errors import ValidationError
+from rsched.core.http_target import HTTP_TYPE
+from rsched.core.http_target import unwrap as unwrap_target
 from rsched.core.ids import created_ms_of
 from rsched.core.layout import JB, OWN, OWN_BYTES, STATUS_DEFAULT, J
 from rsched.core.lifecycle import NO_LIFE, Life, life_of
@@ -255,6 +257,8 @@ class Job:
     paused: Control | None = None  # the latest pause: who, when, note, reason
     resumed: Control | None = None  # the latest resume
     limit_key: str | None = None  # its runs count against this key's limit (core.limits)
+    target: dict[str, Any] | None = None  # type http: the URL it calls (core.http_target),
+    # stored inside the payload
     deduplicated: bool = False  # never stored: a create's answer, True when a dedup window
     # answered it with this existing job (docs/dedup.md)
 
@@ -281,6 +285,10 @@ class Job:
         raw = sp.get("payload")
         if raw:
             payload = read_msgpack(raw, f"job {job_id} payload")
+        target = None
+        jtype = _s(g(J.type))
+        if jtype == HTTP_TYPE:
+            target, payload = unwrap_target(payload)
         # Stored for a keyed id only: a random id's stamp is its creation time.
         created = _i(g(J.created_ms)) or created_ms_of(job_id) or 0
         status = JobStatus(_s(g(J.status), STATUS_DEFAULT))
@@ -293,7 +301,7 @@ class Job:
             run_at = next_ms or (int(own.rpartition("@")[2]) if own else None)
         return cls(
             id=job_id,
-            type=_s(g(J.type)),
+            type=jtype,
             queue=_s(g(J.queue), defaults.QUEUE),
             payload=payload,
             status=status,
@@ -323,6 +331,7 @@ class Job:
             paused=Control.of(h, "paused"),
             resumed=Control.of(h, "resumed"),
             limit_key=_s(g(J.limit_key)) or None,
+            target=target,
         )
 
 

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 from rsched.core import defaults
 from rsched.core.cron import parse_cron, validate_zone
 from rsched.core.errors import PayloadTooLarge, ValidationError
+from rsched.core.http_target import HTTP_TYPE, check_target
+from rsched.core.http_target import wrap as wrap_target
 from rsched.core.layout import J
 from rsched.core.lifecycle import NEVER_MS, NO_LIFE, Life, bounded, life_packed
 from rsched.core.limits import check_key as check_limit_key
@@ -72,7 +74,7 @@ def check_names(jtype: Any, queue: Any) -> None:
         raise ValidationError("type", "must be 1-128 characters of letters, digits, _ . : -")
     if not isinstance(queue, str) or not _QUEUE.fullmatch(queue):
         raise ValidationError("queue", "must be 1-64 characters of letters, digits, _ . -")
-    if type(jtype) is str and type(queue) is str:
+    if type(jtype) is str and type(queue) is str and jtype != HTTP_TYPE:  # http: checked path
         if len(_seen_names) >= 4096:
             _seen_names.clear()
         _seen_names.add((jtype, queue))
@@ -158,6 +160,8 @@ class JobSpec:
     start_deadline_ms: int | None = None  # one-off: not started by runAt + this: dead letter
     limit_key: str | None = None  # its runs count against this key's limit (core.limits)
     dedup: Dedup | None = None  # a dedup window: placed in its key's partition (check_dedup)
+    target: dict[str, Any] | None = None  # an HTTP target (type http): url, method, headers,
+    # body, timeoutSeconds, as the API takes it (core.http_target.check_target)
 
 
 SHARED_FIELDS = (J.type, J.queue, J.status, J.max_attempts, J.cron, J.limit_key)
@@ -295,7 +299,7 @@ def prepare(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes: int) -> 
             and spec.overlap is u.overlap and spec.start_at is None and spec.end_at is None
             and spec.max_runs is None and spec.pause_after_failures is None
             and spec.start_deadline_ms is None and spec.limit_key is None
-            and (run_at is None or run_at.__class__ is int and run_at > 0)
+            and spec.target is None and (run_at is None or run_at.__class__ is int and run_at > 0)
             and spec.type.__class__ is str and spec.queue.__class__ is str
             and (spec.type, spec.queue) in _seen_names):
         try:
@@ -326,8 +330,13 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
     usual = usual_fast(jtype, queue, max_attempts, base, cap, priority, timeout, jitter)
     if not usual:
         check_names(jtype, queue)
+    target = None
+    stored = spec.payload
+    if spec.target is not None or jtype == HTTP_TYPE:
+        target = _target(spec)
+        stored = wrap_target(target, spec.payload)
     try:
-        payload = packer.pack(spec.payload)
+        payload = packer.pack(stored)
     except OverflowError:
         raise ValidationError(*_too_big(spec.payload)) from None
     except (TypeError, ValueError, RecursionError) as e:
@@ -410,11 +419,23 @@ def _prepare_checked(spec: JobSpec, job_id: str, now_ms: int, max_payload_bytes:
         job.life = life
     if limit_key is not None:
         job.limit_key = limit_key
+    if target is not None:
+        job.target = target
     # tuple.__new__ is what Prepared(...) calls, without the Python-level __new__
     return _new_tuple(Prepared, (job, blob, body_hash, nominal, score))
 
 
 _new_tuple = tuple.__new__
+
+
+def _target(spec: JobSpec) -> dict[str, Any]:
+    """An http job's target, checked: a target needs type http, and type http a target."""
+    if spec.target is None:
+        raise ValidationError("target", f"required for a job of type {HTTP_TYPE!r}: the url "
+                              "to call")
+    if spec.type != HTTP_TYPE:
+        raise ValidationError("type", f"must be {HTTP_TYPE!r} for a job with a target")
+    return check_target(spec.target)
 
 
 def _time_ms(value: Any, field: str) -> int:

@@ -5,7 +5,7 @@ integer milliseconds here; each face formats them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -45,7 +45,7 @@ class WorkerStatus:
     host: str
     pid: int
     last_heartbeat_ms: int | None
-    alive: bool  # heard from within WORKER_DEAD_AFTER_BEATS of its heartbeats
+    alive: bool  # heard from within its --dead-after (views.liveness)
     types: tuple[str, ...] = ()  # job types it has handlers for
     dead_since_ms: int | None = None  # not alive: when its heartbeats stopped counting
     handler_wait_ms: int | None = None  # how long it lets runs it has no handler for wait
@@ -66,10 +66,35 @@ def worker_record(blob: bytes | str) -> dict[str, Any]:
 
 
 def dead_after_ms(rec: dict[str, Any]) -> int:
-    """How long after its last heartbeat a worker is taken for dead: its missed beats."""
+    """How long after its last record beat a worker's record is taken for stale: its missed
+    record beats (which worker serves what; forgetting records).  Whether it is alive is
+    ``liveness``, by its process heartbeat."""
     every = rec.get("heartbeat_ms")
     every = every if isinstance(every, int) and every > 0 else defaults.HEARTBEAT_MS
     return defaults.WORKER_DEAD_AFTER_BEATS * every
+
+
+class Liveness(NamedTuple):
+    alive: bool
+    last_beat_ms: int  # its latest sign of life: the record's beat or the process heartbeat
+    dead_since_ms: int | None  # not alive: from when
+
+
+def liveness(rec: dict[str, Any], beat_ms: int | None, now: int) -> Liveness:
+    """Whether a worker is alive, by its process heartbeat (``beat_ms``, lua/alive.lua: every
+    third of its --dead-after; 0: marked dead; None: none yet, or forgotten once its runs were
+    taken over) where its record names its dead-after, else by its record's own beats: the same
+    judgement that hands its runs to other workers."""
+    record_beat = int(rec["beat_ms"])
+    dead_after = rec.get("dead_after_ms")
+    if not isinstance(dead_after, int) or dead_after <= 0:
+        dead_at = record_beat + dead_after_ms(rec)
+        return Liveness(now < dead_at, record_beat, None if now < dead_at else dead_at)
+    if beat_ms == 0:  # it left with runs pending, or its supervisor saw it die
+        return Liveness(False, record_beat, record_beat)
+    last = max(record_beat, beat_ms or 0)
+    dead_at = last + dead_after
+    return Liveness(now < dead_at, last, None if now < dead_at else dead_at)
 
 
 def forgotten(rec: dict[str, Any], now: int) -> bool:
@@ -142,6 +167,7 @@ class LimitCounts:
     name: str
     waiting: int  # runs of its keys waiting now
     deferred: int  # runs that started waiting for it, ever (monotonic)
+    in_flight: int = 0  # runs of its keys holding a slot now
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,8 @@ from rsched.core.views import LAG_BUCKETS_S, Cluster
 
 DURATION_BUCKETS_S = (0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 RUN_EVENTS = ("started", "succeeded", "failed", "timed_out", "retried", "reclaimed", "fenced",
-              "dead_lettered", "cancelled", "deferred")  # deferred: RateLimited (also retried)
+              "dead_lettered", "cancelled", "deferred", "held")  # deferred: RateLimited,
+# held: its queue's limit gave it no permit (both also retried)
 
 OTHER = "other"  # the label value every type (or queue) past the cap shares
 
@@ -235,8 +236,33 @@ PARTITIONS_OWNED = Gauge("rsched_partitions_owned", "Partitions this dispatcher 
 CLAIM_ROUND = Histogram("rsched_claim_round_seconds", "One claim round over owned partitions",
                         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
                         registry=None)
-_DISPATCHING = (DISPATCHED, SKIPPED, LEASE_CHANGES, PARTITIONS_OWNED, CLAIM_ROUND)
+# An HTTP target worker's requests (rsched worker --http; docs/http-targets.md), registered by
+# export_http.
+HTTP_REQUESTS = Counter("rsched_http_requests", "HTTP target requests by queue and status class "
+                        "(2xx, 3xx, 4xx, 5xx, or error: no response)", ["queue", "status_class"],
+                        registry=None)
+HTTP_LATENCY = Histogram("rsched_http_request_seconds", "HTTP target request latency, to the "
+                         "response's body read", ["queue"], buckets=DURATION_BUCKETS_S,
+                         registry=None)
+_HTTP = (HTTP_REQUESTS, HTTP_LATENCY)
+EVENTS_TRIMMED = Counter("rsched_events_trimmed", "Events stream entries this dispatcher trimmed "
+                         "(to the archivers' read point, or to RSCHED_EVENTS_KEEP(_MS))",
+                         registry=None)
+_DISPATCHING = (DISPATCHED, SKIPPED, LEASE_CHANGES, PARTITIONS_OWNED, CLAIM_ROUND,
+                EVENTS_TRIMMED)
 _dispatching_exported: list[bool] = []
+
+
+def export_http() -> None:
+    """Export the HTTP target metrics from this process (once)."""
+    with _lock:
+        if not _http_exported:
+            for m in _HTTP:
+                REGISTRY.register(m)
+            _http_exported.append(True)
+
+
+_http_exported: list[bool] = []
 
 
 def export_dispatching() -> None:
@@ -370,11 +396,15 @@ def cluster_families(c: Cluster) -> Iterator[Metric]:
                                 "definition name (docs/limits.md)", labels=["limit"])
     deferred = CounterMetricFamily("rsched_limit_deferred", "Runs that started waiting for a "
                                    "limit, by definition name", labels=["limit"])
+    in_flight = GaugeMetricFamily("rsched_limit_in_flight", "Runs holding a slot of a limit "
+                                  "key, by definition name", labels=["limit"])
     for lim in c.limits:
         waiting.add_metric([lim.name], lim.waiting)
         deferred.add_metric([lim.name], lim.deferred)
+        in_flight.add_metric([lim.name], lim.in_flight)
     yield waiting
     yield deferred
+    yield in_flight
 
 
 def _queue_and_member_families(c: Cluster) -> Iterator[Metric]:

@@ -120,17 +120,24 @@ class Consumer:
         self.partitions = partitions
         self.name = name
 
-    def create_groups(self) -> None:
-        """The group on every events stream (from the first entry ever); one that exists
-        already is kept."""
+    def create_groups(self) -> int:
+        """The group on every events stream (from its oldest entry); one that exists already
+        is kept.  The entries that the streams lost before a group was created here (trimmed
+        while no archiver read them, lua/trim_streams.lua): never archived."""
         pipe = self.r.pipeline(transaction=False)
         for p in range(self.partitions):
             pipe.xgroup_create(keys.events(p), keys.EVENTS_GROUP, id="0", mkstream=True)
-        for res in pipe.execute(raise_on_error=False):
+            pipe.xinfo_stream(keys.events(p))
+        replies = pipe.execute(raise_on_error=False)
+        lost = 0
+        for res, info in zip(replies[::2], replies[1::2], strict=True):
             if isinstance(res, ResponseError) and "BUSYGROUP" not in str(res):
                 raise res
             if isinstance(res, Exception) and not isinstance(res, ResponseError):
                 raise res
+            if res is True and isinstance(info, dict) and "entries-added" in info:
+                lost += int(info["entries-added"]) - int(info["length"])  # Redis 7+
+        return lost
 
     def read(self, reads: Sequence[tuple[int, str, int]]) -> tuple[list[Any], list[Any] | None]:
         """Per (partition, start, count): XREADGROUP from ``start`` ('0' our own pending

@@ -38,9 +38,10 @@ def pause(job_id: str, events_maxlen: int, if_match: int | None, by: str, note: 
             [job_id, _NOW, events_maxlen, _expected(if_match), by, note])
 
 
-def cancel(job_id: str, events_maxlen: int, if_match: int | None) -> Call:
-    """lua/cancel.lua."""
-    return ("cancel", _control_keys(job_id), [job_id, _NOW, events_maxlen, _expected(if_match)])
+def cancel(job_id: str, events_maxlen: int, if_match: int | None, finished_ttl_ms: int) -> Call:
+    """lua/cancel.lua: a cancelled one-off job is kept ``finished_ttl_ms`` (0 = forever)."""
+    return ("cancel", _control_keys(job_id),
+            [job_id, _NOW, events_maxlen, _expected(if_match), finished_ttl_ms])
 
 
 def resume(job_id: str, events_maxlen: int, next_ms: int, score: float, if_match: int | None,

@@ -94,6 +94,12 @@ def start_lag() -> str:
     return f"{PREFIX}:startlag"
 
 
+def alive() -> str:
+    """ZSET: worker id -> its last process heartbeat (ms, Redis's clock; 0: left with runs to
+    take over now); lua/alive.lua writes and reads it."""
+    return f"{PREFIX}:alive"
+
+
 def parked() -> str:
     """HASH: JSON [queue, job type] -> how many times a worker lacking the type set runs of it
     aside (monotonic): a worker with the handler looks for them when the count moves."""
@@ -109,6 +115,42 @@ def limits_index() -> str:
     """HASH: limit name -> packed definition (core.limits.Limit.packed): what GET /limits lists.
     Every partition holds a copy (``limits``), which is what the scripts read."""
     return f"{PREFIX}:limits"
+
+
+def queue_limits_index() -> str:
+    """HASH: queue -> packed definition of its queue-wide limit (core.limits.Limit.packed): what
+    GET /queues/{queue}/limits and the workers read."""
+    return f"{PREFIX}:qlimits"
+
+
+def _qk(queue: str, name: str) -> str:
+    # A queue's limit state on a slot of its own (queue names hold no brace: QUEUE_PATTERN).
+    return f"{PREFIX}:{{ql:{queue}}}:{name}"
+
+
+def queue_limit(queue: str) -> str:
+    """STRING: the queue's limit as lua/queue_permit.lua reads it, on the queue's own slot."""
+    return _qk(queue, "qlim")
+
+
+def queue_permits(queue: str) -> str:
+    """ZSET: '<run id> <worker id>' (a permit) or '> <run id>' (a reservation) -> expires ms."""
+    return _qk(queue, "qheld")
+
+
+def queue_limit_log(queue: str) -> str:
+    """ZSET: '<run id> <ms>' -> start ms, the queue's rate window."""
+    return _qk(queue, "qlog")
+
+
+def queue_limit_told(queue: str) -> str:
+    """ZSET: run id -> ms a run held by the queue's rate was told to ask again."""
+    return _qk(queue, "qrate")
+
+
+def queue_limit_waiting(queue: str) -> str:
+    """ZSET: '<partition> <run id>' -> scheduled ms, runs waiting for the queue's limit."""
+    return _qk(queue, "qwait")
 
 
 def api_keys() -> str:
@@ -189,6 +231,11 @@ def stream(p: int, queue: str) -> str:
     return _pk(p, f"q:{queue}")
 
 
+def queue_of(stream_key: str) -> str:
+    """The queue a work queue stream's key (stream) names."""
+    return stream_key.split("}:q:", 1)[1]
+
+
 def job(p: int, job_id: str) -> str:
     """HASH: the job (see models.Job)."""
     return _pk(p, f"job:{job_id}")
@@ -231,6 +278,12 @@ def limits(p: int) -> str:
 def limits_waiting(p: int) -> str:
     """SET: limit keys of the partition that have waiting runs."""
     return _pk(p, "limwait")
+
+
+def limits_running(p: int) -> str:
+    """SET: limit keys of the partition that took a slot since lua/limit_keys.lua last found
+    them idle (include limits adds them)."""
+    return _pk(p, "limrun")
 
 
 def limit_stats(p: int) -> str:

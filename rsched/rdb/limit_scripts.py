@@ -5,8 +5,10 @@ definition in its key's partition) are what the scripts read."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from rsched.core import defaults
 from rsched.core.ids import partition_for_key
 from rsched.core.limits import FAMILY, Limit
 from rsched.core.wire import as_text
@@ -68,23 +70,53 @@ def op_key_state(p: int, key: str, window_start_ms: int) -> Op[KeyState]:
     return KeyState(int(res[0]), int(res[1]), int(res[2]))
 
 
-def op_limit_counts(partitions: int) -> Op[tuple[dict[str, int], dict[str, int]]]:
+def op_limit_deferred(partitions: int) -> Op[dict[str, int]]:
     """For the metrics: runs that started waiting, by definition name, summed over the
-    partitions; and runs waiting now, by limit key (only keys with waiting runs are read)."""
-    res = yield Commands([c for p in range(partitions)
-                          for c in (cmd("hgetall", keys.limit_stats(p)),
-                                    cmd("smembers", keys.limits_waiting(p)))])
+    partitions."""
+    res = yield Commands([cmd("hgetall", keys.limit_stats(p)) for p in range(partitions)])
     deferred: dict[str, int] = {}
-    waiting_keys: list[tuple[int, str]] = []
-    for p in range(partitions):
-        for name, n in res[2 * p].items():
+    for stats in res:
+        for name, n in stats.items():
             deferred[as_text(name)] = deferred.get(as_text(name), 0) + int(n)
-        waiting_keys += [(p, as_text(k)) for k in res[2 * p + 1]]
-    if not waiting_keys:
-        return deferred, {}
-    counts = yield Commands([cmd("zcard", keys.limit_waiting(p, k)) for p, k in waiting_keys])
-    return deferred, {k: int(n) for (_, k), n in zip(waiting_keys, counts, strict=True) if n}
+    return deferred
 
 
-__all__ = ["KeyState", "limit", "op_key_state", "op_limit", "op_limit_counts", "op_limits",
-           "op_write_limit"]
+class BusyKey(NamedTuple):
+    """A limit key with runs in flight, waiting, or starts in its rate window; ``name``: the
+    definition that applies to it ('' = none: it runs unlimited, counted)."""
+
+    key: str
+    name: str
+    in_flight: int
+    waiting: int
+    recent_starts: int
+
+
+def limit_keys(p: int, cursor: str) -> Call:
+    """lua/limit_keys.lua on partition ``p``: a page of its busy keys from ``cursor``."""
+    return ("limit_keys", [keys.limits_running(p), keys.limits_waiting(p)],
+            [cursor, defaults.LIMIT_KEYS_PAGE, 0])
+
+
+def op_busy_keys(partitions: Iterable[int]) -> Op[list[BusyKey]]:
+    """Every busy limit key of these partitions with its counts, walked a page per partition
+    and round trip (each page one short script); the walk lets go of keys it finds idle."""
+    cursors = dict.fromkeys(partitions, "0")
+    out: list[BusyKey] = []
+    while cursors:
+        ps = list(cursors)
+        replies = yield Scripts([limit_keys(p, cursors[p]) for p in ps])
+        for p, r in zip(ps, replies, strict=True):
+            if isinstance(r, Exception):
+                raise r
+            for i in range(1, len(r), 5):
+                out.append(BusyKey(as_text(r[i]), as_text(r[i + 1]), int(r[i + 2]),
+                                   int(r[i + 3]), int(r[i + 4])))
+            cursors[p] = as_text(r[0])
+            if cursors[p] == "0":
+                del cursors[p]
+    return out
+
+
+__all__ = ["BusyKey", "KeyState", "limit", "limit_keys", "op_busy_keys", "op_key_state",
+           "op_limit", "op_limit_deferred", "op_limits", "op_write_limit"]

@@ -64,27 +64,33 @@ def _complete_keys(p: int) -> tuple[str, ...]:
 
 
 def complete(worker_id: str, s: Settings, batch: Iterable[F], now: float
-             ) -> tuple[list[Call], dict[int, list[F]]]:
-    """complete.lua's calls for the finished attempts ``batch``, one per partition, and each
-    call's attempts in the order of its replies; ``now``: perf_counter (a run's elapsed time
+             ) -> tuple[list[Call], list[tuple[int, list[F]]]]:
+    """complete.lua's calls for the finished attempts ``batch``, one per partition (and per
+    retention, with RSCHED_QUEUE_RETENTION_MS), and each call's partition and attempts in the
+    order of its replies; ``now``: perf_counter (a run's elapsed time
     is counted from its t0).  A run not started yet goes with fence 0, and the script records
     its start with its outcome.  Runs are grouped by stream and by kind, so the stream key goes
     once per group and a one-off job's own run needs only its job key (its run and history
     live there), and a group whose runs all succeeded leaves out their outcome and retry delay:
     7 arguments a run instead of 12."""
-    by_part: dict[int, dict[tuple[str, bool], list[F]]] = defaultdict(lambda: defaultdict(list))
+    by_part: dict[tuple[int, tuple[int, int]], dict[tuple[str, bool], list[F]]] = defaultdict(
+        lambda: defaultdict(list))
+    kept = (s.run_ttl_ms, s.finished_ttl_ms)
     for o in batch:
         fl = o.fl
-        by_part[fl.partition][(fl.stream, fl.run_key == fl.job_key)].append(o)
+        if s.queue_retention_ms:  # a call per partition and retention
+            kept = s.retention_of(keys.queue_of(fl.stream))
+        by_part[(fl.partition, kept)][(fl.stream, fl.run_key == fl.job_key)].append(o)
     calls: list[Call] = []
-    parts: dict[int, list[F]] = {}
-    for p, groups in by_part.items():
+    parts: list[tuple[int, list[F]]] = []
+    for (p, (run_ttl_ms, finished_ttl_ms)), groups in by_part.items():
         ks = list(_complete_keys(p))
         args: list[Any] = [worker_id, 0, s.events_maxlen, keys.GROUP, len(groups),
-                           s.history_len, s.run_ttl_ms, s.finished_ttl_ms]
+                           s.history_len, run_ttl_ms, finished_ttl_ms]
         run_ks: list[str] = []
         run_args: list[Any] = []
-        parts[p] = ordered = []
+        ordered: list[F] = []
+        parts.append((p, ordered))
         for (stream, own), items in groups.items():
             ks.append(stream)
             ok = all(o.status == "succeeded" for o in items)

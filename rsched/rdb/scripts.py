@@ -30,6 +30,9 @@ NAMES = (
     "schedule", "lease", "claim", "start", "heartbeat", "complete",
     "pause", "resume", "cancel", "replay", "trigger", "update", "delete_dead", "expire", "park",
     "backfill", "dead_page", "operation_step", "operation_cancel", "limit",
+    "alive", "take_over",
+    "trim_streams",
+    "limit_keys", "queue_permit", "queue_wake",
 )
 
 

@@ -32,6 +32,7 @@ class StatusRead(NamedTuple):
     dispatchers: dict[str, int]  # dispatcher id -> its membership's expiry (ms)
     workers: dict[bytes, bytes]  # the workers' registry: id -> record (core.views.worker_record)
     partitions: list[PartitionRead]
+    beats: dict[bytes, int]  # the workers' process heartbeats: id -> last beat (ms; 0: dead)
 
 
 def _partition_cmds(p: int, now: int) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
@@ -48,19 +49,19 @@ def _partition_cmds(p: int, now: int) -> list[tuple[str, tuple[Any, ...], dict[s
 def op_read_status(partitions: int, now: int) -> Op[StatusRead]:
     """Dispatchers, workers and every partition's lease, backlogs and queues: one round trip."""
     cmds = [cmd("zrange", keys.dispatchers(), 0, -1, withscores=True),
-            cmd("hgetall", keys.workers())]
+            cmd("hgetall", keys.workers()), _beats_cmd()]
     for p in range(partitions):
         cmds += _partition_cmds(p, now)
     res = yield Commands(cmds)
     out = []
     for p in range(partitions):
         (owner, expires, fence), due, head, retry, dead, queues = \
-            res[2 + _PER_PARTITION * p:][:_PER_PARTITION]
+            res[3 + _PER_PARTITION * p:][:_PER_PARTITION]
         out.append(PartitionRead(
             as_text(owner) if owner else "", int(expires or 0), int(fence or 0), int(due),
             int(head[0][1]) if head else None, int(retry), int(dead),
             sorted(as_text(q) for q in queues)))
-    return StatusRead({as_text(d): int(exp) for d, exp in res[0]}, res[1], out)
+    return StatusRead({as_text(d): int(exp) for d, exp in res[0]}, res[1], out, _beats(res[2]))
 
 
 class QueueRead(NamedTuple):
@@ -100,10 +101,19 @@ def op_read_queues(streams: Sequence[str]) -> Op[list[QueueRead]]:
     return out
 
 
-def op_read_workers() -> Op[dict[bytes, bytes]]:
-    """The workers' registry: id -> record (core.views.worker_record)."""
-    (raw,) = yield Commands([cmd("hgetall", keys.workers())])
-    return raw  # type: ignore[no-any-return]
+def _beats_cmd() -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    return cmd("zrange", keys.alive(), 0, -1, withscores=True)
+
+
+def _beats(raw: Any) -> dict[bytes, int]:
+    return {wid: int(ms) for wid, ms in raw}
+
+
+def op_read_workers() -> Op[tuple[dict[bytes, bytes], dict[bytes, int]]]:
+    """The workers' registry (id -> record, core.views.worker_record) and their process
+    heartbeats (id -> last beat in ms, 0: marked dead; lua/alive.lua)."""
+    raw, beats = yield Commands([cmd("hgetall", keys.workers()), _beats_cmd()])
+    return raw, _beats(beats)
 
 
 class CountersRead(NamedTuple):

@@ -1,5 +1,6 @@
 """What workers keep in Redis besides their runs: the registry (HASH rsched:workers, worker id
--> packed record, core.views reads it), each partition's ``started`` count, the cluster's
+-> packed record, core.views reads it), the process heartbeats (ZSET keys.alive(), lua/alive.lua)
+that tell when a worker is dead, each partition's ``started`` count, the cluster's
 start-lag histogram (HASH keys.start_lag(), read by read_start_lag), and the counts of
 runs set aside per queue and job type (HASH keys.parked(), '["<queue>", "<type>"]' -> count)
 that tell the workers with the handler to look."""
@@ -14,6 +15,9 @@ from rsched.core.views import LAG_BUCKETS_S
 from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.ops import Commands, Op, cmd
+from rsched.rdb.scripts import Call
+
+DEAD_READ_LIMIT = 100  # dead workers one beat returns at most (the rest: at the next beat)
 
 
 async def register(r: Any, worker_id: str, record: bytes, started: Mapping[int, int],
@@ -68,6 +72,32 @@ async def forget(r: Any, worker_ids: Collection[bytes | str]) -> None:
     await r.hdel(keys.workers(), *worker_ids)
 
 
+def beat(worker_id: str, dead_after_ms: int) -> Call:
+    """lua/alive.lua's call: ``worker_id``'s process heartbeat, by Redis's clock; its reply
+    (``dead_of``) names the workers whose last beat is ``dead_after_ms`` old or older."""
+    return ("alive", [keys.alive()], [worker_id, 0, dead_after_ms, DEAD_READ_LIMIT])
+
+
+def dead_of(reply: Any) -> dict[str, int]:
+    """The dead workers a reply of ``beat``'s call names, with their last beat (ms; 0: marked
+    dead by mark_dead)."""
+    it = iter(reply[1:])
+    return {as_text(wid): int(beat) for wid, beat in zip(it, it, strict=True)}
+
+
+def mark_dead(r: Any, worker_id: str) -> Any:
+    """Set ``worker_id``'s last beat to 0: live workers take over its runs at their next beat
+    (it left with runs pending, or its supervisor saw it die).  With a sync or asyncio client
+    (the reply, or an awaitable of it)."""
+    return r.zadd(keys.alive(), {worker_id: 0})
+
+
+async def forget_alive(r: Any, worker_ids: Collection[str]) -> None:
+    """Drop these workers from the heartbeats (left, or their runs taken over): a worker
+    missing there is never taken over this way (the visibility timeout still applies)."""
+    await r.zrem(keys.alive(), *worker_ids)
+
+
 def parked_name(queue: str, jtype: str) -> str:
     """The field of keys.parked() counting the runs of ``jtype`` on ``queue`` set aside."""
     return json.dumps([queue, jtype])
@@ -95,5 +125,6 @@ async def parked_counts(r: Any) -> dict[str, int]:
     return {as_text(raw): int(n) for raw, n in (await r.hgetall(keys.parked())).items()}
 
 
-__all__ = ["add_parked", "forget", "op_start_lag", "parked_counts", "parked_name", "parked_of",
-           "records", "register"]
+__all__ = ["DEAD_READ_LIMIT", "add_parked", "beat", "dead_of", "forget", "forget_alive",
+           "mark_dead", "op_start_lag", "parked_counts", "parked_name", "parked_of", "records",
+           "register"]

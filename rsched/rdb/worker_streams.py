@@ -106,6 +106,37 @@ async def reclaim(r: Any, consumer: str, streams: Sequence[str], cursors: Mappin
             if not isinstance(res, Exception)]
 
 
+async def pending_counts(r: Any, streams: Sequence[str], consumer: str) -> dict[str, int]:
+    """How many entries are pending under ``consumer`` in each of ``streams`` where some are
+    (XPENDING's summary; a stream whose read failed is left out, with -1)."""
+    pipe = r.pipeline(transaction=False)
+    for s in streams:
+        pipe.xpending(s, keys.GROUP)
+    out: dict[str, int] = {}
+    for s, res in zip(streams, await pipe.execute(raise_on_error=False), strict=True):
+        if isinstance(res, Exception):
+            out[s] = -1
+            continue
+        n = sum(int(c["pending"]) for c in res.get("consumers") or ()
+                if as_text(c["name"]) == consumer)
+        if n:
+            out[s] = n
+    return out
+
+
+def take_over(stream: str, dead: str, me: str, min_idle_ms: int, count: int) -> scripts.Call:
+    """lua/take_over.lua's call: up to ``count`` entries of ``stream`` pending under the dead
+    worker ``dead`` and idle ``min_idle_ms``, moved to ``me`` (reply: taken)."""
+    return ("take_over", [stream], [keys.GROUP, dead, me, min_idle_ms, count])
+
+
+def taken(stream: str, reply: Any) -> tuple[list[Entry], bool]:
+    """take_over's reply: the entries moved, and whether some stay under the dead worker."""
+    it = iter(reply[1:])
+    return ([(stream, as_text(eid), dict(zip(kv[::2], kv[1::2], strict=True)))
+             for eid, kv in zip(it, it, strict=True)], bool(int(reply[0])))
+
+
 async def join_groups(r: Any, streams: Sequence[str]) -> None:
     """Create the consumer group of every stream, and the stream (an existing one is fine)."""
     pipe = r.pipeline(transaction=False)
@@ -137,9 +168,10 @@ async def prune_consumers(r: Any, streams: Sequence[str], me: str, idle_ms: int)
     return doomed
 
 
-async def leave_groups(r: Any, streams: Sequence[str], me: str) -> None:
+async def leave_groups(r: Any, streams: Sequence[str], me: str) -> bool:
     """Delete consumer ``me`` from the groups where nothing is pending under its name
-    (deleting it would drop those entries from the group)."""
+    (deleting it would drop those entries from the group); returns whether entries are still
+    pending under it (or could not be read)."""
     pipe = r.pipeline(transaction=False)
     for s in streams:
         pipe.xpending_range(s, keys.GROUP, "-", "+", 1, consumername=me)
@@ -149,6 +181,7 @@ async def leave_groups(r: Any, streams: Sequence[str], me: str) -> None:
         if isinstance(pending, list) and not pending:
             pipe.xgroup_delconsumer(s, keys.GROUP, me)
     await pipe.execute(raise_on_error=False)
+    return any(not (isinstance(pending, list) and not pending) for pending in mine)
 
 
 async def set_aside(r: Any, streams: Sequence[str], jtype: str, want: int
@@ -176,4 +209,4 @@ async def entries_by_id(r: Any, ids: Sequence[tuple[str, str]]) -> list[Entry]:
 
 __all__ = ["Entry", "Reclaimed", "entries", "entries_by_id", "join_groups", "leave_groups",
            "prune_consumers", "raw_entries", "read_commands", "read_new", "reclaim",
-           "set_aside"]
+           "pending_counts", "set_aside", "take_over", "taken"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from rsched.core import defaults
 from rsched.core.errors import NotFound, ValidationError
+from rsched.core.http_target import HTTP_TYPE
 from rsched.core.models import BackfillOverlap, job_of_run, partition_of
 from rsched.core.spec import MAX_TIME_MS, Dedup, JobSpec
 from rsched.core.times import to_ms
@@ -21,7 +22,8 @@ from rsched.service.patch import UNSET, JobPatch
 JOB_FIELDS = ("type", "payload", "runAt", "cron", "timeZone", "queue", "maxAttempts",
               "idempotencyKey", "priority", "timeoutSeconds", "backoff", "misfire",
               "jitterSeconds", "paused", "catchUpWindowSeconds", "overlap", "startAt", "endAt",
-              "maxRuns", "pauseAfterFailures", "startDeadlineSeconds", "dedup", "limitKey")
+              "maxRuns", "pauseAfterFailures", "startDeadlineSeconds", "dedup", "limitKey",
+              "target")
 LIFE_FIELDS = ("startAt", "endAt", "maxRuns", "pauseAfterFailures", "startDeadlineSeconds")
 PATCH_FIELDS = ("runAt", "cron", "timeZone", "payload", "maxAttempts", "priority", "misfire",
                 "catchUpWindowSeconds", "overlap", *LIFE_FIELDS)
@@ -134,6 +136,7 @@ _JOB_INPUT: dict[str, tuple[str, Any]] = {
     "maxRuns": ("max_runs", _integer), "pauseAfterFailures": ("pause_after_failures", _integer),
     "startDeadlineSeconds": ("start_deadline_ms", _seconds_ms), "dedup": ("dedup", _dedup),
     "limitKey": ("limit_key", _string),
+    "target": ("target", _payload),  # checked with the job (core.http_target.check_target)
 }
 assert set(_JOB_INPUT) | {"backoff"} == set(JOB_FIELDS)
 
@@ -175,7 +178,10 @@ def spec_from_json(value: Any, where: str = "body") -> JobSpec:
             if b.get(bname) is not None:
                 kw[attr] = _seconds_ms(b[bname], f"backoff.{bname}")
     if "type" not in kw:
-        raise ValidationError("type", "required: the name of a registered handler")
+        if "target" in kw:  # an HTTP target's type goes without saying
+            kw["type"] = HTTP_TYPE
+        else:
+            raise ValidationError("type", "required: the name of a registered handler")
     return JobSpec(**kw)
 
 

@@ -197,7 +197,8 @@ def op_pause(svc: Service, job_id: str, if_match: int | None = None, by: str = "
 
 def op_cancel(svc: Service, job_id: str, if_match: int | None = None) -> Op[Job]:
     """Stop the job for good; a run in progress finishes, pending retries are abandoned."""
-    call = job_scripts.cancel(job_id, svc.settings.events_maxlen, if_match)
+    call = job_scripts.cancel(job_id, svc.settings.events_maxlen, if_match,
+                              svc.settings.finished_ttl_ms)
     return (yield from op_control(job_id, call, if_match))
 
 

@@ -87,6 +87,7 @@ class JobPatch:
             end_at=_kept(self.end_at, life.end_at_ms), max_runs=max_runs,
             pause_after_failures=_kept(self.pause_after_failures, life.pause_after),
             start_deadline_ms=_kept(self.start_deadline_ms, life.start_deadline_ms),
+            target=job.target,  # an http job keeps its target (prepare checks it again)
         )
 
 

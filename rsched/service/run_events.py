@@ -5,7 +5,7 @@ Every script appends what it changed to its partition's events stream (the archi
 same stream).  An entry may hold a batch of events, each with an id of its own
 (rsched.archive.events.expand); an event id is a stream id, so a reader that remembers the last
 one it handed out resumes after it exactly, while the stream still holds it (the archiver trims
-what it has archived; without one, RSCHED_EVENTS_MAXLEN bounds the stream).
+what it has archived; without one, the dispatcher trims to RSCHED_EVENTS_KEEP(_MS)).
 """
 
 from __future__ import annotations

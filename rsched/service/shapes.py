@@ -20,6 +20,7 @@ from rsched.core.models import Attempt, Job, JobStatus, Misfire, Overlap, Run
 from rsched.core.times import ms_to_iso, ms_to_iso_fast
 from rsched.core.values import jsonable, read_json
 from rsched.core.views import DispatcherStatus, PartitionStatus, Status, WorkerStatus
+from rsched.rdb.limit_scripts import BusyKey
 from rsched.service.apikeys import ApiKey
 from rsched.service.backfill import Backfill
 from rsched.service.doctor import Finding
@@ -27,6 +28,7 @@ from rsched.service.job_listing import Listing
 from rsched.service.last_runs import LastRun
 from rsched.service.limits import LimitView
 from rsched.service.listings import DeadLetter, Page
+from rsched.service.memory import MemoryPart
 from rsched.service.operations import Operation
 
 iso = ms_to_iso_fast  # a batch's jobs share their creation and run times: cached
@@ -73,7 +75,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "jitterSeconds": secs[job.jitter_ms], "lastRunId": job.last_run_id,
         "createdAt": times[job.created_ms], "updatedAt": times[job.updated_ms],
         "catchUpWindowSeconds": secs[job.catch_up_window_ms], "overlap": _TEXT[job.overlap],
-        "version": job.version, "limitKey": job.limit_key,
+        "version": job.version, "limitKey": job.limit_key, "target": job.target,
         "lastGap": gap_json(job.last_gap) if job.last_gap else None,
         **(life_json(job) if job.life is not NO_LIFE or job.fail_streak or job.paused
            or job.resumed else _NO_LIFE_JSON),
@@ -217,11 +219,28 @@ def limit_json(limit: Limit) -> dict[str, Any]:
 
 
 def limit_view_json(view: LimitView) -> dict[str, Any]:
-    """A definition; a key's own with its inFlight and waiting counts."""
+    """A definition; a key's own with its inFlight and waiting counts; its busiest keys."""
     out = body_of(view.limit)
     if view.in_flight is not None:
         out["inFlight"], out["waiting"] = view.in_flight, view.waiting
+    out["busiestKeys"] = [busy_key_json(k) for k in view.busiest]
     return out
+
+
+def queue_limit_json(view: LimitView) -> dict[str, Any]:
+    """A queue's limit; with its counts: permits held (runs of the queue running, and
+    reservations for woken runs) and runs waiting."""
+    out = body_of(view.limit)
+    out = {"queue": out.pop("name"), **out}
+    if view.in_flight is not None:
+        out["inFlight"], out["waiting"] = view.in_flight, view.waiting
+    return out
+
+
+def busy_key_json(k: BusyKey) -> dict[str, Any]:
+    """One limit key's counts now: runs holding a slot, waiting, starts in its rate window."""
+    return {"key": k.key, "inFlight": k.in_flight, "waiting": k.waiting,
+            "recentStarts": k.recent_starts}
 
 
 def operation_json(op: Operation) -> dict[str, Any]:
@@ -272,6 +291,11 @@ def _worker_json(w: WorkerStatus) -> dict[str, Any]:
         "lastHeartbeatAt": ms_to_iso(w.last_heartbeat_ms), "alive": w.alive,
         "deadSince": ms_to_iso(w.dead_since_ms),
     }
+
+
+def memory_json(parts: list[MemoryPart]) -> dict[str, Any]:
+    """GET /memory: the projection's parts, the total last."""
+    return {"parts": [{"part": p.part, "bytes": p.bytes, "how": p.how} for p in parts]}
 
 
 def status_json(s: Status) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rsched.archive.lag import Lag, archive_lag, unarchived
-from rsched.core.limits import resolver
 from rsched.core.views import (
     Cluster,
     DispatcherStatus,
@@ -17,14 +16,14 @@ from rsched.core.views import (
     QueueDepth,
     Status,
     WorkerStatus,
-    dead_after_ms,
     forgotten,
+    liveness,
     worker_record,
 )
 from rsched.core.wire import as_text
 from rsched.rdb import keys
 from rsched.rdb.connect import connect
-from rsched.rdb.limit_scripts import op_limit_counts, op_limits
+from rsched.rdb.limit_scripts import op_busy_keys, op_limit_deferred
 from rsched.rdb.ops import Op
 from rsched.rdb.redis_api import RedisError
 from rsched.rdb.setup import stored_partitions
@@ -70,7 +69,7 @@ def op_status(svc: Service) -> Op[Status]:
         agg[1] += qr.pending
         for name, n in qr.set_aside:
             aside[(q, name)] = aside.get((q, name), 0) + n
-    workers = _workers(read.workers, now)
+    workers = _workers(read.workers, read.beats, now)
     return Status(
         now_ms=now, partitions=tuple(partitions),
         dispatchers=tuple(DispatcherStatus(d, exp, tuple(held[d]))
@@ -83,23 +82,21 @@ def op_status(svc: Service) -> Op[Status]:
     )
 
 
-def _workers(raw: dict[bytes, bytes], now: int) -> list[WorkerStatus]:
+def _workers(raw: dict[bytes, bytes], beats: dict[bytes, int], now: int) -> list[WorkerStatus]:
     out = []
     for wid, blob in sorted(raw.items()):
         rec = worker_record(blob)
         if forgotten(rec, now):
             continue
-        beat = int(rec["beat_ms"])
-        dead_at = beat + dead_after_ms(rec)
-        alive = now < dead_at
+        life = liveness(rec, beats.get(wid), now)
         out.append(WorkerStatus(
             id=as_text(wid), queues=tuple(str(q) for q in rec.get("queues") or []),
             inflight=int(rec.get("inflight") or 0),
             concurrency=int(rec.get("concurrency") or 0),
             host=str(rec.get("host") or ""), pid=int(rec.get("pid") or 0),
-            last_heartbeat_ms=beat, alive=alive,
+            last_heartbeat_ms=life.last_beat_ms, alive=life.alive,
             types=tuple(str(t) for t in rec.get("types") or []),
-            dead_since_ms=None if alive else dead_at,
+            dead_since_ms=life.dead_since_ms,
             handler_wait_ms=int(rec["handler_wait_ms"]) if rec.get("handler_wait_ms") else None,
         ))
     return out
@@ -109,7 +106,7 @@ def op_workers(svc: Service) -> Op[list[WorkerStatus]]:
     """The registered workers alone (one round trip): what `rsched jobs add` checks a new
     job's type against."""
     now = yield from svc.op_now()
-    return _workers((yield from op_read_workers()), now)
+    return _workers(*(yield from op_read_workers()), now)
 
 
 # --- the metrics' cluster view -------------------------------------------------------------------
@@ -137,17 +134,19 @@ def op_cluster(svc: Service) -> Op[Cluster]:
 
 
 def op_limit_view(partitions: int) -> Op[tuple[LimitCounts, ...]]:
-    """Per limit definition: its keys' waiting runs now and the runs that started waiting for
-    it; a key whose definition is gone counts under '' (it runs unlimited once admitted)."""
-    deferred, waiting_by_key = yield from op_limit_counts(partitions)
+    """Per limit definition (never per key): its keys' runs in flight and waiting now, and the
+    runs that started waiting for it; keys with no definition count under '' (they run
+    unlimited, counted)."""
+    deferred = yield from op_limit_deferred(partitions)
+    busy = yield from op_busy_keys(range(partitions))
+    in_flight: dict[str, int] = {}
     waiting: dict[str, int] = {}
-    if waiting_by_key:
-        name_of = resolver(lim.name for lim in (yield from op_limits()))
-        for key, n in waiting_by_key.items():
-            name = name_of(key) or ""
-            waiting[name] = waiting.get(name, 0) + n
-    return tuple(LimitCounts(name, waiting.get(name, 0), deferred.get(name, 0))
-                 for name in sorted(set(waiting) | set(deferred)))
+    for k in busy:
+        in_flight[k.name] = in_flight.get(k.name, 0) + k.in_flight
+        waiting[k.name] = waiting.get(k.name, 0) + k.waiting
+    return tuple(LimitCounts(name, waiting.get(name, 0), deferred.get(name, 0),
+                             in_flight.get(name, 0))
+                 for name in sorted(set(in_flight) | set(deferred)))
 
 
 def archive_lag_reader(redis_url: str) -> Callable[[], Lag | None]:

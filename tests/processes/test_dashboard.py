@@ -141,6 +141,12 @@ def test_the_overview_shows_what_the_status_route_says_and_charts_live_runs(
                            ".dataset.points) >= 5", timeout=30_000)
     started = float(text(page, "[data-series=started]").removesuffix("/s"))
     assert 0.2 < started < 100  # the every-second cron, plus the 30 one-off jobs early on
+    # Redis's memory, projected as GET /memory (and rsched doctor) has it.
+    page.wait_for_selector("tr[data-memory='total']")
+    named = [m["part"] for m in stack.api.get("/memory").json()["parts"]]
+    assert [page.get_attribute(f"[data-test=memory] tr[data-memory='{m}']", "data-memory")
+            for m in named] == named == ["scheduled", "finished", "events", "dead letters", "total"]
+    assert float(text(page, "tr[data-memory='total'] td:nth-child(2)")) > 0
     shot(page, "overview")
 
 

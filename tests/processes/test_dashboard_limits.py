@@ -84,7 +84,8 @@ def test_a_limit_is_created_edited_and_deleted_on_the_limits_page_as_the_api_the
     page.click("[data-test=limit-form] button[type=submit]")
     page.wait_for_selector("tr[data-limit='tenant-7']")
     assert stack.http.get("/limits/tenant-7").json() == {
-        "name": "tenant-7", "concurrency": 2, "rate": None, "inFlight": 0, "waiting": 0}
+        "name": "tenant-7", "concurrency": 2, "rate": None, "inFlight": 0, "waiting": 0,
+        "busiestKeys": []}
     assert cell(page, "tenant-7", "in-flight") == "0"
     fill(page, name="tenant-*", rate_limit="10", rate_periodSeconds="1.5")
     page.click("[data-test=limit-form] button[type=submit]")
@@ -112,9 +113,13 @@ def test_a_limit_is_created_edited_and_deleted_on_the_limits_page_as_the_api_the
     fill(page, concurrency="5", rate_limit="3", rate_periodSeconds="2")
     page.get_by_role("button", name="Save").click()
     page.wait_for_selector("tr[data-limit='tenant-7'] [data-test=concurrency] >> text='5'")
-    assert stack.http.get("/limits/tenant-7").json() == {
+    view = stack.http.get("/limits/tenant-7").json()
+    assert {k: v for k, v in view.items() if k != "busiestKeys"} == {
         "name": "tenant-7", "concurrency": 5, "rate": {"limit": 3, "periodSeconds": 2},
         "inFlight": 1, "waiting": 0}
+    # Its start was logged before it had a rate: the window counts starts from then on.
+    assert view["busiestKeys"] == [{"key": "tenant-7", "inFlight": 1, "waiting": 0,
+                                    "recentStarts": 0}]
     assert page.input_value("input[name=name]") == ""  # back to a new limit
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-limits.png"), full_page=True)
@@ -127,6 +132,38 @@ def test_a_limit_is_created_edited_and_deleted_on_the_limits_page_as_the_api_the
     Path(f"{stack.gate.with_name('gate-held')}-0").unlink()
     stack.wait("the held run ends", lambda: stack.http.get(f"/jobs/{held}").json()["status"]
                == "completed")
+
+
+def test_each_definitions_busiest_keys_show_their_runs_in_flight_waiting_and_rate_use(
+    page: Any, stack: Stack
+) -> None:
+    stack.http.put("/limits/acct-*", json={"concurrency": 2, "rate": {
+        "limit": 100, "periodSeconds": 3600}}).raise_for_status()
+    page.click("nav a[data-nav=limits]")
+    page.wait_for_selector("tr[data-limit='acct-*'] [data-test=busiest] >> text='none busy'")
+    # acct-1: two held runs and a third waiting for its concurrency; acct-2: one held run.
+    held = [stack.stepped(f"acct-{i}", [], limitKey=key)
+            for i, key in enumerate(["acct-1", "acct-1", "acct-2", "acct-1"])]
+    busiest = "tr[data-limit='acct-*'] [data-test=busiest]"
+    page.wait_for_selector(f"{busiest} [data-key='acct-1'] [data-test=key-waiting] >> text='1'")
+    page.wait_for_selector(f"{busiest} [data-key='acct-2'] [data-test=key-in-flight] >> text='1'")
+    shown = [(str(row.get_attribute("data-key")), *(row.query_selector(
+        f"[data-test=key-{t}]").inner_text() for t in ("in-flight", "waiting", "rate")))
+             for row in page.query_selector_all(f"{busiest} [data-key]")]
+    assert shown == [("acct-1", "2", "1", "2/100"), ("acct-2", "1", "0", "1/100")]
+    listed = stack.http.get("/limits", params={"busiest": 1}).json()["limits"]
+    assert [x["busiestKeys"] for x in listed if x["name"] == "acct-*"] == [[
+        {"key": "acct-1", "inFlight": 2, "waiting": 1, "recentStarts": 2}]]
+    assert stack.http.get("/limits", params={"busiest": 101}).status_code == 422
+    for i in range(len(held)):
+        Path(f"{stack.gate.with_name(f'gate-acct-{i}')}-0").unlink()
+    for job in held:
+        stack.wait("the held runs end", lambda job=job: stack.http.get(f"/jobs/{job}").json()[
+            "status"] == "completed")
+    # Nothing in flight or waiting; the starts stay in the hour's window.
+    page.wait_for_selector(f"{busiest} [data-key='acct-1'] [data-test=key-rate] >> text='3/100'")
+    assert page.inner_text(f"{busiest} [data-key='acct-1'] [data-test=key-in-flight]") == "0"
+    stack.http.delete("/limits/acct-*").raise_for_status()
 
 
 def test_a_read_only_key_sees_the_limits_but_no_form_or_button(browser: Any, stack: Stack) -> None:

@@ -4,6 +4,7 @@ Ctrl-C stops every process; a restart finds every job again."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -25,7 +26,12 @@ from rsched.core.settings import Settings
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("redis_available")]
 
 SAMPLE_KEYS = {"example-hello", "example-report-kolkata", "example-report-new-york",
-               "example-flaky", "example-always-fails"}
+               "example-flaky", "example-always-fails", "example-http-echo"}
+
+
+def sample_key(key: str | None) -> str | None:
+    """A sample's key, the HTTP target's without the port its key names."""
+    return "example-http-echo" if key and key.startswith("example-http-echo-") else key
 
 
 
@@ -52,7 +58,8 @@ def answers(port: int) -> bool:
 
 def samples(http: httpx.Client) -> dict[str, dict[str, Any]]:
     jobs = http.get("/jobs", params={"limit": 100}).json()["jobs"]
-    return {j["idempotencyKey"]: j for j in jobs if j["idempotencyKey"] in SAMPLE_KEYS}
+    return {str(sample_key(j["idempotencyKey"])): j for j in jobs
+            if sample_key(j["idempotencyKey"]) in SAMPLE_KEYS}
 
 
 @pytest.fixture
@@ -72,7 +79,7 @@ def test_rsched_dev_runs_the_samples_stops_cleanly_and_a_restart_keeps_every_job
     try:
         dev = running(proc)
         redis_port = int(dev.redis_url.rsplit(":", 1)[1].split("/")[0])
-        assert "5 scheduled, 0 already there" in dev.banner
+        assert "6 scheduled, 0 already there" in dev.banner
         assert f"{dev.base}/ui/#key={dev.key}" in dev.banner
         http = dev.http()
         jobs = samples(http)
@@ -97,6 +104,15 @@ def test_rsched_dev_runs_the_samples_stops_cleanly_and_a_restart_keeps_every_job
             d["runId"] == doomed_run for d in http.get("/dead-letters").json()["deadLetters"]),
             [proc])
         assert attempts(doomed, doomed_run) == [(1, "failed"), (2, "failed"), (3, "failed")]
+        # The HTTP target sample calls the dev API's own /dev/echo, signed headers and all.
+        echo = jobs["example-http-echo"]["id"]
+        echo_run = http.post(f"/jobs/{echo}/trigger").json()["runId"]
+        wait_for("the HTTP target sample succeeds", lambda: attempts(echo, echo_run)
+                 == [(1, "succeeded")], [proc])
+        [got] = [r["result"] for r in http.get(f"/jobs/{echo}/runs").json()["runs"]
+                 if r["runId"] == echo_run]
+        assert got["status"] == 200
+        assert json.loads(got["body"])["rschedHeaders"]["rsched-run-id"] == echo_run
         # A sample that fails on purpose logs its dead letter with the run's ids, in the
         # worker's log only: the console keeps the banner in view.
         wait_for("the dead letter is in the worker's log", lambda: re.search(
@@ -126,7 +142,7 @@ def test_rsched_dev_runs_the_samples_stops_cleanly_and_a_restart_keeps_every_job
     proc = start_dev(tmp_path, "dev3", "--port", str(port), "--data-dir", str(data_dir))
     try:
         again = running(proc)
-        assert "0 scheduled, 5 already there" in again.banner
+        assert "0 scheduled, 6 already there" in again.banner
         assert again.key == dev.key
         with again.http() as http:
             assert {k: j["id"] for k, j in samples(http).items()} == {
@@ -151,7 +167,8 @@ def test_rsched_dev_with_redis_url_uses_that_redis_and_starts_none(
         assert dev.redis_url == redis_server.url and "(external)" in dev.banner
         assert "metrics     " not in dev.banner
         with dev.http() as http:
-            keys = {client.get(j["id"]).idempotency_key for j in samples(http).values()}
+            keys = {sample_key(client.get(j["id"]).idempotency_key)
+                    for j in samples(http).values()}
         assert keys == SAMPLE_KEYS
         assert not (data_dir / "redis.conf").exists()
     finally:

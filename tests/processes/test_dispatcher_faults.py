@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 fleets, fleet, client = fleet_support.fleets, fleet_support.fleet, fleet_support.client  # fixtures
 LEASE_MS = 4000  # long enough that the dead member is still registered when its replacement is
-RENEW_MS = LEASE_MS // 3
+RENEW_MS = LEASE_MS // 4  # LeaseKeeper.renew_every_ms
 RATE = 250  # jobs/s
 SECONDS = 10
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,15 +85,6 @@ def start_lag_ms(client: Client, run_ids: list[str]) -> list[int]:
 def p99(xs: list[int]) -> int:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * 0.99))] if xs else 0
-
-
-@pytest.fixture()
-def sink(redis_available: None) -> Iterator[RedisServer]:
-    s = RedisServer().start()
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def run_fleet(url: str, sink: RedisServer, tmp_path: Path) -> Fleet:

@@ -10,7 +10,6 @@ same queue run while the keys are saturated, and no slot is left in flight at th
 
 from __future__ import annotations
 
-import signal
 import time
 from collections import defaultdict
 from typing import cast
@@ -29,6 +28,7 @@ from support.fleet import (
     started,
     wait_for,
 )
+from support.overlap import kill_mid_run, most_at_once
 
 from rsched import Client, JobSpec
 from rsched.core.ids import partition_for_key
@@ -40,32 +40,6 @@ fleets, fleet, client = fleet_support.fleets, fleet_support.fleet, fleet_support
 SLEEP_S = 0.4
 PER_KEY = 16
 LIMITS = {"tenant-a": 2, "tenant-b": 2, "tenant-c": 2, "tenant-vip": 4}  # tenant-* and its own
-KILLED = "KILLED"  # a log line the test writes once a worker is dead: "KILLED <worker id>"
-
-
-def most_at_once(log: list[str], key_of: dict[str, str]) -> dict[str, int]:
-    """Limit key -> the most runs of it between their start and finish at once, as the
-    handlers logged them; a killed worker's unfinished runs end where the test logged its
-    death (its handlers ran no further)."""
-    now: dict[str, int] = defaultdict(int)
-    most: dict[str, int] = defaultdict(int)
-    open_by_worker: dict[str, dict[str, str]] = defaultdict(dict)  # worker -> run -> key
-    for line in log:
-        if line.startswith(KILLED):
-            for gone in open_by_worker.pop(line.split()[1], {}).values():
-                now[gone] -= 1
-            continue
-        run_id, _, worker, what = line.split()
-        key = key_of.get(run_id.rsplit("@", 1)[0])
-        if key is None:
-            continue
-        if what == "start":
-            open_by_worker[worker][run_id] = key
-            now[key] += 1
-            most[key] = max(most[key], now[key])
-        elif open_by_worker[worker].pop(run_id, None) is not None:
-            now[key] -= 1
-    return dict(most)
 
 
 def running_keyed(r: redis.Redis, key_of: dict[str, str]) -> str | None:
@@ -132,11 +106,7 @@ def run_fleet_with_limits(r: redis.Redis, fleet: Fleet, client: Client, kill: bo
         # Mid-run: a worker running keyed runs is killed; d1 goes too (its partitions' waiting
         # runs are admitted by d2 once it takes them over).
         name = wait_for(lambda: running_keyed(r, key_of), 30, "keyed runs to start", fleet)
-        victim = workers[name]
-        victim.send(signal.SIGKILL)
-        victim.popen.wait(10)
-        r.rpush(LOG, f"{KILLED} {name}")
-        fleet.procs["d1"].send(signal.SIGKILL)
+        kill_mid_run(r, fleet, workers[name], name)
     # Unkeyed jobs do not wait behind the saturated keys (their own ~0.05 s runs, at once).
     wait_for(lambda: all(run_state(r, f"{j.id}@{j.next_ms}").get("state") == "succeeded"
                          for j in unkeyed), 30, "the unkeyed jobs to finish", fleet)

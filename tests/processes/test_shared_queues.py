@@ -65,9 +65,10 @@ def test_each_worker_runs_only_the_types_it_has_handlers_for_and_spends_no_attem
     wait_for(lambda: started(r, ["d1", "wb"]), 30, "the dispatcher and worker B to start", fleet)
 
     # Only B runs: the alpha and flaky runs it reads wait, set aside and flagged.
-    alphas = [client.schedule("alpha") for _ in range(8)]
-    flakies = [client.schedule("flaky", max_attempts=2, backoff_base_ms=0) for _ in range(4)]
-    betas = [client.schedule("beta") for _ in range(8)]
+    alphas: list[Job] = [client.schedule("alpha") for _ in range(8)]
+    flakies: list[Job] = [client.schedule("flaky", max_attempts=2, backoff_base_ms=0)
+                          for _ in range(4)]
+    betas: list[Job] = [client.schedule("beta") for _ in range(8)]
     wait_for(all_succeeded(client, betas), 30, "B to run the beta jobs", fleet)
     expected = [{"queue": "default", "type": "alpha", "runs": 8, "served": False},
                 {"queue": "default", "type": "flaky", "runs": 4, "served": False}]
@@ -85,7 +86,7 @@ def test_each_worker_runs_only_the_types_it_has_handlers_for_and_spends_no_attem
 
     # A starts: it takes what B set aside, and from now on both read the queue.
     spawn_worker(fleet, "wa", "alpha")
-    more = [client.schedule(t) for _ in range(20) for t in ("alpha", "beta")]
+    more: list[Job] = [client.schedule(t) for _ in range(20) for t in ("alpha", "beta")]
     everything = alphas + flakies + betas + more
     wait_for(all_succeeded(client, everything), 60, "every job to succeed", fleet)
 
@@ -116,7 +117,7 @@ def test_a_type_no_live_worker_serves_waits_visibly_then_is_dead_lettered_after_
     wait_for(lambda: started(r, ["d1", "wb"]), 30, "the dispatcher and worker B to start", fleet)
 
     t0 = time.time()
-    jobs = [client.schedule("gamma", max_attempts=1) for _ in range(2)]
+    jobs: list[Job] = [client.schedule("gamma", max_attempts=1) for _ in range(2)]
     added = cli(redis_url, "jobs", "add", "--type", "gamma")
     assert "dead-lettered if none with that handler serves the queue within 3 s" in added.stderr
     jobs.append(client.get(added.stdout.strip()))

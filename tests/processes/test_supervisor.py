@@ -18,13 +18,14 @@ import pytest
 import redis
 from click.testing import CliRunner
 from support import fleet as fleet_support
-from support.chaos_app import FINISHES, STARTS
-from support.fleet import Fleet, Proc, counts, run_in, started, wait_for
+from support.chaos_app import FINISHES, LOG, STARTS
+from support.fleet import Fleet, Proc, counts, events, run_in, started, wait_for
 from support.helpers import next_run
 
 from rsched import Client
 from rsched.cli._supervisor import Backoff
 from rsched.cli.main import cli
+from rsched.core.wire import as_text
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 fleets, closing = fleet_support.fleets, fleet_support.closing  # fixtures, used by name
@@ -109,6 +110,8 @@ def test_sigterm_drains_every_worker_process_and_the_supervisor_exits_0(
         (["worker", "--app", "support.chaos_app:app", "--processes", "0"], "--processes"),
         (["--metrics-port", "abc", "worker", "--app", "support.chaos_app:app", "--processes", "2"],
          "--metrics-port"),
+        (["worker", "--app", "support.chaos_app:app", "--dead-after", "0.1"], "--dead-after"),
+        (["worker", "--app", "support.chaos_app:app", "--dead-after", "soon"], "--dead-after"),
     ],
 )
 def test_a_bad_processes_count_or_metrics_port_is_refused_naming_the_flag(
@@ -181,3 +184,33 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+def test_a_killed_worker_process_has_its_runs_started_again_at_once_not_after_its_timeouts(
+    redis_url: str, r: redis.Redis, fleets: Callable[..., Fleet],
+    closing: Callable[[Client], Client],
+) -> None:
+    """The supervisor marks the dead child dead in Redis for the other workers, and its
+    replacement (the same worker id) takes over what is left under that id as it starts: with
+    a dead-after and a visibility timeout far longer than the bound, nothing else would."""
+    client = closing(Client(redis_url))
+    fleet, sup = supervised(redis_url, r, fleets, "--visibility-ms", "120000",
+                            "--heartbeat-ms", "30000", "--dead-after", "60")
+    rids = [next_run(client.schedule("sleep", {"sleeps": [120, 1]})) for _ in range(8)]
+    wait_for(lambda: set(counts(r, STARTS)) == set(rids), 30, "every run started", fleet)
+    log = [as_text(line).split() for line in r.lrange(LOG, 0, -1)]
+    victim = log[0][2]  # the child that runs the first of them
+    pid = int(sup.log.read_text().split(f"worker process {victim[-1]} started: pid ")[1].split()[0])
+    theirs = {rid for rid, _, wid, _ in log if wid == victim}
+
+    os.kill(pid, signal.SIGKILL)
+    killed_ms = client.now_ms()
+    wait_for(lambda: all(counts(r, STARTS).get(rid) == 2 for rid in theirs), 30,
+             "the killed process's runs to start again", fleet)
+    again = [int(e["t"]) for e in events(r)
+             if e["e"] == "started" and e.get("r") in theirs and e.get("a") == "2"]
+    # The supervisor sees the death within POLL_S, and the next beat of a live worker (the
+    # other child, or the victim's replacement as it starts) takes the runs over: seconds,
+    # where the flags above would take a minute.
+    assert len(again) == len(theirs) and max(again) - killed_ms <= 15_000, again
+    assert "its runs handed over to live workers" in sup.log.read_text()

@@ -1,6 +1,7 @@
-"""Dead workers in `rsched status`, GET /status and the dashboard: a worker whose heartbeats
-stopped is shown dead (and since when) after it missed three, leaves the list after
-WORKER_FORGET_MS, and a queue with runs waiting and no live worker is flagged."""
+"""Dead workers in `rsched status`, GET /status and the dashboard: a worker whose process
+heartbeats stopped is shown dead (and since when) after its --dead-after, the moment its runs
+go to other workers (a record without one: after it missed three record beats), leaves the
+list after WORKER_FORGET_MS, and a queue with runs waiting and no live worker is flagged."""
 
 from __future__ import annotations
 
@@ -28,11 +29,12 @@ S = 1000
 
 
 def beat(r: redis.Redis, wid: str, beat_ms: int, queues: list[str],
-         heartbeat_ms: int = defaults.HEARTBEAT_MS) -> None:
+         heartbeat_ms: int = defaults.HEARTBEAT_MS, dead_after_ms: int | None = None) -> None:
     """A worker's registry record, as its heartbeat writes it."""
     r.hset(keys.workers(), wid, msgpack.packb({
         "queues": queues, "inflight": 3, "pid": 1, "host": "h", "beat_ms": beat_ms,
-        "concurrency": 8, "types": ["t"], "heartbeat_ms": heartbeat_ms}))
+        "concurrency": 8, "types": ["t"], "heartbeat_ms": heartbeat_ms,
+        **({"dead_after_ms": dead_after_ms} if dead_after_ms else {})}))
 
 
 def test_a_silent_worker_is_dead_after_three_heartbeats_and_forgotten_later(
@@ -55,6 +57,30 @@ def test_a_silent_worker_is_dead_after_three_heartbeats_and_forgotten_later(
     }
 
 
+def test_a_worker_is_judged_by_its_process_heartbeat_within_its_dead_after(
+    r: redis.Redis, client: Client
+) -> None:
+    now = client.now_ms()
+    d = defaults.DEAD_AFTER_MS
+    record = {"beating": now - 4 * S, "silent": now - 5 * S, "marked": now - 1 * S,
+              "starting": now - 1 * S, "gone-quiet": now - 4 * S}
+    for wid, at in record.items():
+        beat(r, wid, at, ["default"], dead_after_ms=d)
+    # Process heartbeats (lua/alive.lua), every third of dead-after; "starting" has none yet,
+    # "gone-quiet" was dropped once its runs were taken over.
+    r.zadd(keys.alive(), {"beating": now - S // 2, "silent": now - 4 * S, "marked": 0})
+    s = client.run(op_status(client))
+    state = {w.id: (w.alive, w.dead_since_ms) for w in s.workers}
+    assert state == {
+        "beating": (True, None),  # its record is older than dead-after, its beat is not
+        "silent": (False, now - 4 * S + d),
+        "marked": (False, now - 1 * S),
+        "starting": (True, None),
+        "gone-quiet": (False, now - 4 * S + d),
+    }
+    assert {w.id: w.last_heartbeat_ms for w in s.workers}["beating"] == now - S // 2
+
+
 def test_a_queue_with_runs_and_no_live_worker_is_flagged(
     r: redis.Redis, client: Client, redis_url: str
 ) -> None:
@@ -75,14 +101,13 @@ def test_a_queue_with_runs_and_no_live_worker_is_flagged(
     assert "NONE: runs wait" in text and "DEAD since" in text and "workers 1 live, 1 dead" in text
 
 
-def test_a_worker_killed_with_sigkill_shows_dead_within_its_missed_beats(
+def test_a_worker_killed_with_sigkill_shows_dead_within_its_dead_after(
     redis_url: str, r: redis.Redis, tmp_path: Path
 ) -> None:
     env = dict(os.environ, RSCHED_REDIS_URL=redis_url, PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", ""))
                                           if p))
-    worker = Proc("worker", ["worker", "--app", "support.chaos_app:app", "--heartbeat-ms", "300"],
-                  env, tmp_path)
+    worker = Proc("worker", ["worker", "--app", "support.chaos_app:app"], env, tmp_path)
     procs = [worker]
     try:
         def workers() -> list[dict[str, object]]:
@@ -96,7 +121,8 @@ def test_a_worker_killed_with_sigkill_shows_dead_within_its_missed_beats(
         procs.clear()
         (dead,) = wait_for("the worker shown dead",
                            lambda: [w for w in workers() if not w["alive"]], procs, 20)
-        # 3 missed beats of 0.3 s; the bound leaves a busy machine room, not the old 30 s.
+        # The default --dead-after, 3 s (as its runs go elsewhere), not 3 record beats of 5 s;
+        # the bound leaves a busy machine room.
         assert time.monotonic() - killed < 10
         assert dead["deadSince"] is not None
     finally:

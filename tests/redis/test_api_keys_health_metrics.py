@@ -71,7 +71,8 @@ Dispatcher(s)  # this process runs a dispatcher from now on
 print(" ".join(names()))
 """
 DISPATCHER_FAMILIES = {"rsched_dispatched", "rsched_skipped", "rsched_lease_changes",
-                       "rsched_partitions_owned", "rsched_claim_round_seconds"}
+                       "rsched_partitions_owned", "rsched_claim_round_seconds",
+                       "rsched_events_trimmed"}
 
 
 def test_the_apis_metrics_leave_out_dispatcher_counters_unless_it_runs_a_dispatcher(

@@ -299,7 +299,8 @@ def test_the_async_client_answers_concurrent_creates_of_one_key_with_one_job(
         c = AsyncClient(settings=settings(redis_url))
         try:
             window = Dedup("burst", 60_000, "debounce")
-            jobs = await asyncio.gather(*(c.schedule("t", n, dedup=window) for n in range(10)))
+            jobs: list[Job] = list(await asyncio.gather(
+                *(c.schedule("t", n, dedup=window) for n in range(10))))
             return jobs, await c.schedule_spec(JobSpec("t", 10, dedup=window))
         finally:
             await c.close()

@@ -12,6 +12,7 @@ import asyncio
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
+from support.cli import ok
 from support.helpers import ManualClock, Rig, all_jobs, keys_in_partition, redis_now_ms, xrange
 from support.worker import fast_reclaim, gated_app
 
@@ -153,10 +154,15 @@ def test_a_concurrency_limit_parks_runs_over_it_and_each_end_admits_the_earliest
                     RunState.WAITING, 0, "acme")
             view = client.get_limit("acme")
             assert (view.in_flight, view.waiting) == (2, 3)
+            assert [(k.key, k.in_flight, k.waiting) for k in view.busiest] == [("acme", 2, 3)]
+            shown_cli = ok(redis_url, "limits", "show", "acme").splitlines()
+            assert shown_cli[-3:] == ["busiest keys", "KEY   IN FLIGHT  WAITING  RECENT STARTS",
+                                      "acme  2          3        0"]
             shown = client.runs(runs[2].partition("@")[0])[0]  # as the job's page shows it
             assert (shown.status, shown.error) == ("waiting", "waiting for limit acme")
             assert limit_metrics(client) == {("rsched_limit_waiting", "acme"): 3,
-                                             ("rsched_limit_deferred_total", "acme"): 3}
+                                             ("rsched_limit_deferred_total", "acme"): 3,
+                                             ("rsched_limit_in_flight", "acme"): 2}
             await run_all(rig, 2)
             # Both slots went to the two earliest waiting runs, due now in the retry set.
             assert in_flight(r, "acme") == set(runs[2:4]) and waiting(r, "acme") == runs[4:]
@@ -171,7 +177,10 @@ def test_a_concurrency_limit_parks_runs_over_it_and_each_end_admits_the_earliest
     asyncio.run(scenario())
     assert in_flight(r, "acme") == set() and waiting(r, "acme") == []
     assert limit_metrics(client) == {("rsched_limit_waiting", "acme"): 0,
-                                     ("rsched_limit_deferred_total", "acme"): 3}
+                                     ("rsched_limit_deferred_total", "acme"): 3,
+                                     ("rsched_limit_in_flight", "acme"): 0}
+    # The scrape's walk let go of the idle key: the index holds only busy keys.
+    assert not any(r.smembers(keys.limits_running(p)) for p in range(client.settings.partitions))
     for rid in runs:
         run = client.get_run(rid)
         assert (run.state, run.attempt, run.waiting_for) == (RunState.SUCCEEDED, 1, None)

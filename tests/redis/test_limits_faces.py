@@ -35,10 +35,12 @@ def test_put_get_list_and_delete_a_limit(api: TestClient, r: redis.Redis) -> Non
     res = api.put("/limits/tenant-*", json=body)
     assert res.status_code == 200, res.text
     assert res.json() == {"name": "tenant-*", **body}
-    assert api.get("/limits/tenant-*").json() == {"name": "tenant-*", **body}  # a family: no counts
+    # A family: no counts of its own, its busiest keys (none busy yet).
+    assert api.get("/limits/tenant-*").json() == {"name": "tenant-*", **body, "busiestKeys": []}
     assert api.put("/limits/acme", json={"concurrency": 1}).status_code == 200
     got = api.get("/limits/acme").json()
-    assert got == {"name": "acme", "concurrency": 1, "rate": None, "inFlight": 0, "waiting": 0}
+    assert got == {"name": "acme", "concurrency": 1, "rate": None, "inFlight": 0, "waiting": 0,
+                   "busiestKeys": []}
     # Every partition holds the family; only acme's holds acme's own definition.
     p = partition_for_key("acme", 16)
     assert r.hget(keys.limits(p), "acme") == b"1 0 0"
@@ -46,6 +48,10 @@ def test_put_get_list_and_delete_a_limit(api: TestClient, r: redis.Redis) -> Non
     assert sum(r.hexists(keys.limits(q), "acme") for q in range(16)) == 1
     names = [x["name"] for x in api.get("/limits").json()["limits"]]
     assert names == ["acme", "tenant-*"]
+    listed = api.get("/limits", params={"busiest": 3}).json()["limits"]
+    assert [x["busiestKeys"] for x in listed] == [[], []]
+    for bad in ("-1", "101", "x"):
+        problem_of(api.get("/limits", params={"busiest": bad}), 422, "busiest")
     res = api.delete("/limits/acme")
     assert res.status_code == 204 and res.content == b""
     problem_of(api.get("/limits/acme"), 404)

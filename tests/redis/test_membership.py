@@ -21,7 +21,7 @@ from rsched.engine.dispatcher.leases import LeaseView, Plan, plan_round
 from rsched.rdb import keys
 
 LEASE_MS = 10_000
-RENEW_MS = LEASE_MS // 3
+RENEW_MS = LEASE_MS // 4  # LeaseKeeper.renew_every_ms
 STEP_MS = 100
 NOW = 100_000
 
@@ -274,3 +274,25 @@ def test_a_joining_member_gets_its_share_without_a_gap_and_each_moved_partition_
 
     simulate(redis_url, r, clock, body)
     assert unowned == []
+
+
+def test_a_round_that_sees_a_dead_members_lease_names_its_expiry_and_the_next_takes_it(
+    redis_url: str, r: redis.Redis, clock: ManualClock
+) -> None:
+    """The dispatcher schedules a round at orphan_expiry_in_ms: a dead member's partitions are
+    taken over the moment its leases run out, not up to a renewal later."""
+
+    async def body(fleet: Fleet) -> None:
+        await start(fleet, ["d1", "d2"])
+        await fleet.run_until(fleet.next_ms["d2"] + STEP_MS)  # d2's round, then kill -9
+        killed_at = fleet.last_round_ms["d2"]
+        fleet.kill("d2")
+        d1 = fleet.keepers["d1"]
+        clock.ms = killed_at + d1.member_ttl_ms + 1  # d2 no longer registered, leases held
+        assert len(await d1.run_once()) == PARTITIONS // 2
+        assert d1.orphan_expiry_in_ms == LEASE_MS - d1.member_ttl_ms - 1
+        clock.ms = killed_at + LEASE_MS  # the moment they run out
+        assert len(await d1.run_once()) == PARTITIONS
+        assert d1.orphan_expiry_in_ms is None
+
+    simulate(redis_url, r, clock, body)

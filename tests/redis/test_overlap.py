@@ -13,7 +13,7 @@ import redis
 from starlette.testclient import TestClient
 from support.helpers import ManualClock, Rig, job_field, problem_of, run_of, settings
 
-from rsched import App, Client, JobContext, RunState
+from rsched import App, Client, Job, JobContext, RunState
 from rsched.api.app import create_app
 from rsched.core import defaults
 from rsched.core.errors import Conflict, ValidationError
@@ -167,7 +167,7 @@ def test_skip_records_the_occurrence_and_a_success_or_a_cancel_releases_the_reco
 def test_allow_jobs_and_one_off_jobs_keep_no_active_run_record(
     redis_url: str, client: Client, r: redis.Redis, clock: ManualClock
 ) -> None:
-    cron = client.schedule("ok", cron="* * * * *")
+    cron: Job = client.schedule("ok", cron="* * * * *")
     once = client.schedule("ok")
     assert cron.overlap.value == "allow"
     client.pause(cron.id)

@@ -16,9 +16,9 @@ from support.cli import as_json, run_main
 from support.helpers import Rig
 from support.helpers import settings as _settings
 
-from rsched import App, AsyncClient, Client, JobContext
+from rsched import App, AsyncClient, Client, Job, JobContext
 from rsched.api.app import create_app
-from rsched.core.errors import NotFound, RunFailed
+from rsched.core.errors import NotFound, RunFailed, ValidationError
 from rsched.core.ids import run_id as make_run_id
 from rsched.core.models import RunState
 
@@ -75,6 +75,40 @@ def test_result_of_a_run_that_fails_for_good_raises_run_failed(
     with pytest.raises(RunFailed, match="ended dead: RuntimeError: boom"):
         client.result(job.id, timeout=30)
     runner.join()
+
+
+def test_the_job_schedule_answers_waits_for_its_own_result(
+        client: Client, redis_url: str) -> None:
+    job = client.schedule("double", {"n": 8})
+    assert isinstance(job, Job) and job.type == "double"  # the Job, with result()
+    with pytest.raises(TimeoutError, match="has not ended within 0.05 s"):
+        job.result(timeout=0.05)  # dispatched, not run yet: nobody runs it
+    bad = client.schedule("boom", max_attempts=1)
+    runner = _run_soon(redis_url, 0.2)
+    assert job.result(timeout=30) == {"n": 16}
+    with pytest.raises(RunFailed, match="ended dead: RuntimeError: boom"):
+        bad.result(timeout=30)
+    runner.join()
+    recurring = client.schedule("double", {"n": 1}, cron="0 3 * * *")
+    assert recurring == client.get(recurring.id)  # equal to the same job read back
+    with pytest.raises(ValidationError, match="recurring"):
+        recurring.result(timeout=0.05)
+
+
+def test_the_async_job_schedule_answers_awaits_its_result(redis_url: str) -> None:
+    async def go() -> Any:
+        c = AsyncClient(settings=_settings(redis_url))
+        try:
+            job = await c.schedule("double", {"n": 50})
+            assert (await c.get(job.id)).type == job.type == "double"
+            waiting = asyncio.create_task(job.result(timeout=30))
+            async with Rig(redis_url, _app()) as rig:
+                await rig.cycle()
+            return await waiting
+        finally:
+            await c.close()
+
+    assert asyncio.run(go()) == {"n": 100}
 
 
 def test_the_async_client_waits_and_iterates_events(redis_url: str) -> None:

@@ -60,10 +60,10 @@ STRING_FN_ON_KEY = re.compile(r"string\.\w+\(\s*\w+_key\b")
 # The queue's name, read off a queue stream's key (claim.lua: where a queue's runs go;
 # complete.lua: the queue of the runs that came from it).
 DOCUMENTED_PARSE = ({"claim.lua", "complete.lua"}, "string.match(stream_key, ':q:(.*)$')")
-# lua/include/limits.lua builds the keys of a limit key's state from the partition's prefix (its
-# header says why): locals assigned from lim_key(...) only, and the partition number read off
-# the prefix for the wake channel.
-BUILT_KEYS = ("limits.lua", re.compile(r"\s*lim_key\(prefix, \w+, '\w+'\)\s*"),
+# lua/include/limits.lua (and lua/limit_keys.lua, which reads them) builds the keys of a limit
+# key's state from the partition's prefix (its header says why): locals assigned from
+# lim_key(...) only, and the partition number read off the prefix for the wake channel.
+BUILT_KEYS = (("limits.lua", "limit_keys.lua"), re.compile(r"\s*lim_key\(prefix, \w+, '\w+'\)\s*"),
               "'^(.*):{p(%d+)'")
 
 
@@ -83,7 +83,7 @@ def test_a_script_uses_only_keys_it_was_given_never_names_it_built(path: Path) -
         key = second if command in SUBCOMMANDS else first
         assert KEY_ARG.match(key), f"{path.name}: {command} on {key!r}, not a KEYS entry"
     for m in KEY_ASSIGN.finditer(code):
-        if path.name == BUILT_KEYS[0] and BUILT_KEYS[1].fullmatch(m.group(2)):
+        if path.name in BUILT_KEYS[0] and BUILT_KEYS[1].fullmatch(m.group(2)):
             continue
         for rhs in m.group(2).split(","):
             assert re.fullmatch(r"\s*KEYS\[[^\]]+\]\s*", rhs), (
@@ -92,7 +92,7 @@ def test_a_script_uses_only_keys_it_was_given_never_names_it_built(path: Path) -
     for literal in STRING.findall(code):
         if path.name in DOCUMENTED_PARSE[0] and literal == "':q:(.*)$'":
             continue
-        if path.name == BUILT_KEYS[0] and literal == BUILT_KEYS[2]:
+        if path.name in BUILT_KEYS[0] and literal == BUILT_KEYS[2]:
             continue
         assert not KEY_FRAGMENT.search(literal), f"{path.name}: key-like literal {literal}"
     for m in STRING_FN_ON_KEY.finditer(code):
@@ -208,7 +208,7 @@ def undeclared_keys(
 # The keys include limits builds (see its header): a partition's limits, waiting keys and retry
 # set, and a limit key's run, wait and log sets, all under a declared key's hash tag.
 LIMIT_BUILT = re.compile(
-    rb"^(rsched:\{[^}]+\}):(?:limits|limwait|limstats|retry|lim:.+:(?:run|wait|log))$", re.S)
+    rb"^(rsched:\{[^}]+\}):(?:limits|limwait|limstats|limrun|retry|lim:.+:(?:run|wait|log))$", re.S)
 
 
 def built_by_limits(key: bytes, declared: set[bytes]) -> bool:

@@ -80,7 +80,10 @@ class Fleet:
         self.log_dir = log_dir
         self.unsafe = unsafe
         self.procs: dict[str, Proc] = {}
-        self.env = dict(os.environ, RSCHED_REDIS_URL=redis_url, RSCHED_PARTITIONS=str(PARTITIONS))
+        # The fleet tests read every event their runs made (events, event_counts): the events
+        # streams keep them all unless a test sets a bound (test_memory_bound.py).
+        self.env = dict(os.environ, RSCHED_REDIS_URL=redis_url, RSCHED_PARTITIONS=str(PARTITIONS),
+                        RSCHED_EVENTS_KEEP="0", RSCHED_EVENTS_KEEP_MS="0")
         self.env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p
         )
@@ -96,14 +99,15 @@ class Fleet:
         return self._spawn(name, ["dispatcher", "--lease-ms", str(lease_ms)])
 
     def worker(
-        self, name: str, *, queues: str = "default", grace_s: float = 5.0, concurrency: int = 16
+        self, name: str, *, queues: str = "default", grace_s: float = 5.0, concurrency: int = 16,
+        app: str = "support.chaos_app:app",
     ) -> Proc:
         return self._spawn(
             name,
             [
                 "worker",
                 "--app",
-                "support.chaos_app:app",
+                app,
                 "--queues",
                 queues,
                 "--concurrency",
@@ -116,6 +120,9 @@ class Fleet:
                 str(grace_s),
             ],
         )
+
+    def archiver(self, name: str, archive_url: str) -> Proc:
+        return self._spawn(name, ["archiver", "--archive-url", archive_url, "--poll-ms", "20"])
 
     def logs(self) -> str:
         return "\n".join(p.tail() for p in self.procs.values())

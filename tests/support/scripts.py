@@ -16,8 +16,10 @@ from rsched.client import JobPatch
 from rsched.core.settings import Settings
 from rsched.engine.dispatcher import LeaseKeeper
 from rsched.engine.dispatcher.claimer import Claimer
+from rsched.engine.dispatcher.trimmer import StreamTrimmer
 from rsched.engine.worker.worker import Worker
-from rsched.rdb import keys, scripts
+from rsched.rdb import keys, scripts, worker_registry
+from rsched.rdb.queue_limits import GIVE, TAKE, PermitOp, op_permit, op_wake
 from rsched.service.dead_letters import DeadFilter, op_delete
 from rsched.service.listings import op_dead_letter_page
 from rsched.service.operations import (
@@ -92,7 +94,8 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
     """Schedule, lease, claim, start, heartbeat, complete (success, retry, dead letter, fenced),
     reclaim, a run set aside by a worker without its handler and taken by one with it (park),
     replay, delete_dead, trigger, update, pause, resume, cancel, a limit set and deleted, a
-    limited run that waits and is admitted, and release, on two partitions."""
+    limited run that waits and is admitted, its key read busy, a run held by a queue limit and
+    woken, the events streams trimmed, and release, on two partitions."""
     app, gate = scenario_app()
     s = client.settings
     ka, kb = keys_in_partition(PA, 3, "a"), keys_in_partition(PB, 2, "b")
@@ -123,6 +126,7 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         await until_done(wb, 1)
         assert await wa.flush_once() + await wb.flush_once() == 3
         assert await wb.heartbeat_once() == 0
+        assert await wb.liveness.beat() == {}  # the process heartbeat (alive): nobody dead
 
         (aside,) = all_jobs(client.schedule_many([
             JobSpec("ok", run_at=client.now_ms() - 1, idempotency_key=ka[2])]))
@@ -136,7 +140,8 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         assert await wa.fetch_once(block_ms=1) == 1
         await until_done(wa, 1)
         await wa.flush_once()  # bad dead-lettered
-        assert await w2.reclaim_once() == 1  # long, idle longer than w2's 0 ms visibility
+        await worker_registry.mark_dead(ar, "wb")  # as if wb left with long still pending
+        assert await w2.liveness_once() == 1  # long, taken over at once (take_over)
         gate.set()
         await until_done(wb, 1)
         await until_done(w2, 1)
@@ -185,7 +190,44 @@ async def exercise_every_script(client: Client, ar: Any, clock: ManualClock) -> 
         assert await wb.flush_once() == 1  # frees the slot: the second is due now
         clock.ms = max(clock(), client.now_ms() + 1)
         assert (await claimer.run_once(owned)).dispatched == 1
+        # limit_keys: the key is busy (the second run holds its slot), counted under its name.
+        busy = client.get_limit(lk).busiest
+        assert [(k.key, k.name, k.in_flight, k.waiting) for k in busy] == [(lk, lk, 1, 0)]
         client.delete_limit(lk)
+
+        # A queue limit of 1 (queue_permit), its permit held elsewhere: the run fetched is
+        # held (complete 'held'); the permit given back is reserved for it and wakes it
+        # (queue_wake), and it runs, its attempt unspent.
+        assert await wb.fetch_once(block_ms=1) == 1  # the key's second run, admitted above
+        await until_done(wb, 1)
+        assert await wb.flush_once() == 1
+        client.set_queue_limit("default", concurrency=1)
+        assert await wb.refresh_limits_once() == 1
+        other = [PermitOp(TAKE, "other@1", "wz", PB)]
+        assert client.run(op_permit("default", other, 60_000)).results == [0]
+        at = client.now_ms() + 60_000  # due by the claim's clock only: claimed, not sent at once
+        (held,) = all_jobs(client.schedule_many([
+            JobSpec("ok", run_at=at, idempotency_key=keys_in_partition(PB, 1, "queue-")[0])]))
+        held_run = f"{held.id}@{held.next_ms}"
+        clock.ms = max(clock(), at + 1)
+        assert (await claimer.run_once(owned)).dispatched == 1
+        assert await wb.fetch_once(block_ms=1) == 1
+        await until_done(wb, 1)
+        assert await wb.flush_once() == 1
+        assert client.get_run(held_run).state is RunState.WAITING
+        given = client.run(op_permit("default", [other[0]._replace(op=GIVE)], 60_000))
+        assert given.wake == [(PB, held_run)]
+        assert client.run(op_wake(given.wake)) == 1
+        clock.ms = max(clock(), client.now_ms() + 1)
+        assert (await claimer.run_once(owned)).dispatched == 1
+        assert await wb.fetch_once(block_ms=1) == 1
+        await until_done(wb, 1)
+        assert await wb.flush_once() == 1
+        run = client.get_run(held_run)
+        assert (run.state, run.attempt) == (RunState.SUCCEEDED, 1)
+        client.delete_queue_limit("default")
+        trimmed = await StreamTrimmer(ar, 5, 0, clock).run_once(owned)  # no archiver: to 5
+        assert (trimmed.bounded, trimmed.read) == (PARTITIONS, 0)
         await leases.release_all()
     finally:
         for w in (wa, wb, w2, wx):  # each closes the shared client too: the scenario is over

@@ -5,6 +5,7 @@ raw stream reads, and the read-along hand-off between a report and the fetch loo
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from support.headers import check_args, check_keys, keys_after, match
@@ -91,8 +92,8 @@ def test_a_complete_call_groups_runs_by_stream_and_kind_as_completes_header_lays
     by_p: dict[int, list[Outcome]] = {}
     for o in batch:
         by_p.setdefault(o.fl.partition, []).append(o)
-    assert parts == by_p and [c[0] for c in calls] == ["complete"] * len(by_p)
-    for (name, ks, args), (p, outcomes) in zip(calls, parts.items(), strict=True):
+    assert dict(parts) == by_p and [c[0] for c in calls] == ["complete"] * len(by_p)
+    for (name, ks, args), (p, outcomes) in zip(calls, parts, strict=True):
         fixed = check_keys(name, list(ks), p)
         groups: dict[tuple[str, bool], list[Outcome]] = {}
         for o in outcomes:
@@ -117,6 +118,20 @@ def test_a_complete_call_groups_runs_by_stream_and_kind_as_completes_header_lays
                 want_args += [] if ok else [o.status, o.delay_ms]
         assert list(ks[len(fixed) + len(groups):]) == want_keys
         assert list(args[len(listed):]) == want_args
+
+
+def test_runs_of_a_queue_with_a_retention_of_its_own_go_in_a_call_with_its_ttls() -> None:
+    """RSCHED_QUEUE_RETENTION_MS: complete.lua's run_ttl_ms and finished_ttl_ms are per call, so
+    a partition's runs of such a queue go in a call of their own."""
+    kept = replace(S, queue_retention_ms=(("mail", 5_000),))
+    mail = held(JOBS[0], own=True)
+    other = held(JOBS[0], own=True)
+    other.stream = keys.stream(other.partition, "default")
+    batch = [Outcome(mail, "succeeded", 3, "null", 0), Outcome(other, "succeeded", 4, "null", 0)]
+    calls, parts = run_scripts.complete("w1", kept, batch, 10.5)
+    assert [items for _, items in parts] == [[batch[0]], [batch[1]]]
+    assert [list(c[2][6:8]) for c in calls] == [[5_000, 5_000], [1000, 2000]]
+    assert run_scripts.complete("w1", S, batch, 10.5)[1] == [(mail.partition, batch)]
 
 
 def test_a_start_call_has_four_keys_and_four_values_a_run_in_starts_header_order() -> None:

@@ -31,7 +31,7 @@ RULES: dict[str, tuple[set[str], set[str]]] = {
     "client": ({"core", "rdb", "service", "client"}, {"redis", "msgpack"}),
     # service, archive and engine reach Redis through rdb alone (redis-py's exception and
     # client types too: rdb.redis_api).
-    "engine": ({"core", "rdb", "obs", "engine"}, {"uvloop", "msgpack"}),
+    "engine": ({"core", "rdb", "obs", "engine"}, {"uvloop", "msgpack", "aiohttp"}),
     "archive": ({"core", "rdb", "obs", "archive"}, {"psycopg"}),
     "obs": ({"core", "obs"}, {"prometheus_client"}),
 }
@@ -39,7 +39,7 @@ FACES = {"api", "cli"}
 # The one edge between faces, exactly (importing module, imported module): `rsched api` must
 # start the API, and cli.main is the process runner that puts every rsched process together;
 # every other cli module (the operator commands among them) never imports the API.
-PROCESS_RUNNERS = {("rsched.cli.main", "rsched.api.app")}
+PROCESS_RUNNERS = {("rsched.cli.main", "rsched.api.app"), ("rsched.cli.main", "rsched.api.echo")}
 
 # Imports inside a function, exactly (importing module, imported module): each defers a part a
 # process may never use, so that a worker's or dispatcher's start-up skips it (the SQL drivers,
@@ -48,12 +48,14 @@ DEFERRED = {
     ("rsched.archive.stores", "rsched.archive.postgres"),
     ("rsched.archive.stores", "rsched.archive.sqlite"),
     ("rsched.cli.main", "rsched.api.app"),
+    ("rsched.cli.main", "rsched.api.echo"),
     ("rsched.cli.main", "rsched.archive.archiver"),
     ("rsched.cli.main", "rsched.cli._supervisor"),
     ("rsched.cli.main", "rsched.cli.dev"),
     ("rsched.cli.main", "rsched.engine.dispatcher.dispatcher"),
     ("rsched.cli.main", "rsched.engine.worker.worker"),
     ("rsched.cli.main", "rsched.service.status"),
+    ("rsched.engine.worker.worker", "rsched.engine.worker.http_target"),
 }
 
 # Violations being fixed; each mark goes when the fix lands.

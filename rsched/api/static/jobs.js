@@ -158,7 +158,18 @@ function reason(a) {
 // Attempts grouped by run (one occurrence), newest first, as a timeline; a dead run offers
 // Replay (``replay`` is null for a key that may not); a running attempt shows its progress, the
 // newer of what the run had and what ``live`` (run id -> report) got from the events stream.
-function timeline(runs, replay, live) {
+// An HTTP target's attempt: its response status and latency (the result of a success), or the
+// status its error starts with ("HTTP 503 from POST ...").
+function httpCell(a) {
+  const r = a.result;
+  if (r && typeof r.status === "number") {
+    return el("span", { class: "mono small", "data-test": "http-status" }, ` · HTTP ${r.status} in ${r.latencyMs} ms`);
+  }
+  const m = /^HTTP (\d{3}) /.exec(a.error || "");
+  return m ? el("span", { class: "mono small", "data-test": "http-status" }, ` · HTTP ${m[1]}`) : null;
+}
+
+function timeline(runs, replay, live, http) {
   const groups = [];
   for (const a of runs) {
     const g = groups.find((x) => x.runId === a.runId);
@@ -178,6 +189,7 @@ function timeline(runs, replay, live) {
         a.startedAt || !NOT_RUN.has(a.status) ? [el("span", { class: "muted" }, "started "), time(a.startedAt)]
           : el("span", { class: "muted" }, "not started"),
         a.durationMs !== null ? el("span", { class: "muted" }, ` · ${duration(a.durationMs)}`) : null,
+        http ? httpCell(a) : null,
         a.worker ? el("span", { class: "muted mono small" }, ` · ${a.worker}`) : null,
         reason(a),
         a.status === "running" && newer(a.progress, live.get(a.runId))
@@ -283,6 +295,8 @@ export function jobPage(main, id, session) {
     clear(body).append(
       el("section", { class: "panel" }, el("h3", {}, "Schedule"),
         el("dl", {},
+          job.target ? [el("dt", {}, "Target"), el("dd", { class: "mono", "data-test": "target" },
+            `${job.target.method} ${job.target.url}`)] : null,
           el("dt", {}, "Schedule"), el("dd", {}, schedule(job)),
           el("dt", {}, "Next run"), el("dd", { "data-test": "next-run" }, job.nextRunAt
             ? [time(job.nextRunAt), far(job.nextRunAt) ? null : ` (${relative(job.nextRunAt)})`] : "—"),
@@ -301,7 +315,7 @@ export function jobPage(main, id, session) {
     showTools(job);
     clear(runsBox).append(el("h3", {}, "Runs"));
     if (runs.status === "fulfilled") {
-      runsBox.append(strip(runs.value.runs), timeline(runs.value.runs, session.can("admin") ? replay : null, live));
+      runsBox.append(strip(runs.value.runs), timeline(runs.value.runs, session.can("admin") ? replay : null, live, !!job.target));
     }
     else runsBox.append(el("p", { class: "error" }, runs.reason.message));
   }

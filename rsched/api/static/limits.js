@@ -1,11 +1,13 @@
-// Limits: every definition a page at a time, with a key's own in-flight and waiting counts; a
-// write key creates, edits (PUT replaces the definition) and deletes them.  The API checks
-// every field: a 422 is shown next to the field it names.
+// Limits: every definition a page at a time, with a key's own in-flight and waiting counts and
+// each definition's busiest keys (in flight, waiting, rate use), all from one GET
+// /limits?busiest=N; a write key creates, edits (PUT replaces the definition) and deletes them.
+// The API checks every field: a 422 is shown next to the field it names.
 
 import { del, get, put, query } from "./api.js";
 import { clear, el, table, toast } from "./dom.js";
 
 const PAGE = 50;
+const BUSIEST = 5;  // busiest keys shown per definition
 const REFRESH_MS = 5000;
 // The API's field names and the form's inputs; an error naming another field ("rate", "body",
 // an unknown one) shows under the form's button.
@@ -25,7 +27,7 @@ function rateText(rate) {
 
 export function limitsPage(main, session) {
   const write = session.can("write");
-  let limits = [], counts = new Map(), cursors = [null], next = null, editing = null, stopped = false;
+  let limits = [], cursors = [null], next = null, editing = null, stopped = false;
 
   const inputs = {
     name: el("input", { name: "name", placeholder: "tenant-42 or tenant-*", class: "mono" }),
@@ -49,7 +51,8 @@ export function limitsPage(main, session) {
   clear(main).append(el("h1", {}, "Limits"),
     el("p", { class: "muted" }, "A limit caps the runs of a job's limit key: how many run at once, how many start " +
       "per window. A name ending in * applies to each key it starts (each key counted on its own); " +
-      "in-flight and waiting runs are counted per key, so they show for a key's own definition."),
+      "in-flight and waiting runs are counted per key, so they show for a key's own definition; " +
+      "each definition lists its busiest keys, with their starts in the rate's window."),
     write ? el("section", { class: "panel" }, title, form)
       : el("p", { class: "muted" }, "Creating, editing and deleting limits need a write key."),
     list, el("div", { class: "toolbar" }, prev, more));
@@ -130,21 +133,37 @@ export function limitsPage(main, session) {
     return el("span", { class: "nowrap" }, el("button", { class: "small", onclick: () => edit(lim) }, "Edit"), " ", delBtn);
   }
 
+  // A key's own definition: its key's count (0 while the key is not busy); a family's runs are
+  // counted per key (its busiest keys show them).
   function countCell(lim, k) {
     if (lim.name.endsWith("*")) return el("span", { class: "muted small", title: "Counted per key" }, "per key");
-    const c = counts.get(lim.name);
-    return c && c[k] !== undefined ? c[k] : "—";
+    const own = (lim.busiestKeys || []).find((b) => b.key === lim.name);
+    return own ? own[k] : 0;
+  }
+
+  // Rate use: the key's starts in the rate's window against its limit.
+  function busiestCell(lim) {
+    const keys = lim.busiestKeys || [];
+    if (!keys.length) return el("span", { class: "muted small" }, "none busy");
+    return el("div", { class: "small" }, ...keys.map((b) => el("div", { "data-key": b.key },
+      el("span", { class: "mono" }, b.key), ": ",
+      el("span", { "data-test": "key-in-flight" }, String(b.inFlight)), " in flight, ",
+      el("span", { "data-test": "key-waiting" }, String(b.waiting)), " waiting",
+      lim.rate ? el("span", {}, ", rate ",
+        el("span", { "data-test": "key-rate" }, `${b.recentStarts}/${lim.rate.limit}`),
+        ` per ${lim.rate.periodSeconds} s`) : "")));
   }
 
   function render() {
     clear(list).append(el("h3", {}, `Definitions, page ${cursors.length} (${limits.length}${next ? ", more" : ""})`),
-      table(["Name", "Concurrency", "Rate", "In flight", "Waiting", ""],
+      table(["Name", "Concurrency", "Rate", "In flight", "Waiting", "Busiest keys", ""],
         limits.map((lim) => el("tr", { "data-limit": lim.name },
           el("td", { class: "mono" }, lim.name),
           el("td", { class: "num", "data-test": "concurrency" }, lim.concurrency ?? "—"),
           el("td", { "data-test": "rate" }, rateText(lim.rate)),
           el("td", { class: "num", "data-test": "in-flight" }, countCell(lim, "inFlight")),
           el("td", { class: "num", "data-test": "waiting" }, countCell(lim, "waiting")),
+          el("td", { "data-test": "busiest" }, busiestCell(lim)),
           el("td", {}, buttons(lim)))),
         "No limits defined: every limit key runs unlimited."));
     prev.hidden = cursors.length <= 1;
@@ -153,14 +172,11 @@ export function limitsPage(main, session) {
 
   async function load() {
     try {
-      const res = await get("/limits" + query({ limit: PAGE, cursor: cursors[cursors.length - 1] }));
-      // A key's own definition carries its counts (GET /limits/{name}); families have none.
-      const views = await Promise.allSettled(res.limits.filter((l) => !l.name.endsWith("*"))
-        .map((l) => get(`/limits/${encodeURIComponent(l.name)}`)));
+      const res = await get("/limits" + query({ limit: PAGE, cursor: cursors[cursors.length - 1],
+        busiest: BUSIEST }));
       if (stopped) return;
       limits = res.limits;
       next = res.nextCursor;
-      counts = new Map(views.filter((v) => v.status === "fulfilled").map((v) => [v.value.name, v.value]));
       render();
     } catch (err) {
       if (!stopped) clear(list).append(el("p", { class: "error" }, err.message));

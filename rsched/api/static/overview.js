@@ -8,6 +8,8 @@ import { clear, el, relative, seconds, table } from "./dom.js";
 const COLORS = { started: "#2563eb", succeeded: "#16a34a", failed: "#dc2626",
   p50: "#16a34a", p95: "#d97706", p99: "#dc2626", due: "#2563eb", retry: "#d97706", oldest: "#7c3aed" };
 const POLL_MS = 2000;
+const MEMORY_EVERY_MS = 30_000; // the memory projection: read in two round trips, changes slowly
+const MB = (bytes) => (bytes / 1e6).toFixed(1);
 
 function last(points) {
   for (let i = points.length - 1; i >= 0; i--) if (points[i][1] !== null) return points[i][1];
@@ -55,10 +57,22 @@ export function overview(main) {
   const workers = el("section", { class: "panel" }, el("h3", {}, "Workers"), el("p", { class: "muted" }, "Loading…"));
   const queues = el("section", { class: "panel" }, el("h3", {}, "Queues"), el("p", { class: "muted" }, "Loading…"));
   const waiting = el("section", { class: "panel", hidden: true, "data-test": "waiting-for-handler" });
+  const memory = el("section", { class: "panel", "data-test": "memory" }, el("h3", {}, "Redis memory, projected"),
+    el("p", { class: "muted" }, "Loading…"));
   const error = el("p", { class: "error", hidden: true });
   clear(main).append(el("h1", {}, "Overview"), error, cards,
     el("div", { class: "charts" }, charts.map((c) => c.box)),
-    el("div", { class: "two" }, parts, el("div", {}, workers, waiting, queues)));
+    el("div", { class: "two" }, parts, el("div", {}, workers, waiting, queues, memory)));
+
+  // What Redis's memory comes to (GET /memory, as `rsched doctor` lists it; docs/memory.md).
+  function renderMemory(m) {
+    clear(memory).append(el("h3", {}, "Redis memory, projected"), table(
+      ["Part", "MB", "How"],
+      m.parts.map((p) => el("tr", { "data-memory": p.part },
+        el("td", {}, p.part), el("td", { class: "num" }, MB(p.bytes)),
+        el("td", { class: "muted" }, p.how))),
+      "Nothing to project yet."));
+  }
 
   function renderStatus(st) {
     const owned = st.partitions.filter((p) => p.owner).length;
@@ -136,7 +150,12 @@ export function overview(main) {
   }
 
   let seeded = false;
+  let memoryAt = 0;
   async function tick() {
+    if (Date.now() - memoryAt >= MEMORY_EVERY_MS) {
+      memoryAt = Date.now();
+      get("/memory").then(renderMemory, () => { memoryAt = 0; });
+    }
     // The API's clock, read as its answer arrives (see charts.syncClock).
     const status = get("/status").then((v) => { syncClock(v.now); return v; });
     const [st, text, past] = await Promise.allSettled([status, metricsText(),

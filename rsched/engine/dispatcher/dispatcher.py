@@ -15,6 +15,7 @@ from rsched.engine import aio
 from rsched.engine._calls import CallMany
 from rsched.engine.dispatcher.claimer import FULL_READ_S, Claimer, ClaimResult
 from rsched.engine.dispatcher.leases import LeaseKeeper
+from rsched.engine.dispatcher.trimmer import StreamTrimmer, TrimResult
 from rsched.obs import metrics
 from rsched.rdb import scripts
 from rsched.rdb.connect import connect_async
@@ -42,6 +43,7 @@ class Dispatcher:
         clock: Callable[[], int] | None = None,
         full_read_s: float = FULL_READ_S,
         call_many: CallMany = scripts.acall_many,
+        trim_every_ms: int = defaults.EVENTS_TRIM_EVERY_MS,
     ) -> None:
         self.settings = settings
         self.id = dispatcher_id or process_id("d")
@@ -51,11 +53,14 @@ class Dispatcher:
         self.clock = clock
         self.full_read_s = full_read_s  # see Claimer.full_read_s
         self.call_many = call_many  # how the lease and claim scripts are sent
+        self.trim_every_ms = trim_every_ms  # how often the owned events streams are trimmed
         self.r: AsyncRedis = connect_async(settings.redis_url, wait=settings.wait_replicas,
                                        wait_timeout_ms=settings.wait_timeout_ms)
         self._wake = asyncio.Event()
         self.leases: LeaseKeeper | None = None
         self.claimer: Claimer | None = None
+        self.trimmer = StreamTrimmer(self.r, settings.events_keep, settings.events_keep_ms,
+                                    clock, call_many=call_many)
         metrics.export_dispatching()
 
     async def setup(self) -> None:
@@ -83,6 +88,20 @@ class Dispatcher:
             self.leases.lost(p)
         return res
 
+    async def trim_once(self) -> TrimResult:
+        """Trim the events streams of the owned partitions (see StreamTrimmer)."""
+        assert self.leases
+        return await self.trimmer.run_once(self.leases.owned)
+
+    async def _trim(self) -> None:
+        """trim_once, off the claim's path: a failed trim is tried again next time, and never
+        holds up a claim round (Redis down: the claim round says so)."""
+        try:
+            await self.trim_once()
+        except Exception as e:  # noqa: BLE001 - the next round trims what this one did not
+            if not is_unavailable(e):
+                log.warning("trimming the streams failed: %s", e)
+
     async def _listen(self) -> None:
         """Wake the loop when a client schedules a job earlier than anything we knew of."""
         while True:
@@ -104,15 +123,22 @@ class Dispatcher:
         assert self.leases
         listener = asyncio.create_task(self._listen())
         renew_every = self.leases.renew_every_ms / 1000
-        next_renew = 0.0
+        next_renew = next_trim = 0.0
         log.info("dispatcher %s started", self.id)
         outage = Outage(log)
         try:
             while not stop.is_set():
                 try:
                     if time.monotonic() >= next_renew:
+                        t_lease = time.monotonic()
                         await self.leases.run_once()
                         next_renew = time.monotonic() + renew_every
+                        orphan_ms = self.leases.orphan_expiry_in_ms
+                        if orphan_ms is not None:  # a dead member's lease runs out: take it then
+                            next_renew = min(next_renew, t_lease + orphan_ms / 1000 + 0.005)
+                    if time.monotonic() >= next_trim:
+                        next_trim = time.monotonic() + self.trim_every_ms / 1000
+                        await self._trim()
                     self._wake.clear()
                     t0 = time.monotonic()
                     res = await self.claim_once(skip_idle=True)

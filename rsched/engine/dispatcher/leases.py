@@ -73,9 +73,11 @@ def plan_round(me: str, live: Collection[str], leases: Sequence[LeaseView],
 
 @dataclass
 class LeaseKeeper:
-    """Renews every `lease_ms` / 3; a member is live while it has registered within two
-    renewals, so a dead one drops out before its leases expire and whoever takes them over
-    sees the right share."""
+    """Renews every `lease_ms` / 4 (a pause of up to three rounds keeps the leases); a member
+    is live while it has registered within three renewals, so a dead one drops out before its
+    leases expire and whoever takes them over sees the right share.  A round that sees a lease
+    of a member no longer live asks for the next round right at that lease's expiry
+    (``orphan_expiry_in_ms``): its partitions are taken over then, not up to a round later."""
 
     r: Any  # redis.asyncio.Redis
     owner: str
@@ -85,14 +87,17 @@ class LeaseKeeper:
     call_many: CallMany = scripts.acall_many  # how the lease scripts are sent
     owned: dict[int, int] = field(default_factory=dict)  # partition -> fence
     offered: dict[int, str] = field(default_factory=dict)  # partition -> member offered to
+    # ms from the last round's start until the earliest lease of a member no longer live
+    # expires (None: no such lease)
+    orphan_expiry_in_ms: int | None = None
 
     @property
     def renew_every_ms(self) -> int:
-        return self.lease_ms // 3
+        return self.lease_ms // 4
 
     @property
     def member_ttl_ms(self) -> int:
-        return 2 * self.renew_every_ms
+        return self.lease_ms - self.renew_every_ms
 
     async def _now(self) -> int:
         return self.clock() if self.clock else await leases.redis_time_ms(self.r)
@@ -109,10 +114,15 @@ class LeaseKeeper:
                         seen.sent, seen.failed[0])
             return None
         views = []
+        live = {*seen.members, self.owner}
+        orphaned = []  # expiries of leases whose owner is no longer a live member
         for owner, expires_ms, offer in seen.leases:
             held = bool(owner) and expires_ms > now
             views.append(LeaseView(owner if held else "", offer if held else "",
                                    0 if held else expires_ms))
+            if held and owner not in live:
+                orphaned.append(expires_ms)
+        self.orphan_expiry_in_ms = min(orphaned) - now if orphaned else None
         return seen.members, views
 
     async def run_once(self) -> dict[int, int]:

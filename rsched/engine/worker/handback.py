@@ -152,7 +152,7 @@ class Handback:
             for qt in served:
                 if beat > self._served_ms.get(qt, 0):
                     self._served_ms[qt] = beat
-                if now < beat + dead_after_ms(rec):  # alive as rsched status shows it
+                if now < beat + dead_after_ms(rec):  # its record beats went on until lately
                     live.add(qt)
         self._live = live
 

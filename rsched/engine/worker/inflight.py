@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from rsched.core.handlers import JobContext
+from rsched.core.handlers import AttemptFailed, JobContext
 from rsched.core.wire import ENTRY_OWN, ENTRY_TYPE
 from rsched.rdb import keys
 
@@ -56,6 +56,7 @@ class Inflight:
     ctx: JobContext | None = None  # the handler's context, once its handler runs
     finished: bool = False  # its handler returned; the report records the start if need be
     defer_ms: int = 0  # the handler raised RateLimited: how long the run waits (no attempt)
+    failed: AttemptFailed | None = None  # the handler raised it: final, or its retry_after
     progress: str = ""  # the handler's latest progress (JSON), sent with the next heartbeat
     progress_new: bool = False  # not sent yet
 

@@ -1,5 +1,6 @@
-"""Taking runs: fresh entries from every stream (one XREADGROUP) and entries of dead workers
-(XAUTOCLAIM), up to the free slots."""
+"""Taking runs: fresh entries from every stream (one XREADGROUP), the entries of workers that
+missed their heartbeats (take_over) and entries idle past the visibility timeout (XAUTOCLAIM),
+up to the free slots."""
 
 from __future__ import annotations
 
@@ -199,14 +200,56 @@ class Intake:
                 self.visibility_ms, free):
             self._cursors[s] = cursor
             entries += got
+        entries = await self._ours(entries)
+        if entries:
+            log.info("reclaiming %d idle runs", len(entries))
+        return await self._start_reclaimed(entries)
+
+    async def take_over(self, dead: str, min_idle_ms: int) -> tuple[int, bool]:
+        """Take over the runs of worker ``dead`` (it missed its heartbeats, or left with runs
+        pending), up to the free slots: (how many started here, whether none is left under its
+        name).  Each is started like a reclaimed run: under a new fence, its lost attempt
+        counted."""
+        free = self.runs.free()
+        if free <= 0:
+            return 0, False
+        r = self.link.r
+        counts = await worker_streams.pending_counts(r, list(self.link.streams), dead)
+        whole = -1 not in counts.values()
+        calls, streams = [], []
+        for s, n in counts.items():
+            if n > 0 and free > 0:
+                calls.append(worker_streams.take_over(s, dead, self.link.id, min_idle_ms,
+                                                      min(n, free)))
+                streams.append(s)
+                whole, free = whole and n <= free, free - min(n, free)
+            elif n > 0:
+                whole = False
+        entries: list[Entry] = []
+        for s, res in zip(streams, await self.link.call_many(r, calls), strict=True):
+            if isinstance(res, Exception):
+                log.warning("taking over the runs of worker %s on %s: %s", dead, s, res)
+                whole = False
+                continue
+            got, left = worker_streams.taken(s, res)
+            entries += got
+            whole = whole and not left
+        entries = await self._ours(entries)
+        if entries:
+            whose = ("an earlier process under this worker's id" if dead == self.link.id
+                     else f"worker {dead}, which missed its heartbeats or died,")
+            log.warning("taking over %d runs of %s", len(entries), whose)
+        return await self._start_reclaimed(entries), whole
+
+    async def _ours(self, entries: list[Entry]) -> list[Entry]:
+        """Of entries taken over, those to start here: not already running here, and of a type
+        with a handler here (the others are set aside for a worker that has it)."""
         entries = [e for e in entries if as_text(e[2][ENTRY_RUN]) not in self.runs]
         foreign = [e for e in entries if e[2][ENTRY_TYPE] not in self.served]
         if foreign:
             entries = [e for e in entries if e[2][ENTRY_TYPE] in self.served]
             await self.handback.park(foreign)
-        if entries:
-            log.info("reclaiming %d idle runs", len(entries))
-        return await self._start_reclaimed(entries)
+        return entries
 
     async def adopt_once(self) -> int:
         """Start runs of our types that workers without their handler set aside."""

@@ -40,6 +40,7 @@ class Membership:
     types: list[str]  # the job types it has handlers for, so the CLI can warn of a missing one
     handler_wait_ms: int  # how long runs of a type no live worker serves wait (the CLI says it)
     heartbeat_ms: int = defaults.HEARTBEAT_MS  # in its record: readers judge its silence by it
+    dead_after_ms: int = defaults.DEAD_AFTER_MS  # in its record: ... by its process heartbeat
     started_added: dict[int, int] = field(default_factory=dict)  # started_in, as added to Redis
     lag_added: list[float] = field(default_factory=list)  # metrics.lag.total(), as added to Redis
 
@@ -73,6 +74,10 @@ class Membership:
             for (fl, _), code in zip(items, run_scripts.heartbeat_codes(res), strict=False):
                 if code == HeartbeatCode.FENCED and fl.phase is STARTED:
                     self.reporter.refused(fl, "heartbeat")
+                    request_stop(fl)  # another worker runs it now: stop ours, report nothing
+                elif code == HeartbeatCode.GONE and fl.phase is STARTED and not fl.finished:
+                    self.reporter.gone(fl)
+                    request_stop(fl)
                 if code == HeartbeatCode.STOP:
                     if request_stop(fl):
                         log.info("run %s asked to stop: overlap cancelPrevious, a later "
@@ -93,7 +98,7 @@ class Membership:
             "queues": self.queues, "inflight": len(self.runs), "pid": os.getpid(),
             "host": socket.gethostname(), "beat_ms": int(time.time() * 1000),
             "concurrency": self.concurrency, "types": self.types,
-            "heartbeat_ms": self.heartbeat_ms,
+            "heartbeat_ms": self.heartbeat_ms, "dead_after_ms": self.dead_after_ms,
             "handler_wait_ms": self.handler_wait_ms,
             "metrics": self.metrics.heartbeat(),
         })
@@ -133,7 +138,11 @@ class Membership:
 
     async def leave(self) -> None:
         """Leave the registry and the consumer groups, except where entries still wait for
-        reclaim under our name (deleting the consumer would drop them from the group)."""
+        reclaim under our name (deleting the consumer would drop them from the group): those
+        are marked dead at once for live workers to take over."""
         r, me = self.link.r, self.link.id
         await worker_registry.forget(r, [me])
-        await worker_streams.leave_groups(r, list(self.link.streams), me)
+        if await worker_streams.leave_groups(r, list(self.link.streams), me):
+            await worker_registry.mark_dead(r, me)  # live workers take them over at once
+        else:
+            await worker_registry.forget_alive(r, [me])

@@ -140,6 +140,15 @@ class Reporter:
                     "(reclaimed while this worker stalled); its outcome will not be recorded",
                     fl.run_id, what, extra={"job_id": fl.job_id, "run_id": fl.run_id})
 
+    def gone(self, fl: Inflight) -> None:
+        """The run heartbeat found our run ended or re-dispatched by others (taken over while
+        this worker was silent, and finished since): never write for it again."""
+        fl.phase = NOT_OURS
+        self.metrics.count("fenced", fl.type, fl.queue)
+        log.warning("run %s ended elsewhere (taken over while this worker was silent); its "
+                    "handler is stopped and its outcome will not be recorded", fl.run_id,
+                    extra={"job_id": fl.job_id, "run_id": fl.run_id})
+
     # --- outcomes ----------------------------------------------------------------------------
 
     def _take_batch(self) -> list[Outcome]:
@@ -161,7 +170,8 @@ class Reporter:
         return batch
 
     async def flush_once(self) -> int:
-        """Report finished runs, one complete script per partition; keep them on Redis errors."""
+        """Report finished runs, one complete script per partition (and retention); keep them
+        on Redis errors."""
         batch = self._take_batch()
         if not batch:
             return 0
@@ -189,7 +199,7 @@ class Reporter:
             if read_cmds is not None and read is None:
                 along.took(None)
         retry_later: list[Outcome] = []
-        for (p, items), res in zip(parts.items(), results, strict=False):
+        for (p, items), res in zip(parts, results, strict=False):
             if isinstance(res, Exception):
                 log.error("complete on partition %d failed: %s", p, res)
                 retry_later += items

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -14,20 +15,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsched.core import defaults
-from rsched.core.handlers import App, JobContext, RateLimited
+from rsched.core.handlers import App, AttemptFailed, JobContext, RateLimited
 from rsched.core.lifecycle import life_of
 from rsched.core.models import PACKED_NONE, Overlap, unpack_payload, unpack_spec
 from rsched.core.retry import retry_delay_ms
 from rsched.core.values import TOO_DEEP, VALUE_DEPTH, shallow_json, too_deep
 from rsched.core.wire import ENTRY_SPEC
-from rsched.engine.worker._failure import failure_text
-from rsched.engine.worker.inflight import Inflight, Outcome, Runs
+from rsched.engine.worker._failure import MAX_ERROR_CHARS, failure_text
+from rsched.engine.worker.inflight import NOT_OURS, Inflight, Outcome, Runs
+from rsched.engine.worker.permits import Permits
 from rsched.engine.worker.reporter import Reporter
 from rsched.obs.metrics import RunMetrics
 
 log = logging.getLogger("rsched.worker")
 
 MAX_RESULT_BYTES = 16 * 1024
+FINAL = -1  # a failed attempt's retry delay that dead-letters its run at once (complete.lua)
 STOPPED = "cancelled: overlap cancelPrevious, a later occurrence replaces it"  # as in the Lua
 SPEC_CACHE = 4096  # distinct packed specs kept unpacked...
 SPEC_CACHE_BYTES = 512  # ...of at most this size (a spec holds the payload: keep memory small)
@@ -126,6 +129,7 @@ class Runner:
         self._running = 0
         self._queued: deque[asyncio.Future[None]] = deque()
         self._specs: dict[bytes | None, Spec] = {}
+        self.permits: Permits | None = None  # queue-wide limits (set by the Worker)
 
     def run(self, fl: Inflight, f: dict[bytes, bytes]) -> None:
         """Start a run's handler now."""
@@ -186,6 +190,14 @@ class Runner:
                 return
             if spec.stoppable and not fl.stop and await self._stop_asked(fl):
                 fl.stop = True  # asked while it was queued: its handler never starts (below)
+            permits = self.permits
+            if permits is not None and not fl.stop and fl.queue in permits.limited:
+                wait = await permits.take(fl)
+                if wait:  # its queue is at its limit: not run, it waits (no attempt spent)
+                    self._leave()
+                    self._finish(Outcome(fl, "held", 0, f"held by the limit of queue {fl.queue}",
+                                         wait, jtype, fl.queue))
+                    return
             t0 = time.perf_counter()
             loop = asyncio.get_running_loop()
             fl.deadline = loop.time() + timeout_s
@@ -202,7 +214,7 @@ class Runner:
                 payload = spec.payload
                 ctx = JobContext(fl.job_id, fl.run_id, jtype, fl.attempt, fl.sched_ms,
                                  unpack_payload(payload) if payload else None, self.worker_id,
-                                 reporter=self._progress_of(fl, loop))
+                                 reporter=self._progress_of(fl, loop), queue=fl.queue)
                 fl.ctx = ctx
                 if fl.stop:  # asked to stop before its handler started: it never starts
                     raise asyncio.CancelledError
@@ -217,15 +229,22 @@ class Runner:
                 elif not fl.stop:
                     self.runs.by_id.pop(fl.run_id, None)
                     self.slot.set()
+                    if permits is not None:  # a sync handler may still run: its permit expires
+                        permits.held.pop(fl.run_id, None)
                     raise  # shutdown past the grace period: no report, the run will be reclaimed
             except RateLimited as e:  # waits, no attempt spent (complete.lua 'deferred')
                 status, text = "deferred", str(e)
                 fl.defer_ms = int(e.retry_after * 1000)
+            except AttemptFailed as e:  # the handler's own reason, no traceback
+                status, text = "failed", str(e)[:MAX_ERROR_CHARS]
+                fl.failed = e
             except Exception as e:  # noqa: BLE001 - any handler error is a failed attempt
                 status, text = "failed", failure_text(e)
             finally:
                 self._leave()
                 fl.deadline = float("inf")
+                if permits is not None and fl.run_id in permits.held:
+                    await permits.give(fl)
             if fl.stop and status != "timed_out":  # whatever the handler did once asked
                 status, text = "cancelled", STOPPED
             duration = int((time.perf_counter() - t0) * 1000)
@@ -234,24 +253,32 @@ class Runner:
                 delay = fl.defer_ms
             elif status != "succeeded":
                 sp = spec.sp
+                cap = int(sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS))
                 delay = retry_delay_ms(
-                    fl.attempt, int(sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS)),
-                    int(sp.get("backoff_cap_ms", defaults.BACKOFF_CAP_MS)))
-                log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status,
-                            text.partition("\n")[0],
-                            extra={"job_id": fl.job_id, "run_id": fl.run_id, "attempt": fl.attempt})
+                    fl.attempt, int(sp.get("backoff_base_ms", defaults.BACKOFF_BASE_MS)), cap)
+                if fl.failed is not None:
+                    delay = failed_delay_ms(fl.failed, delay, cap)
+                if fl.phase is not NOT_OURS:  # else said when Redis refused it to us
+                    log.warning("run %s attempt %d %s: %s", fl.run_id, fl.attempt, status,
+                                text.partition("\n")[0], extra={
+                                    "job_id": fl.job_id, "run_id": fl.run_id,
+                                    "attempt": fl.attempt})
             self.metrics.duration.observe(jtype, duration / 1000)
-            rep = self.reporter
-            rep.done.append(Outcome(fl, status, duration, text, delay, jtype, fl.queue))
-            runs = self.runs
-            runs.finished += 1
-            fl.finished = True
-            if runs.finished == len(runs.by_id):
-                rep.settled.set()
-            rep.wake.set()
-            self.slot.set()
+            self._finish(Outcome(fl, status, duration, text, delay, jtype, fl.queue))
         finally:
             self.tasks.discard(fl.task)
+
+    def _finish(self, outcome: Outcome) -> None:
+        """A run's outcome to the reporter; its slot is free."""
+        rep = self.reporter
+        rep.done.append(outcome)
+        runs = self.runs
+        runs.finished += 1
+        outcome.fl.finished = True
+        if runs.finished == len(runs.by_id):
+            rep.settled.set()
+        rep.wake.set()
+        self.slot.set()
 
     async def _missed_start(self, fl: Inflight) -> bool:
         """A job with startDeadlineSeconds: True if Redis dead-lettered this run for starting
@@ -334,6 +361,16 @@ class Runner:
             await asyncio.wait(list(self.tasks), timeout=wait_s)
         self.deadlines.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def failed_delay_ms(e: AttemptFailed, backoff_ms: int, cap_ms: int) -> int:
+    """The retry delay of an attempt that raised AttemptFailed: FINAL, or the backoff raised
+    to its retry_after (at most the job's backoff cap)."""
+    if e.final:
+        return FINAL
+    if e.retry_after is None:
+        return backoff_ms
+    return max(backoff_ms, min(int(math.ceil(e.retry_after * 1000)), cap_ms))
 
 
 def encode_result(result: Any) -> str:

@@ -8,8 +8,10 @@ Only runs still going after ``start_after_ms`` get a start script of their own
 (batched), which takes their fencing token before any heartbeat; a run's start thus costs
 nothing extra on the hot path, and a long run is recorded as running well within the
 visibility timeout.  Heartbeats (membership) keep the stream entries of long runs fresh so
-XAUTOCLAIM in other workers only takes runs whose worker really stopped.  Reclaimed runs are
-started (and fenced) before their handler runs.
+XAUTOCLAIM in other workers only takes runs whose worker really stopped; the process heartbeat
+(liveness, once a second for the whole process) lets other workers take over all the runs of a
+worker silent for dead-after at once.  Reclaimed runs are started (and fenced) before their
+handler runs.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 import threading
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsched.core import defaults
 from rsched.core.errors import ValidationError
@@ -33,11 +35,16 @@ from rsched.engine.worker._link import Link
 from rsched.engine.worker.handback import Handback
 from rsched.engine.worker.inflight import Outcome, Runs
 from rsched.engine.worker.intake import Intake
+from rsched.engine.worker.liveness import Liveness
 from rsched.engine.worker.loops import FLUSHES_IN_FLIGHT, Every, Flusher, ProgressSender
 from rsched.engine.worker.membership import Membership
+from rsched.engine.worker.permits import Permits
 from rsched.engine.worker.read_along import ReadAlong
 from rsched.engine.worker.reporter import Reporter
 from rsched.engine.worker.runner import Runner
+
+if TYPE_CHECKING:
+    from rsched.engine.worker.http_target import HttpTargets
 from rsched.obs.metrics import RunMetrics
 from rsched.rdb import keys, scripts
 from rsched.rdb.cluster import same_slot_groups
@@ -76,7 +83,9 @@ class Worker:
         flush_ms: float = defaults.FLUSH_MS,
         start_after_ms: int = defaults.START_AFTER_MS,
         handler_wait_s: float = defaults.HANDLER_WAIT_S,
+        dead_after_ms: int = defaults.DEAD_AFTER_MS,
         call_many: CallMany | None = None,
+        http: bool = False,
     ) -> None:
         if heartbeat_ms * 2 > visibility_ms:
             raise ValidationError(
@@ -90,11 +99,22 @@ class Worker:
             # Heartbeats record every pending start first, so a start lands within
             # heartbeat_ms, well before the entry can look idle to other workers.
             raise ValidationError("startAfterMs", "must be 0 or more")
+        if dead_after_ms < defaults.MIN_DEAD_AFTER_MS:
+            least = defaults.MIN_DEAD_AFTER_MS / 1000
+            raise ValidationError("deadAfter", f"must be at least {least:g} seconds: a worker "
+                                  "beats every third of it")
         if not handler_wait_s > 0:
             raise ValidationError("handlerWait", "must be more than 0 seconds")
         if worker_id is not None and worker_id.startswith(keys.PARKED_CONSUMER):
             raise ValidationError("id", f"must not start with {keys.PARKED_CONSUMER!r}: that "
                                   "names the runs set aside for a job type")
+        # --http: the built-in handler of HTTP target jobs, its settings from the environment
+        # (imported only then: aiohttp is a tenth of a second of a worker's start)
+        self.http: HttpTargets | None = None
+        if http:
+            from rsched.engine.worker.http_target import HttpSettings, HttpTargets
+            self.http = HttpTargets(HttpSettings.from_env(), concurrency)
+            app = self.http.register(app)
         self.app = app
         self.settings = settings
         self.queues = list(queues)
@@ -133,8 +153,14 @@ class Worker:
         self.membership = Membership(self.link, settings, self.runs, self.reporter,
                                      self.metrics, self.queues, concurrency,
                                      sorted(app.handlers), self.handback.wait_ms,
-                                     heartbeat_ms)
+                                     heartbeat_ms, dead_after_ms)
         self.flusher = Flusher(self.reporter, self.runner, flush_ms)
+        self.liveness = Liveness(self.link, self.intake, self.membership.heartbeat_once,
+                                 dead_after_ms)
+        # Queue-wide limits: a permit expires when not kept for the visibility timeout, when
+        # the run it covered would be reclaimed too.
+        self.permits = Permits(self.link, self.queues, visibility_ms)
+        self.runner.permits = self.permits
 
     # --- what other code and tests see ---------------------------------------------------------
 
@@ -160,6 +186,7 @@ class Worker:
         n = await aensure_partitions(r, self.settings.initial_partitions,
                                      self.settings.strict_partitions)
         self.link.streams = {keys.stream(p, q): (p, q) for p in range(n) for q in self.queues}
+        await self.permits.refresh_once()
         await self.membership.join()
 
     async def fetch_once(self, block_ms: int = 1000, streams: Sequence[str] | None = None) -> int:
@@ -178,10 +205,18 @@ class Worker:
         return await self.reporter.flush_once()
 
     async def heartbeat_once(self) -> int:
-        return await self.membership.heartbeat_once()
+        lost = await self.membership.heartbeat_once()
+        await self.permits.keep_once()
+        return lost
+
+    async def refresh_limits_once(self) -> int:
+        return await self.permits.refresh_once()
 
     async def prune_consumers_once(self, idle_ms: int = defaults.CONSUMER_IDLE_MS) -> int:
         return await self.membership.prune_consumers_once(idle_ms)
+
+    async def liveness_once(self) -> int:
+        return await self.liveness.run_once()
 
     async def wait_handlers(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for the running handlers; returns how many still run."""
@@ -202,6 +237,12 @@ class Worker:
                  ",".join(self.queues), self.concurrency)
         self.started.set()
         flusher = asyncio.create_task(self.flusher.run(stop))
+        # An earlier process under this id (a supervisor's restarted child) died with runs
+        # pending under it: take them over now, before reading anything new.
+        try:
+            await self.intake.take_over(self.id, 0)
+        except Exception as e:  # noqa: BLE001 - others take them over, or the backstop does
+            log.warning("could not take over runs left under this worker's id: %s", e)
         self.runner.progress_wake = asyncio.Event()
         progress = ProgressSender(
             lambda: self.membership.heartbeat_once(progress_only=True), self.runner.progress_wake,
@@ -210,6 +251,8 @@ class Worker:
         # Like heartbeats, starts (and timeouts) go on while running jobs drain.
         hb_stop = asyncio.Event()
         draining = [
+            asyncio.create_task(Every(self.liveness_once, self.liveness.every_s,
+                                      self.outage).run(hb_stop)),
             asyncio.create_task(Every(self.heartbeat_once, self.heartbeat_ms / 1000,
                                       self.outage).run(hb_stop)),
             asyncio.create_task(Every(self.start_once,
@@ -220,6 +263,8 @@ class Worker:
             asyncio.create_task(Every(self.reclaim_once,
                                       max(self.visibility_ms / 4000, 0.1)).run(stop)),
             asyncio.create_task(Every(self.prune_consumers_once, PRUNE_EVERY_S).run(stop)),
+            asyncio.create_task(Every(self.refresh_limits_once,
+                                      defaults.QUEUE_LIMITS_REFRESH_S).run(stop)),
             asyncio.create_task(self._adopt_loop(stop)),
         ]
         groups = same_slot_groups(self.link.r, self.link.streams)
@@ -230,6 +275,7 @@ class Worker:
             await asyncio.gather(*(self._fetch_loop(stop, group) for group in groups))
         finally:
             self.read_along.close()
+            self.liveness.taking = False
             for t in fetching:
                 t.cancel()
             await self.handback.settle()
@@ -310,24 +356,28 @@ class Worker:
         ``wait_s``; their runs are left to be reclaimed, unreported), then the timeout timer,
         the handler threads and the connection.  ``run`` calls it after its drain."""
         await self.runner.close(wait_s)
+        if self.http is not None:
+            await self.http.close()
         await self.link.held.release()
         await self.link.r.aclose()
 
 
-async def show_alive(path: str, started: asyncio.Event, stop: asyncio.Event) -> None:
+async def show_alive(path: str, started: asyncio.Event, stop: asyncio.Event,
+                     worker_id: str) -> None:
     """For a supervisor (rsched.cli._supervisor): touch ``path`` every ALIVE_EVERY_S from this
-    event loop, and write 'ready' to it once the worker started."""
+    event loop, and write 'ready <worker id>' to it once the worker started (the supervisor
+    hands that worker's runs over at once when the process dies)."""
     ready = False
     while not stop.is_set():
         if started.is_set() and not ready:
             with open(path, "wb") as f:
-                f.write(b"ready")
+                f.write(b"ready " + worker_id.encode())
             ready = True
         else:
             with open(path, "ab"):
                 os.utime(path)
-        try:
-            await asyncio.wait_for(stop.wait(), defaults.ALIVE_EVERY_S)
+        try:  # until ready, look often: the supervisor needs the id as soon as it runs
+            await asyncio.wait_for(stop.wait(), defaults.ALIVE_EVERY_S if ready else 0.05)
         except TimeoutError:
             pass
 
@@ -345,7 +395,7 @@ def serve(app: App, settings: Settings, alive_file: str | None = None, **options
             loop.add_signal_handler(sig, stop.set)
         worker = Worker(app, settings, **options)
         shown = None if alive_file is None else asyncio.create_task(
-            show_alive(alive_file, worker.started, stop))
+            show_alive(alive_file, worker.started, stop, worker.id))
         await worker.run(stop)
         if shown is not None:
             await shown
