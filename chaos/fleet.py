@@ -5,6 +5,9 @@ worker gets a proxy per node, and a redis+cluster:// URL whose seeds are its pro
 `address_remap` maps every node's advertised address to its proxy for that node, so every
 connection it makes (slot map, commands, pub/sub, after a failover too: a restarted node keeps
 its port) goes through its own proxies.  The runner and the load generator connect directly.
+With `redis="sentinel"` it is a primary (AOF), its replica and three Sentinels, and every process
+connects directly with the redis+sentinel:// URL (a Sentinel names the primary's own address,
+which no proxy stands in for: no freeze or drop faults there).
 
 Everything is started from the main thread (children die with the thread that started them, see
 tests/support/redis_server._die_with_parent).  Each restart of a dispatcher or worker is a new
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from support.redis_probe import HOST  # tests/support, see __init__
+from support.redis_sentinel import RedisSentinelGroup
 from support.redis_server import (
     RedisCluster,
     RedisServer,
@@ -71,6 +75,9 @@ class Fleet:
             self.cluster = RedisCluster(
                 replicas=1, node_timeout_ms=cfg.node_timeout_ms,
                 extra_args=["--appendonly", "yes", "--cluster-require-full-coverage", "no"])
+        self.sentinel: RedisSentinelGroup | None = None
+        if cfg.redis == "sentinel":
+            self.sentinel = RedisSentinelGroup(extra_args=["--appendonly", "yes"])
         self.sink = RedisServer()
         self.members = [Member(f"d{i + 1}", "dispatcher", i) for i in range(cfg.dispatchers)]
         self.members += [Member(f"w{i + 1}", "worker", cfg.dispatchers + i)
@@ -86,7 +93,9 @@ class Fleet:
     @property
     def redis_url(self) -> str:
         """What the runner and the load generator connect with."""
-        return self.cluster.cluster_url if self.cluster is not None else self.redis.url
+        if self.cluster is not None:
+            return self.cluster.cluster_url
+        return self.sentinel.url if self.sentinel is not None else self.redis.url
 
     @property
     def upstreams(self) -> list[RedisServer]:
@@ -95,6 +104,9 @@ class Fleet:
 
     def start_servers(self) -> None:
         self.sink.start()
+        if self.sentinel is not None:  # no proxies: a Sentinel names the primary's own address
+            self.sentinel.start()
+            return
         if self.cluster is not None:
             self.cluster.start()
         else:
@@ -124,7 +136,7 @@ class Fleet:
         # The checker reads every event the run made (chaos/history.py): no archiver runs, so
         # the dispatchers must not trim the events streams to their default bound.
         env.update(RSCHED_EVENTS_KEEP="0", RSCHED_EVENTS_KEEP_MS="0")
-        if self.cluster is not None:
+        if self.cluster is not None or self.sentinel is not None:
             # A write waits this long for its replica: while the nemesis pauses a replica
             # (lag_s) the load generator's writes to its master are refused (NotReplicated)
             # several times instead of once.
@@ -134,6 +146,8 @@ class Fleet:
 
     def member_url(self, m: Member) -> str:
         """The URL a dispatcher or worker connects with: through its own proxies."""
+        if self.sentinel is not None:
+            return self.redis_url
         ports = self.proxy_ports[m.proxy]
         if self.cluster is None:
             return f"redis://{HOST}:{ports[0]}/0"
@@ -229,6 +243,15 @@ class Fleet:
                 if node.log_path.exists():
                     shutil.copyfile(node.log_path, self.out / "logs" / f"redis-node{i}.log")
             self.cluster.stop()
+        if self.sentinel is not None:
+            for i, node in enumerate(self.sentinel.nodes):
+                node.kill()
+                if node.log_path.exists():
+                    shutil.copyfile(node.log_path, self.out / "logs" / f"redis-node{i}.log")
+            for i, s in enumerate(self.sentinel.sentinels):
+                if s.log_path.exists():
+                    shutil.copyfile(s.log_path, self.out / "logs" / f"sentinel{i}.log")
+            self.sentinel.stop()
         self.redis.kill()
         # Evidence for the next failure: the log of every incarnation (AOF loads, truncations).
         if self.redis.log_path.exists():
