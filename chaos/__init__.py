@@ -6,7 +6,8 @@ execution in a second redis-server (the sink); a seeded nemesis kills, stops, fr
 disconnects processes and crashes Redis (with and without losing its unsynced AOF tail); the
 analyzer compares what was acknowledged, what ran and what Redis says, and prints JSON.
 With `--redis cluster` the Redis under test is a 3-master + 3-replica cluster and the Redis
-fault is a master's kill -9 while its replica lags (chaos.nemesis).
+fault is a master's kill -9 while its replica lags (chaos.nemesis); with `--redis sentinel` it
+is a primary, its replica and three Sentinels, and the primary is killed so.
 
 Layout: config (timings), app + sink (handlers and their record), load (load generator
 process), proxyd (proxy host process), fleet (processes), aof (machine-loss snapshots), nemesis

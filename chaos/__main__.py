@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--no-faults", action="store_true")
         s.add_argument("--redis", choices=REDIS_KINDS, default="single",
                        help="single: one AOF redis-server; cluster: 3 masters + 3 replicas, "
-                            "masters killed with -9")
+                            "masters killed with -9; sentinel: a primary, its replica and 3 "
+                            "Sentinels, the primary killed with -9")
         s.add_argument("--limit-keys", type=int, default=0,
                        help="one in five one-off jobs names one of this many limit keys, each "
                             "allowed 2 runs at once (docs/limits.md)")

@@ -5,9 +5,9 @@ Definitions (docs/internals/fault-checker.md says the same):
 * lost: an acknowledged one-off job that never ran to success and is not dead-lettered.  Lost
   inside the AOF window: a lost job that Redis no longer knows, acknowledged after the
   simulated last fsync of a machine loss and before Redis was started again (`in_window`).
-  On a cluster (`vanished_is_lost`) an acknowledged job that Redis no longer knows is lost even
-  when it ran (a failover rolled back a write it had acknowledged), and no window excuses it:
-  every acknowledged write waited for a replica.
+  On a cluster or Sentinel (`vanished_is_lost`) an acknowledged job that Redis no longer knows
+  is lost even when it ran (a failover rolled back a write it had acknowledged), and no window
+  excuses it: every acknowledged write waited for a replica.
 * duplicate: an execution of a run after an earlier one that did not fail (a failed attempt is
   followed by its retry, by design).  Explained when a fault (chaos.faults) disturbed the earlier
   execution's process, or Redis, between its start and its end (or the later start) + 1.5 s,
@@ -39,7 +39,7 @@ from rsched import Client, NotFound
 from rsched.core.cron import parse_cron
 from rsched.core.models import partition_of
 
-from .faults import INF, Faults
+from .faults import FAILOVER_OPS, INF, Faults
 from .history import History, stale_writes
 from .load import Ack
 from .sink import Execution
@@ -143,7 +143,7 @@ class Analyzer:
         """Jobs acknowledged on a master's partitions after its replica was cut off and before
         the master was killed: what WAIT must refuse (sent 50 ms after the cut: earlier ones
         may have reached the replica first)."""
-        lagging = [f for f in self.faults.log if f["op"] == "redis_master_kill"]
+        lagging = [f for f in self.faults.log if f["op"] in FAILOVER_OPS]
         found = [a for a in self.acks for f in lagging
                  if partition_of(a.job_id) in f["partitions"]
                  and f["lagged_ms"] + 50 <= a.sent_ms and a.ack_ms <= f["t0"]]

@@ -18,7 +18,7 @@ CRON_EXPRS = ("*/2 * * * * *", "*/3 * * * * *")
 # still run), and a window shorter than a dispatcher outage with misfire skip (an occurrence older
 # than it is skipped, and only such a one).
 CRON_WINDOWS = ((60_000, "run_once"), (1_000, "skip"))
-REDIS_KINDS = ("single", "cluster")
+REDIS_KINDS = ("single", "cluster", "sentinel")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +46,13 @@ class RunConfig:
     aof_window_s: float = 1.0  # appendfsync everysec: the unsynced tail a machine loss drops
     faults: bool = True
     # "single": one AOF redis-server behind per-process proxies; "cluster": 3 masters + 3
-    # replicas (redis+cluster:// URL, processes connect directly), masters killed with -9.
+    # replicas (redis+cluster:// URL, each process through a proxy per node), masters killed
+    # with -9; "sentinel": a primary, its replica and 3 Sentinels (redis+sentinel:// URL,
+    # processes connect directly), the primary killed with -9.
     redis: str = "single"
     node_timeout_ms: int = 2000  # cluster-node-timeout: failure detection before an election
     lag_s: tuple[float, float] = (1.0, 2.0)  # a master's replica paused this long before its kill
-    wait_timeout_ms: int = 300  # RSCHED_WAIT_TIMEOUT_MS of the cluster run's processes
+    wait_timeout_ms: int = 300  # RSCHED_WAIT_TIMEOUT_MS of the cluster and Sentinel runs' processes
     # Limits (docs/limits.md): with limit_keys > 0, one in five one-off jobs names one of that
     # many keys of the family chaos-*, which allows limit_concurrency runs of each at once.
     limit_keys: int = 0

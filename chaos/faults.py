@@ -7,7 +7,8 @@ the crash (for a machine loss: from the simulated last fsync, whose later writes
 until 2 s after Redis answers again.  A cluster master's kill (`redis_master_kill`) disturbs
 every process from the moment its replica was paused (what the master took since then is rolled
 back by the failover) until 2 s after the replica was promoted; like a machine loss it undoes
-writes, though never an acknowledged client write (those waited for the replica).
+writes, though never an acknowledged client write (those waited for the replica); so does a
+Sentinel primary's kill (`redis_primary_kill`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 INF = float("inf")
 AFTER_DROP_MS = 2000
 AFTER_REDIS_MS = 2000
-ROLLBACK_OPS = ("redis_lose", "redis_master_kill")  # faults that undo writes Redis had taken
+FAILOVER_OPS = ("redis_master_kill", "redis_primary_kill")  # a lagging replica promoted
+ROLLBACK_OPS = ("redis_lose", *FAILOVER_OPS)  # faults that undo writes Redis had taken
 PROCESS_OPS = {
     "kill_worker": "kill", "kill_dispatcher": "kill", "stop_worker": "stop",
     "stop_dispatcher": "stop", "freeze_worker": "freeze", "freeze_dispatcher": "freeze",
@@ -49,8 +51,11 @@ def windows(log: list[dict[str, Any]]) -> list[Fault]:
             out.append(Fault(op, e["process"], t0, t1))
         elif op == "redis_lose":
             out.append(Fault(op, None, e.get("fsynced_ms", t0), t1 + AFTER_REDIS_MS))
-        elif op == "redis_master_kill":
-            out.append(Fault(op, None, e.get("lagged_ms", t0), t1 + AFTER_REDIS_MS))
+        elif op in FAILOVER_OPS:
+            # A Sentinel fail-back to the restarted old primary rolls back the promoted node's
+            # writes since its promotion: the window lasts until the group is healthy again.
+            end = e.get("healthy_ms", t1) if e.get("failed_back") else t1
+            out.append(Fault(op, None, e.get("lagged_ms", t0), end + AFTER_REDIS_MS))
         else:
             out.append(Fault(op, None, t0, t1 + AFTER_REDIS_MS))
     return out

@@ -1,8 +1,13 @@
 """The processes of one run: the Redis under test (AOF), the sink, the proxy host, dispatchers
-and workers (each through a proxy of its own) and the load generator.  With `redis="cluster"`
-the Redis under test is a 3-master + 3-replica cluster (AOF on every node) and processes connect
-to it directly with a redis+cluster:// URL: a cluster client learns every node's real address
-from CLUSTER SLOTS, which one proxy per process cannot stand in for.
+and workers (each through proxies of its own) and the load generator.  With `redis="cluster"`
+the Redis under test is a 3-master + 3-replica cluster (AOF on every node); each dispatcher and
+worker gets a proxy per node, and a redis+cluster:// URL whose seeds are its proxies and whose
+`address_remap` maps every node's advertised address to its proxy for that node, so every
+connection it makes (slot map, commands, pub/sub, after a failover too: a restarted node keeps
+its port) goes through its own proxies.  The runner and the load generator connect directly.
+With `redis="sentinel"` it is a primary (AOF), its replica and three Sentinels, and every process
+connects directly with the redis+sentinel:// URL (a Sentinel names the primary's own address,
+which no proxy stands in for: no freeze or drop faults there).
 
 Everything is started from the main thread (children die with the thread that started them, see
 tests/support/redis_server._die_with_parent).  Each restart of a dispatcher or worker is a new
@@ -23,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from support.redis_server import (  # tests/support, see __init__
+from support.redis_probe import HOST  # tests/support, see __init__
+from support.redis_sentinel import RedisSentinelGroup
+from support.redis_server import (
     RedisCluster,
     RedisServer,
     _die_with_parent,
@@ -68,12 +75,15 @@ class Fleet:
             self.cluster = RedisCluster(
                 replicas=1, node_timeout_ms=cfg.node_timeout_ms,
                 extra_args=["--appendonly", "yes", "--cluster-require-full-coverage", "no"])
+        self.sentinel: RedisSentinelGroup | None = None
+        if cfg.redis == "sentinel":
+            self.sentinel = RedisSentinelGroup(extra_args=["--appendonly", "yes"])
         self.sink = RedisServer()
         self.members = [Member(f"d{i + 1}", "dispatcher", i) for i in range(cfg.dispatchers)]
         self.members += [Member(f"w{i + 1}", "worker", cfg.dispatchers + i)
                          for i in range(cfg.workers)]
         self.by_slot = {m.slot: m for m in self.members}
-        self.proxy_ports: list[int] = []
+        self.proxy_ports: list[list[int]] = []  # per member: its proxy of each upstream node
         self._proxyd: subprocess.Popen[str] | None = None
         self.load: subprocess.Popen[bytes] | None = None
         self.exits: list[dict[str, Any]] = []  # processes that exited on their own
@@ -83,16 +93,27 @@ class Fleet:
     @property
     def redis_url(self) -> str:
         """What the runner and the load generator connect with."""
-        return self.cluster.cluster_url if self.cluster is not None else self.redis.url
+        if self.cluster is not None:
+            return self.cluster.cluster_url
+        return self.sentinel.url if self.sentinel is not None else self.redis.url
+
+    @property
+    def upstreams(self) -> list[RedisServer]:
+        """The servers the processes' proxies lead to: the Redis under test, or every node."""
+        return self.cluster.nodes if self.cluster is not None else [self.redis]
 
     def start_servers(self) -> None:
         self.sink.start()
+        if self.sentinel is not None:  # no proxies: a Sentinel names the primary's own address
+            self.sentinel.start()
+            return
         if self.cluster is not None:
             self.cluster.start()
-            return
-        self.redis.start()
+        else:
+            self.redis.start()
+        ports = ",".join(str(n.port) for n in self.upstreams)
         self._proxyd = subprocess.Popen(
-            [sys.executable, "-m", "chaos.proxyd", str(self.redis.port), str(len(self.members))],
+            [sys.executable, "-m", "chaos.proxyd", ports, str(len(self.members))],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             preexec_fn=_die_with_parent)
         assert self._proxyd.stdout is not None
@@ -115,13 +136,25 @@ class Fleet:
         # The checker reads every event the run made (chaos/history.py): no archiver runs, so
         # the dispatchers must not trim the events streams to their default bound.
         env.update(RSCHED_EVENTS_KEEP="0", RSCHED_EVENTS_KEEP_MS="0")
-        if self.cluster is not None:
+        if self.cluster is not None or self.sentinel is not None:
             # A write waits this long for its replica: while the nemesis pauses a replica
             # (lag_s) the load generator's writes to its master are refused (NotReplicated)
             # several times instead of once.
             env.setdefault("RSCHED_WAIT_TIMEOUT_MS", str(self.cfg.wait_timeout_ms))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         return env
+
+    def member_url(self, m: Member) -> str:
+        """The URL a dispatcher or worker connects with: through its own proxies."""
+        if self.sentinel is not None:
+            return self.redis_url
+        ports = self.proxy_ports[m.proxy]
+        if self.cluster is None:
+            return f"redis://{HOST}:{ports[0]}/0"
+        seeds = ",".join(f"{HOST}:{p}" for p in ports)
+        remap = ",".join(f"{HOST}:{n.port}={HOST}:{p}"
+                         for n, p in zip(self.upstreams, ports, strict=True))
+        return f"redis+cluster://{seeds}?address_remap={remap}"
 
     def spawn(self, slot: str) -> str:
         m = self.by_slot[slot]
@@ -136,8 +169,7 @@ class Fleet:
                      "--visibility-ms", str(c.visibility_ms), "--heartbeat-ms",
                      str(c.heartbeat_ms), "--dead-after", repr(c.dead_after_ms / 1000),
                      "--grace", "2"]
-        url = (self.redis_url if self.cluster is not None
-               else f"redis://127.0.0.1:{self.proxy_ports[m.proxy]}/0")
+        url = self.member_url(m)
         with open(self.out / "logs" / f"{m.id}.log", "wb") as log:
             m.popen = subprocess.Popen(argv, env=self.env(url), cwd=ROOT,
                                        stdin=subprocess.DEVNULL, stdout=log,
@@ -202,12 +234,24 @@ class Fleet:
         if self._proxyd is not None:
             self._proxyd.kill()
             self._proxyd.wait(10)
+            for pipe in (self._proxyd.stdin, self._proxyd.stdout):
+                if pipe is not None:
+                    pipe.close()
         if self.cluster is not None:
             for i, node in enumerate(self.cluster.nodes):
                 node.kill()
                 if node.log_path.exists():
                     shutil.copyfile(node.log_path, self.out / "logs" / f"redis-node{i}.log")
             self.cluster.stop()
+        if self.sentinel is not None:
+            for i, node in enumerate(self.sentinel.nodes):
+                node.kill()
+                if node.log_path.exists():
+                    shutil.copyfile(node.log_path, self.out / "logs" / f"redis-node{i}.log")
+            for i, s in enumerate(self.sentinel.sentinels):
+                if s.log_path.exists():
+                    shutil.copyfile(s.log_path, self.out / "logs" / f"sentinel{i}.log")
+            self.sentinel.stop()
         self.redis.kill()
         # Evidence for the next failure: the log of every incarnation (AOF loads, truncations).
         if self.redis.log_path.exists():

@@ -7,11 +7,15 @@ AOF; lose the machine under redis-server (restart from the AOF as of a simulated
 0.2-1 s before the kill, chaos.aof).  The first faults cover every kind once in a seeded order;
 after that kinds are drawn at random, Redis faults at most every `redis_fault_every_s`.
 
-On a cluster (`redis="cluster"`) there are no proxies (no freeze, no drop), and the Redis fault
-is `redis_master_kill`: pause a master's replica and cut its replication link, for 1-2 s (it
-lags: writes the master takes meanwhile are not on it), kill -9 the master, resume the replica,
-wait until it is promoted, then restart the old master from its AOF so it rejoins as a replica
-of the new one, and wait until the cluster is healthy again.
+On a cluster (`redis="cluster"`) a process's proxies are one per node (chaos.fleet): a freeze
+or drop acts on all of them at once.  The Redis fault there is `redis_master_kill`: pause a
+master's replica and cut its replication link, for 1-2 s (it lags: writes the master takes
+meanwhile are not on it), kill -9 the master, resume the replica, wait until it is promoted,
+then restart the old master from its AOF so it rejoins as a replica of the new one, and wait
+until the cluster is healthy again.  On Sentinel (`redis="sentinel"`: no proxies, so no freeze
+and no drop) the Redis fault is `redis_primary_kill`, the same with the primary: its replica cut
+off and paused, the primary killed, the replica resumed and promoted by the Sentinels, the old
+primary restarted from its AOF (the Sentinels turn it into the new primary's replica).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from support.redis_probe import command  # tests/support, see __init__
+from support.redis_probe import RedisServerError, command  # tests/support, see __init__
+from support.redis_server import RedisServer
 
 from rsched.rdb import keys
 
@@ -36,16 +41,20 @@ PROCESS_KINDS = ("kill_worker", "kill_dispatcher", "stop_worker", "stop_dispatch
                  "freeze_worker", "freeze_dispatcher", "drop")
 REDIS_KINDS = ("redis_kill", "redis_lose")
 KINDS = PROCESS_KINDS + REDIS_KINDS
-CLUSTER_PROCESS_KINDS = tuple(k for k in PROCESS_KINDS
-                              if not k.startswith("freeze") and k != "drop")
+CLUSTER_PROCESS_KINDS = PROCESS_KINDS
 CLUSTER_REDIS_KINDS = ("redis_master_kill",)
 CLUSTER_KINDS = CLUSTER_PROCESS_KINDS + CLUSTER_REDIS_KINDS
+SENTINEL_PROCESS_KINDS = tuple(k for k in PROCESS_KINDS
+                               if not k.startswith("freeze") and k != "drop")  # no proxies
+SENTINEL_REDIS_KINDS = ("redis_primary_kill",)
 
 
 def kinds(cfg: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(process faults, Redis faults) of this run's Redis."""
     if cfg.redis == "cluster":
         return CLUSTER_PROCESS_KINDS, CLUSTER_REDIS_KINDS
+    if cfg.redis == "sentinel":
+        return SENTINEL_PROCESS_KINDS, SENTINEL_REDIS_KINDS
     return PROCESS_KINDS, REDIS_KINDS
 WEIGHTS = {"redis_kill": 1, "redis_lose": 1, "drop": 2}  # others: 2
 
@@ -195,10 +204,40 @@ class Nemesis:
         cluster = self.fleet.cluster
         assert cluster is not None
         victim = self.rng.choice(sorted(cluster.masters(), key=lambda n: n.port))
-        replica = cluster.replica_of(victim)
-        entry.update(target=f"redis:{victim.port}", replica=replica.port,
-                     partitions=[p for p in range(self.cfg.partitions)
-                                 if cluster.master_of_slot(keys.slot(keys.due(p))) is victim])
+        parts = [p for p in range(self.cfg.partitions)
+                 if cluster.master_of_slot(keys.slot(keys.due(p))) is victim]
+        self._kill_lagging(entry, victim, cluster.replica_of(victim), parts,
+                           lambda: cluster.wait_failover(victim))
+        # Restarted with the same port and dir, it rejoins from its nodes.conf, as a replica.
+        cluster.wait_healthy(timeout_s=30)
+        entry["healthy_ms"] = now_ms()
+
+    def _redis_primary_kill(self, entry: dict[str, Any]) -> None:
+        group = self.fleet.sentinel
+        assert group is not None
+        victim = group.primary()
+        self._kill_lagging(entry, victim, group.other(victim), list(range(self.cfg.partitions)),
+                           lambda: group.wait_new_primary(victim))
+        # Restarted from its AOF, the Sentinels make it the new primary's replica... or, now and
+        # then, the primary again and the promoted node its replica (which then drops what it
+        # took since its promotion): wait for whichever they name.
+        deadline = time.monotonic() + 90
+        while True:
+            primary = group.primary()
+            try:
+                group.wait_healthy(primary, timeout_s=15)
+                break
+            except RedisServerError:
+                if time.monotonic() > deadline:
+                    raise
+        entry["healthy_ms"] = now_ms()
+        entry["failed_back"] = primary is victim
+
+    def _kill_lagging(self, entry: dict[str, Any], victim: RedisServer, replica: RedisServer,
+                      partitions: list[int], promotion: Callable[[], RedisServer]) -> None:
+        """Cut ``victim``'s replica off, let ``victim`` take writes for lag_s, kill it -9,
+        resume the replica, wait for its ``promotion``, restart the victim."""
+        entry.update(target=f"redis:{victim.port}", replica=replica.port, partitions=partitions)
         entry["lagged_ms"] = now_ms()  # from here on the master's writes are not on its replica
         replica.pause()
         # A paused replica alone does not lag: what the master sends waits in the replica's
@@ -210,9 +249,7 @@ class Nemesis:
         entry["t0"] = now_ms()
         victim.kill()
         replica.resume()
-        promoted = cluster.wait_failover(victim)
+        promoted = promotion()
         entry["t1"] = now_ms()
         entry["promoted"] = promoted.port
-        victim.restart()  # same port and dir: it rejoins from its nodes.conf, as a replica
-        cluster.wait_healthy(timeout_s=30)
-        entry["healthy_ms"] = now_ms()
+        victim.restart()

@@ -1,10 +1,12 @@
-"""The proxy host, a process of its own: `python -m chaos.proxyd <upstream port> <n>`.
+"""The proxy host, a process of its own: `python -m chaos.proxyd <upstream port>[,<port>...] <n>`.
 
-Starts n support.tcp_proxy.TcpProxy instances (tests/support) in front of the Redis under test
-(one per rsched process, so one process's connections can be frozen alone) and prints their
-ports as one JSON line.  Then reads commands from stdin, one a line: ``freeze <i>``,
-``thaw <i>``, ``drop <i>``, answering ``ok`` to each.  A process of its own, so the proxies'
-threads never compete with the nemesis for the controller's GIL.
+Starts n groups of support.tcp_proxy.TcpProxy instances (tests/support), one group per rsched
+process and in each group one proxy per upstream (the one Redis under test, or every node of a
+cluster), so one process's connections can be frozen alone, and prints their ports as one JSON
+line: a list of n lists, each in the order of the upstreams.  Then reads commands from stdin,
+one a line: ``freeze <i>``, ``thaw <i>``, ``drop <i>`` (every proxy of group i), answering
+``ok`` to each.  A process of its own, so the proxies' threads never compete with the nemesis
+for the controller's GIL.
 """
 
 from __future__ import annotations
@@ -16,16 +18,17 @@ from support.tcp_proxy import TcpProxy  # tests/support, found by chaos/__init__
 
 
 def main(argv: list[str]) -> int:
-    upstream, n = int(argv[0]), int(argv[1])
-    proxies = [TcpProxy(upstream).start() for _ in range(n)]
-    print(json.dumps([p.port for p in proxies]), flush=True)
+    upstreams, n = [int(p) for p in argv[0].split(",")], int(argv[1])
+    groups = [[TcpProxy(u).start() for u in upstreams] for _ in range(n)]
+    print(json.dumps([[p.port for p in g] for g in groups]), flush=True)
     for line in sys.stdin:
         verb, _, index = line.strip().partition(" ")
-        proxy = proxies[int(index)]
-        {"freeze": proxy.freeze, "thaw": proxy.thaw, "drop": proxy.drop}[verb]()
+        for proxy in groups[int(index)]:
+            {"freeze": proxy.freeze, "thaw": proxy.thaw, "drop": proxy.drop}[verb]()
         print("ok", flush=True)
-    for p in proxies:
-        p.close()
+    for g in groups:
+        for p in g:
+            p.close()
     return 0
 
 

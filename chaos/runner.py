@@ -86,10 +86,10 @@ class Run:
     def _execute(self) -> dict[str, Any]:
         cfg, fleet = self.cfg, self.fleet
         fleet.start_servers()
-        if fleet.cluster is None:
+        if cfg.redis == "single":
             r = redis.Redis.from_url(fleet.redis.url, socket_timeout=10)
             client = Client(redis=r)
-        else:  # the connection factory: cluster routing, WAIT as RSCHED_WAIT_REPLICAS says
+        else:  # the connection factory: cluster routing or Sentinel, WAIT as configured
             client = Client(fleet.redis_url)
             r = client.r
         for m in fleet.members:
@@ -131,7 +131,7 @@ class Run:
                      client=client, crons=self.crons, visibility_ms=cfg.visibility_ms,
                      heartbeat_ms=cfg.heartbeat_ms,
                      agreement_sample=None if cfg.duration_s <= 120 else 3000,
-                     vanished_is_lost=cfg.redis == "cluster")
+                     vanished_is_lost=cfg.redis != "single")
         lost = a.lost()
         dups = a.duplicates()
         late = a.late_starts()

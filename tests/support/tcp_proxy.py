@@ -126,6 +126,8 @@ class TcpProxy:
                     self._stop.wait(0.01)
                     continue
                 for key, _ in sel.select(timeout=0.05):
+                    if self._frozen.is_set():  # frozen while select waited: deliver nothing
+                        break
                     src: socket.socket = key.fileobj  # type: ignore[assignment]
                     if src is b and self._held.is_set():
                         self._stop.wait(0.005)  # the reply stays in the kernel's buffer
