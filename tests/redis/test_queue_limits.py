@@ -116,7 +116,9 @@ def test_a_queue_concurrency_caps_every_run_of_the_queue_keyed_or_not(
     assert all(isinstance(j, Job) for j in jobs)
     asyncio.run(run_engine(redis_url, engine_app(most, done, starts),
                            lambda: len(done) >= len(specs), timeout_s=60))
-    assert most[0] == 2 and len(set(done)) == len(specs)
+    # The cap; that it is also reached is the fleet test's (tests/processes), whose handlers run
+    # long enough to overlap on a busy machine: 50 ms ones here may run one at a time.
+    assert 1 <= most[0] <= 2 and len(set(done)) == len(specs)
     # A given-back permit wakes the next waiting run: no gap near the 2 s recheck.
     starts.sort()
     assert max(b - a for a, b in zip(starts, starts[1:], strict=False)) < 1.5, starts
