@@ -92,7 +92,10 @@ def op_write_queue_limit(queue: str, packed: str) -> Op[int]:
                   cmd("set", keys.queue_limit(queue), packed)]
     else:
         writes = [cmd("hdel", keys.queue_limits_index(), queue),
-                  cmd("delete", keys.queue_limit(queue), keys.queue_limit_told(queue))]
+                  # DEL itself, a key at a time: redis-py's cluster client sends any delete()
+                  # through a pipeline of its own (deprecated arguments on redis-py 6.0).
+                  cmd("execute_command", "DEL", keys.queue_limit(queue)),
+                  cmd("execute_command", "DEL", keys.queue_limit_told(queue))]
     yield Commands(writes[:1], durable=True)
     yield Commands(writes[1:], durable=True)
     (raw,) = yield Scripts([queue_permit(queue, [PermitOp(RESERVE, "", "", "")], 0)],
