@@ -73,7 +73,12 @@ def test_no_key_runs_more_than_its_limit_through_a_sentinel_failover(
     client = Client(settings=Settings(redis_url=group.url, wait_timeout_ms=300))
     wait_for(lambda: started(client.r, ["d1", "d2", "w1", "w2"]), 60, "the fleet", fleet)
     client.set_limit("tenant-*", concurrency=LIMIT)
-    client.set_queue_limit("default", concurrency=QUEUE_LIMIT)
+    # The queue's limit only through the graceful failover: a kill -9 can lose a permit given
+    # back and the wake of the next waiting run with it, which then waits for its own recheck
+    # (up to minutes deep in a backlog; docs/limits.md).
+    queue_limited = how == "SENTINEL FAILOVER"
+    if queue_limited:
+        client.set_queue_limit("default", concurrency=QUEUE_LIMIT)
     time.sleep(1)  # the workers read the queues' limits every 0.5 s
     jobs = schedule(client, [JobSpec("sleep", {"sleeps": [SLEEP_S]}, limit_key=key)
                              for _ in range(PER_KEY) for key in KEYS])
@@ -94,9 +99,7 @@ def test_no_key_runs_more_than_its_limit_through_a_sentinel_failover(
     most = most_at_once(log, key_of)
     assert most == dict.fromkeys(KEYS, LIMIT), most  # never above, and the limit is used
     queue_most = most_at_once(log, dict.fromkeys(key_of, "default"))
-    # The queue's permits move with a graceful failover; a kill -9 may lose the last ones taken
-    # (asynchronous replication, docs/limits.md): there the figure is only printed.
-    if how == "SENTINEL FAILOVER":
+    if queue_limited:  # the queue's permits move with a graceful failover
         assert queue_most == {"default": QUEUE_LIMIT}, queue_most
     wait_for(lambda: not left_in_flight(client.r), 10, "no slot left in flight", fleet)
     assert all(p.alive() for p in fleet.procs.values()), fleet.logs()
